@@ -1,0 +1,322 @@
+"""Sparse token selection (STS_q) and a one-layer softmax-attention transformer, in NumPy.
+
+Wang, Wei, Hsu, Lee, "Transformers Provably Learn Sparse Token Selection While Fully-Connected Nets
+Cannot", ICML 2024. The notation is ../shared/SPEC.md's: tokens X (d x T), positional encodings P
+(d_e x T), embedding Z = [X; P] (D x T, D = d + d_e), query z_q = [0_d; sum_{i in y} p_i], model
+f = V Z softmax(Z^T W z_q), loss L = 1/2 E||f - STS_q||^2.
+
+    python sts.py            # a CPU demo: SGD learns STS_q; stochastic vs fixed PE on longer sequences
+    python sts.py --bench    # milliseconds per SGD step at the paper's scale (T=200, d_e=170, n=256)
+
+Every function up to the hand-written backward pass also runs on torch tensors (and a torch.Generator):
+`_xp` picks the array module from its input, so train_tf.py trains this very forward pass on a GPU.
+sts.py itself imports only NumPy (and tqdm for the demo's progress bar).
+"""
+import argparse
+import sys
+import time
+from collections import namedtuple
+
+import numpy as np
+
+PE_KINDS = ("onehot", "fixed", "stochastic")
+ATTEND = ("tokens", "query")  # attend over Z alone, or over [Z, z_q] (the paper's Figure 1)
+INITS = ("zero", "random")
+INIT_SCALE = 0.01  # std of the `random` initialisation: small, so training starts near the theory's zero init
+
+
+def _xp(a):
+    """The array module of `a`: numpy, or torch for a tensor (torch is imported only by its callers)."""
+    return sys.modules["torch"] if type(a).__module__.startswith("torch") else np
+
+
+def _draw(rng, kind, shape, dtype):
+    """Standard normal or uniform[0,1) numbers from a numpy Generator or a torch Generator."""
+    if isinstance(rng, np.random.Generator):
+        return (rng.standard_normal if kind == "normal" else rng.random)(shape, dtype=getattr(np, dtype))
+    torch = sys.modules["torch"]
+    return (torch.randn if kind == "normal" else torch.rand)(
+        shape, generator=rng, device=rng.device, dtype=getattr(torch, dtype))
+
+
+def _require(ok, message):
+    if not ok:
+        raise ValueError(message)
+
+
+def check_task(T, q, d, d_e=1):
+    """Sizes must be positive integers and the subset must fit the sequence: 1 <= q <= T."""
+    for name, value in (("T", T), ("d", d), ("d_e", d_e)):
+        _require(isinstance(value, (int, np.integer)) and value >= 1,
+                 f"{name} must be a positive integer (got {name}={value!r})")
+    _require(isinstance(q, (int, np.integer)) and 1 <= q <= T,
+             f"q must satisfy 1 <= q <= T (got q={q!r}, T={T}): pick a smaller q or a longer T")
+
+
+# ----------------------------------------------------------------------------------------------------
+# The task
+# ----------------------------------------------------------------------------------------------------
+def unit_columns(G):
+    """Scale each column (axis -2 holds the coordinates) to unit norm: a Gaussian column so scaled is
+    uniform on the unit sphere."""
+    return G / ((G * G).sum(-2, keepdims=True)) ** 0.5
+
+
+class PositionalEncoding:
+    """p_1 ... p_T in R^{d_e}, one of SPEC.md's three families.
+
+    onehot:     p_i = e_i, exactly orthonormal; needs d_e >= max_len.
+    fixed:      p_i uniform on the unit sphere, drawn once from `seed` for every position up to max_len,
+                then held fixed (a run of length T uses the first T).
+    stochastic: p_i uniform on the unit sphere, drawn afresh for every sequence.
+    """
+
+    def __init__(self, kind, d_e, max_len, seed=0):
+        _require(kind in PE_KINDS, f"pe must be one of {', '.join(PE_KINDS)} (got pe={kind!r})")
+        for name, value in (("d_e", d_e), ("max_len", max_len)):
+            _require(isinstance(value, (int, np.integer)) and value >= 1,
+                     f"{name} must be a positive integer (got {name}={value!r})")
+        _require(kind != "onehot" or d_e >= max_len,
+                 f"onehot PE needs d_e >= the largest sequence length (got d_e={d_e}, longest T={max_len}):"
+                 f" raise d_e or use pe=fixed/stochastic")
+        self.kind, self.d_e, self.max_len = kind, d_e, max_len
+        self.table = {"onehot": np.eye(d_e, max_len),
+                      "fixed": unit_columns(np.random.default_rng(seed).standard_normal((d_e, max_len))),
+                      "stochastic": None}[kind]
+        self._tables = {}  # the table converted once per (module, device, dtype) it is asked for in
+
+    def __call__(self, rng, n, T, dtype="float64"):
+        """P for a batch of n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
+        if self.kind == "stochastic":
+            return unit_columns(_draw(rng, "normal", (n, self.d_e, T), dtype))
+        _require(T <= self.max_len, f"T={T} exceeds the {self.kind} PE table's max_len={self.max_len}:"
+                                    f" build the PE with max_len >= every length the run evaluates")
+        if isinstance(rng, np.random.Generator):
+            return self.table[None, :, :T].astype(dtype, copy=False)
+        key = (rng.device, dtype)
+        if key not in self._tables:
+            torch = sys.modules["torch"]
+            self._tables[key] = torch.as_tensor(self.table, dtype=getattr(torch, dtype), device=rng.device)
+        return self._tables[key][None, :, :T]
+
+
+Batch = namedtuple("Batch", "Z z_q target idx mask")
+
+
+def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
+    """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of the T positions, and the target.
+
+    Returns Batch(Z (n,D,T), z_q (n,D), target (n,d), idx (n,q) the selected positions, mask (n,T) 0/1).
+    All randomness comes from `rng` (numpy.random.Generator or torch.Generator), never global state.
+    """
+    check_task(T, q, d, pe.d_e)
+    _require(isinstance(n, (int, np.integer)) and n >= 1, f"n must be a positive integer (got n={n!r})")
+    xp = np if isinstance(rng, np.random.Generator) else sys.modules["torch"]
+    X = _draw(rng, "normal", (n, d, T), dtype)                   # x_i ~ N(0, I_d)
+    order = xp.argsort(_draw(rng, "uniform", (n, T), "float64"), axis=-1)  # a uniform permutation
+    idx = order[:, :q]                              # its first q entries: a uniform q-subset
+    rank = xp.argsort(order, axis=-1)               # the inverse permutation: where each position went
+    mask = xp.asarray(rank < q, dtype=X.dtype)      # the subset as a 0/1 mask over the T positions
+    P = xp.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))
+    Z, z_q = embed(X, P, mask)
+    return Batch(Z, z_q, sts_target(X, mask), idx, mask)
+
+
+def sts_target(X, mask):
+    """STS_q(X, y) = (1/q) sum_{i in y} x_i, with y given as a 0/1 mask over the T positions."""
+    return (X * mask[:, None, :]).sum(-1) / mask.sum(-1, keepdims=True)
+
+
+def embed(X, P, mask):
+    """Z = [X; P] (n, D, T) and the query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
+    xp = _xp(X)
+    Z = xp.concatenate([X, P], axis=-2)
+    s = (P * mask[:, None, :]).sum(-1)                           # sum of the selected PEs, (n, d_e)
+    z_q = xp.concatenate([xp.zeros_like(X[:, :, 0]), s], axis=-1)
+    return Z, z_q
+
+
+# ----------------------------------------------------------------------------------------------------
+# The model: forward pass, loss, hand-written backward pass
+# ----------------------------------------------------------------------------------------------------
+def softmax(a):
+    """Softmax over the last axis, shifted by the max so that exp never overflows."""
+    xp = _xp(a)
+    e = xp.exp(a - xp.amax(a, axis=-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def forward(W, V, Z, z_q, attend="tokens"):
+    """f = V C softmax(C^T W z_q) with C = Z (attend tokens) or C = [Z, z_q] (attend query).
+
+    Returns f (n, d) and the cache the backward pass needs. Works on numpy arrays and torch tensors.
+    """
+    _require(attend in ATTEND, f"attend must be one of {', '.join(ATTEND)} (got attend={attend!r})")
+    xp = _xp(Z)
+    C = Z if attend == "tokens" else xp.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
+    u = z_q @ W.T                                   # u = W z_q                       (n, D)
+    a = xp.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
+    s = softmax(a)                                  # attention weights, sum_i s_i = 1
+    h = xp.einsum("ndt,nt->nd", C, s)               # h = C s, the attended embedding (n, D)
+    f = h @ V.T                                     # f = V h                         (n, d)
+    return f, (C, u, s, h)
+
+
+def loss(f, target):
+    """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
+    return 0.5 * ((f - target) ** 2).sum(-1).mean()
+
+
+def backward(W, V, z_q, f, target, cache):
+    """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward` (NumPy)."""
+    C, u, s, h = cache
+    df = (f - target) / f.shape[0]                  # dL/df, from L = 1/(2n) sum ||f - y||^2
+    dV = df.T @ h                                   # f = V h      =>  dL/dV = sum_n df h^T
+    dh = df @ V                                     #              =>  dL/dh = V^T df
+    ds = np.einsum("ndt,nd->nt", C, dh)             # h = C s      =>  dL/ds_i = c_i^T dh
+    da = s * (ds - (s * ds).sum(-1, keepdims=True)) # s = softmax(a): da = s * (ds - <s, ds>)
+    du = np.einsum("ndt,nt->nd", C, da)             # a = C^T u    =>  dL/du = C da
+    dW = du.T @ z_q                                 # u = W z_q    =>  dL/dW = sum_n du z_q^T
+    return dW, dV
+
+
+# ----------------------------------------------------------------------------------------------------
+# Ground truth, initialisation, learning-rate schedule
+# ----------------------------------------------------------------------------------------------------
+def ground_truth(d, d_e):
+    """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only) and V* = [I_d, 0] (token block only)."""
+    check_task(T=1, q=1, d=d, d_e=d_e)
+    W_star = np.zeros((d + d_e, d + d_e))
+    W_star[d:, d:] = np.eye(d_e)
+    return W_star, np.eye(d, d + d_e)
+
+
+def cosine(A, B):
+    """<A, B>_F / (||A||_F ||B||_F) over the last two axes; 0 where A is zero (the zero initialisation)."""
+    norms = ((A * A).sum((-2, -1)) * (B * B).sum((-2, -1))) ** 0.5
+    return (A * B).sum((-2, -1)) / (norms + (norms == 0))
+
+
+def init_weights(d, d_e, init="zero", seed=0):
+    """W (D, D) and V (d, D): zeros (the theorems) or small Gaussians (the paper's Figure 3), float64."""
+    _require(init in INITS, f"init must be one of {', '.join(INITS)} (got init={init!r})")
+    check_task(T=1, q=1, d=d, d_e=d_e)
+    D = d + d_e
+    if init == "zero":
+        return np.zeros((D, D)), np.zeros((d, D))
+    rng = np.random.default_rng(seed)
+    return INIT_SCALE * rng.standard_normal((D, D)), INIT_SCALE * rng.standard_normal((d, D))
+
+
+def learning_rate(step, lr, anneal_at=None, anneal_lr=None):
+    """The paper's schedule: lr until step `anneal_at`, then `anneal_lr` (1 -> 1/3 at step 50,000)."""
+    return anneal_lr if anneal_at is not None and step >= anneal_at else lr
+
+
+# ----------------------------------------------------------------------------------------------------
+# Online SGD in NumPy
+# ----------------------------------------------------------------------------------------------------
+def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0,
+          anneal_at=None, anneal_lr=None, progress=True):
+    """Online SGD, a fresh batch every step. Returns W, V and the training loss of every step."""
+    from tqdm import tqdm
+    check_task(T, q, d, pe.d_e)
+    _require(isinstance(steps, (int, np.integer)) and steps >= 1, f"steps must be >= 1 (got {steps!r})")
+    rng = np.random.default_rng(seed)
+    W, V = init_weights(d, pe.d_e, init, seed)
+    losses = np.empty(steps)
+    bar = tqdm(range(steps), disable=not progress, desc=f"numpy {pe.kind}", mininterval=0.5)
+    for step in bar:
+        b = sample_batch(rng, n, T, q, d, pe)
+        f, cache = forward(W, V, b.Z, b.z_q, attend)
+        losses[step] = loss(f, b.target)
+        _require(np.isfinite(losses[step]), f"loss is {losses[step]} at step {step}: lower lr")
+        dW, dV = backward(W, V, b.z_q, f, b.target, cache)
+        eta = learning_rate(step, lr, anneal_at, anneal_lr)
+        W, V = W - eta * dW, V - eta * dV
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{losses[step]:.4f}")
+    return W, V, losses
+
+
+def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
+    """The loss on n fresh sequences of length T drawn from `seed` (the same set for every model)."""
+    b = sample_batch(np.random.default_rng(seed), n, T, q, d, pe)
+    return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Command line: the demo and the benchmark
+# ----------------------------------------------------------------------------------------------------
+def demo(T, q, d, d_e, steps, lr, seed):
+    """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
+    check_task(T, q, d, d_e)
+    tests = (T, 2 * T, 4 * T)
+    W_star, V_star = ground_truth(d, d_e)
+    print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256, lr={lr}."
+          f" Loss at W=V=0 is d/(2q) = {d / (2 * q):.3f}.")
+    rows = []
+    for kind in ("stochastic", "fixed"):
+        pe = PositionalEncoding(kind, d_e, max_len=max(tests), seed=seed)
+        W, V, losses = train(pe, T, q, d, steps, lr, seed=seed)
+        rows.append((kind, losses[-100:].mean(), cosine(W, W_star), cosine(V, V_star),
+                     *(evaluate(W, V, pe, t, q, d) for t in tests)))
+    print(f"\n{'PE':<11}{'train loss':>11}{'cos(W,W*)':>11}{'cos(V,V*)':>11}"
+          + "".join(f"{'loss T=' + str(t):>13}" for t in tests))
+    for kind, *values in rows:
+        print(f"{kind:<11}" + "".join(f"{v:>11.4f}" for v in values[:3])
+              + "".join(f"{v:>13.4f}" for v in values[3:]))
+    print("(train loss: mean of the last 100 steps; the others: 2048 fresh sequences of each length)")
+
+
+def bench(T=200, q=3, d=5, d_e=170, n=256, repeats=20, seed=0):
+    """Milliseconds per SGD step at the paper's scale, split into data generation and forward+backward."""
+    rng = np.random.default_rng(seed)
+    pe = PositionalEncoding("stochastic", d_e, T)
+    W, V = init_weights(d, d_e, "random", seed)
+    for dtype in ("float64", "float32"):
+        W_, V_ = W.astype(dtype), V.astype(dtype)
+        t_data = t_model = 0.0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            b = sample_batch(rng, n, T, q, d, pe, dtype)
+            t1 = time.perf_counter()
+            f, cache = forward(W_, V_, b.Z, b.z_q)
+            dW, dV = backward(W_, V_, b.z_q, f, b.target, cache)
+            W_, V_ = W_ - 0.1 * dW, V_ - 0.1 * dV
+            t2 = time.perf_counter()
+            t_data, t_model = t_data + t1 - t0, t_model + t2 - t1
+        print(f"numpy {dtype}: T={T} d_e={d_e} n={n} stochastic PE: data {1e3 * t_data / repeats:.1f} ms"
+              f" + forward/backward/update {1e3 * t_model / repeats:.1f} ms"
+              f" = {1e3 * (t_data + t_model) / repeats:.1f} ms per step")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="STS_q with a NumPy one-layer transformer: a CPU demo.")
+    p.add_argument("--T", type=int, default=20, help="training sequence length (default 20)")
+    p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T (default 3)")
+    p.add_argument("--d", type=int, default=5, help="token dimension (default 5)")
+    p.add_argument("--de", type=int, default=64, help="positional-encoding dimension d_e (default 64)")
+    p.add_argument("--steps", type=int, default=1500, help="SGD steps per run (default 1500)")
+    p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data, the fixed PE table and init")
+    p.add_argument("--bench", action="store_true",
+                   help="print ms per SGD step at the paper's scale (T=200, d_e=170, n=256) and exit")
+    args = p.parse_args(argv)
+    try:
+        if args.bench:
+            bench()
+        else:
+            demo(args.T, args.q, args.d, args.de, args.steps, args.lr, args.seed)
+    except ValueError as e:
+        fail("sts.py", e)
+
+
+def fail(program, error):
+    """Bad input ends a command with one line on stderr and exit status 2, never a traceback."""
+    print(f"{program}: error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
