@@ -149,34 +149,36 @@ def softmax(a):
 def forward(W, V, Z, z_q, attend="tokens"):
     """f = V C softmax(C^T W z_q) with C = Z (attend tokens) or C = [Z, z_q] (attend query).
 
-    Returns f (n, d) and the cache the backward pass needs. Works on numpy arrays and torch tensors.
+    Shapes W (D, D), V (d, D), Z (n, D, T), z_q (n, D); any leading axes on all four are independent
+    runs trained side by side. Returns f (n, d) and the cache the backward pass needs. Works on numpy
+    arrays and on torch tensors.
     """
     _require(attend in ATTEND, f"attend must be one of {', '.join(ATTEND)} (got attend={attend!r})")
     xp = _xp(Z)
-    C = Z if attend == "tokens" else xp.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
-    u = z_q @ W.T                                   # u = W z_q                       (n, D)
-    a = xp.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
+    C = Z if attend == "tokens" else xp.concatenate([Z, z_q[..., None]], axis=-1)  # keys = values
+    u = z_q @ W.mT                                  # u = W z_q                       (n, D)
+    a = xp.einsum("...ndt,...nd->...nt", C, u)      # a_i = c_i^T W z_q, the scores   (n, T)
     s = softmax(a)                                  # attention weights, sum_i s_i = 1
-    h = xp.einsum("ndt,nt->nd", C, s)               # h = C s, the attended embedding (n, D)
-    f = h @ V.T                                     # f = V h                         (n, d)
+    h = xp.einsum("...ndt,...nt->...nd", C, s)      # h = C s, the attended embedding (n, D)
+    f = h @ V.mT                                    # f = V h                         (n, d)
     return f, (C, u, s, h)
 
 
 def loss(f, target):
-    """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
-    return 0.5 * ((f - target) ** 2).sum(-1).mean()
+    """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates); one per run."""
+    return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
 
 
 def backward(W, V, z_q, f, target, cache):
     """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward` (NumPy)."""
     C, u, s, h = cache
-    df = (f - target) / f.shape[0]                  # dL/df, from L = 1/(2n) sum ||f - y||^2
-    dV = df.T @ h                                   # f = V h      =>  dL/dV = sum_n df h^T
+    df = (f - target) / f.shape[-2]                 # dL/df, from L = 1/(2n) sum ||f - y||^2
+    dV = df.mT @ h                                  # f = V h      =>  dL/dV = sum_n df h^T
     dh = df @ V                                     #              =>  dL/dh = V^T df
-    ds = np.einsum("ndt,nd->nt", C, dh)             # h = C s      =>  dL/ds_i = c_i^T dh
+    ds = np.einsum("...ndt,...nd->...nt", C, dh)    # h = C s      =>  dL/ds_i = c_i^T dh
     da = s * (ds - (s * ds).sum(-1, keepdims=True)) # s = softmax(a): da = s * (ds - <s, ds>)
-    du = np.einsum("ndt,nt->nd", C, da)             # a = C^T u    =>  dL/du = C da
-    dW = du.T @ z_q                                 # u = W z_q    =>  dL/dW = sum_n du z_q^T
+    du = np.einsum("...ndt,...nt->...nd", C, da)    # a = C^T u    =>  dL/du = C da
+    dW = du.mT @ z_q                                # u = W z_q    =>  dL/dW = sum_n du z_q^T
     return dW, dV
 
 
@@ -208,16 +210,16 @@ def init_weights(d, d_e, init="zero", seed=0):
     return INIT_SCALE * rng.standard_normal((D, D)), INIT_SCALE * rng.standard_normal((d, D))
 
 
-def learning_rate(step, lr, anneal_at=None, anneal_lr=None):
-    """The paper's schedule: lr until step `anneal_at`, then `anneal_lr` (1 -> 1/3 at step 50,000)."""
-    return anneal_lr if anneal_at is not None and step >= anneal_at else lr
+def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
+    """The paper's schedule: lr until step `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
+    return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
 # ----------------------------------------------------------------------------------------------------
 # Online SGD in NumPy
 # ----------------------------------------------------------------------------------------------------
 def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0,
-          anneal_at=None, anneal_lr=None, progress=True):
+          anneal_at=None, anneal_factor=1.0, progress=True):
     """Online SGD, a fresh batch every step. Returns W, V and the training loss of every step."""
     from tqdm import tqdm
     check_task(T, q, d, pe.d_e)
@@ -232,7 +234,7 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
         losses[step] = loss(f, b.target)
         _require(np.isfinite(losses[step]), f"loss is {losses[step]} at step {step}: lower lr")
         dW, dV = backward(W, V, b.z_q, f, b.target, cache)
-        eta = learning_rate(step, lr, anneal_at, anneal_lr)
+        eta = learning_rate(step, lr, anneal_at, anneal_factor)
         W, V = W - eta * dW, V - eta * dV
         if step % 50 == 0:
             bar.set_postfix(loss=f"{losses[step]:.4f}")

@@ -4,6 +4,7 @@
 
 Seeded, CPU only, under a minute on 2 cores.
 """
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 import torch
 
 import sts
+import train_tf
 
 torch.set_default_dtype(torch.float64)  # parity checks compare float64 with float64
+HERE = Path(__file__).parent
 
 
 def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):
@@ -150,7 +153,7 @@ def test_cosine_is_one_for_parallel_and_zero_for_zero():
 
 
 def test_learning_rate_schedule_anneals_at_the_given_step():
-    assert [sts.learning_rate(t, 1.0, 50, 1 / 3) for t in (0, 49, 50, 99)] == [1.0, 1.0, 1 / 3, 1 / 3]
+    assert [sts.learning_rate(t, 0.6, 50, 0.5) for t in (0, 49, 50, 99)] == [0.6, 0.6, 0.3, 0.3]
     assert sts.learning_rate(10 ** 6, 0.5) == 0.5
 
 
@@ -190,9 +193,86 @@ def test_bad_input_raises_value_error_naming_the_parameter(call, name):
 
 
 def test_command_line_bad_input_is_one_line_and_exit_status_2():
-    r = subprocess.run([sys.executable, str(Path(__file__).with_name("sts.py")), "--T", "4", "--q", "9"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--T", "4", "--q", "9"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "q" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------------------- train_tf.py
+TINY = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", "--batch", "64", "--steps", "20", "--eval-every",
+        "10", "--test-T", "8", "--test-q", "1", "--n-test", "64", "--dtype", "float64", "--device", "cpu"]
+
+
+def read_log(path):
+    return [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("attend", sts.ATTEND)
+def test_train_tf_step_matches_the_numpy_sgd_step(attend):
+    d, d_e, lr = 3, 5, 0.7
+    b = random_batch(seed=11, n=16, T=9, q=3, d=d, d_e=d_e)
+    W, V = random_weights(12, d, d_e, scale=0.3)
+    f, cache = sts.forward(W, V, b.Z, b.z_q, attend)
+    dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
+
+    Wt, Vt = (torch.tensor(M[None], requires_grad=True) for M in (W, V))   # one run on the run axis
+    optimizer = torch.optim.SGD([Wt, Vt], lr=lr)
+    losses = train_tf.train_step(Wt, Vt, optimizer, *(torch.tensor(a)[None] for a in b[:3]), attend)
+    np.testing.assert_allclose(losses.numpy(), [sts.loss(f, b.target)], rtol=1e-6)
+    np.testing.assert_allclose(Wt.grad[0].numpy(), dW, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(Vt.grad[0].numpy(), dV, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(Wt[0].detach().numpy(), W - lr * dW, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(Vt[0].detach().numpy(), V - lr * dV, rtol=1e-6, atol=1e-12)
+
+
+def test_train_tf_writes_a_run_directory(tmp_path):
+    train_tf.main(TINY + ["--out", str(tmp_path)])
+    run = tmp_path / "stochastic-de8-seed0"
+    config = json.loads((run / "config.json").read_text())
+    assert config["T"] == 6 and config["pe"] == "stochastic" and config["model"] == "transformer"
+    log = read_log(run)
+    assert [r["step"] for r in log] == [0, 10, 20]
+    assert {"train_loss", "val", "T=8", "q=1", "cos_W", "cos_V", "norm_W"} <= set(log[-1])
+    assert log[-1]["val"] < log[0]["val"]                             # 20 steps of SGD already help
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    for name in ("weights_init.npz", "weights_final.npz"):
+        assert np.load(run / name)["W"].shape == (10, 10)
+
+
+def test_runs_trained_together_match_runs_trained_apart(tmp_path):
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--seed", "3", "4", "--out", str(tmp_path / "all")])
+    for kind in ("stochastic", "fixed"):
+        for seed in ("3", "4"):
+            train_tf.main(TINY + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])
+            name = f"{kind}-de8-seed{seed}"
+            together, apart = read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name)
+            for a, b in zip(together, apart):
+                for key in ("train_loss", "val", "T=8", "q=1", "cos_W"):
+                    assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12)
+
+
+def test_train_tf_stops_a_diverging_run_and_keeps_its_log(tmp_path):
+    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--lr", "1e6", "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "diverging" in r.stderr.splitlines()[-1]
+    assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0
+    assert json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())["status"] == "diverged"
+
+
+@pytest.mark.parametrize("flags, word", [
+    (["--q", "7"], "q"),
+    (["--de", "0"], "d_e"),
+    (["--steps", "-5"], "steps"),
+    (["--pe", "onehot", "--de", "4"], "d_e"),
+    (["--device", "cuda"], "cuda"),
+])
+def test_train_tf_bad_input_is_one_line_and_exit_status_2(tmp_path, flags, word):
+    if word == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, *flags, "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr
+    assert not any(tmp_path.iterdir())                                 # nothing written
 
 
 if __name__ == "__main__":
