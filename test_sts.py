@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import plots
 import sts
 import train_tf
 
@@ -273,6 +274,30 @@ def test_train_tf_bad_input_is_one_line_and_exit_status_2(tmp_path, flags, word)
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr
     assert not any(tmp_path.iterdir())                                 # nothing written
+
+
+# ---------------------------------------------------------------------------------------- plots.py
+def test_plots_draws_every_figure_from_tiny_runs(tmp_path):
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--init", "random", "--out", str(tmp_path / "exp")])
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--steps", "10", "--out", str(tmp_path / "sweep")])
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "exp"), str(tmp_path / "sweep"), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    for name in ("exp_training", "exp_length", "exp_qtest", "exp_weights", "sweep_floor"):
+        for ext in ("png", "pdf"):
+            assert (tmp_path / "fig" / f"{name}.{ext}").stat().st_size > 1000
+
+
+def test_plots_reports_a_bad_log_in_one_line_and_draws_the_rest(tmp_path):
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path / "exp")])
+    (tmp_path / "exp" / "fixed-de8-seed0" / "log.jsonl").write_text('{"step": 0, "val"')   # cut off
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), str(tmp_path / "exp"), "--out",
+                        str(tmp_path / "fig")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "fixed-de8-seed0/log.jsonl" in r.stderr
+    assert (tmp_path / "fig" / "exp_training.png").stat().st_size > 1000  # the good run is still drawn
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), str(tmp_path / "nothing")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing" in r.stderr
 
 
 if __name__ == "__main__":

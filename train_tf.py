@@ -26,11 +26,11 @@ import sts
 
 PRESETS = {
     # the paper's settings (its Section 4): T=200, q=3, d=5, d_e=170, n=256, lr 1 -> 1/3 at 50k of 100k
-    "paper": dict(T=200, q=3, d=5, de=[170], batch=256, steps=100_000, lr=1.0, anneal_at=50_000,
+    "paper": dict(T=200, q=3, d=5, de=[170], batch=256, steps=100_000, anneal_at=50_000,
                   anneal_factor=1 / 3, test_T=[250, 300, 350, 400], test_q=[2, 4, 6], n_test=128,
                   eval_every=500),
     # a tenth of the length, a tenth of the steps: about a minute a run on 2 CPU cores
-    "course": dict(T=20, q=3, d=5, de=[64], batch=256, steps=10_000, lr=1.0, anneal_at=5_000,
+    "course": dict(T=20, q=3, d=5, de=[64], batch=256, steps=10_000, anneal_at=5_000,
                    anneal_factor=1 / 3, test_T=[25, 30, 35, 40], test_q=[2, 4, 6], n_test=128,
                    eval_every=100),
 }

@@ -1,0 +1,233 @@
+"""Draw the paper's figures from the run directories that train_tf.py and train_fcn.py write.
+
+    python plots.py runs/course/fig2                # every figure these runs allow, into figures/
+    python plots.py runs/course --out figures       # a folder of experiments: one set of figures each
+
+A run directory holds config.json and log.jsonl. Each folder of runs (an experiment) gives, as its runs
+allow: NAME_training (Figure 1: loss, 1/loss, cosines), NAME_length (Figures 2 and 4-top: loss at longer
+T_test), NAME_qtest (Figure 4-bottom), NAME_weights (Figure 3: W and V at initialisation and at the end),
+NAME_floor (final loss against d_e). Figure 5 is NAME_training and NAME_length of an Adam experiment.
+Each figure is written as PNG and PDF. A missing, empty or corrupt log is reported on one line and
+skipped; the other figures are still drawn, and the exit status is then 2.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+
+plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7, "lines.linewidth": 1.2,
+                     "figure.dpi": 150, "savefig.bbox": "tight", "figure.constrained_layout.use": True})
+COLORS = {"stochastic": "C0", "fixed": "C3", "onehot": "C2"}
+PANEL = (2.4, 2.1)  # inches per panel, at font size 8
+
+
+class BadLog(Exception):
+    """A run directory that cannot be read; the message names the file."""
+
+
+def load_run(path):
+    """config (dict) and log (list of records) of one run directory."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+        lines = (path / "log.jsonl").read_text().splitlines()
+    except FileNotFoundError as e:
+        raise BadLog(f"{e.filename}: missing; rerun the experiment that writes it") from None
+    except json.JSONDecodeError:
+        raise BadLog(f"{path / 'config.json'}: not valid JSON") from None
+    try:
+        log = [json.loads(line) for line in lines if line.strip()]
+    except json.JSONDecodeError:
+        raise BadLog(f"{path / 'log.jsonl'}: corrupt (a line is not JSON)") from None
+    if not log:
+        raise BadLog(f"{path / 'log.jsonl'}: empty (the run logged nothing)")
+    return dict(path=path, config=config, log=log)
+
+
+def find_experiments(paths):
+    """{experiment folder: [run directories]} for run directories or folders that hold them."""
+    experiments = defaultdict(list)
+    for p in map(Path, paths):
+        if not p.exists():
+            raise BadLog(f"{p}: no such file or directory")
+        dirs = [p] if (p / "log.jsonl").exists() or (p / "config.json").exists() else sorted(
+            {f.parent for name in ("config.json", "log.jsonl") for f in p.rglob(name)})
+        if not dirs:
+            raise BadLog(f"{p}: holds no run directory (no config.json or log.jsonl below it)")
+        for d in dirs:
+            experiments[d.parent].append(d)
+    return experiments
+
+
+def series(run, key):
+    """Steps and values of `key` over the log, skipping records without it (train_loss at step 0)."""
+    points = [(r["step"], r[key]) for r in run["log"] if r.get(key) is not None]
+    return np.array(points).T if points else (np.array([]), np.array([]))
+
+
+def label(run, runs):
+    """A run's legend entry: what tells it apart from the others in its experiment."""
+    c = run["config"]
+    varying = [k for k in ("pe", "seed", "de", "width") if len({r["config"].get(k) for r in runs}) > 1]
+    return ", ".join(f"{k}={c.get(k)}" if k != "pe" else f"{c[k]} PE" for k in varying) or f"{c['pe']} PE"
+
+
+def style(run, runs):
+    """Colour by PE; the first seed solid, the others faint."""
+    first = min(r["config"].get("seed", 0) for r in runs)
+    return dict(color=COLORS.get(run["config"].get("pe"), "k"),
+                alpha=1.0 if run["config"].get("seed", 0) == first else 0.45)
+
+
+def save(fig, out, name):
+    for ext in ("png", "pdf"):
+        fig.savefig(out / f"{name}.{ext}")
+    plt.close(fig)
+    print(f"wrote {out / name}.png and .pdf")
+
+
+def figure_training(runs, out, name):
+    """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), cos(W,W*) and cos(V,V*)."""
+    fig, (ax_loss, ax_inv, ax_cos) = plt.subplots(1, 3, figsize=(3 * PANEL[0], PANEL[1]))
+    for run in runs:
+        step, train = series(run, "train_loss")
+        ax_loss.semilogy(step, train, label=label(run, runs), **style(run, runs))
+        ax_inv.plot(step, 1 / train, **style(run, runs))
+        for key, ls in (("cos_W", "-"), ("cos_V", "--")):
+            ax_cos.plot(*series(run, key), ls=ls, **style(run, runs))
+    start = runs[0]["config"]["d"] / (2 * runs[0]["config"]["q"])
+    ax_loss.axhline(start, color="gray", lw=0.8, ls=":", label="d/(2q), the loss at W=V=0")
+    ax_loss.set(xlabel="step", ylabel="training loss ½‖f − y‖²", title="loss")
+    ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
+    ax_cos.plot([], [], "k-", label="cos(W, W*)")
+    ax_cos.plot([], [], "k--", label="cos(V, V*)")
+    ax_cos.set(xlabel="step", ylabel="cosine similarity", title="alignment with ground truth", ylim=(0, 1.02))
+    ax_loss.legend(fontsize=6)
+    ax_cos.legend(loc="lower right", fontsize=6)
+    fig.suptitle(describe(runs[0]["config"]))
+    save(fig, out, f"{name}_training")
+
+
+def figure_tests(runs, out, name, prefix, what):
+    """Figures 2 and 4: the loss on each fixed validation set `prefix`=… against the training step."""
+    keys = sorted({k for r in runs for k in r["log"][-1] if k.startswith(prefix)}, key=lambda k: int(k[2:]))
+    fig, axes = plt.subplots(1, len(keys) + 1, figsize=((len(keys) + 1) * PANEL[0] * 0.8, PANEL[1]),
+                             sharey=True, squeeze=False)
+    c = runs[0]["config"]
+    for ax, key in zip(axes[0], ["val", *keys]):
+        for run in runs:
+            ax.semilogy(*series(run, key), label=label(run, runs), **style(run, runs))
+        ax.set(xlabel="step", title=f"{prefix}{c[prefix[0]]} (training)" if key == "val" else f"{what} {key}")
+    axes[0][0].set_ylabel("validation loss ½‖f − y‖²")
+    axes[0][0].legend()
+    fig.suptitle(describe(c))
+    save(fig, out, f"{name}_{'length' if prefix == 'T=' else 'qtest'}")
+
+
+def figure_weights(runs, out, name):
+    """Figure 3: W and V at initialisation and at the end, token/PE block borders drawn, one colour
+    scale per matrix shared by its two heat maps."""
+    runs = runs[:2]
+    fig, axes = plt.subplots(len(runs), 4, figsize=(4 * PANEL[0], len(runs) * PANEL[1] * 1.1), squeeze=False)
+    for row, run in zip(axes, runs):
+        try:
+            weights = [np.load(run["path"] / f"weights_{when}.npz") for when in ("init", "final")]
+        except (FileNotFoundError, ValueError, OSError) as e:
+            raise BadLog(f"{run['path']}/weights_*.npz: cannot be read ({type(e).__name__})") from None
+        d = run["config"]["d"]
+        for j, key in enumerate(("W", "V")):
+            vmax = max(np.abs(w[key]).max() for w in weights) or 1.0
+            for k, (w, when) in enumerate(zip(weights, ("init", "end"))):
+                ax = row[2 * j + k]
+                im = ax.imshow(w[key], cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto",
+                               interpolation="nearest")
+                ax.axvline(d - 0.5, color="k", lw=0.6)     # token | PE columns
+                if key == "W":
+                    ax.axhline(d - 0.5, color="k", lw=0.6)  # token | PE rows
+                ax.set_title(f"{key} at {when}, {run['config']['pe']} PE")
+                blocks = [(d - 1) / 2, (d + w[key].shape[1] - 1) / 2]  # the middle of the x and p blocks
+                ax.set_xticks(blocks, ["x", "p"])
+                ax.set_yticks(blocks if key == "W" else [], ["x", "p"] if key == "W" else [])
+            fig.colorbar(im, ax=row[2 * j: 2 * j + 2], shrink=0.8)
+    save(fig, out, f"{name}_weights")
+
+
+def figure_floor(runs, out, name):
+    """The in-distribution loss floor against d_e: final validation loss (mean of the last 5 records)."""
+    fig, ax = plt.subplots(figsize=(1.5 * PANEL[0], 1.2 * PANEL[1]))
+    by_pe = defaultdict(list)
+    for run in runs:
+        by_pe[run["config"]["pe"]].append((run["config"]["de"], np.mean([r["val"] for r in run["log"][-5:]])))
+    for pe, points in sorted(by_pe.items()):
+        de, floor = np.array(sorted(points)).T
+        if pe == "onehot":
+            ax.axhline(floor.mean(), color=COLORS[pe], ls="--", label=f"onehot PE (d_e={int(de[0])}):"
+                                                                      f" {floor.mean():.2g}")
+            continue
+        slope = np.polyfit(np.log(de), np.log(floor), 1)[0] if len(de) > 1 else float("nan")
+        ax.loglog(de, floor, "o-", color=COLORS.get(pe, "k"), label=f"{pe} PE (slope {slope:.2f})")
+    ax.set(xlabel="PE dimension d_e", ylabel="final validation loss", title="loss floor against d_e")
+    ax.legend()
+    fig.suptitle(describe(runs[0]["config"]))
+    save(fig, out, f"{name}_floor")
+
+
+def describe(c):
+    return (f"T={c['T']}, q={c['q']}, d={c['d']}, n={c['batch']}, {c['optimizer']} lr={c['lr']:g}, "
+            f"{c.get('init', '')} init, attend {c.get('attend', '')}")
+
+
+def draw(name, runs, out):
+    """Every figure an experiment's runs allow."""
+    tf = [r for r in runs if r["config"].get("model") == "transformer"]
+    if not tf:
+        return
+    if len({r["config"]["de"] for r in tf}) >= 3:
+        figure_floor(tf, out, name)
+        return
+    figure_training(tf, out, name)
+    last = tf[0]["log"][-1]
+    if any(k.startswith("T=") for k in last):
+        figure_tests(tf, out, name, "T=", "length")
+    if any(k.startswith("q=") for k in last):
+        figure_tests(tf, out, name, "q=", "subset size")
+    figure_weights(sorted(tf, key=lambda r: (r["config"]["seed"], r["config"]["pe"])), out, name)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("paths", nargs="+", help="run directories, or folders that hold them")
+    p.add_argument("--out", default="figures", help="folder for the PNG and PDF files (default figures/)")
+    args = p.parse_args(argv)
+    problems = []
+    try:
+        experiments = find_experiments(args.paths)
+    except BadLog as e:
+        print(f"plots.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for folder, dirs in sorted(experiments.items()):
+        runs = []
+        for d in dirs:
+            try:
+                runs.append(load_run(d))
+            except BadLog as e:
+                problems.append(str(e))
+        try:
+            draw(folder.name, runs, out)
+        except BadLog as e:
+            problems.append(str(e))
+    for problem in problems:
+        print(f"plots.py: error: {problem}", file=sys.stderr)
+    sys.exit(2 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
