@@ -5,8 +5,10 @@
 Seeded, CPU only, under a minute on 2 cores.
 """
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -240,11 +242,13 @@ def test_train_tf_writes_a_run_directory(tmp_path):
         assert np.load(run / name)["W"].shape == (10, 10)
 
 
-def test_runs_trained_together_match_runs_trained_apart(tmp_path):
-    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--seed", "3", "4", "--out", str(tmp_path / "all")])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
+    flags = TINY + ["--optimizer", optimizer]
+    train_tf.main(flags + ["--pe", "stochastic", "fixed", "--seed", "3", "4", "--out", str(tmp_path / "all")])
     for kind in ("stochastic", "fixed"):
         for seed in ("3", "4"):
-            train_tf.main(TINY + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])
+            train_tf.main(flags + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])
             name = f"{kind}-de8-seed{seed}"
             together, apart = read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name)
             for a, b in zip(together, apart):
@@ -258,6 +262,22 @@ def test_train_tf_stops_a_diverging_run_and_keeps_its_log(tmp_path):
     assert r.returncode == 1 and "diverging" in r.stderr.splitlines()[-1]
     assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0
     assert json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())["status"] == "diverged"
+
+
+def test_train_tf_keeps_its_logs_on_ctrl_c(tmp_path):
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--steps", "10000000",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "stochastic-de8-seed0" / "log.jsonl"
+    deadline = time.time() + 60
+    while not (log.exists() and log.read_text().count("\n") >= 2) and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err.splitlines()[-1]
+    assert len(read_log(tmp_path / "stochastic-de8-seed0")) >= 2
+    summary = json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["step"] >= 10
+    assert np.load(tmp_path / "stochastic-de8-seed0" / "weights_final.npz")["W"].shape == (10, 10)
 
 
 @pytest.mark.parametrize("flags, word", [
