@@ -8,7 +8,6 @@ forward + backward + update, steps per second, peak memory, and the step time th
 bandwidth allows if a step only wrote Z once and read it four times (scores, attention output, and the two
 contractions of the backward pass) — the floor for an unfused implementation of these equations.
 """
-import argparse
 import resource
 import time
 
@@ -74,7 +73,7 @@ def bench(device, runs, steps, dtype="float32"):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = sts.argument_parser("bench.py", __doc__.split("\n")[0])
     p.add_argument("--device", choices=("all", "cpu", "cuda"), default="all", help="all: cpu and cuda")
     p.add_argument("--runs", type=int, default=1, help="runs trained side by side (a leading batch axis)")
     p.add_argument("--steps", type=int, default=0, help="timed steps [cpu 10, cuda 200]")

@@ -10,7 +10,6 @@ NAME_floor (final loss against d_e). Figure 5 is NAME_training and NAME_length o
 Each figure is written as PNG and PDF. A missing, empty or corrupt log is reported on one line and
 skipped; the other figures are still drawn, and the exit status is then 2.
 """
-import argparse
 import json
 import sys
 from collections import defaultdict
@@ -21,6 +20,8 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+
+import sts  # noqa: E402
 
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7, "lines.linewidth": 1.2,
                      "figure.dpi": 150, "savefig.bbox": "tight", "figure.constrained_layout.use": True})
@@ -200,10 +201,22 @@ def draw(name, runs, out):
     figure_weights(sorted(tf, key=lambda r: (r["config"]["seed"], r["config"]["pe"])), out, name)
 
 
+def table(name, runs):
+    """The final record of each run as a Markdown table (the README's tables are pasted from this)."""
+    keys = [k for k in runs[0]["log"][-1] if k in ("val", "cos_W", "cos_V") or k[:2] in ("T=", "q=")]
+    print(f"\n{name}: {describe(runs[0]['config'])}, {runs[0]['log'][-1]['step']} steps\n")
+    print("| run | " + " | ".join("val (T=%d)" % runs[0]["config"]["T"] if k == "val" else k for k in keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for run in runs:
+        last = run["log"][-1]
+        print(f"| {label(run, runs)} | " + " | ".join(f"{last.get(k, float('nan')):.4f}" for k in keys) + " |")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = sts.argument_parser("plots.py", __doc__.split("\n")[0])
     p.add_argument("paths", nargs="+", help="run directories, or folders that hold them")
     p.add_argument("--out", default="figures", help="folder for the PNG and PDF files (default figures/)")
+    p.add_argument("--table", action="store_true", help="print each run's final numbers as Markdown, no figure")
     args = p.parse_args(argv)
     problems = []
     try:
@@ -212,7 +225,8 @@ def main(argv=None):
         print(f"plots.py: error: {e}", file=sys.stderr)
         sys.exit(2)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if not args.table:
+        out.mkdir(parents=True, exist_ok=True)
     for folder, dirs in sorted(experiments.items()):
         runs = []
         for d in dirs:
@@ -221,7 +235,10 @@ def main(argv=None):
             except BadLog as e:
                 problems.append(str(e))
         try:
-            draw(folder.name, runs, out)
+            if args.table and runs:
+                table(folder.name, runs)
+            elif runs:
+                draw(folder.name, runs, out)
         except BadLog as e:
             problems.append(str(e))
     for problem in problems:

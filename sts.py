@@ -22,7 +22,7 @@ import numpy as np
 PE_KINDS = ("onehot", "fixed", "stochastic")
 ATTEND = ("tokens", "query")  # attend over Z alone, or over [Z, z_q] (the paper's Figure 1)
 INITS = ("zero", "random")
-INIT_SCALE = 0.01  # std of the `random` initialisation: small, so training starts near the theory's zero init
+INIT_SCALE = 0.01  # default std of the `random` initialisation: near the theory's zero init
 
 
 def _xp(a):
@@ -199,15 +199,16 @@ def cosine(A, B):
     return (A * B).sum((-2, -1)) / (norms + (norms == 0))
 
 
-def init_weights(d, d_e, init="zero", seed=0):
-    """W (D, D) and V (d, D): zeros (the theorems) or small Gaussians (the paper's Figure 3), float64."""
+def init_weights(d, d_e, init="zero", seed=0, scale=INIT_SCALE):
+    """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Figure 3)."""
     _require(init in INITS, f"init must be one of {', '.join(INITS)} (got init={init!r})")
+    _require(scale > 0, f"init scale must be > 0 (got scale={scale!r})")
     check_task(T=1, q=1, d=d, d_e=d_e)
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
     rng = np.random.default_rng(seed)
-    return INIT_SCALE * rng.standard_normal((D, D)), INIT_SCALE * rng.standard_normal((d, D))
+    return scale * rng.standard_normal((D, D)), scale * rng.standard_normal((d, D))
 
 
 def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
@@ -294,7 +295,7 @@ def bench(T=200, q=3, d=5, d_e=170, n=256, repeats=20, seed=0):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="STS_q with a NumPy one-layer transformer: a CPU demo.")
+    p = argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.")
     p.add_argument("--T", type=int, default=20, help="training sequence length (default 20)")
     p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T (default 3)")
     p.add_argument("--d", type=int, default=5, help="token dimension (default 5)")
@@ -318,6 +319,13 @@ def fail(program, error):
     """Bad input ends a command with one line on stderr and exit status 2, never a traceback."""
     print(f"{program}: error: {error}", file=sys.stderr)
     sys.exit(2)
+
+
+def argument_parser(program, description, **kwargs):
+    """argparse for every script here, its errors one line (not argparse's usage block) through fail."""
+    p = argparse.ArgumentParser(prog=program, description=description, **kwargs)
+    p.error = lambda message: fail(program, message)
+    return p
 
 
 if __name__ == "__main__":

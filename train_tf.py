@@ -26,11 +26,12 @@ import sts
 
 PRESETS = {
     # the paper's settings (its Section 4): T=200, q=3, d=5, d_e=170, n=256, lr 1 -> 1/3 at 50k of 100k
-    "paper": dict(T=200, q=3, d=5, de=[170], batch=256, steps=100_000, anneal_at=50_000,
+    "paper": dict(T=200, q=3, d=5, de=[170], batch=256, steps=100_000,
                   anneal_factor=1 / 3, test_T=[250, 300, 350, 400], test_q=[2, 4, 6], n_test=128,
                   eval_every=500),
-    # a tenth of the length, a tenth of the steps: about a minute a run on 2 CPU cores
-    "course": dict(T=20, q=3, d=5, de=[64], batch=256, steps=10_000, anneal_at=5_000,
+    # a tenth of the length and of the steps, about a minute a run on 2 CPU cores; d_e = 64 > T here
+    # (the paper has d_e < T) because the loss floor of random PEs at d_e = 16 would hide every effect
+    "course": dict(T=20, q=3, d=5, de=[64], batch=256, steps=10_000,
                    anneal_factor=1 / 3, test_T=[25, 30, 35, 40], test_q=[2, 4, 6], n_test=128,
                    eval_every=100),
 }
@@ -42,8 +43,8 @@ class Stop(Exception):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sts.argument_parser("train_tf.py", __doc__.split("\n")[0],
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
     a("--pe", nargs="+", choices=sts.PE_KINDS, default=["stochastic"], help="positional encodings to train")
@@ -61,7 +62,8 @@ def parse_args(argv=None):
     a("--lr", type=float, help="learning rate [sgd 1, adam 0.01]")
     a("--anneal-at", type=int, help="step at which lr is multiplied by --anneal-factor [half the steps]")
     a("--anneal-factor", type=float, help="lr multiplier from --anneal-at on [1/3]")
-    a("--init", choices=sts.INITS, default="zero", help="zero (the theorems) or small random (Figure 3)")
+    a("--init", choices=sts.INITS, default="zero", help="zero (the theorems) or random Gaussian (Figure 3)")
+    a("--init-scale", type=float, default=sts.INIT_SCALE, help="std of the entries of a random init")
     a("--attend", choices=sts.ATTEND, default="tokens", help="attend over Z, or over [Z, z_q] (Figure 1)")
     a("--test-T", nargs="*", type=int, help="lengths of the length-generalisation sets [paper 250..400]")
     a("--test-q", nargs="*", type=int, help="subset sizes of the q-generalisation sets [2 4 6]")
@@ -77,6 +79,8 @@ def parse_args(argv=None):
         args.de = [max([args.T, *args.test_T])]
     if args.lr is None:
         args.lr = 1.0 if args.optimizer == "sgd" else 0.01
+    if args.anneal_at is None:
+        args.anneal_at = args.steps // 2
     return args
 
 
@@ -86,6 +90,7 @@ def check_args(args):
         sts._require(getattr(args, key) >= 1, f"--{key.replace('_', '-')} must be >= 1 "
                                                f"(got {getattr(args, key)})")
     sts._require(args.lr > 0, f"--lr must be > 0 (got {args.lr})")
+    sts._require(args.init_scale > 0, f"--init-scale must be > 0 (got {args.init_scale})")
     for T in [args.T, *args.test_T]:
         sts.check_task(T, args.q, args.d)
     for q in args.test_q:
@@ -177,12 +182,11 @@ def train(args, d_e, device):
     runs = Runs(args, d_e, device)
     config = {k: v for k, v in vars(args).items() if k not in ("pe", "seed", "de", "force", "out")}
     logs = open_run_dirs(runs, dict(config, device=str(device)))
-    inits = [sts.init_weights(args.d, runs.d_e, args.init, seed) for _, seed in runs.grid]
+    inits = [sts.init_weights(args.d, runs.d_e, args.init, seed, args.init_scale) for _, seed in runs.grid]
     W, V = (torch.tensor(np.stack(Ms), dtype=torch_dtype, device=device, requires_grad=True)
             for Ms in zip(*inits))
     save_weights(runs, W, V, "weights_init.npz")
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)([W, V], lr=args.lr)
-    anneal_at = args.anneal_at if args.anneal_at is not None else args.steps // 2
     start_loss = args.d / (2 * args.q)
     loss_sum, since, t0 = torch.zeros(len(runs.grid), device=device), 0, time.time()
     records, step, status = [], 0, "finished"
@@ -208,7 +212,7 @@ def train(args, d_e, device):
             if step == args.steps:
                 break
             for group in optimizer.param_groups:
-                group["lr"] = sts.learning_rate(step, args.lr, anneal_at, args.anneal_factor)
+                group["lr"] = sts.learning_rate(step, args.lr, args.anneal_at, args.anneal_factor)
             loss_sum += train_step(W, V, optimizer, *runs.batch(runs.gens, args.batch, args.T, args.q),
                                    args.attend)
             since += 1
@@ -234,21 +238,29 @@ def train(args, d_e, device):
     return records
 
 
+def run_command(program, body, kept="the logs and weights so far are saved"):
+    """The exit codes every script here shares: 2 bad input (one line), 1 a run that had to stop, 130 Ctrl-C."""
+    try:
+        body()
+    except ValueError as e:
+        sts.fail(program, e)
+    except Stop as e:
+        print(f"{program}: stopped: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print(f"{program}: interrupted; {kept}", file=sys.stderr)
+        sys.exit(130)
+
+
 def main(argv=None):
     args = parse_args(argv)
-    try:
+
+    def body():
         check_args(args)
         device = resolve_device(args.device)
         for d_e in args.de:
             train(args, d_e, device)
-    except ValueError as e:
-        sts.fail("train_tf.py", e)
-    except Stop as e:
-        print(f"train_tf.py: stopped: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("train_tf.py: interrupted; the logs and weights so far are saved", file=sys.stderr)
-        sys.exit(130)
+    run_command("train_tf.py", body)
 
 
 if __name__ == "__main__":

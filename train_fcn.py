@@ -1,0 +1,331 @@
+"""Train a fully-connected ReLU network (FCN) on STS_q, and measure the width each model needs as T grows.
+
+    python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, one after another
+    python train_fcn.py --preset course --sweep --out runs/fcn-sweep   # the separation sweep: 5.3 min on 2
+                                                                   # shared CPU cores, tables in notes_fcn.md
+    python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 --sweep-width 16 32 64 128 256 512 1024 \
+        2048 4096 8192 16384 --sweep-de 4 8 16 32 64 128 256 512 --device cuda   # longer sequences, a GPU
+
+The FCN sees vec(X) (the T*d token entries, token by token) concatenated with the subset's indicator
+1_y in {0,1}^T and outputs R^d; the loss is sts.loss, so it starts near d/(2q) like the transformer's.
+Training is online on sts.sample_batch (a fresh batch every step), and every run writes a directory under
+--out in train_tf.py's format: config.json, log.jsonl (one JSON record per evaluation) and summary.json.
+
+--sweep: for each T of --sweep-T, the smallest FCN hidden width m (a doubling grid, --sweep-width) and the
+smallest transformer embedding width D = d + d_e (a doubling grid of d_e, --sweep-de, trained by
+train_tf.main) whose final validation loss, averaged over the seeds, is at most --eps * d/(2q), with the
+same budget (--steps x --batch fresh sequences) and optimizer for both. Writes sweep.json and sweep.csv
+under --out, prints the table and the log-log slopes of width against T.
+"""
+import argparse
+import contextlib
+import csv
+import io
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import sts
+import train_tf
+from train_tf import DIVERGED, Stop, resolve_device, run_command
+
+PRESETS = {
+    # the paper's length and batch; the steps of its transformer runs
+    "paper": dict(T=[200], q=3, d=5, batch=256, steps=100_000, eval_every=500, n_test=1024, test_q=[2, 4, 6]),
+    # a tenth of the length and of the steps, as train_tf.py's course preset
+    "course": dict(T=[20], q=3, d=5, batch=256, steps=10_000, eval_every=100, n_test=1024, test_q=[2, 4, 6]),
+}
+# The separation sweep. Its budget is short so that the whole grid fits in 15 minutes on 2 CPU cores (the
+# transformer is at its floor by then: Adam reached it within 400 steps at T=160). eps sits above that
+# floor at the larger d_e of the grid: random unit PEs never reach 0 (T=20: 0.28 at d_e=16, 0.11 at 64).
+SWEEP = dict(
+    T=[10, 20, 40, 80, 160],            # sequence lengths at course scale
+    width=[2 ** k for k in range(4, 13)],  # FCN hidden widths m: 16 ... 4096
+    de=[2 ** k for k in range(2, 8)],   # transformer PE dimensions d_e: 4 ... 128
+    eps=0.3,                            # target loss as a fraction of the starting loss d/(2q)
+    steps=1500, batch=256,              # the budget: 384,000 fresh sequences for either model
+    seeds=[0],                          # seeds differed by <= 0.01 in val loss at T=20 (--seed 0 1 to check)
+)
+# default learning rates; measured at T=20, m=256, 1500 steps: Adam 1e-3 val 0.16; SGD 0.05 0.71, 0.2 0.45,
+# 0.5 NaN
+FCN_LR = {"adam": 1e-3, "sgd": 0.2}
+TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
+
+
+class FCN(torch.nn.Module):
+    """ReLU MLP: in_features -> `depth` hidden layers of `width` units -> out_features (PyTorch init)."""
+
+    def __init__(self, in_features, width, depth, out_features):
+        super().__init__()
+        sts._require(width >= 1 and depth >= 1, f"--width and --depth must be >= 1 (got {width}, {depth})")
+        layers, n_in = [], in_features
+        for _ in range(depth):
+            layers += [torch.nn.Linear(n_in, width), torch.nn.ReLU()]
+            n_in = width
+        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(n_in, out_features))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def n_params(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+def encode(X, mask):
+    """The FCN input [vec(X); 1_y] (n, T*d + T) from tokens X (n, d, T) and the 0/1 subset mask (n, T)."""
+    return torch.cat([X.mT.reshape(len(X), -1), mask], dim=-1)
+
+
+def sample(gen, n, T, q, d, dtype):
+    """FCN inputs and targets from sts.sample_batch. The PE is irrelevant here: a fixed PE with d_e=1 is the
+    cheapest sts accepts and draws nothing, so X and y are exactly train_tf.py's stream for --pe fixed."""
+    b = sts.sample_batch(gen, n, T, q, d, sts.PositionalEncoding("fixed", 1, T), dtype)
+    return encode(b.Z[:, :d], b.mask), b.target
+
+
+def parse_args(argv=None):
+    p = sts.argument_parser("train_fcn.py", __doc__.split("\n")[0],
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    a = p.add_argument
+    a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
+    a("--T", nargs="+", type=int, help="sequence length(s), trained one after another [paper 200, course 20]")
+    a("--q", type=int, help="subset size [3]")
+    a("--d", type=int, help="token dimension [5]")
+    a("--width", nargs="+", type=int, default=[1024], help="hidden widths m, trained one after another")
+    a("--depth", type=int, default=1, help="hidden layers")
+    a("--batch", type=int, help="fresh sequences per step, n [256]")
+    a("--steps", type=int, help="training steps [paper 100000, course 10000]")
+    a("--optimizer", choices=FCN_LR, default="adam", help="Adam or plain SGD")
+    a("--lr", type=float, help="learning rate [adam 1e-3, sgd 0.2]")
+    a("--seed", nargs="+", type=int, help="seeds (data, init, validation sets) [0; --sweep 0 1]")
+    a("--eval-every", type=int, help="steps between evaluations and log records [paper 500, course 100]")
+    a("--n-test", type=int, help="sequences in each validation set, fixed before training [1024]")
+    a("--test-q", nargs="*", type=int, help="subset sizes of the q-generalisation sets [2 4 6]")
+    a("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where there is one")
+    a("--dtype", choices=("float32", "float64"), default="float32", help="floating-point precision")
+    a("--out", default="runs/fcn", help="parent folder of the run directories (and of sweep.json/csv)")
+    a("--force", action="store_true", help="overwrite run directories that already hold a run")
+    s = p.add_argument_group("the separation sweep (--sweep; --steps, --batch, --seed default to SWEEP's)")
+    s.add_argument("--sweep", action="store_true", help="run the width-vs-T sweep for both models")
+    s.add_argument("--sweep-T", nargs="+", type=int, default=SWEEP["T"], help="sequence lengths")
+    s.add_argument("--sweep-width", nargs="+", type=int, default=SWEEP["width"], help="FCN widths m")
+    s.add_argument("--sweep-de", nargs="+", type=int, default=SWEEP["de"], help="transformer d_e values")
+    s.add_argument("--eps", type=float, default=SWEEP["eps"], help="target loss, a fraction of d/(2q)")
+    args = p.parse_args(argv)
+    if args.sweep:  # the sweep's own budget, unless given
+        args.steps = args.steps or SWEEP["steps"]
+        args.batch = args.batch or SWEEP["batch"]
+        args.seed = args.seed or SWEEP["seeds"]
+        args.eval_every = args.eval_every or args.steps
+        args.test_q = [] if args.test_q is None else args.test_q
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.seed = args.seed or [0]
+    args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))  # growing
+    args.lr = args.lr or FCN_LR[args.optimizer]
+    return args
+
+
+def check_args(args):
+    """Every size positive, q <= every T; ValueError names the flag otherwise."""
+    for key in ("q", "d", "batch", "steps", "n_test", "eval_every", "depth"):
+        sts._require(getattr(args, key) >= 1, f"--{key.replace('_', '-')} must be >= 1 "
+                                               f"(got {getattr(args, key)})")
+    for key in ("width", "sweep_width", "sweep_de"):
+        sts._require(min(getattr(args, key)) >= 1, f"--{key.replace('_', '-')} must be >= 1 "
+                                                    f"(got {getattr(args, key)})")
+    sts._require(args.lr > 0 and args.eps > 0, f"--lr and --eps must be > 0 (got {args.lr}, {args.eps})")
+    for T in (args.sweep_T if args.sweep else args.T):
+        sts.check_task(T, args.q, args.d)
+        for q in args.test_q:
+            sts.check_task(T, q, args.d)
+
+
+def run_dir(args, T, width, seed):
+    return Path(args.out) / f"fcn-T{T}-m{width}-depth{args.depth}-seed{seed}"
+
+
+def evaluate(model, sets):
+    with torch.no_grad():
+        return {name: sts.loss(model(x), target).item() for name, (x, target) in sets.items()}
+
+
+def train(args, T, width, seed, device, progress=True):
+    """One FCN run: write its directory, return its final evaluation record."""
+    path = run_dir(args, T, width, seed)
+    sts._require(args.force or not (path / "log.jsonl").exists(),
+                 f"--out: {path} already holds a run; pass another --out or add --force")
+    torch.manual_seed(seed)  # the initialisation
+    model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
+    # the validation sets: train_tf.py's seed offset, so they hold the same sequences as its fixed-PE runs
+    gen = torch.Generator(device).manual_seed(seed + 1_000_003)
+    sets = {"val": sample(gen, args.n_test, T, args.q, args.d, args.dtype)}
+    sets.update({f"q={q}": sample(gen, args.n_test, T, q, args.d, args.dtype) for q in args.test_q})
+    gen = torch.Generator(device).manual_seed(seed)
+    optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), args.lr)
+    path.mkdir(parents=True, exist_ok=True)
+    config = {k: v for k, v in vars(args).items() if not k.startswith("sweep") and k not in ("force", "out")}
+    (path / "config.json").write_text(json.dumps(dict(
+        config, model="fcn", T=T, width=width, seed=seed, params=n_params(model), device=str(device)), indent=2))
+    start_loss = args.d / (2 * args.q)
+    loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
+    bar = tqdm(total=args.steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
+               disable=not progress, leave=False)
+    log = open(path / "log.jsonl", "w")
+    try:
+        for step in range(args.steps + 1):
+            if step % args.eval_every == 0 or step == args.steps:
+                train_loss = loss_sum.item() / since if since else None
+                rec = dict(step=step, train_loss=train_loss, lr=args.lr, time=round(time.time() - t0, 3),
+                           **evaluate(model, sets))
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+                # the FCN's random init starts above d/(2q), well below DIVERGED times it
+                bad = max(rec["val"], train_loss or 0.0)
+                if not math.isfinite(bad) or bad > DIVERGED * start_loss:
+                    raise Stop(f"run {path.name}: loss {bad:.4g} at step {step} is NaN or diverging "
+                               f"(start {start_loss:.3g}); lower --lr")
+                bar.set_postfix(val=f"{rec['val']:.4f}")
+                loss_sum, since = 0.0, 0
+            if step == args.steps:
+                break
+            x, target = sample(gen, args.batch, T, args.q, args.d, args.dtype)
+            optimizer.zero_grad()
+            loss = sts.loss(model(x), target)
+            loss.backward()
+            optimizer.step()
+            loss_sum, since = loss_sum + loss.detach(), since + 1
+            bar.update()
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except Stop:
+        status = "diverged"
+        raise
+    finally:
+        bar.close()
+        log.close()
+        summary = dict(rec, status=status, step=step, seconds=round(time.time() - t0, 1))
+        (path / "summary.json").write_text(json.dumps(summary, indent=2))
+        if progress:
+            print(f"{path}: {status} at step {step}: val loss {rec.get('val', float('nan')):.4f}, "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in rec.items() if k.startswith("q=")))
+    if status == "interrupted":
+        raise KeyboardInterrupt
+    return rec
+
+
+def train_transformer(args, T, d_e, device, out):
+    """train_tf.main with the sweep's budget and Adam; returns the seeds' final validation losses. Its
+    progress bar and per-run lines go to a buffer (the sweep's bar stays readable); its errors do not."""
+    flags = ["--preset", "course", "--T", str(T), "--q", str(args.q), "--d", str(args.d), "--de", str(d_e),
+             "--pe", "stochastic", "--seed", *map(str, args.seed), "--batch", str(args.batch),
+             "--steps", str(args.steps), "--optimizer", "adam", "--lr", str(TF_LR), "--test-T", "--test-q",
+             "--n-test", str(args.n_test), "--eval-every", str(args.eval_every), "--dtype", args.dtype,
+             "--device", device.type, "--out", str(out)] + ["--force"] * args.force
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            train_tf.main(flags)
+    except SystemExit as e:
+        message = buffer.getvalue().strip().splitlines()[-1:]
+        raise (Stop if e.code == 1 else ValueError if e.code == 2 else KeyboardInterrupt)(
+            "; ".join(message) or f"train_tf.py exited with {e.code}")
+    return [json.loads((out / f"stochastic-de{d_e}-seed{s}" / "summary.json").read_text())["val"]
+            for s in args.seed]
+
+
+def slope(rows):
+    """Least-squares slope of log(width) against log(T) over the rows (T) that reached the target."""
+    pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
+    return float(np.polyfit(*zip(*pts), 1)[0]) if len(pts) >= 2 else None
+
+
+def search(grid, first, reached):
+    """Index of the first size in grid[first:] that reaches the target, or None. The loss is taken to fall
+    with width, so the first success is the smallest; first=None means a shorter T failed at every width,
+    so only the largest is trained, to measure that it fails here too."""
+    for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
+        if reached(grid[k]):
+            return k
+    return None
+
+
+def sweep(args, device):
+    """For each T the smallest width of each model whose seed-mean final val loss is <= eps * d/(2q);
+    each search starts at the previous T's answer (a longer sequence is taken to need no less width)."""
+    eps = args.eps * args.d / (2 * args.q)
+    out, rows = Path(args.out), []
+    first = {"fcn": 0, "transformer": 0}
+    bar = tqdm(total=2 * len(args.sweep_T), desc="sweep (T, model)", dynamic_ncols=True)
+    # one thread: on 2 shared cores torch's second thread cost more than it saved at every size we timed
+    # (ms per step, 2 -> 1 thread: FCN m=16 at T=10 9.0 -> 2.3; m=4096 at T=160 617 -> 338)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+    def reached(model, T, size, row):
+        bar.set_postfix(T=T, model=model, size=size)
+        if model == "fcn":
+            val = np.mean([train(args, T, size, seed, device, progress=False)["val"] for seed in args.seed])
+            width, params = size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
+        else:
+            val = np.mean(train_transformer(args, T, size, device, out / f"tf-T{T}"))
+            width, params = args.d + size, (args.d + size) * (2 * args.d + size)  # W (D x D), V (d x D)
+        row["tried"].append([width, round(float(val), 4)])
+        if val <= eps:
+            row.update(width=width, params=params, val=round(float(val), 4))
+        return val <= eps
+
+    for T in args.sweep_T:
+        for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
+            row = dict(model=model, T=T, width=None, params=None, val=None, tried=[])
+            first[model] = search(grid, first[model], lambda size: reached(model, T, size, row))
+            rows.append(row)
+            bar.update()
+            fits = {m: slope([r for r in rows if r["model"] == m]) for m in first}
+            (out / "sweep.json").write_text(json.dumps(dict(  # rewritten after every cell: Ctrl-C keeps it
+                eps=eps, eps_fraction=args.eps, steps=args.steps, batch=args.batch, seeds=args.seed,
+                fcn_lr=args.lr, fcn_optimizer=args.optimizer, fcn_depth=args.depth, tf_lr=TF_LR,
+                tf_optimizer="adam", tf_pe="stochastic", rows=rows, loglog_slope=fits), indent=2))
+    bar.close()
+    torch.set_num_threads(threads)
+    with open(out / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val"], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after {args.steps} "
+          f"steps of {args.batch} (seeds {args.seed}); FCN: hidden width m; transformer: D = d + d_e")
+    print(f"{'model':<12}{'T':>5}{'width':>7}{'params':>10}{'val':>8}   tried [width, val]")
+    for r in rows:
+        print(f"{r['model']:<12}{r['T']:>5}{r['width'] or '>max':>7}{r['params'] or '-':>10}"
+              f"{r['val'] if r['val'] is not None else '-':>8}   {r['tried']}")
+    print("log-log slope of width against T (over the T that reached eps): " + ", ".join(
+        f"{m} {s:.2f}" if s is not None else f"{m} (fewer than 2 points)" for m, s in fits.items()))
+    return rows, fits
+
+
+def main(argv=None):
+    args = parse_args(argv)
+
+    def body():
+        check_args(args)
+        device = resolve_device(args.device)
+        if args.sweep:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            sweep(args, device)
+        else:
+            for T in args.T:
+                for width in args.width:
+                    for seed in args.seed:
+                        train(args, T, width, seed, device)
+    run_command("train_fcn.py", body, "the logs so far are saved")
+
+
+if __name__ == "__main__":
+    main()
