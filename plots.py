@@ -7,6 +7,9 @@ A run directory holds config.json and log.jsonl. Each folder of runs (an experim
 allow: NAME_training (Figure 1: loss, 1/loss, cosines), NAME_length (Figures 2 and 4-top: loss at longer
 T_test), NAME_qtest (Figure 4-bottom), NAME_weights (Figure 3: W and V at initialisation and at the end),
 NAME_floor (final loss against d_e). Figure 5 is NAME_training and NAME_length of an Adam experiment.
+A folder with train_fcn.py's sweep.json gives NAME_separation (width needed against T, log-log); one with
+train_bool.py's critical.json gives NAME_critical (critical sample size against T, log-x); the run
+directories below such a folder are the search's own and are not drawn one by one.
 Each figure is written as PNG and PDF. A missing, empty or corrupt log is reported on one line and
 skipped; the other figures are still drawn, and the exit status is then 2.
 """
@@ -51,19 +54,38 @@ def load_run(path):
     return dict(path=path, config=config, log=log)
 
 
+SUMMARIES = ("sweep.json", "critical.json")  # an experiment summarised in one file by train_fcn / train_bool
+
+
 def find_experiments(paths):
-    """{experiment folder: [run directories]} for run directories or folders that hold them."""
-    experiments = defaultdict(list)
+    """{experiment folder: [run directories]} for run directories or folders that hold them, and the
+    summary files (SUMMARIES) found; run directories inside a summarised folder belong to its search."""
+    experiments, summaries = defaultdict(list), []
     for p in map(Path, paths):
         if not p.exists():
             raise BadLog(f"{p}: no such file or directory")
-        dirs = [p] if (p / "log.jsonl").exists() or (p / "config.json").exists() else sorted(
-            {f.parent for name in ("config.json", "log.jsonl") for f in p.rglob(name)})
-        if not dirs:
+        found = sorted(f for name in SUMMARIES for f in p.rglob(name))
+        summaries += found
+        inside = lambda d: any(f.parent in (d, *d.parents) for f in found)  # noqa: E731
+        dirs = [p] if not found and ((p / "log.jsonl").exists() or (p / "config.json").exists()) else sorted(
+            {f.parent for name in ("config.json", "log.jsonl") for f in p.rglob(name) if not inside(f.parent)})
+        if not dirs and not found:
             raise BadLog(f"{p}: holds no run directory (no config.json or log.jsonl below it)")
         for d in dirs:
             experiments[d.parent].append(d)
-    return experiments
+    return experiments, summaries
+
+
+def load_summary(path):
+    """The JSON of a sweep.json or critical.json, with its rows checked."""
+    try:
+        summary = json.loads(path.read_text())
+        assert isinstance(summary["rows"], list) and summary["rows"]
+        return summary
+    except json.JSONDecodeError:
+        raise BadLog(f"{path}: corrupt (not JSON)") from None
+    except (KeyError, TypeError, AssertionError):
+        raise BadLog(f"{path}: holds no rows; rerun the search that writes it") from None
 
 
 def series(run, key):
@@ -184,6 +206,91 @@ def describe(c):
             f"{c.get('init', '')} init, attend {c.get('attend', '')}")
 
 
+def figure_separation(summary, out, name):
+    """Ours: the smallest width reaching the target loss against T, log-log, for the FCN (hidden width m)
+    and the transformer (D = d + d_e), with the least-squares slopes; and the same in parameters.
+    A T where no width of the grid reached the target is drawn as an open triangle at the largest tried."""
+    fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.2, PANEL[1] * 1.2))
+    for model, color in (("fcn", "C1"), ("transformer", "C0")):
+        rows = [r for r in summary["rows"] if r["model"] == model]
+        done = [r for r in rows if r["width"] is not None]
+        slope = summary.get("loglog_slope", {}).get(model)
+        for ax, key in zip(axes, ("width", "params")):
+            if done:
+                T, y = np.array([(r["T"], r[key]) for r in done], float).T
+                ax.loglog(T, y, "o-", color=color, label=f"{model} (slope {slope:.2f})" if slope is not None
+                          and key == "width" else model)
+            failed = [(r["T"], max(w for w, _ in r["tried"])) for r in rows if r["width"] is None and r["tried"]]
+            if failed and key == "width":
+                ax.loglog(*np.array(failed, float).T, "^", mfc="none", color=color,
+                          label=f"{model}: not reached (largest tried)")
+    Ts = sorted({r["T"] for r in summary["rows"]})
+    for ax in axes:
+        ax.set_xticks(Ts, [str(T) for T in Ts])
+        ax.minorticks_off()
+    axes[0].set(xlabel="sequence length T", ylabel="width (FCN m; transformer d + d_e)",
+                title=f"width to reach loss ≤ {summary['eps']:.3g}")
+    axes[1].set(xlabel="sequence length T", ylabel="parameters", title="parameters at that width")
+    axes[0].legend(fontsize=6)
+    fig.suptitle(f"{summary['steps']} steps × {summary['batch']} sequences, seeds {summary['seeds']}")
+    save(fig, out, f"{name}_separation")
+
+
+def figure_critical(summary, grid, out, name):
+    """Edelman et al.: the critical sample size of the s-sparse AND against T (log x), transformer vs FCN,
+    with both fits (a + b ln T solid, c T^k dotted); a T beyond the grid is an open triangle at its top."""
+    fig, ax = plt.subplots(figsize=(1.6 * PANEL[0], 1.4 * PANEL[1]))
+    keys = list(dict.fromkeys((r["model"], r["s"]) for r in summary["rows"]))
+    for i, (model, s) in enumerate(keys):
+        color, rows = f"C{i}", [r for r in summary["rows"] if (r["model"], r["s"]) == (model, s)]
+        done = np.array([(r["T"], r["m_crit"]) for r in rows if r["m_crit"] is not None], float).reshape(-1, 2)
+        fit = summary.get("fits", {}).get(model, {}).get(str(s))
+        better = f", fits better: {fit['better']}" if fit else ""
+        ax.semilogx(*done.T, "o", color=color, label=f"{model}, s={s}{better}")
+        beyond = [r["T"] for r in rows if r["m_crit"] is None]
+        if beyond:
+            ax.semilogx(beyond, [max(grid)] * len(beyond), "^", mfc="none", color=color)
+        if fit:
+            T = np.geomspace(done[:, 0].min(), done[:, 0].max(), 50)
+            ax.plot(T, fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-", color=color, lw=0.8)
+            ax.plot(T, fit["power"]["c"] * T ** fit["power"]["k"], ":", color=color, lw=0.8)
+    ax.plot([], [], "k-", lw=0.8, label="fit a + b ln T")
+    ax.plot([], [], "k:", lw=0.8, label="fit c T^k")
+    Ts = sorted({r["T"] for r in summary["rows"]})
+    ax.set_xticks(Ts, [str(T) for T in Ts])
+    ax.minorticks_off()
+    ax.set(xlabel="sequence length T (bits)", ylabel="critical training-set size m",
+           title="s-sparse AND: samples for ≥ 99% held-out accuracy", yscale="log")
+    ax.legend(fontsize=6)
+    save(fig, out, f"{name}_critical")
+
+
+def draw_summary(path, out):
+    """The figure (or, with out=None, the Markdown table) of one sweep.json or critical.json."""
+    summary, name = load_summary(path), path.parent.name
+    if path.name == "sweep.json":
+        if out is None:
+            print(f"\n{name}: smallest width with seed-mean val loss <= {summary['eps']:.4f}, {summary['steps']}"
+                  f" steps of {summary['batch']}, seeds {summary['seeds']}\n\n| model | T | width | params | val |"
+                  "\n|---|---|---|---|---|")
+            for r in summary["rows"]:
+                print(f"| {r['model']} | {r['T']} | {r['width'] or '> ' + str(max(w for w, _ in r['tried']))}"
+                      f" | {r['params'] or '-'} | {r['val'] if r['val'] is not None else '-'} |")
+            return
+        return figure_separation(summary, out, name)
+    try:
+        grid = json.loads((path.parent / "config.json").read_text())["grid"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        raise BadLog(f"{path.parent / 'config.json'}: missing or without the m grid") from None
+    if out is None:
+        print(f"\n{name}: critical m (None: beyond the grid, max {max(grid)})\n\n| model | s | T | m_crit |"
+              "\n|---|---|---|---|")
+        for r in summary["rows"]:
+            print(f"| {r['model']} | {r['s']} | {r['T']} | {r['m_crit']} |")
+        return
+    figure_critical(summary, grid, out, name)
+
+
 def draw(name, runs, out):
     """Every figure an experiment's runs allow."""
     tf = [r for r in runs if r["config"].get("model") == "transformer"]
@@ -220,7 +327,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     problems = []
     try:
-        experiments = find_experiments(args.paths)
+        experiments, summaries = find_experiments(args.paths)
     except BadLog as e:
         print(f"plots.py: error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -239,6 +346,11 @@ def main(argv=None):
                 table(folder.name, runs)
             elif runs:
                 draw(folder.name, runs, out)
+        except BadLog as e:
+            problems.append(str(e))
+    for path in summaries:
+        try:
+            draw_summary(path, None if args.table else out)
         except BadLog as e:
             problems.append(str(e))
     for problem in problems:

@@ -292,6 +292,25 @@ def test_train_tf_keeps_its_logs_on_ctrl_c(tmp_path):
     assert np.load(tmp_path / "stochastic-de8-seed0" / "weights_final.npz")["W"].shape == (10, 10)
 
 
+def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
+    # eps = 0.8 d/(2q): the tiny budget reaches it at some widths, so rows hold found widths and their params
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16",
+                    "--sweep-de", "4", "8", "--steps", "30", "--batch", "16", "--seed", "0", "--n-test", "32",
+                    "--eval-every", "10", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
+    table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8) for m in ("fcn", "transformer")]
+    for r in table["rows"]:
+        assert r["tried"] and (r["width"] is None or (r["val"] <= table["eps"] and r["params"] > r["width"]))
+    with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
+        plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == ["sw_separation.pdf", "sw_separation.png"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path / "sw"), "--table"])
+    assert "| fcn | 4 |" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("flags, word", [
     (["--q", "7"], "q"),
     (["--de", "0"], "d_e"),
@@ -430,6 +449,11 @@ def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert {"model", "T", "s", "m", "seed", "acc", "steps"} <= set(log[0])
     assert (tmp_path / "critical.csv").read_text().startswith("model,s,T,m_crit")
+    with pytest.raises(SystemExit) as done:                                  # plots.py draws the table
+        plots.main([str(tmp_path), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    assert [f.name for f in sorted((tmp_path / "fig").iterdir())] == [f"{tmp_path.name}_critical.{ext}"
+                                                                       for ext in ("pdf", "png")]
 
 
 @pytest.mark.parametrize("flags, word", [
