@@ -254,6 +254,9 @@ def figure_critical(summary, grid, out, name):
             T = np.geomspace(done[:, 0].min(), done[:, 0].max(), 50)
             ax.plot(T, fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-", color=color, lw=0.8)
             ax.plot(T, fit["power"]["c"] * T ** fit["power"]["k"], ":", color=color, lw=0.8)
+    reached = [r["m_crit"] for r in summary["rows"] if r["m_crit"] is not None]
+    if reached:
+        ax.set_ylim(bottom=min(reached) / 2)  # a log fit can cross zero; keep the axis on the data
     ax.plot([], [], "k-", lw=0.8, label="fit a + b ln T")
     ax.plot([], [], "k:", lw=0.8, label="fit c T^k")
     Ts = sorted({r["T"] for r in summary["rows"]})
@@ -314,7 +317,7 @@ def table(name, runs):
     print(f"\n{name}: {describe(runs[0]['config'])}, {runs[0]['log'][-1]['step']} steps\n")
     print("| run | " + " | ".join("val (T=%d)" % runs[0]["config"]["T"] if k == "val" else k for k in keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
-    for run in runs:
+    for run in sorted(runs, key=lambda r: (r["config"]["pe"], r["config"]["de"], r["config"]["seed"])):
         last = run["log"][-1]
         print(f"| {label(run, runs)} | " + " | ".join(f"{last.get(k, float('nan')):.4f}" for k in keys) + " |")
 

@@ -11,8 +11,8 @@ $TF --pe stochastic fixed --seed 0 1 --out "$OUT/sgd"           # Figures 1, 2, 
 $TF --attend query --out "$OUT/query"                            # Figure 1 as the paper ran it: attend [Z, z_q]
 $TF --init random --init-scale 0.1 --out "$OUT/random_init"      # Figure 3: from a random initialisation
 $TF --optimizer adam --pe stochastic fixed --out "$OUT/adam"     # Figure 5: Adam
-$TF --de 8 16 32 64 128 256 --steps 4000 --out "$OUT/floor"      # ours: the loss floor against d_e
-$TF --pe onehot --steps 4000 --out "$OUT/floor"                  #   and its zero-floor reference
+$TF --de 8 16 32 64 128 256 --n-test 1024 --out "$OUT/floor"    # ours: the loss floor against d_e
+$TF --pe onehot --n-test 1024 --out "$OUT/floor"                 #   and its zero-floor reference
 python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep"  # ours: width FCN vs transformer
 python train_bool.py --force --out "$OUT/bool"                  # Edelman et al.: sparse-AND critical m
 python plots.py "$OUT" --out figures
