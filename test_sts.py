@@ -1,8 +1,11 @@
-"""Tests of the task, the NumPy reference model and its agreement with PyTorch.
+"""The project's tests: one section per script, in the order they import each other.
 
     python test_sts.py        # or: python -m pytest test_sts.py
 
-Seeded, CPU only, under a minute on 2 cores.
+sts.py (sampler, encodings, gradients against finite differences and torch autograd, ground truth, NumPy
+training, bad input); train_tf.py (a step against the NumPy step, run directories, runs trained together
+against apart, divergence, Ctrl-C, bad input); plots.py; train_bool.py; train_fcn.py.
+Seeded, CPU only, about 30 s on 2 cores.
 """
 import json
 import signal
@@ -298,7 +301,8 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
                     "--sweep-de", "4", "8", "--steps", "30", "--batch", "16", "--seed", "0", "--n-test", "32",
                     "--eval-every", "10", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
     table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
-    assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8) for m in ("fcn", "transformer")]
+    assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
+                                                             for m in ("fcn", "transformer")]
     for r in table["rows"]:
         assert r["tried"] and (r["width"] is None or (r["val"] <= table["eps"] and r["params"] > r["width"]))
     with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn

@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 import sts
 from train_fcn import FCN
-from train_tf import Stop, resolve_device, run_command
+from train_tf import Stop, ended_by, resolve_device, run_command
 
 MODELS = ("transformer", "fcn")
 # The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a second point.
@@ -147,9 +147,10 @@ def train_one(model, m, T, s, seed, device):
         loss = F.binary_cross_entropy_with_logits(net(x).squeeze(-1), y)
         loss.backward()
         optimizer.step()
-        if not math.isfinite(loss.item()):
-            raise Stop(f"{model} T={T} s={s} m={m} seed={seed}: training loss {loss.item()} at step {step}")
-        if loss.item() < FIT_LOSS:
+        value = loss.item()  # one read a step: the stopping rule needs it
+        if not math.isfinite(value):
+            raise Stop(f"{model} T={T} s={s} m={m} seed={seed}: training loss {value} at step {step}")
+        if value < FIT_LOSS:
             break
     with torch.no_grad():
         train_acc = ((net(x).squeeze(-1) > 0).float() == y).float().mean().item()
@@ -309,16 +310,12 @@ def run(args, device):
                 else:
                     m_crit = critical_m(functools.partial(trainer, model), T, s, grid, seeds)
                     rows.append(dict(model=model, s=s, T=T, m_crit=m_crit))
-        except KeyboardInterrupt:
-            status = "interrupted"
-        except Stop:
-            status = "diverged"
+        except BaseException as error:
+            status = ended_by(error)
             raise
         finally:
             if not args.m:
                 write_results(out, rows, status, t0)
-    if status == "interrupted":
-        raise KeyboardInterrupt
 
 
 def main(argv=None):

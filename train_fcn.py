@@ -32,7 +32,8 @@ from tqdm import tqdm
 
 import sts
 import train_tf
-from train_tf import DIVERGED, Stop, resolve_device, run_command
+from train_tf import (VALIDATION_SEED, Stop, ended_by, require_positive, resolve_device, run_command,
+                      write_record)
 
 PRESETS = {
     # the paper's length and batch; the steps of its transformer runs
@@ -135,12 +136,8 @@ def parse_args(argv=None):
 
 def check_args(args):
     """Every size positive, q <= every T; ValueError names the flag otherwise."""
-    for key in ("q", "d", "batch", "steps", "n_test", "eval_every", "depth"):
-        sts._require(getattr(args, key) >= 1, f"--{key.replace('_', '-')} must be >= 1 "
-                                               f"(got {getattr(args, key)})")
-    for key in ("width", "sweep_width", "sweep_de"):
-        sts._require(min(getattr(args, key)) >= 1, f"--{key.replace('_', '-')} must be >= 1 "
-                                                    f"(got {getattr(args, key)})")
+    require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth", "width", "sweep_width",
+                            "sweep_de"))
     sts._require(args.lr > 0 and args.eps > 0, f"--lr and --eps must be > 0 (got {args.lr}, {args.eps})")
     for T in (args.sweep_T if args.sweep else args.T):
         sts.check_task(T, args.q, args.d)
@@ -165,7 +162,7 @@ def train(args, T, width, seed, device, progress=True):
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     # the validation sets: train_tf.py's seed offset, so they hold the same sequences as its fixed-PE runs
-    gen = torch.Generator(device).manual_seed(seed + 1_000_003)
+    gen = torch.Generator(device).manual_seed(seed + VALIDATION_SEED)
     sets = {"val": sample(gen, args.n_test, T, args.q, args.d, args.dtype)}
     sets.update({f"q={q}": sample(gen, args.n_test, T, q, args.d, args.dtype) for q in args.test_q})
     gen = torch.Generator(device).manual_seed(seed)
@@ -185,13 +182,8 @@ def train(args, T, width, seed, device, progress=True):
                 train_loss = loss_sum.item() / since if since else None
                 rec = dict(step=step, train_loss=train_loss, lr=args.lr, time=round(time.time() - t0, 3),
                            **evaluate(model, sets))
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-                # the FCN's random init starts above d/(2q), well below DIVERGED times it
-                bad = max(rec["val"], train_loss or 0.0)
-                if not math.isfinite(bad) or bad > DIVERGED * start_loss:
-                    raise Stop(f"run {path.name}: loss {bad:.4g} at step {step} is NaN or diverging "
-                               f"(start {start_loss:.3g}); lower --lr")
+                # the FCN's random init starts above d/(2q), far below the divergence threshold
+                write_record(log, rec, path.name, [rec["val"]] + [train_loss] * bool(since), start_loss)
                 bar.set_postfix(val=f"{rec['val']:.4f}")
                 loss_sum, since = 0.0, 0
             if step == args.steps:
@@ -203,10 +195,8 @@ def train(args, T, width, seed, device, progress=True):
             optimizer.step()
             loss_sum, since = loss_sum + loss.detach(), since + 1
             bar.update()
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except Stop:
-        status = "diverged"
+    except BaseException as error:
+        status = ended_by(error)
         raise
     finally:
         bar.close()
@@ -216,8 +206,6 @@ def train(args, T, width, seed, device, progress=True):
         if progress:
             print(f"{path}: {status} at step {step}: val loss {rec.get('val', float('nan')):.4f}, "
                   + ", ".join(f"{k} {v:.4f}" for k, v in rec.items() if k.startswith("q=")))
-    if status == "interrupted":
-        raise KeyboardInterrupt
     return rec
 
 

@@ -38,8 +38,35 @@ PRESETS = {
 DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
 
 
+VALIDATION_SEED = 1_000_003  # validation sets come from seed + this: apart from the training stream of seed
+
+
 class Stop(Exception):
     """A run that cannot go on (NaN or diverging loss): the message says why; the logs are kept."""
+
+
+def ended_by(error):
+    """How a run ended, for its summary, from the exception that ended it."""
+    return {KeyboardInterrupt: "interrupted", Stop: "diverged"}.get(type(error), "failed")
+
+
+def write_record(log, record, run_name, losses, start_loss):
+    """Append one evaluation record to a run's log, flushed so that Ctrl-C or a crash keeps it; then stop
+    the run if any of `losses` is NaN or above DIVERGED times the starting loss d/(2q)."""
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    bad = next((x for x in losses if not math.isfinite(x)), max(losses))
+    if not math.isfinite(bad) or bad > DIVERGED * start_loss:
+        raise Stop(f"run {run_name}: loss {bad:.4g} at step {record['step']} is NaN or diverging "
+                   f"(start {start_loss:.3g}); lower --lr")
+
+
+def require_positive(args, keys):
+    """Each flag in `keys` (one value or a list) is >= 1; ValueError names the flag otherwise."""
+    for key in keys:
+        value = getattr(args, key)
+        sts._require(min(value if isinstance(value, list) else [value]) >= 1,
+                     f"--{key.replace('_', '-')} must be >= 1 (got {value})")
 
 
 def parse_args(argv=None):
@@ -86,9 +113,7 @@ def parse_args(argv=None):
 
 def check_args(args):
     """Every size positive, q <= every T; ValueError names the flag otherwise."""
-    for key in ("T", "q", "d", "batch", "steps", "n_test", "eval_every"):
-        sts._require(getattr(args, key) >= 1, f"--{key.replace('_', '-')} must be >= 1 "
-                                               f"(got {getattr(args, key)})")
+    require_positive(args, ("T", "q", "d", "batch", "steps", "n_test", "eval_every"))
     sts._require(args.lr > 0, f"--lr must be > 0 (got {args.lr})")
     sts._require(args.init_scale > 0, f"--init-scale must be > 0 (got {args.init_scale})")
     for T in [args.T, *args.test_T]:
@@ -131,7 +156,7 @@ class Runs:
     def _validation_sets(self):
         """Fixed before training from each run's seed (a generator apart from the training stream)."""
         a = self.args
-        gens = [torch.Generator(self.device).manual_seed(seed + 1_000_003) for _, seed in self.grid]
+        gens = [torch.Generator(self.device).manual_seed(seed + VALIDATION_SEED) for _, seed in self.grid]
         sets = {"val": self.batch(gens, a.n_test, a.T, a.q)}
         sets.update({f"T={T}": self.batch(gens, a.n_test, T, a.q) for T in a.test_T})
         sets.update({f"q={q}": self.batch(gens, a.n_test, a.T, q) for q in a.test_q})
@@ -199,12 +224,8 @@ def train(args, d_e, device):
                 for r, (log, rec) in enumerate(zip(logs, records)):
                     rec = dict(step=step, train_loss=train_loss[r] if since else None,
                                lr=optimizer.param_groups[0]["lr"], time=round(time.time() - t0, 3), **rec)
-                    log.write(json.dumps(rec) + "\n")
-                    log.flush()
-                    bad = rec["val"] if not since else max(rec["val"], train_loss[r])
-                    if not math.isfinite(bad) or bad > DIVERGED * start_loss:
-                        raise Stop(f"run {runs.dirs[r].name}: loss {bad:.4g} at step {step} is NaN or "
-                                   f"diverging (start {start_loss:.3g}); lower --lr")
+                    write_record(log, rec, runs.dirs[r].name, [rec["val"]] + [train_loss[r]] * bool(since),
+                                 start_loss)
                 bar.set_postfix(val=f"{np.mean([r['val'] for r in records]):.4f}",
                                 cos_W=f"{np.mean([r['cos_W'] for r in records]):.3f}")
                 loss_sum.zero_()
@@ -217,10 +238,8 @@ def train(args, d_e, device):
                                    args.attend)
             since += 1
             bar.update()
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except Stop:
-        status = "diverged"
+    except BaseException as error:
+        status = ended_by(error)
         raise
     finally:
         bar.close()
@@ -233,8 +252,6 @@ def train(args, d_e, device):
                   f"cos(W,W*) {rec.get('cos_W', float('nan')):.3f}, cos(V,V*) "
                   f"{rec.get('cos_V', float('nan')):.3f}, " + ", ".join(
                       f"{k} {v:.4f}" for k, v in rec.items() if k[:2] in ("T=", "q=")))
-    if status == "interrupted":
-        raise KeyboardInterrupt
     return records
 
 
