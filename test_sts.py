@@ -271,6 +271,35 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
                     assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12)
 
 
+def test_compiled_runs_match_plain_runs(tmp_path):
+    # --compile fuses the arithmetic of the sampler and of the model; the random draws stay eager
+    flags = TINY + ["--pe", "stochastic", "fixed", "--seed", "3"]
+    train_tf.main(flags + ["--out", str(tmp_path / "plain")])
+    torch._dynamo.utils.counters.clear()
+    train_tf.main(flags + ["--compile", "default", "--out", str(tmp_path / "compiled")])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2   # the sampler and the model
+    for name in ("stochastic-de8-seed3", "fixed-de8-seed3"):
+        plain, compiled = read_log(tmp_path / "plain" / name), read_log(tmp_path / "compiled" / name)
+        assert len(plain) == len(compiled) == 3
+        for a, b in zip(plain, compiled):
+            for key in ("train_loss", "val", "T=8", "q=1", "cos_W", "cos_V"):
+                assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12)
+        for part in ("W", "V"):
+            np.testing.assert_allclose(np.load(tmp_path / "compiled" / name / "weights_final.npz")[part],
+                                       np.load(tmp_path / "plain" / name / "weights_final.npz")[part],
+                                       rtol=1e-9, atol=1e-12)
+
+
+def test_a_failed_compile_is_one_line_and_exit_status_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)       # compile for real
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("no-such-c++-compiler",))
+    with pytest.raises(SystemExit) as exit_:
+        train_tf.main(TINY + ["--compile", "default", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and "--compile" in err[-1] and "compiler" in err[-1].lower()
+    assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0              # the log is kept
+
+
 def test_train_tf_stops_a_diverging_run_and_keeps_its_log(tmp_path):
     r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--lr", "1e6", "--out", str(tmp_path)],
                        capture_output=True, text=True)

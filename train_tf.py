@@ -3,6 +3,7 @@
     python train_tf.py --pe stochastic --device cuda         # the paper's run (T=200, d_e=170, 100k steps)
     python train_tf.py --preset course                        # the same at course scale, ~1 min on 2 CPUs
     python train_tf.py --preset course --pe stochastic fixed --seed 0 1 --out runs/fig2   # 4 runs at once
+    python train_tf.py --pe stochastic --device cuda --compile reduce-overhead   # fused, CUDA graphs
 
 Several values of --pe and --seed train side by side in one process, as a leading batch axis of W and V;
 several values of --de train one after another. Each run writes a directory under --out:
@@ -35,6 +36,7 @@ PRESETS = {
                    anneal_factor=1 / 3, test_T=[25, 30, 35, 40], test_q=[2, 4, 6], n_test=128,
                    eval_every=100),
 }
+COMPILE_MODES = ("none", "default", "reduce-overhead")  # torch.compile's own mode names
 DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
 
 
@@ -96,6 +98,9 @@ def parse_args(argv=None):
     a("--test-q", nargs="*", type=int, help="subset sizes of the q-generalisation sets [2 4 6]")
     a("--n-test", type=int, help="sequences in each validation set, fixed before training [128]")
     a("--eval-every", type=int, help="steps between evaluations and log records [paper 500, course 100]")
+    a("--compile", choices=COMPILE_MODES, default="none",
+      help="torch.compile the sampler and the model (random draws stay eager, so the numbers are the same):"
+           " default fuses kernels; reduce-overhead also replays CUDA graphs on cuda")
     a("--out", default="runs/tf", help="parent folder of the run directories")
     a("--force", action="store_true", help="overwrite run directories that already hold a run")
     args = p.parse_args(argv)
@@ -151,6 +156,8 @@ class Runs:
         """One batch per run, stacked on a leading run axis: Z (R,n,D,T), z_q (R,n,D), target (R,n,d)."""
         batches = [sts.sample_batch(g, n, T, q, self.args.d, pe, self.args.dtype)
                    for g, pe in zip(gens, self.pes)]
+        if len(batches) == 1:  # a view, not a copy: the copy costs 9% of a paper-scale step on a CPU
+            return [part[None] for part in batches[0][:3]]
         return [torch.stack(parts) for parts in list(zip(*batches))[:3]]
 
     def _validation_sets(self):
@@ -163,11 +170,27 @@ class Runs:
         return sets
 
 
-def train_step(W, V, optimizer, Z, z_q, target, attend):
+def model_losses(W, V, Z, z_q, target, attend):
+    """Per-run losses of sts.py's model on one batch."""
+    return sts.loss(sts.forward(W, V, Z, z_q, attend)[0], target)
+
+
+def compiled(mode, *functions):
+    """`functions` through torch.compile in `mode` (one of COMPILE_MODES), or as they are for "none".
+    torch.Generator arguments break the graph at each random draw, so the draws run eagerly, from the
+    same streams: a compiled run differs from a plain one only by the rounding of fused arithmetic."""
+    if mode == "none":
+        return functions
+    torch._dynamo.reset()  # a fresh cache per call: a sweep over d_e must not hit the recompile limit
+    return tuple(torch.compile(f, mode=mode) for f in functions)
+
+
+def train_step(W, V, optimizer, Z, z_q, target, attend, losses_of=model_losses):
     """One optimizer step on the summed per-run losses (runs share no parameter, so each gets its own
-    gradient); returns the per-run losses, still on the device."""
+    gradient); returns the per-run losses, still on the device. `losses_of`: model_losses, or its
+    compiled form."""
     optimizer.zero_grad(set_to_none=False)
-    losses = sts.loss(sts.forward(W, V, Z, z_q, attend)[0], target)
+    losses = losses_of(W, V, Z, z_q, target, attend)
     losses.sum().backward()
     optimizer.step()
     return losses.detach()
@@ -212,8 +235,9 @@ def train(args, d_e, device):
             for Ms in zip(*inits))
     save_weights(runs, W, V, "weights_init.npz")
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)([W, V], lr=args.lr)
+    sample, losses_of = compiled(args.compile, runs.batch, model_losses)
     start_loss = args.d / (2 * args.q)
-    loss_sum, since, t0 = torch.zeros(len(runs.grid), device=device), 0, time.time()
+    loss_sum, since, t0 = torch.zeros(len(runs.grid), dtype=torch_dtype, device=device), 0, time.time()
     records, step, status = [], 0, "finished"
     bar = tqdm(total=args.steps, desc=f"d_e={runs.d_e} x{len(runs.grid)} runs", dynamic_ncols=True)
     try:
@@ -234,8 +258,10 @@ def train(args, d_e, device):
                 break
             for group in optimizer.param_groups:
                 group["lr"] = sts.learning_rate(step, args.lr, args.anneal_at, args.anneal_factor)
-            loss_sum += train_step(W, V, optimizer, *runs.batch(runs.gens, args.batch, args.T, args.q),
-                                   args.attend)
+            if args.compile == "reduce-overhead":  # CUDA graphs may now reuse the last step's buffers
+                torch.compiler.cudagraph_mark_step_begin()
+            loss_sum += train_step(W, V, optimizer, *sample(runs.gens, args.batch, args.T, args.q),
+                                   args.attend, losses_of)
             since += 1
             bar.update()
     except BaseException as error:
@@ -256,7 +282,8 @@ def train(args, d_e, device):
 
 
 def run_command(program, body, kept="the logs and weights so far are saved"):
-    """The exit codes every script here shares: 2 bad input (one line), 1 a run that had to stop, 130 Ctrl-C."""
+    """The exit codes every script here shares: 2 bad input or a failed --compile (one line), 1 a run that
+    had to stop, 130 Ctrl-C."""
     try:
         body()
     except ValueError as e:
@@ -264,6 +291,9 @@ def run_command(program, body, kept="the logs and weights so far are saved"):
     except Stop as e:
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
+    except torch._dynamo.exc.BackendCompilerFailed as e:  # e.g. no C++ compiler for torch.compile on a CPU
+        sts.fail(program, f"--compile: torch.compile failed ({str(e).splitlines()[0]}); run without "
+                          f"--compile, or install what it names")
     except KeyboardInterrupt:
         print(f"{program}: interrupted; {kept}", file=sys.stderr)
         sys.exit(130)
