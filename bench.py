@@ -53,8 +53,6 @@ def bench(device, runs, steps, dtype="float32", compile_mode="none"):
     for i in range(steps + 3):                  # the first three warm up (allocator, kernels, compiler)
         sync(device)
         t0 = time.perf_counter()
-        if compile_mode == "reduce-overhead":
-            torch.compiler.cudagraph_mark_step_begin()
         batch = sample(r.gens, SCALE["n"], SCALE["T"], SCALE["q"])
         sync(device)
         t1 = time.perf_counter()

@@ -33,7 +33,7 @@ from tqdm import tqdm
 import sts
 import train_tf
 from train_tf import (VALIDATION_SEED, Stop, ended_by, require_positive, resolve_device, run_command,
-                      write_record)
+                      write_record, write_summary)
 
 PRESETS = {
     # the paper's length and batch; the steps of its transformer runs
@@ -201,8 +201,7 @@ def train(args, T, width, seed, device, progress=True):
     finally:
         bar.close()
         log.close()
-        summary = dict(rec, status=status, step=step, seconds=round(time.time() - t0, 1))
-        (path / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_summary(path, status, step, t0, rec)
         if progress:
             print(f"{path}: {status} at step {step}: val loss {rec.get('val', float('nan')):.4f}, "
                   + ", ".join(f"{k} {v:.4f}" for k, v in rec.items() if k.startswith("q=")))

@@ -52,6 +52,13 @@ def ended_by(error):
     return {KeyboardInterrupt: "interrupted", Stop: "diverged"}.get(type(error), "failed")
 
 
+def write_summary(path, status, step, t0, record):
+    """summary.json of a run that ended (finished, interrupted, diverged or failed): how, at which step,
+    after how many seconds since t0, and its last evaluation record."""
+    summary = dict(record, status=status, step=step, seconds=round(time.time() - t0, 1))
+    (path / "summary.json").write_text(json.dumps(summary, indent=2))
+
+
 def write_record(log, record, run_name, losses, start_loss):
     """Append one evaluation record to a run's log, flushed so that Ctrl-C or a crash keeps it; then stop
     the run if any of `losses` is NaN or above DIVERGED times the starting loss d/(2q)."""
@@ -175,14 +182,22 @@ def model_losses(W, V, Z, z_q, target, attend):
     return sts.loss(sts.forward(W, V, Z, z_q, attend)[0], target)
 
 
-def compiled(mode, *functions):
-    """`functions` through torch.compile in `mode` (one of COMPILE_MODES), or as they are for "none".
-    torch.Generator arguments break the graph at each random draw, so the draws run eagerly, from the
-    same streams: a compiled run differs from a plain one only by the rounding of fused arithmetic."""
+def compiled(mode, sample, losses_of):
+    """The sampler and the model's losses through torch.compile in `mode` (one of COMPILE_MODES), or as
+    they are for "none". torch.Generator arguments break the graph at each random draw, so the draws run
+    eagerly, from the same streams: a compiled run differs from a plain one only by the rounding of fused
+    arithmetic."""
     if mode == "none":
-        return functions
+        return sample, losses_of
     torch._dynamo.reset()  # a fresh cache per call: a sweep over d_e must not hit the recompile limit
-    return tuple(torch.compile(f, mode=mode) for f in functions)
+    sample, losses_of = torch.compile(sample, mode=mode), torch.compile(losses_of, mode=mode)
+    if mode != "reduce-overhead":
+        return sample, losses_of
+
+    def sample_new_step(*args):  # a new step: its CUDA graphs may reuse the buffers of the last one
+        torch.compiler.cudagraph_mark_step_begin()
+        return sample(*args)
+    return sample_new_step, losses_of
 
 
 def train_step(W, V, optimizer, Z, z_q, target, attend, losses_of=model_losses):
@@ -258,8 +273,6 @@ def train(args, d_e, device):
                 break
             for group in optimizer.param_groups:
                 group["lr"] = sts.learning_rate(step, args.lr, args.anneal_at, args.anneal_factor)
-            if args.compile == "reduce-overhead":  # CUDA graphs may now reuse the last step's buffers
-                torch.compiler.cudagraph_mark_step_begin()
             loss_sum += train_step(W, V, optimizer, *sample(runs.gens, args.batch, args.T, args.q),
                                    args.attend, losses_of)
             since += 1
@@ -272,8 +285,7 @@ def train(args, d_e, device):
         save_weights(runs, W, V, "weights_final.npz")
         for log, path, rec in zip(logs, runs.dirs, records):
             log.close()
-            summary = dict(status=status, step=step, seconds=round(time.time() - t0, 1), **rec)
-            (path / "summary.json").write_text(json.dumps(summary, indent=2))
+            write_summary(path, status, step, t0, rec)
             print(f"{path}: {status} at step {step}: val loss {rec.get('val', float('nan')):.4f}, "
                   f"cos(W,W*) {rec.get('cos_W', float('nan')):.3f}, cos(V,V*) "
                   f"{rec.get('cos_V', float('nan')):.3f}, " + ", ".join(
