@@ -156,11 +156,11 @@ def forward(W, V, Z, z_q, attend="tokens"):
     _require(attend in ATTEND, f"attend must be one of {', '.join(ATTEND)} (got attend={attend!r})")
     xp = _xp(Z)
     C = Z if attend == "tokens" else xp.concatenate([Z, z_q[..., None]], axis=-1)  # keys = values
-    u = z_q @ W.mT                                  # u = W z_q                       (n, D)
+    u = z_q @ W.swapaxes(-1, -2)                    # u = W z_q                       (n, D)
     a = xp.einsum("...ndt,...nd->...nt", C, u)      # a_i = c_i^T W z_q, the scores   (n, T)
     s = softmax(a)                                  # attention weights, sum_i s_i = 1
     h = xp.einsum("...ndt,...nt->...nd", C, s)      # h = C s, the attended embedding (n, D)
-    f = h @ V.mT                                    # f = V h                         (n, d)
+    f = h @ V.swapaxes(-1, -2)                      # f = V h                         (n, d)
     return f, (C, u, s, h)
 
 
@@ -173,12 +173,12 @@ def backward(W, V, z_q, f, target, cache):
     """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward` (NumPy)."""
     C, u, s, h = cache
     df = (f - target) / f.shape[-2]                 # dL/df, from L = 1/(2n) sum ||f - y||^2
-    dV = df.mT @ h                                  # f = V h      =>  dL/dV = sum_n df h^T
+    dV = df.swapaxes(-1, -2) @ h                    # f = V h      =>  dL/dV = sum_n df h^T
     dh = df @ V                                     #              =>  dL/dh = V^T df
     ds = np.einsum("...ndt,...nd->...nt", C, dh)    # h = C s      =>  dL/ds_i = c_i^T dh
     da = s * (ds - (s * ds).sum(-1, keepdims=True)) # s = softmax(a): da = s * (ds - <s, ds>)
     du = np.einsum("...ndt,...nt->...nd", C, da)    # a = C^T u    =>  dL/du = C da
-    dW = du.mT @ z_q                                # u = W z_q    =>  dL/dW = sum_n du z_q^T
+    dW = du.swapaxes(-1, -2) @ z_q                  # u = W z_q    =>  dL/dW = sum_n du z_q^T
     return dW, dV
 
 

@@ -85,12 +85,17 @@ def test_positional_encodings_have_unit_norm(kind):
 def test_fixed_pe_is_one_table_reproducible_from_its_seed():
     pe = sts.PositionalEncoding("fixed", 8, 30, seed=4)
     rng = np.random.default_rng(0)
-    np.testing.assert_array_equal(pe(rng, 1, 30), pe(rng, 1, 30))     # identical across calls
-    np.testing.assert_array_equal(pe(rng, 1, 20), pe(rng, 1, 30)[:, :, :20])  # T uses the first T
-    np.testing.assert_array_equal(pe.table, sts.PositionalEncoding("fixed", 8, 30, seed=4).table)
-    assert not np.allclose(pe.table, sts.PositionalEncoding("fixed", 8, 30, seed=5).table)
-    b = sts.sample_batch(rng, 3, 30, 2, 2, pe)
-    np.testing.assert_array_equal(b.Z[0, 2:], b.Z[2, 2:])              # every sequence shares P
+    P = pe(rng, 1, 30)
+    np.testing.assert_allclose(np.linalg.norm(P, axis=1), 1.0)        # unit columns
+    np.testing.assert_array_equal(pe(rng, 1, 20), P[:, :, :20])       # T uses the first T
+    again, other = (sts.PositionalEncoding("fixed", 8, 30, seed=s)(np.random.default_rng(1), 1, 30) for s in (4, 5))
+    np.testing.assert_array_equal(again, P)                           # a new table from the same seed
+    assert not np.allclose(other, P)                                  # another seed, another table
+    first, later = (sts.sample_batch(rng, 3, 30, 2, 2, pe) for _ in range(2))
+    np.testing.assert_array_equal(first.Z[0, 2:], first.Z[2, 2:])     # every sequence shares P,
+    np.testing.assert_array_equal(first.Z[0, 2:], later.Z[1, 2:])     # every batch too
+    np.testing.assert_array_equal(first.Z[0, 2:], P[0])               # and it is the table
+    assert not np.allclose(first.Z[0, :2], later.Z[0, :2])            # while the tokens are fresh
 
 
 def test_stochastic_pe_differs_per_sequence_and_per_call():
@@ -213,7 +218,7 @@ def test_bad_input_raises_value_error_naming_the_parameter(call, name):
 def test_command_line_bad_input_is_one_line_and_exit_status_2():
     r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--T", "4", "--q", "9"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.count("\n") == 1 and "q" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and "got q=9" in r.stderr and "Traceback" not in r.stderr
 
 
 # ------------------------------------------------------------------------------------- train_tf.py
@@ -223,6 +228,19 @@ TINY = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", "--batch", "64", "--ste
 
 def read_log(path):
     return [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
+
+
+def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
+    """Two runs' logs hold the same records: a null (the step-0 train loss) where the other has a null,
+    numbers equal to `rel`."""
+    assert len(logs_a) == len(logs_b) > 0
+    for a, b in zip(logs_a, logs_b):
+        assert a["step"] == b["step"]
+        for key in keys:
+            if a[key] is None or b[key] is None:
+                assert a[key] is None and b[key] is None, (key, a["step"])
+            else:
+                assert a[key] == pytest.approx(b[key], rel=rel, abs=1e-12), (key, a["step"])
 
 
 @pytest.mark.parametrize("attend", sts.ATTEND)
@@ -265,10 +283,8 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
         for seed in ("3", "4"):
             train_tf.main(flags + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])
             name = f"{kind}-de8-seed{seed}"
-            together, apart = read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name)
-            for a, b in zip(together, apart):
-                for key in ("train_loss", "val", "T=8", "q=1", "cos_W"):
-                    assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12)
+            assert_same_logs(read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name),
+                             ("train_loss", "val", "T=8", "q=1", "cos_W"))
 
 
 def test_compiled_runs_match_plain_runs(tmp_path):
@@ -280,10 +296,8 @@ def test_compiled_runs_match_plain_runs(tmp_path):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2   # the sampler and the model
     for name in ("stochastic-de8-seed3", "fixed-de8-seed3"):
         plain, compiled = read_log(tmp_path / "plain" / name), read_log(tmp_path / "compiled" / name)
-        assert len(plain) == len(compiled) == 3
-        for a, b in zip(plain, compiled):
-            for key in ("train_loss", "val", "T=8", "q=1", "cos_W", "cos_V"):
-                assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12)
+        assert len(plain) == 3
+        assert_same_logs(plain, compiled, ("train_loss", "val", "T=8", "q=1", "cos_W", "cos_V"))
         for part in ("W", "V"):
             np.testing.assert_allclose(np.load(tmp_path / "compiled" / name / "weights_final.npz")[part],
                                        np.load(tmp_path / "plain" / name / "weights_final.npz")[part],
@@ -325,15 +339,17 @@ def test_train_tf_keeps_its_logs_on_ctrl_c(tmp_path):
 
 
 def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
-    # eps = 0.8 d/(2q): the tiny budget reaches it at some widths, so rows hold found widths and their params
-    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16",
-                    "--sweep-de", "4", "8", "--steps", "30", "--batch", "16", "--seed", "0", "--n-test", "32",
-                    "--eval-every", "10", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
+    # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 only from width 16 on (measured)
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16", "64",
+                    "--sweep-de", "4", "8", "--steps", "100", "--batch", "64", "--seed", "0", "--n-test", "64",
+                    "--eval-every", "50", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
     table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
                                                              for m in ("fcn", "transformer")]
-    for r in table["rows"]:
-        assert r["tried"] and (r["width"] is None or (r["val"] <= table["eps"] and r["params"] > r["width"]))
+    for r in table["rows"]:                                  # every row found its width, and it is the first
+        assert r["width"] is not None and r["val"] <= table["eps"] and r["params"] > r["width"]
+        assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
+    assert any(len(r["tried"]) >= 2 for r in table["rows"])    # and at least one search went past a miss
     with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
         plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
     assert done.value.code == 0
@@ -344,12 +360,12 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
     assert "| fcn | 4 |" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flags, word", [
-    (["--q", "7"], "q"),
-    (["--de", "0"], "d_e"),
-    (["--steps", "-5"], "steps"),
-    (["--pe", "onehot", "--de", "4"], "d_e"),
-    (["--device", "cuda"], "cuda"),
+@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
+    (["--q", "7"], "got q=7"),
+    (["--de", "0"], "got d_e=0"),
+    (["--steps", "-5"], "--steps must"),
+    (["--pe", "onehot", "--de", "4"], "onehot PE needs d_e"),
+    (["--device", "cuda"], "--device cuda"),
 ])
 def test_train_tf_bad_input_is_one_line_and_exit_status_2(tmp_path, flags, word):
     if word == "cuda" and torch.cuda.is_available():
@@ -489,13 +505,13 @@ def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
                                                                        for ext in ("pdf", "png")]
 
 
-@pytest.mark.parametrize("flags, word", [
-    (["--s", "9", "--T", "8"], "s"),
-    (["--s", "0"], "s"),
-    (["--m", "0"], "m"),
-    (["--m-min", "0"], "m-min"),
-    (["--model", "transformer", "rnn"], "rnn"),
-    (["--device", "cuda"], "cuda"),
+@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
+    (["--s", "9", "--T", "8"], "got s=9"),
+    (["--s", "0"], "got s=0"),
+    (["--m", "0"], "got m=0"),
+    (["--m-min", "0"], "--m-min"),
+    (["--model", "transformer", "rnn"], "'rnn'"),
+    (["--device", "cuda"], "--device cuda"),
 ])
 def test_bool_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
     if word == "cuda" and torch.cuda.is_available():
@@ -566,12 +582,12 @@ def test_train_fcn_stops_a_diverging_run_and_keeps_its_log(tmp_path, capsys, one
     assert read_log(run)[0]["step"] == 0 and json.loads((run / "summary.json").read_text())["status"] == "diverged"
 
 
-@pytest.mark.parametrize("flags, word", [
-    (["--q", "7"], "q"),
-    (["--width", "64", "0"], "width"),
-    (["--optimizer", "adamw"], "optimizer"),
-    (["--device", "cuda"], "cuda"),
-    (["--sweep", "--sweep-T", "1"], "q"),
+@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
+    (["--q", "7"], "got q=7"),
+    (["--width", "64", "0"], "--width must"),
+    (["--optimizer", "adamw"], "--optimizer"),
+    (["--device", "cuda"], "--device cuda"),
+    (["--sweep", "--sweep-T", "1"], "T=1"),
 ])
 def test_train_fcn_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
     if word == "cuda" and torch.cuda.is_available():
