@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 import sts
 from train_fcn import FCN
-from train_tf import Stop, ended_by, resolve_device, run_command
+from runlog import Stop, ended_by, resolve_device, run_command
 
 MODELS = ("transformer", "fcn")
 # The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a second point.

@@ -32,8 +32,8 @@ from tqdm import tqdm
 
 import sts
 import train_tf
-from train_tf import (VALIDATION_SEED, Stop, ended_by, require_positive, resolve_device, run_command,
-                      write_record, write_summary)
+from runlog import (VALIDATION_SEED, Stop, ended_by, require_positive, resolve_device, run_command,
+                    write_record, write_summary)
 
 PRESETS = {
     # the paper's length and batch; the steps of its transformer runs
@@ -201,7 +201,7 @@ def train(args, T, width, seed, device, progress=True):
     finally:
         bar.close()
         log.close()
-        write_summary(path, status, step, t0, rec)
+        write_summary(path, status, step, time.time() - t0, rec)
         if progress:
             print(f"{path}: {status} at step {step}: val loss {rec.get('val', float('nan')):.4f}, "
                   + ", ".join(f"{k} {v:.4f}" for k, v in rec.items() if k.startswith("q=")))
@@ -214,7 +214,7 @@ def train_transformer(args, T, d_e, device, out):
     flags = ["--preset", "course", "--T", str(T), "--q", str(args.q), "--d", str(args.d), "--de", str(d_e),
              "--pe", "stochastic", "--seed", *map(str, args.seed), "--batch", str(args.batch),
              "--steps", str(args.steps), "--optimizer", "adam", "--lr", str(TF_LR), "--test-T", "--test-q",
-             "--n-test", str(args.n_test), "--eval-every", str(args.eval_every), "--dtype", args.dtype,
+             "--n-test", str(args.n_test), "--n-final", str(args.n_test), "--eval-every", str(args.eval_every), "--dtype", args.dtype,
              "--device", device.type, "--out", str(out)] + ["--force"] * args.force
     buffer = io.StringIO()
     try:
