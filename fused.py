@@ -41,7 +41,7 @@ def draw_tokens(gen, words, lo, hi, T, q, d, dtype):
         c = min(j + DRAW_CHUNK, hi) - j
         gen.manual_seed(mix(*words, j // DRAW_CHUNK))
         Xs.append(torch.randn(c, d, T, generator=gen, device=gen.device, dtype=dtype))      # x_i
-        order = torch.rand(c, T, generator=gen, device=gen.device).argsort(-1)  # a uniform permutation
+        order = torch.rand(c, T, generator=gen, device=gen.device, dtype=torch.float32).argsort(-1)  # uniform order
         idxs.append(order[:, :q])                                               # its first q: the subset
     X, idx = torch.cat(Xs), torch.cat(idxs)
     target = X.gather(2, idx[:, None, :].expand(-1, d, -1)).mean(-1)            # STS_q = mean of the x_y

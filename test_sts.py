@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+import fused
 import plots
 import sts
 import train_bool
@@ -288,12 +289,12 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
 
 
 def test_compiled_runs_match_plain_runs(tmp_path):
-    # --compile fuses the arithmetic of the sampler and of the model; the random draws stay eager
-    flags = TINY + ["--pe", "stochastic", "fixed", "--seed", "3"]
+    # --step autograd --compile: torch.compile of the model; the draws are the same
+    flags = TINY + ["--pe", "stochastic", "fixed", "--seed", "3", "--step", "autograd"]
     train_tf.main(flags + ["--out", str(tmp_path / "plain")])
     torch._dynamo.utils.counters.clear()
     train_tf.main(flags + ["--compile", "default", "--out", str(tmp_path / "compiled")])
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2   # the sampler and the model
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1   # the model really was compiled
     for name in ("stochastic-de8-seed3", "fixed-de8-seed3"):
         plain, compiled = read_log(tmp_path / "plain" / name), read_log(tmp_path / "compiled" / name)
         assert len(plain) == 3
@@ -308,7 +309,7 @@ def test_a_failed_compile_is_one_line_and_exit_status_2(tmp_path, monkeypatch, c
     monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)       # compile for real
     monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("no-such-c++-compiler",))
     with pytest.raises(SystemExit) as exit_:
-        train_tf.main(TINY + ["--compile", "default", "--out", str(tmp_path)])
+        train_tf.main(TINY + ["--step", "autograd", "--compile", "default", "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and "--compile" in err[-1] and "compiler" in err[-1].lower()
     assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0              # the log is kept
@@ -317,7 +318,7 @@ def test_a_failed_compile_is_one_line_and_exit_status_2(tmp_path, monkeypatch, c
 def test_train_tf_stops_a_diverging_run_and_keeps_its_log(tmp_path):
     r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--lr", "1e6", "--out", str(tmp_path)],
                        capture_output=True, text=True)
-    assert r.returncode == 1 and "diverging" in r.stderr.splitlines()[-1]
+    assert r.returncode == 1 and "diverged" in r.stderr.splitlines()[-1]
     assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0
     assert json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())["status"] == "diverged"
 
@@ -366,6 +367,9 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
     (["--steps", "-5"], "--steps must"),
     (["--pe", "onehot", "--de", "4"], "onehot PE needs d_e"),
     (["--device", "cuda"], "--device cuda"),
+    (["--compile", "default"], "--compile applies to --step autograd"),
+    (["--lr", "nan"], "--lr must be a positive finite"),
+    (["--resume"], "has no checkpoint.pt"),
 ])
 def test_train_tf_bad_input_is_one_line_and_exit_status_2(tmp_path, flags, word):
     if word == "cuda" and torch.cuda.is_available():
@@ -374,6 +378,101 @@ def test_train_tf_bad_input_is_one_line_and_exit_status_2(tmp_path, flags, word)
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr
     assert not any(tmp_path.iterdir())                                 # nothing written
+
+
+# ------------------------------------------------------------------------- fused.py: the fused step
+def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
+    """A FusedStep over R runs of one PE kind (half attend the query) with random weights, and its draws."""
+    rng = np.random.default_rng(seed)
+    W, V = (torch.tensor(rng.standard_normal(shape) * 0.5) for shape in ((R, d + d_e, d + d_e), (R, d, d + d_e)))
+    query = torch.tensor([r % 2 == 1 for r in range(R)])
+    table = None if kind == "stochastic" else torch.tensor(
+        sts.PositionalEncoding(kind, d_e, max_len=max(T, d_e) if kind == "fixed" else d_e, seed=seed).table.T.copy())
+    return W, V, query, table, dict(n=n, T=T, q=q, d=d, d_e=d_e, seed=seed)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kind", sts.PE_KINDS)
+def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads):
+    W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
+    n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
+    step = fused.FusedStep([(c["seed"], table, list(range(len(W))))], query, d, d_e, torch.device("cpu"),
+                           torch.float64, threads=threads)
+    losses, dW, dV = step(W, V, (fused.TRAIN, fused.TRAIN_PE), 7, n, T, q)
+    X, idx, target, G = (a.numpy() for a in fused.draw_batch(c["seed"], (fused.TRAIN, fused.TRAIN_PE), 7, n, T, q,
+                                                             d, d_e, torch.float64, torch.device("cpu")))
+    mask = np.zeros((n, T))
+    np.put_along_axis(mask, idx, 1.0, -1)
+    np.testing.assert_allclose(target, sts.sts_target(X, mask), rtol=1e-12)
+    P = sts.unit_columns(G.transpose(0, 2, 1)) if table is None else np.broadcast_to(table[:T].T.numpy(), (n, d_e, T))
+    Z, z_q = sts.embed(X, P, mask)
+    for r in range(len(W)):
+        f, cache = sts.forward(W[r].numpy(), V[r].numpy(), Z, z_q, "query" if query[r] else "tokens")
+        ref_dW, ref_dV = sts.backward(W[r].numpy(), V[r].numpy(), z_q, f, target, cache)
+        assert losses[r].item() == pytest.approx(sts.loss(f, target), rel=1e-10)
+        np.testing.assert_allclose(dW[r].numpy(), ref_dW, rtol=1e-6, atol=1e-12)
+        np.testing.assert_allclose(dV[r].numpy(), ref_dV, rtol=1e-6, atol=1e-12)
+        assert np.all(dW[r, :, :d].numpy() == 0)                         # z_q's token part is 0
+
+
+FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
+
+
+def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path):
+    # the figure set: stochastic and fixed PE, attend tokens and query, zero and random init, SGD and Adam
+    train_tf.main(FIG_TINY + ["--out", str(tmp_path / "fused")])
+    train_tf.main(FIG_TINY + ["--step", "autograd", "--out", str(tmp_path / "autograd")])
+    runs = sorted(p.relative_to(tmp_path / "fused") for p in (tmp_path / "fused").glob("*/*-seed0"))
+    assert len(runs) == 6
+    for run in runs:
+        assert_same_logs(read_log(tmp_path / "fused" / run), read_log(tmp_path / "autograd" / run),
+                         ("train_loss", "val", "T=8", "q=1", "cos_W", "cos_V", "norm_W"))
+        for part in ("W", "V"):
+            np.testing.assert_allclose(np.load(tmp_path / "fused" / run / "weights_final.npz")[part],
+                                       np.load(tmp_path / "autograd" / run / "weights_final.npz")[part],
+                                       rtol=1e-6, atol=1e-12)
+
+
+def test_stochastic_and_fixed_runs_of_one_seed_see_the_same_tokens_subsets_and_validation_sets():
+    # with W = 0 and V = V* the model outputs the mean of all T tokens: its loss depends on the tokens and
+    # subsets alone, never on the PEs; so runs of one seed must score alike on every batch and every set
+    args = train_tf.parse_args(TINY + ["--pe", "stochastic", "fixed", "onehot", "--de", "8", "--seed", "1", "2"])
+    trainer = train_tf.Trainer(args, 8, torch.device("cpu"))
+    for W, V in zip(trainer.W, trainer.V):
+        W.zero_()
+        V.copy_(trainer.V_star)
+    records = trainer.evaluate(64)
+    seeds = [spec["seed"] for spec in trainer.specs]
+    losses = trainer.step_fn(torch.stack(trainer.W), torch.stack(trainer.V), (fused.TRAIN, fused.TRAIN_PE), 3,
+                             64, 6, 2)[0].tolist()
+    for key in ("val", "T=8", "q=1"):
+        by_seed = {s: {rec[key] for rec, s2 in zip(records, seeds) if s2 == s} for s in (1, 2)}
+        assert all(len(v) == 1 for v in by_seed.values()) and by_seed[1] != by_seed[2], key
+    assert len({losses[r] for r in range(len(seeds)) if seeds[r] == 1}) == 1
+    assert losses[seeds.index(1)] != losses[seeds.index(2)]
+
+
+def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    flags = [*TINY, "--steps", "3000", "--pe", "stochastic", "fixed", "--optimizer", "adam", "--checkpoint-every",
+             "0.05"]
+    train_tf.main(flags + ["--out", str(tmp_path / "whole")])
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags, "--out", str(tmp_path / "cut")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint, deadline = tmp_path / "cut" / "fixed-de8-seed0" / "checkpoint.pt", time.time() + 60
+    while not checkpoint.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.kill()                                                        # SIGKILL: no handler runs
+    proc.wait()
+    step = torch.load(checkpoint, weights_only=False)["step"]
+    assert 0 < step < 3000 and not (tmp_path / "cut" / "fixed-de8-seed0" / "summary.json").exists()
+    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
+        assert [r.pop("time") >= 0 for r in whole + cut] and whole == cut   # every record, bit for bit
+        for part in ("W", "V"):
+            np.testing.assert_array_equal(np.load(tmp_path / "whole" / run / "weights_final.npz")[part],
+                                          np.load(tmp_path / "cut" / run / "weights_final.npz")[part])
 
 
 # ---------------------------------------------------------------------------------------- plots.py

@@ -177,8 +177,10 @@ class Reference:
 
     def __init__(self, parts, query, d, d_e, device, dtype, compile_mode):
         self.parts, self.query, self.d, self.d_e, self.device, self.dtype = parts, query, d, d_e, device, dtype
-        self.losses_of = model_losses if compile_mode == "none" else torch.compile(model_losses,
-                                                                                   mode=compile_mode)
+        self.losses_of = model_losses
+        if compile_mode != "none":
+            torch._dynamo.reset()      # a fresh cache: a sweep over d_e must not hit the recompile limit
+            self.losses_of = torch.compile(model_losses, mode=compile_mode)
 
     def __call__(self, W, V, streams, index, n, T, q, grad=True):
         W, V = W.detach().requires_grad_(grad), V.detach().requires_grad_(grad)
@@ -191,7 +193,8 @@ class Reference:
                 mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
                 Z, z_q = sts.embed(X, P, mask)
                 for r in runs:
-                    losses[r] = self.losses_of(W[r], V[r], Z, z_q, target, "query" if self.query[r] else "tokens")
+                    losses[r] = (self.losses_of if grad else model_losses)(   # evaluations stay eager
+                        W[r], V[r], Z, z_q, target, "query" if self.query[r] else "tokens")
             losses = torch.stack(losses)
             if not grad:
                 return losses.detach()
