@@ -1,19 +1,25 @@
-"""Speed of one training step of train_tf.py at the paper's scale, against the memory-bandwidth bound.
+"""Milliseconds per training step at the paper's scale (T=200, d_e=170, n=256, stochastic PE), in one process.
 
-    python bench.py                        # every device here (cpu, and cuda where there is one)
-    python bench.py --device cuda --runs 4 # four runs side by side, as train_tf.py --seed 0 1 2 3 does
-    python bench.py --compile reduce-overhead   # as train_tf.py --compile: fused kernels, CUDA graphs
+    python bench.py                     # the CPU: every path below, interleaved, medians and ratios
+    python bench.py --device cuda       # the same on a GPU (the floor there is the same draws)
+    python bench.py --repeats 30        # more timed rounds (default 15)
 
-Prints milliseconds per step split into data generation (sample_batch on the device) and
-forward + backward + update, steps per second, peak memory, and the step time that the device's memory
-bandwidth allows if a step only wrote Z once and read it four times (scores, attention output, and the two
-contractions of the backward pass) — the floor for an unfused implementation of these equations.
+Each round times one step of every path in turn, so that the machine's drift hits them all alike:
+  eager      a typical eager PyTorch step as a researcher writes it (randn, normalise, cat, bmm, softmax,
+             autograd, SGD), materialising P and Z, on torch's own threads
+  reference  train_tf.py --step autograd: sts.forward + autograd on fused.py's draws
+  fused      train_tf.py's default step for one run (fused.py)
+  figure-set train_tf.py --figure-set: the 6 runs of Figures 1-5 sharing one draw per step
+  floor      the step's 8.7 M Gaussians alone, drawn on the same threads as the fused step
 """
 import resource
+import statistics
 import time
 
 import torch
 
+import fused
+import runlog
 import sts
 import train_tf
 
@@ -25,75 +31,105 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def bandwidth(device):
-    """Bytes per second of a large device-to-device copy on `device`, measured."""
-    a = torch.empty(64 * 2 ** 20, dtype=torch.float32, device=device)  # 256 MiB, far beyond any cache
-    b = torch.empty_like(a)
-    b.copy_(a)
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(5):
-        b.copy_(a)
-    sync(device)
-    return 5 * 2 * a.numel() * 4 / (time.perf_counter() - t0)  # each copy reads a and writes b
+def eager_step(device, dtype):
+    """The step as it is usually written: every tensor materialised, autograd for the gradient."""
+    T, q, d, d_e, n = (SCALE[k] for k in ("T", "q", "d", "d_e", "n"))
+    W = torch.zeros(d + d_e, d + d_e, device=device, dtype=dtype, requires_grad=True)
+    V = torch.zeros(d, d + d_e, device=device, dtype=dtype, requires_grad=True)
+    opt = torch.optim.SGD([W, V], lr=1.0)
+
+    def step():
+        X = torch.randn(n, d, T, device=device, dtype=dtype)
+        P = torch.randn(n, d_e, T, device=device, dtype=dtype)
+        P = P / P.norm(dim=1, keepdim=True)
+        idx = torch.rand(n, T, device=device).argsort(-1)[:, :q]
+        mask = torch.zeros(n, T, device=device, dtype=dtype).scatter_(1, idx, 1.0)
+        Z = torch.cat([X, P], 1)
+        z_q = torch.cat([torch.zeros(n, d, device=device, dtype=dtype), (P * mask[:, None]).sum(-1)], 1)
+        target = (X * mask[:, None]).sum(-1) / q
+        s = torch.softmax(torch.bmm(Z.mT, (z_q @ W.T)[..., None])[..., 0], -1)
+        f = torch.bmm(Z, s[..., None])[..., 0] @ V.T
+        loss = 0.5 * ((f - target) ** 2).sum(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
 
 
-def bench(device, runs, steps, dtype="float32", compile_mode="none"):
-    args = train_tf.parse_args(["--preset", "paper", "--seed", *map(str, range(runs)), "--de",
-                                str(SCALE["d_e"]), "--test-T", "--test-q", "--n-test", "1", "--dtype", dtype])
-    r = train_tf.Runs(args, SCALE["d_e"], device)
-    D = SCALE["d"] + SCALE["d_e"]
-    W = torch.zeros(runs, D, D, device=device, requires_grad=True)
-    V = torch.zeros(runs, SCALE["d"], D, device=device, requires_grad=True)
-    optimizer = torch.optim.SGD([W, V], lr=1.0)
-    sample, losses_of = train_tf.compiled(compile_mode, r.batch, train_tf.model_losses)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    t_data = t_model = 0.0
-    for i in range(steps + 3):                  # the first three warm up (allocator, kernels, compiler)
-        sync(device)
-        t0 = time.perf_counter()
-        batch = sample(r.gens, SCALE["n"], SCALE["T"], SCALE["q"])
-        sync(device)
-        t1 = time.perf_counter()
-        train_tf.train_step(W, V, optimizer, *batch, "tokens", losses_of)
-        sync(device)
-        t2 = time.perf_counter()
-        if i >= 3:
-            t_data, t_model = t_data + t1 - t0, t_model + t2 - t1
-    peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    z_bytes = runs * SCALE["n"] * D * SCALE["T"] * torch.finfo(getattr(torch, dtype)).bits // 8
-    bound = 5 * z_bytes / bandwidth(device)
-    per_step = (t_data + t_model) / steps
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{torch.get_num_threads()}"
-    print(f"{name}, {runs} run(s), {dtype}, compile {compile_mode}: data {1e3 * t_data / steps:.2f} ms + forward/backward/update "
-          f"{1e3 * t_model / steps:.2f} ms = {1e3 * per_step:.2f} ms per step, {1 / per_step:.1f} steps/s "
-          f"({runs / per_step:.1f} run-steps/s); 100k steps: {1e5 * per_step:.0f} s; peak memory "
-          f"{peak / 2 ** 20:.0f} MiB; bandwidth bound {1e3 * bound:.3f} ms per step "
-          f"(achieved {bound / per_step:.1%} of it)")
+def trainer_step(flags, device):
+    """One training step of train_tf.py's Trainer for these flags (no run directory is written)."""
+    args = train_tf.parse_args(["--preset", "paper", "--device", device.type, *flags])
+    tr = train_tf.Trainer(args, SCALE["d_e"], device)
+    counter = iter(range(10 ** 9))
+    return lambda: tr.train_step(next(counter)), tr
+
+
+def floor_step(trainer):
+    """The fused step's Gaussians alone: the same chunks, threads and buffers, no arithmetic."""
+    fs = trainer.step_fn
+    size = fs.chunk or SCALE["n"]
+    bounds = [(lo, min(lo + size, SCALE["n"])) for lo in range(0, SCALE["n"], size)]
+    counter = iter(range(10 ** 9))
+
+    def work(k, index):
+        tools = fs._tools()
+        need = size * SCALE["T"] * SCALE["d_e"]
+        if tools.buf.numel() < need:
+            tools.buf = torch.empty(need, dtype=fs.dtype, device=fs.device)
+        for lo, hi in bounds[k::fs.threads]:
+            fused.draw_pe(tools.gen, (0, fused.TRAIN_PE, index), lo, hi, SCALE["T"], SCALE["d_e"], tools.buf)
+
+    def step():
+        index = next(counter)
+        if fs.pool is not None:
+            list(fs.pool.map(lambda k: work(k, index), range(fs.threads)))
+        else:
+            work(0, index)
+    return step
 
 
 def main(argv=None):
     p = sts.argument_parser("bench.py", __doc__.split("\n")[0])
-    p.add_argument("--device", choices=("all", "cpu", "cuda"), default="all", help="all: cpu and cuda")
-    p.add_argument("--runs", type=int, default=1, help="runs trained side by side (a leading batch axis)")
-    p.add_argument("--steps", type=int, default=0, help="timed steps [cpu 10, cuda 200]")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="precision")
-    p.add_argument("--compile", choices=train_tf.COMPILE_MODES, default="none",
-                   help="as train_tf.py --compile (compilation happens in the untimed warm-up steps)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to time the steps")
+    p.add_argument("--repeats", type=int, default=15, help="timed rounds (after 2 untimed warm-up rounds)")
     args = p.parse_args(argv)
-    try:
-        sts._require(args.runs >= 1 and args.steps >= 0, "--runs must be >= 1 and --steps >= 0")
-        devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
-        for name in devices:
-            if name == "cuda" and args.device == "all" and not torch.cuda.is_available():
-                print("cuda: no CUDA device here; not measured")
-                continue
-            device = train_tf.resolve_device(name)
-            bench(device, args.runs, args.steps or (10 if name == "cpu" else 200), args.dtype, args.compile)
-    except ValueError as e:
-        sts.fail("bench.py", e)
+
+    def body():
+        runlog.require_positive(args, ("repeats",))
+        device = runlog.resolve_device(args.device)
+        # the eager paths run on torch's own threads (all cores); the fused ones on one torch thread, as in
+        # train_tf.py, because their own worker threads share the cores
+        cores = torch.get_num_threads()
+        own_threads = {"eager": cores, "reference": cores, "fused": 1, "figure-set": 1, "floor": 1}
+        fused_one, tr = trainer_step(["--pe", "stochastic"], device)
+        paths = {"eager": eager_step(device, torch.float32),
+                 "reference": trainer_step(["--pe", "stochastic", "--step", "autograd"], device)[0],
+                 "fused": fused_one,
+                 "figure-set": trainer_step(["--figure-set"], device)[0],
+                 "floor": floor_step(tr)}
+        times = {name: [] for name in paths}
+        for round_ in range(args.repeats + 2):
+            for name, step in paths.items():
+                torch.set_num_threads(own_threads[name])
+                sync(device)
+                t0 = time.perf_counter()
+                step()
+                sync(device)
+                if round_ >= 2:
+                    times[name].append(1e3 * (time.perf_counter() - t0))
+        med = {name: statistics.median(t) for name, t in times.items()}
+        print(f"ms per step at T=200, d_e=170, n=256 on {device.type} ({args.repeats} interleaved rounds): "
+              "median [min, max]")
+        for name, t in times.items():
+            print(f"  {name:<11}{med[name]:8.1f}  [{min(t):.1f}, {max(t):.1f}]")
+        print(f"fused / floor = {med['fused'] / med['floor']:.2f} (target <= 1.3); eager / fused = "
+              f"{med['eager'] / med['fused']:.2f} (target >= 3.5); reference / fused = "
+              f"{med['reference'] / med['fused']:.2f}; figure set {med['figure-set']:.1f} ms per step (target "
+              f"<= 60), 100k steps {med['figure-set'] * 1e5 / 6e4:.0f} min")
+        peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        print(f"peak memory of the process (all paths): {peak / 2 ** 20:.0f} MiB")
+    runlog.run_command("bench.py", body)
 
 
 if __name__ == "__main__":
