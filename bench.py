@@ -20,7 +20,6 @@ import torch
 
 import fused
 import runlog
-import sts
 import train_tf
 
 SCALE = dict(T=200, q=3, d=5, d_e=170, n=256)  # the paper's (its Section 4)
@@ -89,7 +88,7 @@ def floor_step(trainer):
 
 
 def main(argv=None):
-    p = sts.argument_parser("bench.py", __doc__.split("\n")[0])
+    p = runlog.argument_parser("bench.py", __doc__.split("\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to time the steps")
     p.add_argument("--repeats", type=int, default=15, help="timed rounds (after 2 untimed warm-up rounds)")
     args = p.parse_args(argv)

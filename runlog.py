@@ -6,6 +6,7 @@ terminated or failed; its step; its last record), weights_*.npz and checkpoint.p
 Exit status: 0 finished, 1 a run diverged, 2 bad input (one line naming the flag), 130 Ctrl-C, 143 SIGTERM.
 This module knows nothing of the models.
 """
+import argparse
 import json
 import math
 import os
@@ -14,10 +15,7 @@ import sys
 
 import torch
 
-import sts
-
 DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
-VALIDATION_SEED = 1_000_003  # train_fcn.py's validation sets come from seed + this
 
 
 class Stop(Exception):
@@ -35,15 +33,16 @@ def ended_by(error):
 
 
 def strict(value):
-    """A number for strict JSON: NaN and infinities become null."""
+    """Strict JSON: NaN and infinities become null, inside nested dicts too."""
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
     return value if not isinstance(value, float) or math.isfinite(value) else None
 
 
 def write_json(path, obj):
     """Write obj as JSON atomically (a reader never sees half a file), non-finite numbers as null."""
-    clean = {k: strict(v) for k, v in obj.items()}
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(clean, indent=2))
+    tmp.write_text(json.dumps(strict(obj), indent=2))
     os.replace(tmp, path)
 
 
@@ -62,7 +61,7 @@ def divergence(losses, start_loss):
 
 def append_record(log, record):
     """One strict-JSON line, flushed so that Ctrl-C, SIGTERM or a crash keeps it."""
-    log.write(json.dumps({k: strict(v) for k, v in record.items()}) + "\n")
+    log.write(json.dumps(strict(record)) + "\n")
     log.flush()
 
 
@@ -85,11 +84,30 @@ def load_checkpoint(path):
     return torch.load(path / "checkpoint.pt", weights_only=False)
 
 
+def require(ok, message):
+    """Bad input: a ValueError whose message names the flag and the fix (run_command prints it)."""
+    if not ok:
+        raise ValueError(message)
+
+
+def fail(program, error):
+    """Bad input ends a command with one line on stderr and exit status 2, never a traceback."""
+    print(f"{program}: error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+def argument_parser(program, description, **kwargs):
+    """argparse for every script here, its errors one line (not argparse's usage block) through fail."""
+    p = argparse.ArgumentParser(prog=program, description=description, **kwargs)
+    p.error = lambda message: fail(program, message)
+    return p
+
+
 def require_positive(args, keys):
     """Each flag in `keys` (one value or a list) is >= 1; ValueError names the flag otherwise."""
     for key in keys:
         value = getattr(args, key)
-        sts._require(min(value if isinstance(value, list) else [value]) >= 1,
+        require(min(value if isinstance(value, list) else [value]) >= 1,
                      f"--{key.replace('_', '-')} must be >= 1 (got {value})")
 
 
@@ -97,7 +115,7 @@ def resolve_device(name):
     """torch.device for --device; asking for CUDA where there is none is bad input."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    sts._require(name != "cuda" or torch.cuda.is_available(),
+    require(name != "cuda" or torch.cuda.is_available(),
                  "--device cuda: no CUDA device is available here; use --device cpu (or auto)")
     return torch.device(name)
 
@@ -113,12 +131,12 @@ def run_command(program, body, kept="the logs and weights so far are saved"):
     try:
         body()
     except ValueError as e:
-        sts.fail(program, e)
+        fail(program, e)
     except Stop as e:
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
     except torch._dynamo.exc.BackendCompilerFailed as e:  # e.g. no C++ compiler for torch.compile on a CPU
-        sts.fail(program, f"--compile: torch.compile failed ({str(e).splitlines()[0]}); run without "
+        fail(program, f"--compile: torch.compile failed ({str(e).splitlines()[0]}); run without "
                           f"--compile, or install what it names")
     except KeyboardInterrupt:
         print(f"{program}: interrupted; {kept}", file=sys.stderr)

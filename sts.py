@@ -1,16 +1,23 @@
 """Sparse token selection (STS_q) and a one-layer softmax-attention transformer, in NumPy.
 
 Wang, Wei, Hsu, Lee, "Transformers Provably Learn Sparse Token Selection While Fully-Connected Nets
-Cannot", ICML 2024. The notation is ../shared/SPEC.md's: tokens X (d x T), positional encodings P
-(d_e x T), embedding Z = [X; P] (D x T, D = d + d_e), query z_q = [0_d; sum_{i in y} p_i], model
-f = V Z softmax(Z^T W z_q), loss L = 1/2 E||f - STS_q||^2.
+Cannot", ICML 2024. Notation (the paper's values in brackets):
+    d    token dimension [5]                 T    sequence length [200]
+    q    subset size [3]                     d_e  positional-encoding dimension [170]
+    D    d + d_e, the embedding width        n    batch size, fresh sequences every step [256]
+    X = [x_1 ... x_T] (d x T), x_i ~ N(0, I_d);  y a uniform q-subset of {1..T};
+    STS_q(X, y) = (1/q) sum_{i in y} x_i, the target;
+    P = [p_1 ... p_T] (d_e x T) positional encodings: onehot (p_i = e_i), fixed (uniform on the unit
+    sphere, drawn once) or stochastic (uniform on the unit sphere, drawn afresh for every sequence);
+    Z = [X; P] (D x T), the query z_q = [0_d; sum_{i in y} p_i];
+    the model f = V Z softmax(Z^T W z_q), W (D x D), V (d x D); the loss L = 1/2 E ||f - STS_q||^2;
+    the ground truth W* = [[0, 0], [0, I_{d_e}]], V* = [I_d, 0].
 
     python sts.py            # a CPU demo: SGD learns STS_q; stochastic vs fixed PE on longer sequences
     python sts.py --bench    # milliseconds per SGD step at the paper's scale (T=200, d_e=170, n=256)
 
-Every function up to the hand-written backward pass also runs on torch tensors (and a torch.Generator):
-`_xp` picks the array module from its input, so train_tf.py trains this very forward pass on a GPU.
-sts.py itself imports only NumPy (and tqdm for the demo's progress bar).
+NumPy only (tqdm for the demo's progress bar), read top to bottom: task, PEs, model, hand-written
+backward, SGD, demo. Pasted into a notebook cell it defines everything and runs nothing; call demo(...).
 """
 import argparse
 import sys
@@ -25,18 +32,9 @@ INITS = ("zero", "random")
 INIT_SCALE = 0.01  # default std of the `random` initialisation: near the theory's zero init
 
 
-def _xp(a):
-    """The array module of `a`: numpy, or torch for a tensor (torch is imported only by its callers)."""
-    return sys.modules["torch"] if type(a).__module__.startswith("torch") else np
-
-
 def _draw(rng, kind, shape, dtype):
-    """Standard normal or uniform[0,1) numbers from a numpy Generator or a torch Generator."""
-    if isinstance(rng, np.random.Generator):
-        return (rng.standard_normal if kind == "normal" else rng.random)(shape, dtype=getattr(np, dtype))
-    torch = sys.modules["torch"]
-    return (torch.randn if kind == "normal" else torch.rand)(
-        shape, generator=rng, device=rng.device, dtype=getattr(torch, dtype))
+    """Standard normal or uniform[0,1) numbers from a numpy Generator (or anything with its two methods)."""
+    return (rng.standard_normal if kind == "normal" else rng.random)(shape, dtype=getattr(np, dtype))
 
 
 def _require(ok, message):
@@ -80,10 +78,11 @@ class PositionalEncoding:
                  f"onehot PE needs d_e >= the largest sequence length (got d_e={d_e}, longest T={max_len}):"
                  f" raise d_e or use pe=fixed/stochastic")
         self.kind, self.d_e, self.max_len = kind, d_e, max_len
-        self.table = {"onehot": np.eye(d_e, max_len),
-                      "fixed": unit_columns(np.random.default_rng(seed).standard_normal((d_e, max_len))),
-                      "stochastic": None}[kind]
-        self._tables = {}  # the table converted once per (module, device, dtype) it is asked for in
+        self.table = None                                   # stochastic: nothing to keep
+        if kind == "onehot":
+            self.table = np.eye(d_e, max_len)
+        elif kind == "fixed":
+            self.table = unit_columns(np.random.default_rng(seed).standard_normal((d_e, max_len)))
 
     def __call__(self, rng, n, T, dtype="float64"):
         """P for a batch of n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
@@ -91,13 +90,7 @@ class PositionalEncoding:
             return unit_columns(_draw(rng, "normal", (n, self.d_e, T), dtype))
         _require(T <= self.max_len, f"T={T} exceeds the {self.kind} PE table's max_len={self.max_len}:"
                                     f" build the PE with max_len >= every length the run evaluates")
-        if isinstance(rng, np.random.Generator):
-            return self.table[None, :, :T].astype(dtype, copy=False)
-        key = (rng.device, dtype)
-        if key not in self._tables:
-            torch = sys.modules["torch"]
-            self._tables[key] = torch.as_tensor(self.table, dtype=getattr(torch, dtype), device=rng.device)
-        return self._tables[key][None, :, :T]
+        return self.table[None, :, :T].astype(dtype, copy=False)
 
 
 Batch = namedtuple("Batch", "Z z_q target idx mask")
@@ -107,17 +100,16 @@ def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
     """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of the T positions, and the target.
 
     Returns Batch(Z (n,D,T), z_q (n,D), target (n,d), idx (n,q) the selected positions, mask (n,T) 0/1).
-    All randomness comes from `rng` (numpy.random.Generator or torch.Generator), never global state.
+    All randomness comes from `rng` (a numpy.random.Generator), never global state.
     """
     check_task(T, q, d, pe.d_e)
     _require(isinstance(n, (int, np.integer)) and n >= 1, f"n must be a positive integer (got n={n!r})")
-    xp = np if isinstance(rng, np.random.Generator) else sys.modules["torch"]
     X = _draw(rng, "normal", (n, d, T), dtype)                   # x_i ~ N(0, I_d)
-    order = xp.argsort(_draw(rng, "uniform", (n, T), "float64"), axis=-1)  # a uniform permutation
+    order = np.argsort(_draw(rng, "uniform", (n, T), "float64"), axis=-1)  # a uniform permutation
     idx = order[:, :q]                              # its first q entries: a uniform q-subset
-    rank = xp.argsort(order, axis=-1)               # the inverse permutation: where each position went
-    mask = xp.asarray(rank < q, dtype=X.dtype)      # the subset as a 0/1 mask over the T positions
-    P = xp.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))
+    mask = np.zeros((n, T), dtype=X.dtype)
+    np.put_along_axis(mask, idx, 1.0, axis=-1)      # the subset as a 0/1 mask over the T positions
+    P = np.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))
     Z, z_q = embed(X, P, mask)
     return Batch(Z, z_q, sts_target(X, mask), idx, mask)
 
@@ -129,10 +121,9 @@ def sts_target(X, mask):
 
 def embed(X, P, mask):
     """Z = [X; P] (n, D, T) and the query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
-    xp = _xp(X)
-    Z = xp.concatenate([X, P], axis=-2)
+    Z = np.concatenate([X, P], axis=-2)
     s = (P * mask[:, None, :]).sum(-1)                           # sum of the selected PEs, (n, d_e)
-    z_q = xp.concatenate([xp.zeros_like(X[:, :, 0]), s], axis=-1)
+    z_q = np.concatenate([np.zeros_like(X[:, :, 0]), s], axis=-1)
     return Z, z_q
 
 
@@ -141,8 +132,7 @@ def embed(X, P, mask):
 # ----------------------------------------------------------------------------------------------------
 def softmax(a):
     """Softmax over the last axis, shifted by the max so that exp never overflows."""
-    xp = _xp(a)
-    e = xp.exp(a - xp.amax(a, axis=-1, keepdims=True))
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
 
 
@@ -150,16 +140,14 @@ def forward(W, V, Z, z_q, attend="tokens"):
     """f = V C softmax(C^T W z_q) with C = Z (attend tokens) or C = [Z, z_q] (attend query).
 
     Shapes W (D, D), V (d, D), Z (n, D, T), z_q (n, D); any leading axes on all four are independent
-    runs trained side by side. Returns f (n, d) and the cache the backward pass needs. Works on numpy
-    arrays and on torch tensors.
+    runs trained side by side. Returns f (n, d) and the cache the backward pass needs.
     """
     _require(attend in ATTEND, f"attend must be one of {', '.join(ATTEND)} (got attend={attend!r})")
-    xp = _xp(Z)
-    C = Z if attend == "tokens" else xp.concatenate([Z, z_q[..., None]], axis=-1)  # keys = values
+    C = Z if attend == "tokens" else np.concatenate([Z, z_q[..., None]], axis=-1)  # keys = values
     u = z_q @ W.swapaxes(-1, -2)                    # u = W z_q                       (n, D)
-    a = xp.einsum("...ndt,...nd->...nt", C, u)      # a_i = c_i^T W z_q, the scores   (n, T)
+    a = np.einsum("...ndt,...nd->...nt", C, u)      # a_i = c_i^T W z_q, the scores   (n, T)
     s = softmax(a)                                  # attention weights, sum_i s_i = 1
-    h = xp.einsum("...ndt,...nt->...nd", C, s)      # h = C s, the attended embedding (n, D)
+    h = np.einsum("...ndt,...nt->...nd", C, s)      # h = C s, the attended embedding (n, D)
     f = h @ V.swapaxes(-1, -2)                      # f = V h                         (n, d)
     return f, (C, u, s, h)
 
@@ -295,7 +283,8 @@ def bench(T=200, q=3, d=5, d_e=170, n=256, repeats=20, seed=0):
 
 
 def main(argv=None):
-    p = argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.")
+    p = argparse.ArgumentParser(prog="sts.py", description="STS_q with a NumPy one-layer transformer: a CPU demo.")
+    p.error = fail                                  # one line and exit status 2, not a usage block
     p.add_argument("--T", type=int, default=20, help="training sequence length (default 20)")
     p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T (default 3)")
     p.add_argument("--d", type=int, default=5, help="token dimension (default 5)")
@@ -307,26 +296,22 @@ def main(argv=None):
                    help="print ms per SGD step at the paper's scale (T=200, d_e=170, n=256) and exit")
     args = p.parse_args(argv)
     try:
+        _require(args.steps >= 1, f"--steps must be >= 1 (got {args.steps})")
+        _require(0 < args.lr < float("inf"), f"--lr must be a positive finite number (got {args.lr})")
         if args.bench:
             bench()
         else:
             demo(args.T, args.q, args.d, args.de, args.steps, args.lr, args.seed)
     except ValueError as e:
-        fail("sts.py", e)
+        fail(e)
 
 
-def fail(program, error):
-    """Bad input ends a command with one line on stderr and exit status 2, never a traceback."""
-    print(f"{program}: error: {error}", file=sys.stderr)
+def fail(error):
+    """Bad input ends the command with one line on stderr and exit status 2, never a traceback."""
+    print(f"sts.py: error: {error}", file=sys.stderr)
     sys.exit(2)
 
 
-def argument_parser(program, description, **kwargs):
-    """argparse for every script here, its errors one line (not argparse's usage block) through fail."""
-    p = argparse.ArgumentParser(prog=program, description=description, **kwargs)
-    p.error = lambda message: fail(program, message)
-    return p
-
-
-if __name__ == "__main__":
+# a notebook cell runs with __name__ == "__main__" and the kernel's own arguments: define, do not run
+if __name__ == "__main__" and not sys.argv[0].endswith("ipykernel_launcher.py"):
     main()

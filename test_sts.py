@@ -50,12 +50,10 @@ def one_thread():
 
 
 # ---------------------------------------------------------------------------------------- the sampler
-@pytest.mark.parametrize("make_rng", [np.random.default_rng, lambda s: torch.Generator().manual_seed(s)],
-                         ids=["numpy", "torch"])
-def test_sampler_shapes_subset_and_target(make_rng):
+def test_sampler_shapes_subset_and_target():
     n, T, q, d, d_e = 64, 12, 3, 5, 7
     pe = sts.PositionalEncoding("stochastic", d_e, T)
-    b = sts.sample_batch(make_rng(1), n, T, q, d, pe)
+    b = sts.sample_batch(np.random.default_rng(1), n, T, q, d, pe)
     Z, z_q, target, idx, mask = (np.asarray(a) for a in b)
     assert Z.shape == (n, d + d_e, T) and z_q.shape == (n, d + d_e)
     assert target.shape == (n, d) and idx.shape == (n, q) and mask.shape == (n, T)
@@ -143,7 +141,7 @@ def test_torch_autograd_agrees_with_numpy_forward_and_backward(attend):
     dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
 
     Wt, Vt = (torch.tensor(M, requires_grad=True) for M in (W, V))
-    ft = sts.forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)[0]
+    ft = train_tf.forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)   # the torch twin
     Lt = sts.loss(ft, torch.tensor(b.target))
     Lt.backward()
     np.testing.assert_allclose(ft.detach().numpy(), f, rtol=1e-6, atol=1e-12)
@@ -233,15 +231,18 @@ def read_log(path):
 
 def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
     """Two runs' logs hold the same records: a null (the step-0 train loss) where the other has a null,
-    numbers equal to `rel`."""
+    numbers equal to `rel`, nested sets ("test_T": {"250": ...}) key by key."""
     assert len(logs_a) == len(logs_b) > 0
     for a, b in zip(logs_a, logs_b):
         assert a["step"] == b["step"]
         for key in keys:
-            if a[key] is None or b[key] is None:
-                assert a[key] is None and b[key] is None, (key, a["step"])
-            else:
-                assert a[key] == pytest.approx(b[key], rel=rel, abs=1e-12), (key, a["step"])
+            pairs = ([(a[key][k], b[key][k]) for k in a[key]] if isinstance(a[key], dict) else [(a[key], b[key])])
+            assert not isinstance(a[key], dict) or set(a[key]) == set(b[key]) != set()
+            for x, y in pairs:
+                if x is None or y is None:
+                    assert x is None and y is None, (key, a["step"])
+                else:
+                    assert x == pytest.approx(y, rel=rel, abs=1e-12), (key, a["step"])
 
 
 @pytest.mark.parametrize("attend", sts.ATTEND)
@@ -269,7 +270,8 @@ def test_train_tf_writes_a_run_directory(tmp_path):
     assert config["T"] == 6 and config["pe"] == "stochastic" and config["model"] == "transformer"
     log = read_log(run)
     assert [r["step"] for r in log] == [0, 10, 20]
-    assert {"train_loss", "val", "T=8", "q=1", "cos_W", "cos_V", "norm_W"} <= set(log[-1])
+    assert {"train_loss", "val", "test_T", "test_q", "cos_W", "cos_V", "norm_W"} <= set(log[-1])
+    assert set(log[-1]["test_T"]) == {"8"} and set(log[-1]["test_q"]) == {"1"}
     assert log[-1]["val"] < log[0]["val"]                             # 20 steps of SGD already help
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     for name in ("weights_init.npz", "weights_final.npz"):
@@ -285,7 +287,7 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
             train_tf.main(flags + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])
             name = f"{kind}-de8-seed{seed}"
             assert_same_logs(read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name),
-                             ("train_loss", "val", "T=8", "q=1", "cos_W"))
+                             ("train_loss", "val", "test_T", "test_q", "cos_W"))
 
 
 def test_compiled_runs_match_plain_runs(tmp_path):
@@ -298,7 +300,7 @@ def test_compiled_runs_match_plain_runs(tmp_path):
     for name in ("stochastic-de8-seed3", "fixed-de8-seed3"):
         plain, compiled = read_log(tmp_path / "plain" / name), read_log(tmp_path / "compiled" / name)
         assert len(plain) == 3
-        assert_same_logs(plain, compiled, ("train_loss", "val", "T=8", "q=1", "cos_W", "cos_V"))
+        assert_same_logs(plain, compiled, ("train_loss", "val", "test_T", "test_q", "cos_W", "cos_V"))
         for part in ("W", "V"):
             np.testing.assert_allclose(np.load(tmp_path / "compiled" / name / "weights_final.npz")[part],
                                        np.load(tmp_path / "plain" / name / "weights_final.npz")[part],
@@ -426,7 +428,7 @@ def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path)
     assert len(runs) == 6
     for run in runs:
         assert_same_logs(read_log(tmp_path / "fused" / run), read_log(tmp_path / "autograd" / run),
-                         ("train_loss", "val", "T=8", "q=1", "cos_W", "cos_V", "norm_W"))
+                         ("train_loss", "val", "test_T", "test_q", "cos_W", "cos_V", "norm_W"))
         for part in ("W", "V"):
             np.testing.assert_allclose(np.load(tmp_path / "fused" / run / "weights_final.npz")[part],
                                        np.load(tmp_path / "autograd" / run / "weights_final.npz")[part],
@@ -445,8 +447,9 @@ def test_stochastic_and_fixed_runs_of_one_seed_see_the_same_tokens_subsets_and_v
     seeds = [spec["seed"] for spec in trainer.specs]
     losses = trainer.step_fn(torch.stack(trainer.W), torch.stack(trainer.V), (fused.TRAIN, fused.TRAIN_PE), 3,
                              64, 6, 2)[0].tolist()
-    for key in ("val", "T=8", "q=1"):
-        by_seed = {s: {rec[key] for rec, s2 in zip(records, seeds) if s2 == s} for s in (1, 2)}
+    for key in ("val", ("test_T", "8"), ("test_q", "1")):
+        value = (lambda rec: rec[key]) if key == "val" else (lambda rec: rec[key[0]][key[1]])
+        by_seed = {s: {value(rec) for rec, s2 in zip(records, seeds) if s2 == s} for s in (1, 2)}
         assert all(len(v) == 1 for v in by_seed.values()) and by_seed[1] != by_seed[2], key
     assert len({losses[r] for r in range(len(seeds)) if seeds[r] == 1}) == 1
     assert losses[seeds.index(1)] != losses[seeds.index(2)]
@@ -476,27 +479,154 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- plots.py
-def test_plots_draws_every_figure_from_tiny_runs(tmp_path):
-    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--init", "random", "--out", str(tmp_path / "exp")])
-    train_tf.main(TINY + ["--de", "4", "8", "16", "--steps", "10", "--out", str(tmp_path / "sweep")])
+FIGURES = ("training", "length", "qtest", "weights")  # what an experiment of transformer runs gives
+
+
+def test_plots_draws_every_figure_and_table_from_tiny_runs(tmp_path, one_thread, capsys):
+    train_tf.main(TINY + ["--n-final", "256", "--figure-set", "--out", str(tmp_path / "set")])
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--steps", "10", "--out", str(tmp_path / "floor")])
+    train_fcn.main(FCN_TINY + ["--steps", "20", "--eval-every", "10", "--width", "8", "--out", str(tmp_path / "fcn")])
     with pytest.raises(SystemExit) as done:
-        plots.main([str(tmp_path / "exp"), str(tmp_path / "sweep"), "--out", str(tmp_path / "fig")])
+        plots.main([str(tmp_path / "set" / "sgd"), str(tmp_path / "floor"), str(tmp_path / "fcn"),
+                    "--out", str(tmp_path / "fig")])
     assert done.value.code == 0
-    for name in ("exp_training", "exp_length", "exp_qtest", "exp_weights", "sweep_floor"):
-        for ext in ("png", "pdf"):
-            assert (tmp_path / "fig" / f"{name}.{ext}").stat().st_size > 1000
+    expected = [*(f"sgd_{f}" for f in FIGURES), "floor_floor", "fcn_fcn_training"]
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == sorted(f"{n}.{e}" for n in expected
+                                                                          for e in ("pdf", "png"))
+    assert all(f.stat().st_size > 1000 for f in (tmp_path / "fig").iterdir())
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:                 # every experiment of the set, the sweep, the FCN
+        plots.main([str(tmp_path), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == ""
+    lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: logged (n=64) and final (n=256)
+    header = [h.strip() for h in next(ln for ln in lines if ln.startswith("| run |")).split("|")]
+    row = [c.strip() for c in next(ln for ln in lines if ln.startswith("| fixed PE |")).split("|")]
+    run = tmp_path / "set" / "sgd" / "fixed-de8-seed0"
+    final, last = json.loads((run / "summary.json").read_text())["final"], read_log(run)[-1]
+    assert row[header.index("val (64)")] == f"{last['val']:.4f}"
+    assert row[header.index("final val (256)")] == f"{final['val']:.4f}"
+    assert row[header.index("final T=8 (256)")] == f"{final['test_T']['8']:.4f}"
+    assert sum(ln.startswith("| run |") for ln in out.splitlines()) == 4 + 1 + 1   # 4 figure-set folders
+    fcn = next(ln for ln in out.split("\nfcn: ")[1].splitlines() if ln.startswith("| T=6"))
+    assert fcn.split("|")[2:5] == [" 6 ", " 8 ", f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} "]
 
 
-def test_plots_reports_a_bad_log_in_one_line_and_draws_the_rest(tmp_path):
-    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path / "exp")])
-    (tmp_path / "exp" / "fixed-de8-seed0" / "log.jsonl").write_text('{"step": 0, "val"')   # cut off
-    r = subprocess.run([sys.executable, str(HERE / "plots.py"), str(tmp_path / "exp"), "--out",
-                        str(tmp_path / "fig")], capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "fixed-de8-seed0/log.jsonl" in r.stderr
-    assert (tmp_path / "fig" / "exp_training.png").stat().st_size > 1000  # the good run is still drawn
+def fake_run(path, pe):
+    """A transformer run directory in train_tf.py's format written by hand (no training): 3 records."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(dict(
+        model="transformer", T=6, q=2, d=2, de=3, pe=pe, seed=0, batch=8, optimizer="sgd", lr=1.0, init="zero",
+        attend="tokens", n_test=8, n_final=16)))
+    log = [dict(step=s, train_loss=0.5 / s if s else None, time=s / 10, lr=1.0, val=0.5 / (1 + s),
+                test_T={"8": 0.6 / (1 + s)}, test_q={"1": 0.9 / (1 + s)}, cos_W=s / 30, cos_V=s / 25,
+                norm_W=s / 10) for s in (0, 10, 20)]
+    (path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    (path / "summary.json").write_text(json.dumps(dict(log[-1], status="finished", step=20, seconds=1.0, final=dict(
+        val=0.02, test_T={"8": 0.03}, test_q={"1": 0.04}))))
+    rng = np.random.default_rng(0)
+    for when in ("init", "final"):
+        np.savez(path / f"weights_{when}.npz", W=rng.standard_normal((5, 5)), V=rng.standard_normal((2, 5)))
+
+
+def edit_json(path, change):
+    obj = json.loads(path.read_text())
+    change(obj)
+    path.write_text(json.dumps(obj))
+
+
+def append(path, text):
+    path.write_text(path.read_text() + text)
+
+
+def insert_line(path, after, line):
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:after] + [line + "\n"] + lines[after:]))
+
+
+FIXED = Path("exp/fixed-de3-seed0")  # the run each case damages; exp/stochastic-de3-seed0 stays whole
+WHOLE = [f"exp_{f}.png" for f in FIGURES]
+SWEEP = dict(eps=0.3, steps=100, batch=64, seeds=[0], loglog_slope={"fcn": 1.0, "transformer": 0.2}, rows=[
+    dict(model="fcn", T=4, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
+    dict(model="fcn", T=8, params=400, val=0.2, tried=[[16, 0.2]]),                          # no width
+    dict(model="transformer", T=4, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
+CRITICAL = dict(fits={}, rows=[dict(model="transformer", s=2, T=8), dict(model="transformer", s=2, T=16, m_crit=64)])
+
+
+def write_summary(root, folder, name, summary, config=None):
+    (root / folder).mkdir()
+    (root / folder / name).write_text(json.dumps(summary))
+    if config is not None:
+        (root / folder / "config.json").write_text(json.dumps(config))
+
+
+# (what is done to the runs, exit status, the PNGs plots.py must leave, stderr lines, a fragment of one)
+PLOT_CASES = {
+    "a last line cut mid-record is a warning": (
+        lambda r: append(r / FIXED / "log.jsonl", '{"step": 30, "val": 0.0'),
+        0, WHOLE, 1, "fixed-de3-seed0/log.jsonl: line 4 cut mid-record"),
+    "a line that is JSON but not an object": (
+        lambda r: insert_line(r / FIXED / "log.jsonl", 1, "42"),
+        2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: line 2 is not a record"),
+    "config.json {}": (
+        lambda r: (r / FIXED / "config.json").write_text("{}"), 2, WHOLE, 1, "fixed-de3-seed0/config.json: no key 'model'"),
+    "config.json without d_e": (
+        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.pop("de")), 2, WHOLE, 1,
+        "fixed-de3-seed0/config.json: no key 'de'"),
+    "a diverged run": (
+        lambda r: edit_json(r / FIXED / "summary.json", lambda s: s.update(status="diverged")), 2, WHOLE, 1,
+        "fixed-de3-seed0/summary.json: the run diverged at step 20"),
+    "a log of nulls": (
+        lambda r: (r / FIXED / "log.jsonl").write_text('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'),
+        2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: every loss is null"),
+    "unreadable weights": (
+        lambda r: (r / FIXED / "weights_final.npz").write_text("not a zip"), 2, WHOLE, 1,
+        "fixed-de3-seed0/weights_*.npz: cannot be read"),
+    "a sweep.json row without its width": (
+        lambda r: write_summary(r, "sweep", "sweep.json", SWEEP), 2, WHOLE + ["sweep_separation.png"], 1,
+        "sweep/sweep.json: row 2 has no key 'width'"),
+    "a critical.json row without m_crit": (
+        lambda r: write_summary(r, "bool", "critical.json", CRITICAL, {"grid": [16, 32, 64, 128]}),
+        2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1 has no key 'm_crit'"),
+    "nothing drawable: every run diverged": (
+        lambda r: [edit_json(r / "exp" / run / "summary.json", lambda s: s.update(status="diverged"))
+                   for run in ("fixed-de3-seed0", "stochastic-de3-seed0")], 2, [], 3, "nothing drawn"),
+}
+
+
+@pytest.mark.parametrize("case", PLOT_CASES)
+def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path, capsys, case):
+    damage, status, pngs, n_lines, fragment = PLOT_CASES[case]
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "runs" / "exp" / f"{pe}-de3-seed0", pe)
+    damage(tmp_path / "runs")
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
+    err = capsys.readouterr().err.splitlines()
+    assert done.value.code == status and len(err) == n_lines, err
+    assert all(line.startswith("plots.py: ") for line in err) and any(fragment in line for line in err), err
+    assert sorted(f.name for f in (tmp_path / "fig").glob("*.png")) == sorted(pngs)
+
+
+def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
+    fake_run(tmp_path / "run", "fixed")
+    append(tmp_path / "run" / "log.jsonl", '{"step": 30, "val"')
+    report = plots.Report()
+    assert [r["step"] for r in plots.load_run(tmp_path / "run", report)["log"]] == [0, 10, 20]
+    assert report.skipped == 0 and len(report.lines) == 1 and "line 4 cut mid-record" in report.lines[0]
+
+
+def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_when_nothing_was_drawn(tmp_path):
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
+    (tmp_path / "exp" / "fixed-de3-seed0" / "log.jsonl").write_text('{"step": 0, "val"')   # cut, nothing intact
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), "exp"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "fixed-de3-seed0/log.jsonl: no intact" in r.stderr
+    assert (tmp_path / "runs" / "figures" / "exp_training.png").stat().st_size > 1000   # default --out
     r = subprocess.run([sys.executable, str(HERE / "plots.py"), str(tmp_path / "nothing")],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing" in r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 2 and "nothing: no such file" in r.stderr
+    assert r.stderr.splitlines()[1].startswith("plots.py: error: nothing drawn")
 
 
 # ------------------------------------------------------------------------------------ train_bool.py
@@ -644,13 +774,14 @@ def test_fcn_output_shape_and_parameter_count(depth):
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
     n, T, q, d = 50, 9, 4, 3
-    x, target = train_fcn.sample(torch.Generator().manual_seed(5), n, T, q, d, "float64")
-    b = sts.sample_batch(torch.Generator().manual_seed(5), n, T, q, d, sts.PositionalEncoding("fixed", 1, T))
+    words = (5, fused.TRAIN, 2)                          # the transformer's batch 2 of seed 5
+    x, target = train_fcn.sample(torch.Generator(), words, n, T, q, d, "float64")
+    X, idx, _ = fused.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
     assert x.shape == (n, T * d + T)
     tokens, indicator = x[:, :T * d].reshape(n, T, d), x[:, T * d:]
-    np.testing.assert_array_equal(tokens.numpy(), b.Z[:, :d].mT.numpy())    # token i = column x_i of X
+    np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())              # token i = column x_i of X
     for k in range(n):                                                        # 1 exactly at the subset
-        assert set(np.flatnonzero(indicator[k].numpy())) == set(b.idx[k].tolist())
+        assert set(np.flatnonzero(indicator[k].numpy())) == set(idx[k].tolist())
     np.testing.assert_allclose(target.numpy(), (tokens * indicator[..., None]).sum(1).numpy() / q)
 
 
@@ -666,7 +797,7 @@ def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path
     run = tmp_path / "fcn-T6-m64-depth1-seed0"
     log = read_log(run)
     assert [r["step"] for r in log] == [0, 50, 100, 150]
-    assert set(log[-1]) == {"step", "train_loss", "lr", "time", "val", "q=1"}
+    assert set(log[-1]) == {"step", "train_loss", "lr", "time", "val", "test_q"} and set(log[-1]["test_q"]) == {"1"}
     assert log[-1]["val"] < 0.6 * log[0]["val"]                               # learns, from the same val set
     config = json.loads((run / "config.json").read_text())
     assert (config["model"], config["width"], config["depth"], config["params"]) == ("fcn", 64, 1, 19 * 64 + 65 * 2)

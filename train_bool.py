@@ -21,7 +21,7 @@ with biases on the value map too, no residual, no MLP: AND is a threshold of how
 so attention to the s relevant positions followed by a linear threshold suffices. Only the readout
 token's output is read and there is one layer, so only its query is computed.
 
-The FCN: train_fcn.FCN(T, 128, 1, 1), a ReLU MLP with one hidden layer of 128 units on the bits as +-1.
+The FCN: a ReLU MLP with one hidden layer of 128 units on the bits as +-1 (the FCN of train_fcn.py).
 
 Training (both): binary cross-entropy, full-batch Adam on the m training samples, no weight decay, until
 the training loss is below 1e-3 (the set is fit) or the step budget (600) is spent. Parameters are
@@ -45,8 +45,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-import sts
-from train_fcn import FCN
+import runlog
 from runlog import Stop, ended_by, resolve_device, run_command
 
 MODELS = ("transformer", "fcn")
@@ -72,9 +71,9 @@ HPARAMS = {
 # The task
 # ----------------------------------------------------------------------------------------------------
 def check_task(T, s, m=1):
-    sts._require(isinstance(s, (int, np.integer)) and 1 <= s <= T,
+    runlog.require(isinstance(s, (int, np.integer)) and 1 <= s <= T,
                  f"s must satisfy 1 <= s <= T (got s={s!r}, T={T!r}): pick a smaller s or a longer T")
-    sts._require(isinstance(m, (int, np.integer)) and m >= 1, f"m must be >= 1 (got m={m!r})")
+    runlog.require(isinstance(m, (int, np.integer)) and m >= 1, f"m must be >= 1 (got m={m!r})")
 
 
 def sample(rng, n, T, s, relevant):
@@ -119,6 +118,14 @@ class ReadoutTransformer(torch.nn.Module):
         return self.out(h).squeeze(-1)
 
 
+def mlp(n_in, width, depth):
+    """ReLU MLP: n_in -> `depth` hidden layers of `width` units -> one logit."""
+    layers = []
+    for k in range(depth):
+        layers += [torch.nn.Linear(n_in if k == 0 else width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
+
+
 def build(model, T, seed, device):
     """A model and its input encoding, initialised from a generator seeded with `seed` alone."""
     gen = torch.Generator().manual_seed(seed)
@@ -126,7 +133,7 @@ def build(model, T, seed, device):
     if model == "transformer":
         net, encode = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen), lambda b: b.long()
     else:
-        net, encode = FCN(T, hp["width"], hp["depth"], 1), lambda b: 2.0 * b.float() - 1
+        net, encode = mlp(T, hp["width"], hp["depth"]), lambda b: 2.0 * b.float() - 1
     with torch.no_grad():  # PyTorch's default Linear init, U(+-1/sqrt(fan_in)), drawn from our generator
         for layer in net.modules():
             if isinstance(layer, torch.nn.Linear):
@@ -219,7 +226,7 @@ def fit_curves(Ts, ms):
 # Command line
 # ----------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
-    p = sts.argument_parser("train_bool.py", __doc__.split("\n")[0],
+    p = runlog.argument_parser("train_bool.py", __doc__.split("\n")[0],
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--model", nargs="+", default=list(MODELS), metavar="MODEL", help=f"models: {', '.join(MODELS)}")
@@ -240,17 +247,17 @@ def parse_args(argv=None):
 def check_args(args):
     """ValueError naming the flag for any bad input, before anything is written."""
     bad = [m for m in args.model if m not in MODELS]
-    sts._require(not bad, f"--model: unknown model {bad[0] if bad else ''!r}; "
+    runlog.require(not bad, f"--model: unknown model {bad[0] if bad else ''!r}; "
                           f"choose from {', '.join(MODELS)}")
-    sts._require(min(args.seeds, args.per_octave, args.threads) >= 1,
+    runlog.require(min(args.seeds, args.per_octave, args.threads) >= 1,
                  "--seeds, --per-octave and --threads must be >= 1")
-    sts._require(1 <= args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max "
+    runlog.require(1 <= args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max "
                                                  f"(got {args.m_min}, {args.m_max})")
     for m in args.m or [args.m_min]:
         for T in args.T:
             for s in args.s:
                 check_task(T, s, m)
-    sts._require(args.force or not (Path(args.out) / "log.jsonl").exists(),
+    runlog.require(args.force or not (Path(args.out) / "log.jsonl").exists(),
                  f"--out: {args.out} already holds a run; pass another --out or add --force")
 
 

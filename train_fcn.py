@@ -2,25 +2,24 @@
 
     python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, one after another
     python train_fcn.py --preset course --sweep --out runs/fcn-sweep   # the separation sweep: 5.3 min on 2
-                                                                   # shared CPU cores, tables in notes_fcn.md
+                                                                   # shared CPU cores, tables in RESULTS.md
     python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 --sweep-width 16 32 64 128 256 512 1024 \
         2048 4096 8192 16384 --sweep-de 4 8 16 32 64 128 256 512 --device cuda   # longer sequences, a GPU
 
 The FCN sees vec(X) (the T*d token entries, token by token) concatenated with the subset's indicator
 1_y in {0,1}^T and outputs R^d; the loss is sts.loss, so it starts near d/(2q) like the transformer's.
-Training is online on sts.sample_batch (a fresh batch every step), and every run writes a directory under
---out in train_tf.py's format: config.json, log.jsonl (one JSON record per evaluation) and summary.json.
+Training is online on fused.py's data streams (a fresh batch every step: the very tokens and subsets that
+train_tf.py's runs of the same seed see), and every run writes a directory under --out in train_tf.py's
+format: config.json, log.jsonl (one JSON record per evaluation) and summary.json.
 
 --sweep: for each T of --sweep-T, the smallest FCN hidden width m (a doubling grid, --sweep-width) and the
-smallest transformer embedding width D = d + d_e (a doubling grid of d_e, --sweep-de, trained by
-train_tf.main) whose final validation loss, averaged over the seeds, is at most --eps * d/(2q), with the
+smallest transformer embedding width D = d + d_e (a doubling grid of d_e, --sweep-de, trained in-process
+by fused.py's step) whose final validation loss, averaged over the seeds, is at most --eps * d/(2q), with the
 same budget (--steps x --batch fresh sequences) and optimizer for both. Writes sweep.json and sweep.csv
 under --out, prints the table and the log-log slopes of width against T.
 """
 import argparse
-import contextlib
 import csv
-import io
 import json
 import math
 import time
@@ -30,10 +29,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+import fused
+import runlog
 import sts
-import train_tf
-from runlog import (VALIDATION_SEED, Stop, ended_by, require_positive, resolve_device, run_command,
-                    write_record, write_summary)
+from runlog import ended_by, require_positive, resolve_device, run_command, write_record, write_summary
 
 PRESETS = {
     # the paper's length and batch; the steps of its transformer runs
@@ -63,7 +62,7 @@ class FCN(torch.nn.Module):
 
     def __init__(self, in_features, width, depth, out_features):
         super().__init__()
-        sts._require(width >= 1 and depth >= 1, f"--width and --depth must be >= 1 (got {width}, {depth})")
+        runlog.require(width >= 1 and depth >= 1, f"--width and --depth must be >= 1 (got {width}, {depth})")
         layers, n_in = [], in_features
         for _ in range(depth):
             layers += [torch.nn.Linear(n_in, width), torch.nn.ReLU()]
@@ -83,15 +82,16 @@ def encode(X, mask):
     return torch.cat([X.mT.reshape(len(X), -1), mask], dim=-1)
 
 
-def sample(gen, n, T, q, d, dtype):
-    """FCN inputs and targets from sts.sample_batch. The PE is irrelevant here: a fixed PE with d_e=1 is the
-    cheapest sts accepts and draws nothing, so X and y are exactly train_tf.py's stream for --pe fixed."""
-    b = sts.sample_batch(gen, n, T, q, d, sts.PositionalEncoding("fixed", 1, T), dtype)
-    return encode(b.Z[:, :d], b.mask), b.target
+def sample(gen, words, n, T, q, d, dtype):
+    """FCN inputs and targets of the batch `words` = (seed, stream, index) of fused.py's data streams: the
+    very tokens and subsets that train_tf.py's runs of this seed see."""
+    X, idx, target = fused.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
+    mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
+    return encode(X, mask), target
 
 
 def parse_args(argv=None):
-    p = sts.argument_parser("train_fcn.py", __doc__.split("\n")[0],
+    p = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0],
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
@@ -138,7 +138,7 @@ def check_args(args):
     """Every size positive, q <= every T; ValueError names the flag otherwise."""
     require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth", "width", "sweep_width",
                             "sweep_de"))
-    sts._require(args.lr > 0 and args.eps > 0, f"--lr and --eps must be > 0 (got {args.lr}, {args.eps})")
+    runlog.require(args.lr > 0 and args.eps > 0, f"--lr and --eps must be > 0 (got {args.lr}, {args.eps})")
     for T in (args.sweep_T if args.sweep else args.T):
         sts.check_task(T, args.q, args.d)
         for q in args.test_q:
@@ -150,22 +150,29 @@ def run_dir(args, T, width, seed):
 
 
 def evaluate(model, sets):
+    """{"val": x, "test_q": {"2": x, ...}}: the loss on each fixed validation set."""
+    out = {"val": None, "test_q": {}}
     with torch.no_grad():
-        return {name: sts.loss(model(x), target).item() for name, (x, target) in sets.items()}
+        for (group, key), (x, target) in sets.items():
+            loss = sts.loss(model(x), target).item()
+            if key is None:
+                out[group] = loss
+            else:
+                out[group][key] = loss
+    return out
 
 
 def train(args, T, width, seed, device, progress=True):
     """One FCN run: write its directory, return its final evaluation record."""
     path = run_dir(args, T, width, seed)
-    sts._require(args.force or not (path / "log.jsonl").exists(),
+    runlog.require(args.force or not (path / "log.jsonl").exists(),
                  f"--out: {path} already holds a run; pass another --out or add --force")
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
-    # the validation sets: train_tf.py's seed offset, so they hold the same sequences as its fixed-PE runs
-    gen = torch.Generator(device).manual_seed(seed + VALIDATION_SEED)
-    sets = {"val": sample(gen, args.n_test, T, args.q, args.d, args.dtype)}
-    sets.update({f"q={q}": sample(gen, args.n_test, T, q, args.d, args.dtype) for q in args.test_q})
-    gen = torch.Generator(device).manual_seed(seed)
+    # the validation sets: train_tf.py's, so they hold the same sequences as its runs of this seed
+    gen = torch.Generator(device)
+    sets = {(group, key): sample(gen, (seed, fused.VAL, 1000 * T + q), args.n_test, T, q, args.d, args.dtype)
+            for group, key, q in [("val", None, args.q)] + [("test_q", str(q), q) for q in args.test_q]}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), args.lr)
     path.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if not k.startswith("sweep") and k not in ("force", "out")}
@@ -188,7 +195,7 @@ def train(args, T, width, seed, device, progress=True):
                 loss_sum, since = 0.0, 0
             if step == args.steps:
                 break
-            x, target = sample(gen, args.batch, T, args.q, args.d, args.dtype)
+            x, target = sample(gen, (seed, fused.TRAIN, step), args.batch, T, args.q, args.d, args.dtype)
             optimizer.zero_grad()
             loss = sts.loss(model(x), target)
             loss.backward()
@@ -204,28 +211,22 @@ def train(args, T, width, seed, device, progress=True):
         write_summary(path, status, step, time.time() - t0, rec)
         if progress:
             print(f"{path}: {status} at step {step}: val loss {rec.get('val', float('nan')):.4f}, "
-                  + ", ".join(f"{k} {v:.4f}" for k, v in rec.items() if k.startswith("q=")))
+                  + ", ".join(f"q={k} {v:.4f}" for k, v in rec.get("test_q", {}).items()))
     return rec
 
 
-def train_transformer(args, T, d_e, device, out):
-    """train_tf.main with the sweep's budget and Adam; returns the seeds' final validation losses. Its
-    progress bar and per-run lines go to a buffer (the sweep's bar stays readable); its errors do not."""
-    flags = ["--preset", "course", "--T", str(T), "--q", str(args.q), "--d", str(args.d), "--de", str(d_e),
-             "--pe", "stochastic", "--seed", *map(str, args.seed), "--batch", str(args.batch),
-             "--steps", str(args.steps), "--optimizer", "adam", "--lr", str(TF_LR), "--test-T", "--test-q",
-             "--n-test", str(args.n_test), "--n-final", str(args.n_test), "--eval-every", str(args.eval_every), "--dtype", args.dtype,
-             "--device", device.type, "--out", str(out)] + ["--force"] * args.force
-    buffer = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-            train_tf.main(flags)
-    except SystemExit as e:
-        message = buffer.getvalue().strip().splitlines()[-1:]
-        raise (Stop if e.code == 1 else ValueError if e.code == 2 else KeyboardInterrupt)(
-            "; ".join(message) or f"train_tf.py exited with {e.code}")
-    return [json.loads((out / f"stochastic-de{d_e}-seed{s}" / "summary.json").read_text())["val"]
-            for s in args.seed]
+def transformer_val(args, T, d_e, seed, device):
+    """The sweep's transformer: fused.py's step from the zero init with Adam, the FCN's budget, on the same
+    draws (seed, stream TRAIN) as the FCN; its final loss on the same validation set (NaN if it diverges)."""
+    dtype, D = getattr(torch, args.dtype), args.d + d_e
+    step = fused.FusedStep([(seed, None, [0])], torch.tensor([False], device=device), args.d, d_e, device,
+                           dtype, threads=1)   # the sweep runs on one thread (see sweep)
+    W, V = torch.zeros(1, D, D, dtype=dtype, device=device), torch.zeros(1, args.d, D, dtype=dtype, device=device)
+    optimizer = torch.optim.Adam([W, V], lr=TF_LR)
+    for t in range(args.steps):
+        _, W.grad, V.grad = step(W, V, (fused.TRAIN, fused.TRAIN_PE), t, args.batch, T, args.q)
+        optimizer.step()
+    return step(W, V, (fused.VAL, fused.VAL_PE), 1000 * T + args.q, args.n_test, T, args.q, grad=False).item()
 
 
 def slope(rows):
@@ -262,7 +263,7 @@ def sweep(args, device):
             val = np.mean([train(args, T, size, seed, device, progress=False)["val"] for seed in args.seed])
             width, params = size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
         else:
-            val = np.mean(train_transformer(args, T, size, device, out / f"tf-T{T}"))
+            val = np.mean([transformer_val(args, T, size, seed, device) for seed in args.seed])
             width, params = args.d + size, (args.d + size) * (2 * args.d + size)  # W (D x D), V (d x D)
         row["tried"].append([width, round(float(val), 4)])
         if val <= eps:

@@ -49,7 +49,7 @@ RUN_KEYS = ("pe", "seed", "attend", "init", "init_scale", "optimizer", "lr", "an
 
 
 def parse_args(argv=None):
-    p = sts.argument_parser("train_tf.py", __doc__.split("\n")[0],
+    p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0],
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
@@ -103,11 +103,11 @@ def check_args(args):
                                    "threads"))
     for name in ("lr", "init_scale", "anneal_factor", "checkpoint_every"):
         value = getattr(args, name)
-        sts._require(value is None or 0 < value < float("inf"), f"--{name.replace('_', '-')} must be a "
+        runlog.require(value is None or 0 < value < float("inf"), f"--{name.replace('_', '-')} must be a "
                                                                  f"positive finite number (got {value})")
-    sts._require(args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final})")
-    sts._require(args.compile == "none" or args.step == "autograd", "--compile applies to --step autograd")
-    sts._require(not (args.resume and args.force), "--resume and --force exclude each other; pick one")
+    runlog.require(args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final})")
+    runlog.require(args.compile == "none" or args.step == "autograd", "--compile applies to --step autograd")
+    runlog.require(not (args.resume and args.force), "--resume and --force exclude each other; pick one")
     for T in [args.T, *args.test_T]:
         sts.check_task(T, args.q, args.d)
     for q in args.test_q:
@@ -136,11 +136,21 @@ def run_specs(args, d_e):
 
 
 def validation_sets(args):
-    """name -> (T, q) of every fixed validation set; each is drawn from the VAL streams of (T, q)."""
-    sets = {"val": (args.T, args.q)}
-    sets.update({f"T={T}": (T, args.q) for T in args.test_T})
-    sets.update({f"q={q}": (args.T, q) for q in args.test_q})
-    return sets
+    """Every fixed validation set as (group, key, T, q): "val" (the training T and q), "test_T" (longer
+    lengths) and "test_q" (other subset sizes); each is drawn from the VAL streams of its (T, q)."""
+    return ([("val", None, args.T, args.q)] + [("test_T", str(T), T, args.q) for T in args.test_T]
+            + [("test_q", str(q), args.T, q) for q in args.test_q])
+
+
+def nest(losses):
+    """{"val": x, "test_T": {"250": x, ...}, "test_q": {"2": x, ...}} from [((group, key), x), ...]."""
+    out = {"val": None, "test_T": {}, "test_q": {}}
+    for (group, key), x in losses:
+        if key is None:
+            out[group] = x
+        else:
+            out[group][key] = x
+    return out
 
 
 def pe_tables(specs, d_e, max_len, dtype, device):
@@ -158,9 +168,25 @@ def pe_tables(specs, d_e, max_len, dtype, device):
     return out
 
 
+def embed(X, P, mask):
+    """sts.embed in torch: Z = [X; P] (n, D, T) and the query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
+    s = (P * mask[:, None, :]).sum(-1)
+    return torch.cat([X, P], -2), torch.cat([torch.zeros_like(X[:, :, 0]), s], -1)
+
+
+def forward(W, V, Z, z_q, attend="tokens"):
+    """sts.forward in torch, line for line; autograd gives the backward pass (the reference path)."""
+    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)   # keys = values
+    u = z_q @ W.mT                                  # u = W z_q
+    a = torch.einsum("...ndt,...nd->...nt", C, u)   # a_i = c_i^T W z_q
+    s = torch.softmax(a, -1)                        # attention weights
+    h = torch.einsum("...ndt,...nt->...nd", C, s)   # h = C s
+    return h @ V.mT                                 # f = V h
+
+
 def model_losses(W, V, Z, z_q, target, attend):
-    """Per-run losses of sts.py's model on one batch (the reference path)."""
-    return sts.loss(sts.forward(W, V, Z, z_q, attend)[0], target)
+    """Per-run losses of the model on one batch (the reference path)."""
+    return sts.loss(forward(W, V, Z, z_q, attend), target)
 
 
 def train_step(W, V, optimizer, Z, z_q, target, attend, losses_of=model_losses):
@@ -189,9 +215,9 @@ class Reference:
             for seed, table, runs in self.parts:
                 X, idx, target, G = fused.draw_batch(seed, streams, index, n, T, q, self.d, self.d_e,
                                                      self.dtype, self.device)
-                P = sts.unit_columns(G.mT) if table is None else table[:T].T.expand(n, -1, -1)
+                P = (G / G.norm(dim=-1, keepdim=True)).mT if table is None else table[:T].T.expand(n, -1, -1)
                 mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
-                Z, z_q = sts.embed(X, P, mask)
+                Z, z_q = embed(X, P, mask)
                 for r in runs:
                     losses[r] = (self.losses_of if grad else model_losses)(   # evaluations stay eager
                         W[r], V[r], Z, z_q, target, "query" if self.query[r] else "tokens")
@@ -241,12 +267,12 @@ class Trainer:
     def evaluate(self, n):
         """Per run: the loss on every fixed validation set of n sequences, cos(W, W*), cos(V, V*), ||W||."""
         W, V = torch.stack(self.W), torch.stack(self.V)
-        out = {name: self.step_fn(W, V, (fused.VAL, fused.VAL_PE), 1000 * T + q, n, T, q, grad=False).tolist()
-               for name, (T, q) in self.sets.items()}
-        out["cos_W"] = sts.cosine(W, self.W_star).tolist()
-        out["cos_V"] = sts.cosine(V, self.V_star).tolist()
-        out["norm_W"] = ((W * W).sum((-2, -1)) ** 0.5).tolist()
-        return [{key: values[r] for key, values in out.items()} for r in range(len(self.specs))]
+        losses = [((group, key), self.step_fn(W, V, (fused.VAL, fused.VAL_PE), 1000 * T + q, n, T, q,
+                                              grad=False).tolist()) for group, key, T, q in self.sets]
+        cos_W, cos_V = sts.cosine(W, self.W_star).tolist(), sts.cosine(V, self.V_star).tolist()
+        norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
+        return [dict(nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
+                for r in range(len(self.specs))]
 
     def config(self, spec):
         keep = {k: v for k, v in vars(self.args).items() if k not in ("pe", "seed", "de", "force", "out",
@@ -263,7 +289,7 @@ class Trainer:
         a = self.args
         if not a.resume:
             for spec in self.specs:
-                sts._require(a.force or not (spec["dir"] / "log.jsonl").exists(),
+                runlog.require(a.force or not (spec["dir"] / "log.jsonl").exists(),
                              f"--out: {spec['dir']} already holds a run; pass another --out, --force or --resume")
             for spec in self.specs:
                 spec["dir"].mkdir(parents=True, exist_ok=True)
@@ -275,15 +301,15 @@ class Trainer:
             return 0, 0.0
         states = []
         for spec in self.specs:
-            sts._require((spec["dir"] / "checkpoint.pt").exists(),
+            runlog.require((spec["dir"] / "checkpoint.pt").exists(),
                          f"--resume: {spec['dir']} has no checkpoint.pt; run without --resume")
             old = json.loads((spec["dir"] / "config.json").read_text())
             new = json.loads(json.dumps(self.config(spec)))
             changed = [k for k in new if k not in ("checkpoint_every", "threads") and old.get(k) != new[k]]
-            sts._require(not changed, f"--resume: the flags differ from {spec['dir']}'s config.json in "
+            runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s config.json in "
                                       f"{', '.join(changed)}; resume with the run's own flags")
             states.append(runlog.load_checkpoint(spec["dir"]))
-        sts._require(len({s["step"] for s in states}) == 1, "--resume: the runs' checkpoints are at different "
+        runlog.require(len({s["step"] for s in states}) == 1, "--resume: the runs' checkpoints are at different "
                                                              "steps; resume them one by one")
         self.logs = []
         for spec, state, W, V, opt in zip(self.specs, states, self.W, self.V, self.optimizers):
@@ -342,7 +368,7 @@ def train(args, d_e, device):
             bar.update()
         final = tr.evaluate(args.n_final)
         for rec, fin in zip(records, final):
-            rec["final"] = {k: v for k, v in fin.items() if k in tr.sets}
+            rec["final"] = {k: fin[k] for k in ("val", "test_T", "test_q")}
         done = "finished"
     except BaseException as error:
         done = runlog.ended_by(error)
@@ -356,7 +382,8 @@ def train(args, d_e, device):
                 runlog.write_summary(spec["dir"], done, step, time.time() - t0, rec)
             print(f"{spec['dir']}: {status[r] if status[r] != 'running' else done} at step {step}: val loss "
                   f"{rec.get('val', float('nan')):.4f}, cos(W,W*) {rec.get('cos_W', float('nan')):.3f}, "
-                  + ", ".join(f"{k} {v:.4f}" for k, v in rec.items() if k[:2] in ("T=", "q=")))
+                  + ", ".join(f"{g[5:]}={k} {v:.4f}" for g in ("test_T", "test_q") for k, v in
+                              rec.get(g, {}).items()))
     if "diverged" in status:
         raise runlog.Stop(f"{status.count('diverged')} of {R} runs diverged (see their summary.json)")
     return records
