@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+from pathlib import Path
 
 import torch
 
@@ -47,8 +48,10 @@ def write_json(path, obj):
 
 
 def write_summary(path, status, step, seconds, record):
-    """summary.json of a run that ended: how, at which step, after how many seconds, its last record."""
-    write_json(path / "summary.json", dict(record, status=status, step=step, seconds=round(seconds, 1)))
+    """summary.json of a run that ended: how, the step it stopped at, after how many seconds, and its last
+    evaluation record (whose own "step" says when that evaluation was made; null if none was)."""
+    write_json(path / "summary.json", dict(record, step=record.get("step"), status=status, stopped_at=step,
+                                           seconds=round(seconds, 1)))
 
 
 def divergence(losses, start_loss):
@@ -103,6 +106,46 @@ def argument_parser(program, description, **kwargs):
     return p
 
 
+def check_out(out):
+    """--out must name a folder this process can write: not a file, its nearest existing parent writable."""
+    path = Path(out)
+    require(not path.exists() or path.is_dir(), f"--out: {out} is a file; name a folder")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    require(parent.is_dir() and os.access(parent, os.W_OK | os.X_OK),
+            f"--out: cannot write under {parent}; name a folder you can write to")
+
+
+def check_free(path, force, resumable=False):
+    """Before any training: a run directory that holds a run is refused unless --force (or --resume)."""
+    require(force or not (Path(path) / "log.jsonl").exists(), f"--out: {path} already holds a run; pass "
+            f"another --out{', --resume (go on)' if resumable else ''} or --force (replace it)")
+
+
+def fresh_dir(path):
+    """Create a run directory; with --force, nothing of an old run stays in it."""
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.iterdir():
+        if old.is_file():
+            old.unlink()
+
+
+def require_memory(nbytes, what):
+    """Refuse, before any training, a size that cannot fit in this machine's memory (80% of it)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    require(nbytes < 0.8 * total, f"{what} needs about {nbytes / 2 ** 30:,.1f} GiB of memory, more than this "
+                                  f"machine's {total / 2 ** 30:.0f} GiB; choose smaller sizes")
+
+
+def require_distinct(args, keys):
+    """A flag given the same value twice would train (and write) one run twice."""
+    for key in keys:
+        values = getattr(args, key)
+        require(len(set(values)) == len(values), f"--{key.replace('_', '-')} lists a value twice (got "
+                                                 f"{values}); give each once")
+
+
 def require_positive(args, keys):
     """Each flag in `keys` (one value or a list) is >= 1; ValueError names the flag otherwise."""
     for key in keys:
@@ -138,6 +181,8 @@ def run_command(program, body, kept="the logs and weights so far are saved"):
     except torch._dynamo.exc.BackendCompilerFailed as e:  # e.g. no C++ compiler for torch.compile on a CPU
         fail(program, f"--compile: torch.compile failed ({str(e).splitlines()[0]}); run without "
                           f"--compile, or install what it names")
+    except OSError as e:                  # an --out that cannot be written (read-only, a full disk, /proc)
+        fail(program, f"cannot write {e.filename or ''}: {e.strerror or e}; check --out and free space")
     except KeyboardInterrupt:
         print(f"{program}: interrupted; {kept}", file=sys.stderr)
         sys.exit(130)

@@ -221,7 +221,8 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
         b = sample_batch(rng, n, T, q, d, pe)
         f, cache = forward(W, V, b.Z, b.z_q, attend)
         losses[step] = loss(f, b.target)
-        _require(np.isfinite(losses[step]), f"loss is {losses[step]} at step {step}: lower lr")
+        if not losses[step] < 100 * d / (2 * q):            # NaN, or far above the start d/(2q): diverging
+            raise FloatingPointError(f"loss {losses[step]:.3g} at step {step} is NaN or diverging; lower lr")
         dW, dV = backward(W, V, b.z_q, f, b.target, cache)
         eta = learning_rate(step, lr, anneal_at, anneal_factor)
         W, V = W - eta * dW, V - eta * dV
@@ -304,6 +305,9 @@ def main(argv=None):
             demo(args.T, args.q, args.d, args.de, args.steps, args.lr, args.seed)
     except ValueError as e:
         fail(e)
+    except FloatingPointError as e:                 # a diverging run: exit status 1, as the trainers'
+        print(f"sts.py: stopped: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def fail(error):

@@ -257,8 +257,10 @@ def check_args(args):
         for T in args.T:
             for s in args.s:
                 check_task(T, s, m)
-    runlog.require(args.force or not (Path(args.out) / "log.jsonl").exists(),
-                 f"--out: {args.out} already holds a run; pass another --out or add --force")
+    runlog.require_distinct(args, ("T", "s"))
+    runlog.check_out(args.out)
+    runlog.require_memory(4 * (N_TEST + max(args.m or [args.m_max])) * max(args.T) * 2, f"--T {max(args.T)}")
+    runlog.check_free(args.out, args.force)
 
 
 def write_results(out, rows, status, t0):
@@ -292,7 +294,7 @@ def write_results(out, rows, status, t0):
 
 def run(args, device):
     out, t0 = Path(args.out), time.time()
-    out.mkdir(parents=True, exist_ok=True)
+    runlog.fresh_dir(out)                              # --force: nothing of an old run stays
     seeds = list(range(args.seeds))
     grid = m_grid(args.m_min, args.m_max, args.per_octave)
     config = dict(vars(args), device=str(device), grid=grid, seeds=seeds, pass_acc=PASS_ACC, n_test=N_TEST,

@@ -120,17 +120,20 @@ def parse_args(argv=None):
     s.add_argument("--eps", type=float, default=SWEEP["eps"], help="target loss, a fraction of d/(2q)")
     args = p.parse_args(argv)
     if args.sweep:  # the sweep's own budget, unless given
-        args.steps = args.steps or SWEEP["steps"]
-        args.batch = args.batch or SWEEP["batch"]
-        args.seed = args.seed or SWEEP["seeds"]
-        args.eval_every = args.eval_every or args.steps
-        args.test_q = [] if args.test_q is None else args.test_q
+        defaults = dict(steps=SWEEP["steps"], batch=SWEEP["batch"], seed=SWEEP["seeds"], test_q=[])
+        for key, value in defaults.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        if args.eval_every is None:
+            args.eval_every = args.steps
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.seed = args.seed or [0]
+    if args.seed is None:
+        args.seed = [0]
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))  # growing
-    args.lr = args.lr or FCN_LR[args.optimizer]
+    if args.lr is None:
+        args.lr = FCN_LR[args.optimizer]
     return args
 
 
@@ -138,11 +141,27 @@ def check_args(args):
     """Every size positive, q <= every T; ValueError names the flag otherwise."""
     require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth", "width", "sweep_width",
                             "sweep_de"))
-    runlog.require(args.lr > 0 and args.eps > 0, f"--lr and --eps must be > 0 (got {args.lr}, {args.eps})")
+    for name in ("lr", "eps"):
+        value = getattr(args, name)
+        runlog.require(0 < value < float("inf"), f"--{name} must be a positive finite number (got {value})")
+    runlog.require_distinct(args, ("T", "width", "seed"))
+    runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
+    runlog.check_out(args.out)
+    size = torch.finfo(getattr(torch, args.dtype)).bits // 8
     for T in (args.sweep_T if args.sweep else args.T):
         sts.check_task(T, args.q, args.d)
         for q in args.test_q:
             sts.check_task(T, q, args.d)
+        widest = max(args.sweep_width if args.sweep else args.width)   # weights, Adam's two moments, activations
+        runlog.require_memory(size * (4 * (T * args.d + T + 1) * widest * args.depth + max(args.batch, args.n_test)
+                                      * (T * args.d + T + 3 * widest)), f"--width {widest} at T={T}")
+        if args.sweep:
+            runlog.require(args.force or not (Path(args.out) / "sweep.json").exists(),
+                           f"--out: {args.out} already holds a sweep; pass another --out or --force")
+        else:
+            for width in args.width:
+                for seed in args.seed:
+                    runlog.check_free(run_dir(args, T, width, seed), args.force)
 
 
 def run_dir(args, T, width, seed):
@@ -165,8 +184,6 @@ def evaluate(model, sets):
 def train(args, T, width, seed, device, progress=True):
     """One FCN run: write its directory, return its final evaluation record."""
     path = run_dir(args, T, width, seed)
-    runlog.require(args.force or not (path / "log.jsonl").exists(),
-                 f"--out: {path} already holds a run; pass another --out or add --force")
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     # the validation sets: train_tf.py's, so they hold the same sequences as its runs of this seed
@@ -174,7 +191,7 @@ def train(args, T, width, seed, device, progress=True):
     sets = {(group, key): sample(gen, (seed, fused.VAL, 1000 * T + q), args.n_test, T, q, args.d, args.dtype)
             for group, key, q in [("val", None, args.q)] + [("test_q", str(q), q) for q in args.test_q]}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), args.lr)
-    path.mkdir(parents=True, exist_ok=True)
+    runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
     config = {k: v for k, v in vars(args).items() if not k.startswith("sweep") and k not in ("force", "out")}
     (path / "config.json").write_text(json.dumps(dict(
         config, model="fcn", T=T, width=width, seed=seed, params=n_params(model), device=str(device)), indent=2))

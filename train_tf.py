@@ -98,9 +98,13 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    """Every size positive, q <= every T; ValueError names the flag otherwise."""
+    """Everything that can be checked before training: sizes, rates, lengths, memory, run directories.
+    ValueError names the flag and the fix otherwise."""
     runlog.require_positive(args, ("T", "q", "d", "batch", "steps", "n_test", "n_final", "eval_every",
                                    "threads"))
+    runlog.require_distinct(args, ("pe", "seed", "de"))
+    runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
+    runlog.require(args.anneal_at >= 0, f"--anneal-at must be >= 0 (got {args.anneal_at})")
     for name in ("lr", "init_scale", "anneal_factor", "checkpoint_every"):
         value = getattr(args, name)
         runlog.require(value is None or 0 < value < float("inf"), f"--{name.replace('_', '-')} must be a "
@@ -112,10 +116,27 @@ def check_args(args):
         sts.check_task(T, args.q, args.d)
     for q in args.test_q:
         sts.check_task(args.T, q, args.d)
+    runlog.check_out(args.out)
+    T_max = max([args.T, *args.test_T])
     for d_e in args.de:
         sts.check_task(args.T, args.q, args.d, d_e)
         if "onehot" in args.pe and not args.figure_set:
-            sts.PositionalEncoding("onehot", d_e, max([args.T, *args.test_T]))
+            runlog.require(d_e >= T_max, f"--de: onehot PE needs d_e >= the largest length {T_max} (got "
+                                         f"d_e={d_e}); raise --de or use --pe fixed/stochastic")
+        specs = run_specs(args, d_e)
+        runlog.require_memory(step_bytes(args, len(specs), d_e, T_max), f"--T {args.T}/--test-T, --batch "
+                              f"{args.batch}, --n-final {args.n_final} and --de {d_e}")
+        for spec in specs:
+            runlog.check_free(spec["dir"], args.force or args.resume, resumable=True)
+
+
+def step_bytes(args, R, d_e, T_max):
+    """About the most memory a step or an evaluation holds at once (tokens, PE chunks, per-run sums)."""
+    n, D, size = max(args.batch, args.n_final), args.d + d_e, torch.finfo(getattr(torch, args.dtype)).bits // 8
+    if args.step == "autograd":          # P, Z and their gradients' intermediates, per run
+        return size * n * T_max * D * (4 + 2 * R)
+    return size * (n * T_max * (args.d + 4) + 3 * args.threads * fused.CPU_CHUNK * T_max * (d_e + R * (args.d + 2))
+                   + R * n * (2 * D + args.d) + 3 * R * D * D)
 
 
 def run_specs(args, d_e):
@@ -289,12 +310,7 @@ class Trainer:
         a = self.args
         if not a.resume:
             for spec in self.specs:
-                runlog.require(a.force or not (spec["dir"] / "log.jsonl").exists(),
-                             f"--out: {spec['dir']} already holds a run; pass another --out, --force or --resume")
-            for spec in self.specs:
-                spec["dir"].mkdir(parents=True, exist_ok=True)
-                for old in spec["dir"].iterdir():          # --force: nothing of the old run stays
-                    old.unlink()
+                runlog.fresh_dir(spec["dir"])              # --force: nothing of the old run stays
                 (spec["dir"] / "config.json").write_text(json.dumps(self.config(spec), indent=2))
             self.save_weights("weights_init.npz")
             self.logs = [open(spec["dir"] / "log.jsonl", "w") for spec in self.specs]
@@ -397,6 +413,11 @@ def main(argv=None):
         device = runlog.resolve_device(args.device)
         if device.type == "cpu" and args.step == "fused":
             torch.set_num_threads(1)       # the step's own threads share the cores; torch's would compete
+        if args.steps * args.T * max(args.de) > 10 ** 8 and device.type == "cpu":   # say what it costs
+            runs = len(run_specs(args, args.de[0]))
+            print(f"train_tf.py: {args.steps:,} steps of {runs} run(s) at T={args.T}, d_e={max(args.de)} on the "
+                  f"CPU: about {args.steps * (31 + 4 * (runs - 1)) / 6e4:.0f} min per d_e on 2 cores at the paper's "
+                  f"scale (the progress bar keeps the estimate); --preset course takes about a minute")
         for d_e in args.de:
             train(args, d_e, device)
     runlog.run_command("train_tf.py", body)
