@@ -1,19 +1,28 @@
 """Draw the paper's figures from the run directories that train_tf.py and train_fcn.py write.
 
-    python plots.py runs/course/fig2                # every figure these runs allow, into figures/
-    python plots.py runs/course --out figures       # a folder of experiments: one set of figures each
+    python plots.py results/paper                # every figure these runs allow, into runs/figures/
+    python plots.py runs/course --out figures    # the committed gallery is written only when named
+    python plots.py results/paper --table        # the numbers as Markdown tables instead
 
-A run directory holds config.json and log.jsonl. Each folder of runs (an experiment) gives, as its runs
-allow: NAME_training (Figure 1: loss, 1/loss, cosines), NAME_length (Figures 2 and 4-top: loss at longer
-T_test), NAME_qtest (Figure 4-bottom), NAME_weights (Figure 3: W and V at initialisation and at the end),
-NAME_floor (final loss against d_e). Figure 5 is NAME_training and NAME_length of an Adam experiment.
-A folder with train_fcn.py's sweep.json gives NAME_separation (width needed against T, log-log); one with
-train_bool.py's critical.json gives NAME_critical (critical sample size against T, log-x); the run
-directories below such a folder are the search's own and are not drawn one by one.
-Each figure is written as PNG and PDF. A missing, empty or corrupt log is reported on one line and
-skipped; the other figures are still drawn, and the exit status is then 2.
+Runs are drawn by config["model"]. Each folder of transformer runs (an experiment, such as --figure-set's
+sgd/ query/ random_init/ adam/) gives, as its runs allow: NAME_training (Figure 1: loss, 1/loss, cosines),
+NAME_length (Figures 2, 4-top: loss at longer T), NAME_qtest (Figure 4-bottom), NAME_weights (Figure 3), or
+with three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. A folder of FCN runs gives
+NAME_fcn_training (validation losses against the step). A sweep.json (train_fcn.py) gives NAME_separation,
+a critical.json (train_bool.py) NAME_critical; the run directories below them are the search's own.
+--table prints each run's last logged record (n_test sequences per set) and, beside it, summary.json's
+"final" numbers (n_final sequences, of which the logged ones are the first part).
+
+What cannot be drawn is said on one line of stderr naming the file, and the rest is still drawn. Skipped,
+and exit status 2 at the end: a run whose config.json lacks a key its figures need, whose summary says it
+diverged, or whose losses are all null; a log line that is not a JSON object with a "step"; a sweep.json or
+critical.json row without a key its figure reads; unreadable weights. A warning only, exit status 0: a log
+whose last line was cut mid-record, as a run killed mid-write leaves it or as a log still being written
+reads; its intact records are everything the run finished. Nothing drawn at all: exit status 2.
 """
+import argparse
 import json
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -24,99 +33,196 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
 
-import sts  # noqa: E402
-
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7, "lines.linewidth": 1.2,
                      "figure.dpi": 150, "savefig.bbox": "tight", "figure.constrained_layout.use": True})
 COLORS = {"stochastic": "C0", "fixed": "C3", "onehot": "C2"}
 PANEL = (2.4, 2.1)  # inches per panel, at font size 8
+FORMATS = ("png", "pdf")
+# the config.json keys that a model's figures and tables read; a run without one of them is skipped
+NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init", "attend"),
+         "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
+# an experiment summarised in one file by train_fcn.py / train_bool.py: the keys of the file and of each row
+SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"), ("model", "T", "width", "params", "val", "tried")),
+             "critical.json": ((), ("model", "s", "T", "m_crit"))}
+GROUPS = {"test_T": "T", "test_q": "q"}  # the nested validation sets of a record, and their one-letter name
+VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init", "seed")  # what a legend names
 
 
-class BadLog(Exception):
-    """A run directory that cannot be read; the message names the file."""
+class Skip(Exception):
+    """Something that cannot be drawn; the message names the file and says why."""
 
 
-def load_run(path):
-    """config (dict) and log (list of records) of one run directory."""
+class Report(list):
+    """The stderr lines, in order: warnings (drawn anyway) and skips (exit status 2); and what was drawn."""
+    drawn = 0
+
+    def warn(self, message):
+        self.append(f"plots.py: warning: {message}")
+
+    def skip(self, message):
+        self.append(f"plots.py: skipped: {message}")
+
+    def attempt(self, job, *args):
+        """job(*args), or None with its Skip reported."""
+        try:
+            return job(*args)
+        except Skip as e:
+            self.skip(str(e))
+
+
+def read(path, parse=json.loads):
     try:
-        config = json.loads((path / "config.json").read_text())
-        lines = (path / "log.jsonl").read_text().splitlines()
-    except FileNotFoundError as e:
-        raise BadLog(f"{e.filename}: missing; rerun the experiment that writes it") from None
-    except json.JSONDecodeError:
-        raise BadLog(f"{path / 'config.json'}: not valid JSON") from None
-    try:
-        log = [json.loads(line) for line in lines if line.strip()]
-    except json.JSONDecodeError:
-        raise BadLog(f"{path / 'log.jsonl'}: corrupt (a line is not JSON)") from None
-    if not log:
-        raise BadLog(f"{path / 'log.jsonl'}: empty (the run logged nothing)")
-    return dict(path=path, config=config, log=log)
+        return parse(path.read_text())
+    except FileNotFoundError:
+        raise Skip(f"{path}: missing; rerun the experiment that writes it") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Skip(f"{path}: not valid JSON") from None
 
 
-SUMMARIES = ("sweep.json", "critical.json")  # an experiment summarised in one file by train_fcn / train_bool
+def require(obj, keys, where):
+    """obj, a JSON object holding every key; Skip naming `where` and the keys missing otherwise."""
+    missing = [k for k in keys if not isinstance(obj, dict) or k not in obj]
+    if missing:
+        raise Skip(f"{where}: no key {', '.join(map(repr, missing))}")
+    return obj
 
 
-def find_experiments(paths):
+def read_log(path, report):
+    """The records of a log.jsonl (the module docstring says which line is a warning, which a skip)."""
+    lines = [(i, line) for i, line in enumerate(read(path, str.splitlines), 1) if line.strip()]
+    records, cut = [], None
+    for i, line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if i == lines[-1][0]:  # the last line: cut mid-record
+                cut = i
+                continue
+            record = line
+        if (not isinstance(record, dict) or not isinstance(record.get("step"), int)
+                or not all(isinstance(record.get(g, {}), dict) for g in GROUPS)):
+            report.skip(f"{path}: line {i} is not a record (a JSON object with a step): {line[:40]}")
+        else:
+            records.append(record)
+    if not records:
+        raise Skip(f"{path}: no intact record (the run logged nothing)")
+    if cut:
+        report.warn(f"{path}: line {cut} cut mid-record, left out; drawing the {len(records)} intact records")
+    return records
+
+
+def load_run(path, report):
+    """config, log and summary of one run directory; Skip when it cannot or must not be drawn."""
+    config = require(read(path / "config.json"), ["model"], path / "config.json")
+    if config["model"] not in NEEDS:
+        raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of {', '.join(NEEDS)}")
+    require(config, NEEDS[config["model"]], path / "config.json")
+    log = read_log(path / "log.jsonl", report)
+    summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # none while it runs
+    if not isinstance(summary, dict) or not isinstance(summary.get("final", {}), dict):
+        raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
+    if summary.get("status") == "diverged":  # its curve would run off the axes or be blank: say so instead
+        raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}; not drawn")
+    if not any(finite(x) for r in log for x in losses(r)):
+        raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite); not drawn")
+    return dict(path=path, config=config, log=log, summary=summary)
+
+
+def find_experiments(paths, report):
     """{experiment folder: [run directories]} for run directories or folders that hold them, and the
     summary files (SUMMARIES) found; run directories inside a summarised folder belong to its search."""
     experiments, summaries = defaultdict(list), []
     for p in map(Path, paths):
         if not p.exists():
-            raise BadLog(f"{p}: no such file or directory")
+            report.skip(f"{p}: no such file or directory")
+            continue
         found = sorted(f for name in SUMMARIES for f in p.rglob(name))
         summaries += found
         inside = lambda d: any(f.parent in (d, *d.parents) for f in found)  # noqa: E731
         dirs = [p] if not found and ((p / "log.jsonl").exists() or (p / "config.json").exists()) else sorted(
             {f.parent for name in ("config.json", "log.jsonl") for f in p.rglob(name) if not inside(f.parent)})
         if not dirs and not found:
-            raise BadLog(f"{p}: holds no run directory (no config.json or log.jsonl below it)")
+            report.skip(f"{p}: holds no run directory (no config.json or log.jsonl below it)")
         for d in dirs:
             experiments[d.parent].append(d)
     return experiments, summaries
 
 
-def load_summary(path):
-    """The JSON of a sweep.json or critical.json, with its rows checked."""
-    try:
-        summary = json.loads(path.read_text())
-        assert isinstance(summary["rows"], list) and summary["rows"]
-        return summary
-    except json.JSONDecodeError:
-        raise BadLog(f"{path}: corrupt (not JSON)") from None
-    except (KeyError, TypeError, AssertionError):
-        raise BadLog(f"{path}: holds no rows; rerun the search that writes it") from None
+def load_summary(path, report):
+    """A sweep.json or critical.json, keeping the rows that hold every key its figure reads."""
+    head, row_keys = SUMMARIES[path.name]
+    summary = require(read(path), ("rows", *head), path)
+    rows = [report.attempt(require, row, row_keys, f"{path}: row {i}") for i, row in enumerate(summary["rows"], 1)]
+    if not any(rows):
+        raise Skip(f"{path}: no complete row; rerun the search that writes it")
+    return dict(summary, rows=[row for row in rows if row])
 
 
-def series(run, key):
-    """Steps and values of `key` over the log, skipping records without it (train_loss at step 0)."""
-    points = [(r["step"], r[key]) for r in run["log"] if r.get(key) is not None]
-    return np.array(points).T if points else (np.array([]), np.array([]))
+def finite(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def losses(record):
+    """Every loss of a record: training, validation, and the nested test sets."""
+    return [record.get("train_loss"), record.get("val"), *(x for g in GROUPS for x in record.get(g, {}).values())]
+
+
+def value(record, name):
+    """A record's number `name` ("val", "cos_W", "T=250", "q=2", ...); NaN where absent or null."""
+    group, _, key = name.partition("=")
+    x = record.get(f"test_{group}", {}).get(key) if key else record.get(name)
+    return float(x) if finite(x) else float("nan")
+
+
+def series(run, name):
+    """Steps and values of `name` over the log; a null (train_loss at step 0) is a gap in the line."""
+    return np.array([r["step"] for r in run["log"]], float), np.array([value(r, name) for r in run["log"]])
+
+
+def set_names(runs, group):
+    """The validation sets of `group` ("T" or "q") that some run measured ("T=250", ...), in numeric order."""
+    names = {f"{group}={key}" for run in runs for r in run["log"] for key in r.get(f"test_{group}", {})}
+    return sorted(names, key=lambda n: float(n[2:]))
 
 
 def label(run, runs):
-    """A run's legend entry: what tells it apart from the others in its experiment."""
+    """A run's legend entry: what tells it apart from the others in its experiment, and an unusual end."""
     c = run["config"]
-    varying = [k for k in ("pe", "seed", "de", "width") if len({r["config"].get(k) for r in runs}) > 1]
-    return ", ".join(f"{k}={c.get(k)}" if k != "pe" else f"{c[k]} PE" for k in varying) or f"{c['pe']} PE"
+    varying = [k for k in VARYING if len({repr(r["config"].get(k)) for r in runs}) > 1]
+    text = ", ".join(f"{c[k]} PE" if k == "pe" else f"{k}={c.get(k)}" for k in varying)
+    text = text or (f"{c['pe']} PE" if c["model"] == "transformer" else f"T={c['T']}, width={c['width']}")
+    status = run["summary"].get("status", "no summary")
+    return text if status == "finished" else f"{text} ({status})"
 
 
 def style(run, runs):
-    """Colour by PE; the first seed solid, the others faint."""
-    first = min(r["config"].get("seed", 0) for r in runs)
-    return dict(color=COLORS.get(run["config"].get("pe"), "k"),
-                alpha=1.0 if run["config"].get("seed", 0) == first else 0.45)
+    """Colour by PE (transformer) or by T and width (FCN); the first seed solid, the others faint."""
+    c, first = run["config"], min(r["config"]["seed"] for r in runs)
+    shapes = sorted({(r["config"]["T"], r["config"].get("width", 0)) for r in runs})
+    fcn_color = f"C{shapes.index((c['T'], c.get('width', 0))) % 10}"
+    color = COLORS.get(c.get("pe"), "k") if c["model"] == "transformer" else fcn_color
+    return dict(color=color, alpha=1.0 if c["seed"] == first else 0.45)
+
+
+def describe(c):
+    common = f"q={c['q']}, d={c['d']}, n={c['batch']}, {c['optimizer']} lr={c['lr']}"
+    if c["model"] == "fcn":
+        return f"FCN (ReLU, depth {c.get('depth', 1)}), {common}"
+    return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}"
 
 
 def save(fig, out, name):
-    for ext in ("png", "pdf"):
+    for ext in FORMATS:
         fig.savefig(out / f"{name}.{ext}")
     plt.close(fig)
-    print(f"wrote {out / name}.png and .pdf")
+    print(f"wrote {out / name}.{' and .'.join(FORMATS)}")
+    return True
 
 
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), cos(W,W*) and cos(V,V*)."""
+    if not any(np.isfinite(series(run, "train_loss")[1]).any() for run in runs):
+        raise Skip(f"{runs[0]['path'].parent}: no finite training loss; {name}_training not drawn")
     fig, (ax_loss, ax_inv, ax_cos) = plt.subplots(1, 3, figsize=(3 * PANEL[0], PANEL[1]))
     for run in runs:
         step, train = series(run, "train_loss")
@@ -134,35 +240,44 @@ def figure_training(runs, out, name):
     ax_loss.legend(fontsize=6)
     ax_cos.legend(loc="lower right", fontsize=6)
     fig.suptitle(describe(runs[0]["config"]))
-    save(fig, out, f"{name}_training")
+    return save(fig, out, f"{name}_training")
 
 
-def figure_tests(runs, out, name, prefix, what):
-    """Figures 2 and 4: the loss on each fixed validation set `prefix`=… against the training step."""
-    keys = sorted({k for r in runs for k in r["log"][-1] if k.startswith(prefix)}, key=lambda k: int(k[2:]))
-    fig, axes = plt.subplots(1, len(keys) + 1, figsize=((len(keys) + 1) * PANEL[0] * 0.8, PANEL[1]),
-                             sharey=True, squeeze=False)
+def figure_tests(runs, out, name, group, suffix):
+    """Figures 2 and 4 (and the FCN's curves): the loss on the training-(T, q) validation set and on each
+    fixed set of `group` ("T" or "q") against the step, one panel each, panels without a finite value left
+    out."""
+    names = [n for n in ["val", *set_names(runs, group)] if any(np.isfinite(series(r, n)[1]).any() for r in runs)]
+    if not names:
+        raise Skip(f"{runs[0]['path'].parent}: no finite validation loss; {name}_{suffix} not drawn")
+    fig, axes = plt.subplots(1, len(names), figsize=(len(names) * PANEL[0] * 0.8, PANEL[1]), sharey=True,
+                             squeeze=False)
     c = runs[0]["config"]
-    for ax, key in zip(axes[0], ["val", *keys]):
+    for ax, key in zip(axes[0], names):
         for run in runs:
             ax.semilogy(*series(run, key), label=label(run, runs), **style(run, runs))
-        ax.set(xlabel="step", title=f"{prefix}{c[prefix[0]]} (training)" if key == "val" else f"{what} {key}")
+        trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"  # FCN: T varies
+        ax.set(xlabel="step", title=f"val ({trained}, as trained)" if key == "val" else f"test {key}")
     axes[0][0].set_ylabel("validation loss ½‖f − y‖²")
     axes[0][0].legend()
     fig.suptitle(describe(c))
-    save(fig, out, f"{name}_{'length' if prefix == 'T=' else 'qtest'}")
+    return save(fig, out, f"{name}_{suffix}")
 
 
-def figure_weights(runs, out, name):
+def figure_weights(runs, out, name, report):
     """Figure 3: W and V at initialisation and at the end, token/PE block borders drawn, one colour
-    scale per matrix shared by its two heat maps."""
-    runs = runs[:2]
-    fig, axes = plt.subplots(len(runs), 4, figsize=(4 * PANEL[0], len(runs) * PANEL[1] * 1.1), squeeze=False)
-    for row, run in zip(axes, runs):
+    scale per matrix shared by its two heat maps. A run whose weight files cannot be read is skipped."""
+    rows = []
+    for run in runs[:2]:
         try:
-            weights = [np.load(run["path"] / f"weights_{when}.npz") for when in ("init", "final")]
-        except (FileNotFoundError, ValueError, OSError) as e:
-            raise BadLog(f"{run['path']}/weights_*.npz: cannot be read ({type(e).__name__})") from None
+            files = [np.load(run["path"] / f"weights_{when}.npz") for when in ("init", "final")]
+            rows.append((run, [{key: f[key] for key in ("W", "V")} for f in files]))
+        except Exception as e:  # missing, cut or foreign: whatever np.load raises, the file is unusable
+            report.skip(f"{run['path']}/weights_*.npz: cannot be read ({type(e).__name__}); not in {name}_weights")
+    if not rows:
+        return None
+    fig, axes = plt.subplots(len(rows), 4, figsize=(4 * PANEL[0], len(rows) * PANEL[1] * 1.1), squeeze=False)
+    for row, (run, weights) in zip(axes, rows):
         d = run["config"]["d"]
         for j, key in enumerate(("W", "V")):
             vmax = max(np.abs(w[key]).max() for w in weights) or 1.0
@@ -178,15 +293,22 @@ def figure_weights(runs, out, name):
                 ax.set_xticks(blocks, ["x", "p"])
                 ax.set_yticks(blocks if key == "W" else [], ["x", "p"] if key == "W" else [])
             fig.colorbar(im, ax=row[2 * j: 2 * j + 2], shrink=0.8)
-    save(fig, out, f"{name}_weights")
+    return save(fig, out, f"{name}_weights")
 
 
 def figure_floor(runs, out, name):
-    """The in-distribution loss floor against d_e: final validation loss (mean of the last 5 records)."""
-    fig, ax = plt.subplots(figsize=(1.5 * PANEL[0], 1.2 * PANEL[1]))
+    """The in-distribution loss floor against d_e: a run's final validation loss from summary.json (n_final
+    sequences) where it has one, otherwise the mean of its last 5 logged records (n_test sequences each)."""
+    final = all("final" in r["summary"] for r in runs)
     by_pe = defaultdict(list)
     for run in runs:
-        by_pe[run["config"]["pe"]].append((run["config"]["de"], np.mean([r["val"] for r in run["log"][-5:]])))
+        s = run["summary"]
+        floor = value(s["final"], "val") if "final" in s else np.mean([value(r, "val") for r in run["log"][-5:]])
+        if floor > 0:  # a null (nan) or zero loss cannot go on a log axis
+            by_pe[run["config"]["pe"]].append((run["config"]["de"], floor))
+    if not by_pe:
+        raise Skip(f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not drawn")
+    fig, ax = plt.subplots(figsize=(1.5 * PANEL[0], 1.2 * PANEL[1]))
     for pe, points in sorted(by_pe.items()):
         de, floor = np.array(sorted(points)).T
         if pe == "onehot":
@@ -195,15 +317,11 @@ def figure_floor(runs, out, name):
             continue
         slope = np.polyfit(np.log(de), np.log(floor), 1)[0] if len(de) > 1 else float("nan")
         ax.loglog(de, floor, "o-", color=COLORS.get(pe, "k"), label=f"{pe} PE (slope {slope:.2f})")
-    ax.set(xlabel="PE dimension d_e", ylabel="final validation loss", title="loss floor against d_e")
+    ax.set(xlabel="PE dimension d_e", ylabel="final validation loss" + ("" if final else " (some: last logged)"),
+           title="loss floor against d_e")
     ax.legend()
     fig.suptitle(describe(runs[0]["config"]))
-    save(fig, out, f"{name}_floor")
-
-
-def describe(c):
-    return (f"T={c['T']}, q={c['q']}, d={c['d']}, n={c['batch']}, {c['optimizer']} lr={c['lr']:g}, "
-            f"{c.get('init', '')} init, attend {c.get('attend', '')}")
+    return save(fig, out, f"{name}_floor")
 
 
 def figure_separation(summary, out, name):
@@ -214,7 +332,7 @@ def figure_separation(summary, out, name):
     for model, color in (("fcn", "C1"), ("transformer", "C0")):
         rows = [r for r in summary["rows"] if r["model"] == model]
         done = [r for r in rows if r["width"] is not None]
-        slope = summary.get("loglog_slope", {}).get(model)
+        slope = (summary.get("loglog_slope") or {}).get(model)
         for ax, key in zip(axes, ("width", "params")):
             if done:
                 T, y = np.array([(r["T"], r[key]) for r in done], float).T
@@ -233,7 +351,7 @@ def figure_separation(summary, out, name):
     axes[1].set(xlabel="sequence length T", ylabel="parameters", title="parameters at that width")
     axes[0].legend(fontsize=6)
     fig.suptitle(f"{summary['steps']} steps × {summary['batch']} sequences, seeds {summary['seeds']}")
-    save(fig, out, f"{name}_separation")
+    return save(fig, out, f"{name}_separation")
 
 
 def figure_critical(summary, grid, out, name):
@@ -244,7 +362,7 @@ def figure_critical(summary, grid, out, name):
     for i, (model, s) in enumerate(keys):
         color, rows = f"C{i}", [r for r in summary["rows"] if (r["model"], r["s"]) == (model, s)]
         done = np.array([(r["T"], r["m_crit"]) for r in rows if r["m_crit"] is not None], float).reshape(-1, 2)
-        fit = summary.get("fits", {}).get(model, {}).get(str(s))
+        fit = (summary.get("fits") or {}).get(model, {}).get(str(s))
         better = f", fits better: {fit['better']}" if fit else ""
         ax.semilogx(*done.T, "o", color=color, label=f"{model}, s={s}{better}")
         beyond = [r["T"] for r in rows if r["m_crit"] is None]
@@ -265,100 +383,102 @@ def figure_critical(summary, grid, out, name):
     ax.set(xlabel="sequence length T (bits)", ylabel="critical training-set size m",
            title="s-sparse AND: samples for ≥ 99% held-out accuracy", yscale="log")
     ax.legend(fontsize=6)
-    save(fig, out, f"{name}_critical")
+    return save(fig, out, f"{name}_critical")
 
 
-def draw_summary(path, out):
+def draw_summary(path, out, report):
     """The figure (or, with out=None, the Markdown table) of one sweep.json or critical.json."""
-    summary, name = load_summary(path), path.parent.name
-    if path.name == "sweep.json":
-        if out is None:
-            print(f"\n{name}: smallest width with seed-mean val loss <= {summary['eps']:.4f}, {summary['steps']}"
-                  f" steps of {summary['batch']}, seeds {summary['seeds']}\n\n| model | T | width | params | val |"
-                  "\n|---|---|---|---|---|")
-            for r in summary["rows"]:
-                print(f"| {r['model']} | {r['T']} | {r['width'] or '> ' + str(max(w for w, _ in r['tried']))}"
-                      f" | {r['params'] or '-'} | {r['val'] if r['val'] is not None else '-'} |")
-            return
+    summary, name = load_summary(path, report), path.parent.name
+    if path.name == "sweep.json" and out is not None:
         return figure_separation(summary, out, name)
-    try:
-        grid = json.loads((path.parent / "config.json").read_text())["grid"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        raise BadLog(f"{path.parent / 'config.json'}: missing or without the m grid") from None
-    if out is None:
-        print(f"\n{name}: critical m (None: beyond the grid, max {max(grid)})\n\n| model | s | T | m_crit |"
-              "\n|---|---|---|---|")
+    if path.name == "sweep.json":
+        print(f"\n{name}: smallest width with seed-mean val loss <= {summary['eps']:.4f}, {summary['steps']}"
+              f" steps of {summary['batch']}, seeds {summary['seeds']}\n\n| model | T | width | params | val |"
+              "\n|---|---|---|---|---|")
         for r in summary["rows"]:
-            print(f"| {r['model']} | {r['s']} | {r['T']} | {r['m_crit']} |")
-        return
-    figure_critical(summary, grid, out, name)
+            largest = max((w for w, _ in r["tried"]), default="?")
+            print(f"| {r['model']} | {r['T']} | {r['width'] or f'> {largest}'} | {r['params'] or '-'} |"
+                  f" {r['val'] if r['val'] is not None else '-'} |")
+        return True
+    grid = require(read(path.parent / "config.json"), ["grid"], path.parent / "config.json")["grid"]
+    if out is not None:
+        return figure_critical(summary, grid, out, name)
+    print(f"\n{name}: critical m (None: beyond the grid, max {max(grid)})\n\n| model | s | T | m_crit |"
+          "\n|---|---|---|---|")
+    for r in summary["rows"]:
+        print(f"| {r['model']} | {r['s']} | {r['T']} | {r['m_crit']} |")
+    return True
 
 
-def draw(name, runs, out):
-    """Every figure an experiment's runs allow."""
-    tf = [r for r in runs if r["config"].get("model") == "transformer"]
-    if not tf:
-        return
+def draw(name, runs, out, report):
+    """Every figure an experiment's runs allow; one that cannot be drawn is reported, the others still are."""
+    tf = [r for r in runs if r["config"]["model"] == "transformer"]
+    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
+    jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
     if len({r["config"]["de"] for r in tf}) >= 3:
-        figure_floor(tf, out, name)
-        return
-    figure_training(tf, out, name)
-    last = tf[0]["log"][-1]
-    if any(k.startswith("T=") for k in last):
-        figure_tests(tf, out, name, "T=", "length")
-    if any(k.startswith("q=") for k in last):
-        figure_tests(tf, out, name, "q=", "subset size")
-    figure_weights(sorted(tf, key=lambda r: (r["config"]["seed"], r["config"]["pe"])), out, name)
+        jobs.append((figure_floor, tf, out, name))
+    elif tf:
+        tests = [(figure_tests, tf, out, name, g, suffix) for g, suffix in (("T", "length"), ("q", "qtest"))]
+        jobs += [(figure_training, tf, out, name)] + [job for job in tests if set_names(tf, job[4])]
+        by_seed = sorted(tf, key=lambda r: (r["config"]["seed"], r["config"]["pe"]))
+        jobs.append((figure_weights, by_seed, out, name, report))
+    for job in jobs:
+        report.drawn += bool(report.attempt(*job))
 
 
 def table(name, runs):
-    """The final record of each run as a Markdown table (the README's tables are pasted from this)."""
-    keys = [k for k in runs[0]["log"][-1] if k in ("val", "cos_W", "cos_V") or k[:2] in ("T=", "q=")]
-    print(f"\n{name}: {describe(runs[0]['config'])}, {runs[0]['log'][-1]['step']} steps\n")
-    print("| run | " + " | ".join("val (T=%d)" % runs[0]["config"]["T"] if k == "val" else k for k in keys) + " |")
-    print("|---" * (len(keys) + 1) + "|")
-    for run in sorted(runs, key=lambda r: (r["config"]["pe"], r["config"]["de"], r["config"]["seed"])):
-        last = run["log"][-1]
-        print(f"| {label(run, runs)} | " + " | ".join(f"{last.get(k, float('nan')):.4f}" for k in keys) + " |")
+    """Each run's last logged record and, beside it, summary.json's final numbers, as Markdown (the README's
+    tables are pasted from this). Runs of one model kind."""
+    c = runs[0]["config"]
+    sets = ["val", *set_names(runs, "T"), *set_names(runs, "q")]
+    cos = [k for k in ("cos_W", "cos_V") if any(k in r["log"][-1] for r in runs)]
+    final = sets if any("final" in r["summary"] for r in runs) else []
+    n, n_final = c.get("n_test", "?"), c.get("n_final", "?")
+    shape = ["T", "width", "params"] if c["model"] == "fcn" else []
+    print(f"\n{name}: {describe(c)}. Columns (n): the last logged record, n = {n} validation sequences per set"
+          + (f"; 'final' columns: summary.json's, n = {n_final} per set (the logged {n} are their first part)"
+             if final else "") + "\n")
+    header = shape + ["step"] + [f"{k} ({n})" for k in sets] + cos + [f"final {k} ({n_final})" for k in final]
+    print("| run | " + " | ".join(header) + " |\n" + "|---" * (len(header) + 1) + "|")
+    for run in sorted(runs, key=lambda r: [repr(r["config"].get(k)) for k in VARYING]):
+        last, fin = run["log"][-1], run["summary"].get("final", {})
+        numbers = [value(last, k) for k in sets + cos] + [value(fin, k) for k in final]
+        cells = [str(run["config"].get(k, "-")) for k in shape] + [str(last["step"])]
+        print(f"| {label(run, runs)} | " + " | ".join(cells + [f"{x:.4f}" if finite(x) else "-" for x in numbers])
+              + " |")
+
+
+def fail(message):
+    print(f"plots.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv=None):
-    p = sts.argument_parser("plots.py", __doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="plots.py", description=__doc__.split("\n")[0])
+    p.error = fail  # one line on stderr, not argparse's usage block
     p.add_argument("paths", nargs="+", help="run directories, or folders that hold them")
-    p.add_argument("--out", default="figures", help="folder for the PNG and PDF files (default figures/)")
-    p.add_argument("--table", action="store_true", help="print each run's final numbers as Markdown, no figure")
+    p.add_argument("--out", default="runs/figures", help="folder for the PNG and PDF files (default runs/figures:"
+                   " the committed gallery figures/ is written only when named here)")
+    p.add_argument("--table", action="store_true", help="print the last logged and the final numbers as Markdown")
     args = p.parse_args(argv)
-    problems = []
-    try:
-        experiments, summaries = find_experiments(args.paths)
-    except BadLog as e:
-        print(f"plots.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    out = Path(args.out)
-    if not args.table:
+    report, out = Report(), None if args.table else Path(args.out)
+    experiments, summaries = find_experiments(args.paths, report)
+    if out and (experiments or summaries):
         out.mkdir(parents=True, exist_ok=True)
     for folder, dirs in sorted(experiments.items()):
-        runs = []
-        for d in dirs:
-            try:
-                runs.append(load_run(d))
-            except BadLog as e:
-                problems.append(str(e))
-        try:
-            if args.table and runs:
-                table(folder.name, runs)
-            elif runs:
-                draw(folder.name, runs, out)
-        except BadLog as e:
-            problems.append(str(e))
+        runs = [run for run in (report.attempt(load_run, d, report) for d in dirs) if run]
+        for model in dict.fromkeys(r["config"]["model"] for r in runs) if args.table else ():
+            report.drawn += 1
+            table(folder.name, [r for r in runs if r["config"]["model"] == model])  # one table per model
+        if runs and out:
+            draw(folder.name, runs, out, report)
     for path in summaries:
-        try:
-            draw_summary(path, None if args.table else out)
-        except BadLog as e:
-            problems.append(str(e))
-    for problem in problems:
-        print(f"plots.py: error: {problem}", file=sys.stderr)
-    sys.exit(2 if problems else 0)
+        report.drawn += bool(report.attempt(draw_summary, path, out, report))
+    print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
+    if not report.drawn:
+        print(f"plots.py: error: nothing {'printed' if args.table else 'drawn'} from {' '.join(args.paths)}"
+              + (" (every run and summary was skipped, see above)" if report else ""), file=sys.stderr)
+    sys.exit(2 if any(line.startswith("plots.py: skipped:") for line in report) or not report.drawn else 0)
 
 
 if __name__ == "__main__":
