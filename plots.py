@@ -462,6 +462,8 @@ def main(argv=None):
     p.add_argument("--table", action="store_true", help="print the last logged and the final numbers as Markdown")
     args = p.parse_args(argv)
     report, out = Report(), None if args.table else Path(args.out)
+    if out and out.exists() and not out.is_dir():            # checked before anything is read or drawn
+        fail(f"--out: {out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if out and (experiments or summaries):
         out.mkdir(parents=True, exist_ok=True)

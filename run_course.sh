@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 OUT=${1:-runs/course}
 SCALE=${2:-course}
 case $SCALE in
-  course) SEEDS="0 1"; PREFIX="" ;;
+  course) SEEDS="0 1 2"; PREFIX="" ;;
   paper) SEEDS="0"; PREFIX="paper_" ;;
   *) echo "run_course.sh: error: scale must be course or paper (got $SCALE)" >&2; exit 2 ;;
 esac

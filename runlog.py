@@ -119,7 +119,8 @@ def check_out(out):
 
 def check_free(path, force, resumable=False):
     """Before any training: a run directory that holds a run is refused unless --force (or --resume)."""
-    require(force or not (Path(path) / "log.jsonl").exists(), f"--out: {path} already holds a run; pass "
+    log = Path(path) / "log.jsonl"                      # an empty log (stopped before its first record) holds none
+    require(force or not (log.exists() and log.stat().st_size > 0), f"--out: {path} already holds a run; pass "
             f"another --out{', --resume (go on)' if resumable else ''} or --force (replace it)")
 
 

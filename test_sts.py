@@ -20,6 +20,7 @@ import torch
 
 import fused
 import plots
+import runlog
 import sts
 import train_bool
 import train_fcn
@@ -476,6 +477,113 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
         for part in ("W", "V"):
             np.testing.assert_array_equal(np.load(tmp_path / "whole" / run / "weights_final.npz")[part],
                                           np.load(tmp_path / "cut" / run / "weights_final.npz")[part])
+
+
+# ------------------------------------------------------------ faults and bad input: the exit contract
+COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-final", "128", "--device", "cpu"]
+
+
+def summary_of(run):
+    return json.loads((run / "summary.json").read_text())
+
+
+def test_a_diverging_run_stops_alone_and_the_others_finish(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(COURSE_100 + ["--lr", "5", "--pe", "stochastic", "fixed", "--out", str(tmp_path)])
+    assert done.value.code == 1 and "1 of 2 runs diverged" in capsys.readouterr().err
+    healthy, bad = summary_of(tmp_path / "stochastic-de64-seed0"), summary_of(tmp_path / "fixed-de64-seed0")
+    assert healthy["status"] == "finished" and healthy["step"] == 100 and healthy["val"] < 0.5
+    assert bad["status"] == "diverged" and bad["step"] == bad["stopped_at"] == len(read_log(tmp_path / "fixed-de64-seed0")) * 10 - 10
+
+
+
+def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp_path):
+    with open(tmp_path / "log.jsonl", "w") as log:
+        runlog.append_record(log, dict(step=3, val=float("nan"), test_T={"8": float("inf"), "9": 0.5}))
+    runlog.write_summary(tmp_path, "diverged", 5, 1.0, dict(step=3, val=float("-inf")))
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not JSON")
+    record = json.loads((tmp_path / "log.jsonl").read_text(), parse_constant=no_constants)
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=no_constants)
+    assert record == dict(step=3, val=None, test_T={"8": None, "9": 0.5})
+    assert summary["val"] is None and summary["step"] == 3 and summary["stopped_at"] == 5
+
+
+def test_sigterm_is_handled_like_ctrl_c_and_force_leaves_nothing_of_the_old_run(tmp_path):
+    train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
+    run = tmp_path / "stochastic-de8-seed0"
+    assert summary_of(run)["status"] == "finished"
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--steps", "10000000", "--force",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not ((run / "log.jsonl").exists() and (run / "log.jsonl").read_text().count("\n") >= 2
+               and not (run / "summary.json").exists()) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "terminated" in err.splitlines()[-1]
+    summary = summary_of(run)
+    assert summary["status"] == "terminated" and summary["stopped_at"] >= 10
+    assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
+    assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
+
+
+BAD_INPUT = [  # (script, flags, fragment of the one-line message); each must exit 2 and write nothing
+    ("train_tf", ["--seed", "0", "0"], "--seed lists a value twice"),
+    ("train_tf", ["--seed", "-1"], "--seed must be >= 0"),
+    ("train_tf", ["--anneal-at", "-5"], "--anneal-at must be >= 0"),
+    ("train_tf", ["--anneal-factor", "-1"], "--anneal-factor must be a positive finite"),
+    ("train_tf", ["--lr", "inf"], "--lr must be a positive finite"),
+    ("train_tf", ["--init-scale", "inf"], "--init-scale must be a positive finite"),
+    ("train_tf", ["--T", "1000000000"], "GiB of memory"),
+    ("train_tf", ["--batch", "100000000"], "GiB of memory"),
+    ("train_tf", ["--pe", "onehot", "--de", "64", "7"], "onehot PE needs d_e >= the largest length 8"),
+    ("train_fcn", ["--lr", "0"], "--lr must be a positive finite"),
+    ("train_fcn", ["--sweep", "--steps", "0"], "--steps must be >= 1"),
+    ("train_fcn", ["--width", "1000000000"], "GiB of memory"),
+    ("train_fcn", ["--seed", "-1"], "--seed must be >= 0"),
+    ("train_bool", ["--T", "8", "8"], "--T lists a value twice"),
+]
+
+
+@pytest.mark.parametrize("script, flags, fragment", BAD_INPUT)
+def test_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_path, capsys, script, flags, fragment):
+    base = {"train_tf": TINY, "train_fcn": FCN_TINY + ["--width", "8"], "train_bool": []}[script]
+    t0 = time.time()
+    with pytest.raises(SystemExit) as done:
+        {"train_tf": train_tf, "train_fcn": train_fcn, "train_bool": train_bool}[script].main(
+            base + flags + ["--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert not (tmp_path / "out").exists() and time.time() - t0 < 10         # refused up front
+
+
+@pytest.mark.parametrize("script", ["train_tf", "train_fcn", "train_bool", "plots"])
+def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    base = {"train_tf": TINY, "train_fcn": FCN_TINY + ["--width", "8"], "train_bool": [], "plots": [str(tmp_path)]}
+    r = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *base[script], "--out", str(blocker)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert blocker.read_text() == "not a folder"
+
+
+def test_sts_demo_stops_a_diverging_run_and_refuses_a_negative_rate():
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50"], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "diverging" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "-1"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr" in r.stderr
+
+
+def test_sts_pastes_into_a_notebook_without_running_or_exiting(monkeypatch):
+    # a notebook cell runs the source with __name__ == "__main__" and the kernel's arguments in sys.argv
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "kernel.json"])
+    namespace = {"__name__": "__main__"}
+    exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), namespace)
+    assert callable(namespace["demo"]) and callable(namespace["backward"])
 
 
 # ---------------------------------------------------------------------------------------- plots.py
