@@ -418,6 +418,40 @@ def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads):
         assert np.all(dW[r, :, :d].numpy() == 0)                         # z_q's token part is 0
 
 
+def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_the_same_numbers():
+    # record the numbers fused.py draws for one batch, hand them to sts.sample_batch in place of its numpy
+    # generator, and compare: same tokens, subsets, targets and PEs (the torch sampler mirrors sample_batch)
+    n, T, q, d, d_e, seed, step = 20, 11, 3, 4, 6, 9, 5
+    X, idx, target, G = fused.draw_batch(seed, (fused.TRAIN, fused.TRAIN_PE), step, n, T, q, d, d_e,
+                                         torch.float64, torch.device("cpu"))
+    gen, uniforms = torch.Generator(), []
+    for j in range(0, n, fused.DRAW_CHUNK):                 # the uniforms behind the subsets, chunk by chunk
+        gen.manual_seed(fused.mix(seed, fused.TRAIN, step, j // fused.DRAW_CHUNK))
+        torch.randn(min(fused.DRAW_CHUNK, n - j), d, T, generator=gen, dtype=torch.float64)
+        uniforms.append(torch.rand(min(fused.DRAW_CHUNK, n - j), T, generator=gen, dtype=torch.float32))
+
+    class Recorded:                                          # sample_batch's three draws, in its order
+        def __init__(self):
+            self.numbers = [X.numpy(), torch.cat(uniforms).double().numpy(), G.numpy().transpose(0, 2, 1)]
+
+        def standard_normal(self, shape, dtype):
+            return self._next(shape)
+
+        def random(self, shape, dtype):
+            return self._next(shape)
+
+        def _next(self, shape):
+            out = self.numbers.pop(0)
+            assert out.shape == shape
+            return out
+
+    b = sts.sample_batch(Recorded(), n, T, q, d, sts.PositionalEncoding("stochastic", d_e, T))
+    np.testing.assert_array_equal(b.Z[:, :d], X.numpy())
+    np.testing.assert_array_equal(np.sort(b.idx, 1), np.sort(idx.numpy(), 1))
+    np.testing.assert_allclose(b.target, target.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(b.Z[:, d:], (G / G.norm(dim=-1, keepdim=True)).mT.numpy(), rtol=1e-12)
+
+
 FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
 
 
