@@ -99,6 +99,13 @@ def fail(program, error):
     sys.exit(2)
 
 
+class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each flag's default, except where it is None (the flag's help says what decides it)."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def argument_parser(program, description, **kwargs):
     """argparse for every script here, its errors one line (not argparse's usage block) through fail."""
     p = argparse.ArgumentParser(prog=program, description=description, **kwargs)

@@ -49,35 +49,39 @@ RUN_KEYS = ("pe", "seed", "attend", "init", "init_scale", "optimizer", "lr", "an
 
 
 def parse_args(argv=None):
-    p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0],
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0], formatter_class=runlog.DefaultsHelp)
     a = p.add_argument
+
+    def preset(flag, text, **kw):  # a flag whose default comes from PRESETS: --help lists each preset's value
+        key = flag[2:].replace("-", "_")
+        shown = "; ".join(f"{name} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                          for name, values in PRESETS.items() for v in [values[key]])
+        a(flag, help=f"{text} [{shown}]", **kw)
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
     a("--pe", nargs="+", choices=sts.PE_KINDS, default=["stochastic"], help="positional encodings to train")
     a("--seed", nargs="+", type=int, default=[0], help="seeds (data, init, fixed PE table, validation sets)")
     a("--figure-set", action="store_true", help="train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
     a("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where there is one")
     a("--dtype", choices=("float32", "float64"), default="float32", help="floating-point precision")
-    a("--T", type=int, help="training sequence length [paper 200, course 20]")
-    a("--q", type=int, help="subset size [3]")
-    a("--d", type=int, help="token dimension [5]")
-    a("--de", nargs="+", type=int, help="PE dimension d_e, several for a sweep [paper 170, course 64];"
-                                        " onehot: default the largest length")
-    a("--batch", type=int, help="fresh sequences per step, n [256]")
-    a("--steps", type=int, help="training steps [paper 100000, course 10000]")
+    preset("--T", "training sequence length", type=int)
+    preset("--q", "subset size", type=int)
+    preset("--d", "token dimension", type=int)
+    preset("--de", "PE dimension d_e, several for a sweep (onehot: the largest length)", nargs="+", type=int)
+    preset("--batch", "fresh sequences per step, n", type=int)
+    preset("--steps", "training steps", type=int)
     a("--optimizer", choices=("sgd", "adam"), default="sgd", help="plain SGD (the theory) or Adam")
-    a("--lr", type=float, help="learning rate [sgd 1, adam 0.01]")
+    a("--lr", type=float, help=f"learning rate [{'; '.join(f'{k} {v}' for k, v in DEFAULT_LR.items())}]")
     a("--anneal-at", type=int, help="step at which lr is multiplied by --anneal-factor [half the steps]")
-    a("--anneal-factor", type=float, help="lr multiplier from --anneal-at on [1/3]")
+    preset("--anneal-factor", "lr multiplier from --anneal-at on", type=float)
     a("--init", choices=sts.INITS, default="zero", help="zero (the theorems) or random Gaussian (Figure 3)")
     a("--init-scale", type=float, default=sts.INIT_SCALE, help="std of the entries of a random init")
     a("--attend", choices=sts.ATTEND, default="tokens", help="attend over Z, or over [Z, z_q] (Figure 1)")
-    a("--test-T", nargs="*", type=int, help="lengths of the length-generalisation sets [paper 250..400]")
-    a("--test-q", nargs="*", type=int, help="subset sizes of the q-generalisation sets [2 4 6]")
-    a("--n-test", type=int, help="sequences in each validation set, fixed before training [128]")
-    a("--n-final", type=int, help="sequences in each set of the final evaluation (summary.json 'final');"
-                                  " the --n-test set is its first part [2048]")
-    a("--eval-every", type=int, help="steps between evaluations and log records [paper 500, course 100]")
+    preset("--test-T", "lengths of the length-generalisation sets", nargs="*", type=int)
+    preset("--test-q", "subset sizes of the q-generalisation sets", nargs="*", type=int)
+    preset("--n-test", "sequences in each validation set, fixed before training", type=int)
+    preset("--n-final", "sequences in each set of the final evaluation (summary.json 'final'; the --n-test set"
+                        " is its first part)", type=int)
+    preset("--eval-every", "steps between evaluations and log records", type=int)
     a("--step", choices=("fused", "autograd"), default="fused",
       help="fused: fused.py's hand-written step; autograd: sts.forward + autograd (the reference)")
     a("--threads", type=int, default=2, help="CPU threads drawing and computing chunks (fused step)")
