@@ -10,15 +10,22 @@ NAME_length (Figures 2, 4-top: loss at longer T), NAME_qtest (Figure 4-bottom), 
 with three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. A folder of FCN runs gives
 NAME_fcn_training (validation losses against the step). A sweep.json (train_fcn.py) gives NAME_separation,
 a critical.json (train_bool.py) NAME_critical; the run directories below them are the search's own.
---table prints each run's last logged record (n_test sequences per set) and, beside it, summary.json's
-"final" numbers (n_final sequences, of which the logged ones are the first part).
+--table prints the last logged record (n_test sequences per set) and, beside it, summary.json's "final"
+numbers (n_final sequences, of which the logged ones are the first part).
+
+Seeds: the runs of one folder whose config.json agree apart from PER_SEED are one configuration. A figure
+draws its mean over the seeds, with a band from the lowest to the highest seed, the legend giving the count
+("stochastic PE (3 seeds)"); a curve at the steps every seed logged. NAME_weights shows one run per
+configuration, its lowest seed. --table gives a configuration one row, each cell "mean ± s" (s: the sample
+standard deviation over the seeds, n - 1 in the denominator; the mean alone for one seed), and its count.
 
 What cannot be drawn is said on one line of stderr naming the file, and the rest is still drawn. Skipped,
 and exit status 2 at the end: a run whose config.json lacks a key its figures need, whose summary says it
 diverged, or whose losses are all null; a log line that is not a JSON object with a "step"; a sweep.json or
 critical.json row without a key its figure reads; unreadable weights. A warning only, exit status 0: a log
 whose last line was cut mid-record, as a run killed mid-write leaves it or as a log still being written
-reads; its intact records are everything the run finished. Nothing drawn at all: exit status 2.
+reads; its intact records are everything the run finished. Nothing drawn at all: exit status 2. A skipped
+run is left out of its configuration's mean and count.
 """
 import argparse
 import json
@@ -45,7 +52,8 @@ NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer"
 SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"), ("model", "T", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m_crit"))}
 GROUPS = {"test_T": "T", "test_q": "q"}  # the nested validation sets of a record, and their one-letter name
-VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init", "seed")  # what a legend names
+VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init")  # what a legend names first
+PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every")  # what seeds of a configuration vary in
 
 
 class Skip(Exception):

@@ -13,7 +13,6 @@ weights_init.npz, weights_final.npz, summary.json and checkpoint.pt. The step is
 one (--step fused, the default) or autograd through sts.forward on the same draws (--step autograd, the
 reference; test_sts.py checks that the two agree).
 """
-import argparse
 import itertools
 import json
 import time
