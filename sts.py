@@ -238,6 +238,45 @@ def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
 
 
 # ----------------------------------------------------------------------------------------------------
+# The loss floor of random PEs: the best model of the ground-truth family W = c W*, V = alpha V*
+# ----------------------------------------------------------------------------------------------------
+def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
+    """min over (c, alpha) of the loss of W = c W*, V = alpha V*, by Monte Carlo on n sequences.
+
+    In this family the scores are c p_i^T s (s = sum_{j in y} p_j) and f = alpha X softmax(c P^T s), so for
+    each c the best alpha is a least-squares fit, alpha = E<g, y> / E||g||^2 with g = X softmax(...);
+    c is found by a golden-section search over log c. Returns (loss, c, alpha).
+    """
+    check_task(T, q, d, d_e)
+    rng = np.random.default_rng(seed)
+    pe = PositionalEncoding(kind, d_e, T, seed)
+    X, gram, target = [], [], []
+    for lo in range(0, n, 512):                      # chunks: P of 4096 sequences would not fit at T = 200
+        b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
+        P = b.Z[:, d:]                               # (m, d_e, T)
+        gram.append(np.einsum("mei,me->mi", P, b.z_q[:, d:]))   # p_i^T s, the scores at c = 1  (m, T)
+        X.append(b.Z[:, :d])
+        target.append(b.target)
+    X, gram, target = np.concatenate(X), np.concatenate(gram), np.concatenate(target)
+
+    def best(log_c):
+        g = np.einsum("ndt,nt->nd", X, softmax(np.exp(log_c) * gram))   # attended tokens at alpha = 1
+        alpha = (g * target).sum() / (g * g).sum()                       # the least-squares alpha
+        return loss(alpha * g, target), alpha
+
+    lo, hi = np.log(1e-3), np.log(c_max)
+    ratio = (5 ** 0.5 - 1) / 2
+    for _ in range(60):                              # golden section on log c (the loss is unimodal in c)
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if best(a)[0] < best(b)[0]:
+            hi = b
+        else:
+            lo = a
+    value, alpha = best((lo + hi) / 2)
+    return float(value), float(np.exp((lo + hi) / 2)), float(alpha)
+
+
+# ----------------------------------------------------------------------------------------------------
 # Command line: the demo and the benchmark
 # ----------------------------------------------------------------------------------------------------
 def demo(T, q, d, d_e, steps, lr, seed):
@@ -293,6 +332,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=1500, help="SGD steps per run (default 1500)")
     p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the fixed PE table and init")
+    p.add_argument("--floor", action="store_true", help="print the best loss of the family W = c W*, "
+                   "V = alpha V* (family_floor) for stochastic and fixed PE at --T, --q, --d, --de, and exit")
     p.add_argument("--bench", action="store_true",
                    help="print ms per SGD step at the paper's scale (T=200, d_e=170, n=256) and exit")
     args = p.parse_args(argv)
@@ -301,6 +342,11 @@ def main(argv=None):
         _require(0 < args.lr < float("inf"), f"--lr must be a positive finite number (got {args.lr})")
         if args.bench:
             bench()
+        elif args.floor:
+            for kind in ("stochastic", "fixed"):
+                value, c, alpha = family_floor(kind, args.T, args.q, args.d, args.de, seed=args.seed)
+                print(f"{kind}: T={args.T} q={args.q} d={args.d} d_e={args.de}: best loss {value:.4f} "
+                      f"at c={c:.3g}, alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
         else:
             demo(args.T, args.q, args.d, args.de, args.steps, args.lr, args.seed)
     except ValueError as e:

@@ -194,6 +194,26 @@ def test_numpy_sgd_learns_to_select_tokens():
     assert sts.cosine(W, W_star) > 0.95                                # from 0 at the zero init
 
 
+# --------------------------------------------------------------------------------- the family floor
+@pytest.mark.parametrize("kind", ["stochastic", "fixed"])
+def test_family_floor_is_the_models_own_loss_at_its_minimiser_and_beats_a_grid(kind):
+    T, q, d, d_e, n = 10, 2, 3, 12, 400                   # n <= 512: one chunk, so the draws can be replayed
+    value, c, alpha = sts.family_floor(kind, T, q, d, d_e, n=n, seed=4)
+    pe = sts.PositionalEncoding(kind, d_e, T, seed=4)
+    b = sts.sample_batch(np.random.default_rng(4), n, T, q, d, pe)
+    W_star, V_star = sts.ground_truth(d, d_e)
+
+    def model_loss(c, alpha):                             # the transformer itself at W = c W*, V = alpha V*
+        return sts.loss(sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)[0], b.target)
+    assert model_loss(c, alpha) == pytest.approx(value, rel=1e-9)
+    grid = min(model_loss(cc, aa) for cc in np.geomspace(0.1, 100, 60) for aa in np.linspace(0.5, 2, 31))
+    assert value <= grid * (1 + 1e-6) and value < 0.9 * model_loss(0, 1)   # the search finds the optimum
+
+
+def test_family_floor_is_zero_for_orthogonal_pes():
+    value, c, _ = sts.family_floor("onehot", 10, 2, 3, 10, n=256)
+    assert value < 1e-3 and c > 50                        # exact selection as c grows
+
 # ---------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("call, name", [
     (lambda: sts.check_task(T=5, q=6, d=2), "q"),
