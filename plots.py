@@ -13,11 +13,10 @@ a critical.json (train_bool.py) NAME_critical; the run directories below them ar
 --table prints the last logged record (n_test sequences per set) and, beside it, summary.json's "final"
 numbers (n_final sequences, of which the logged ones are the first part).
 
-Seeds: the runs of one folder whose config.json agree apart from PER_SEED are one configuration. A figure
-draws its mean over the seeds, with a band from the lowest to the highest seed, the legend giving the count
-("stochastic PE (3 seeds)"); a curve at the steps every seed logged. NAME_weights shows one run per
-configuration, its lowest seed. --table gives a configuration one row, each cell "mean ± s" (s: the sample
-standard deviation over the seeds, n - 1 in the denominator; the mean alone for one seed), and its count.
+Seeds: the runs of a folder whose config.json agree apart from PER_SEED are one configuration, drawn as the
+mean over its seeds with a band from the lowest to the highest seed (at the steps every seed logged), the legend
+giving the count ("stochastic PE (3 seeds)"); NAME_weights shows its lowest seed. --table gives it one row of
+"mean ± s" cells (s: the sample standard deviation over the seeds; the mean alone for one) and the count.
 
 What cannot be drawn is said on one line of stderr naming the file, and the rest is still drawn. Skipped,
 and exit status 2 at the end: a run whose config.json lacks a key its figures need, whose summary says it
@@ -70,12 +69,12 @@ class Report(list):
     def skip(self, message):
         self.append(f"plots.py: skipped: {message}")
 
-    def attempt(self, job, *args):
-        """job(*args), or None with its Skip reported."""
+    def attempt(self, job, *args, then=""):
+        """job(*args), or None with its Skip reported (and `then`, what follows from it)."""
         try:
             return job(*args)
         except Skip as e:
-            self.skip(str(e))
+            self.skip(f"{e}{then}")
 
 
 def read(path, parse=json.loads):
@@ -130,9 +129,9 @@ def load_run(path, report):
     if not isinstance(summary, dict) or not isinstance(summary.get("final", {}), dict):
         raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
     if summary.get("status") == "diverged":  # its curve would run off the axes or be blank: say so instead
-        raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}; not drawn")
+        raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
     if not any(finite(x) for r in log for x in losses(r)):
-        raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite); not drawn")
+        raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite)")
     return dict(path=path, config=config, log=log, summary=summary)
 
 
@@ -182,9 +181,29 @@ def value(record, name):
     return float(x) if finite(x) else float("nan")
 
 
-def series(run, name):
-    """Steps and values of `name` over the log; a null (train_loss at step 0) is a gap in the line."""
-    return np.array([r["step"] for r in run["log"]], float), np.array([value(r, name) for r in run["log"]])
+def configurations(runs):
+    """The runs grouped by configuration (config.json apart from PER_SEED), each group by seed, in legend order."""
+    groups = defaultdict(list)
+    for run in sorted(runs, key=lambda r: r["config"]["seed"]):
+        groups[repr(sorted(kv for kv in run["config"].items() if kv[0] not in PER_SEED))].append(run)
+    return sorted(groups.values(), key=lambda g: [repr(g[0]["config"].get(k)) for k in VARYING])
+
+
+def spread(group, name):
+    """The steps every seed of a configuration logged, and `name` there, a row per seed; a null is NaN (a gap)."""
+    logs = [{r["step"]: value(r, name) for r in run["log"]} for run in group]
+    steps = sorted(set.intersection(*map(set, logs)))
+    return np.array(steps, float), np.array([[log[step] for step in steps] for log in logs]).reshape(len(logs), -1)
+
+
+def curve(ax, group, groups, name, f=lambda y: y, **kw):
+    """A configuration's `name` against the step: the mean over its seeds and, for more than one, a band from
+    the lowest to the highest seed; f (such as 1/y) applied to the three."""
+    step, y = spread(group, name)
+    kw.setdefault("color", color(group, groups))
+    ax.plot(step, f(y.mean(0)), **kw)
+    if len(group) > 1:
+        ax.fill_between(step, f(y.min(0)), f(y.max(0)), color=kw["color"], alpha=0.2, lw=0)
 
 
 def set_names(runs, group):
@@ -193,30 +212,29 @@ def set_names(runs, group):
     return sorted(names, key=lambda n: float(n[2:]))
 
 
-def label(run, runs):
-    """A run's legend entry: what tells it apart from the others in its experiment, and an unusual end."""
-    c = run["config"]
-    varying = [k for k in VARYING if len({repr(r["config"].get(k)) for r in runs}) > 1]
+def label(group, groups):
+    """A configuration's legend entry: what tells it from the others, its number of seeds, an unusual end."""
+    c, keys = group[0]["config"], dict.fromkeys([*VARYING, *sorted(k for g in groups for k in g[0]["config"])])
+    varying = [k for k in keys if k not in PER_SEED and len({repr(g[0]["config"].get(k)) for g in groups}) > 1]
     text = ", ".join(f"{c[k]} PE" if k == "pe" else f"{k}={c.get(k)}" for k in varying)
     text = text or (f"{c['pe']} PE" if c["model"] == "transformer" else f"T={c['T']}, width={c['width']}")
-    status = run["summary"].get("status", "no summary")
-    return text if status == "finished" else f"{text} ({status})"
+    odd = sorted({run["summary"].get("status", "no summary") for run in group} - {"finished"})
+    return text + (f" ({len(group)} seeds)" if len(group) > 1 else "") + (f" ({', '.join(odd)})" if odd else "")
 
 
-def style(run, runs):
-    """Colour by PE (transformer) or by T and width (FCN); the first seed solid, the others faint."""
-    c, first = run["config"], min(r["config"]["seed"] for r in runs)
-    shapes = sorted({(r["config"]["T"], r["config"].get("width", 0)) for r in runs})
-    fcn_color = f"C{shapes.index((c['T'], c.get('width', 0))) % 10}"
-    color = COLORS.get(c.get("pe"), "k") if c["model"] == "transformer" else fcn_color
-    return dict(color=color, alpha=1.0 if c["seed"] == first else 0.45)
+def color(group, groups):
+    """By PE where each configuration has its own (transformer runs), otherwise one colour per configuration."""
+    pes, i = [g[0]["config"].get("pe") for g in groups], [id(g) for g in groups].index(id(group))
+    return COLORS[pes[i]] if set(pes) <= set(COLORS) and len(set(pes)) == len(pes) else f"C{i % 10}"
 
 
-def describe(c):
+def describe(c, groups=()):
+    """The settings an experiment's runs share; with groups of several seeds, what its lines and bands are."""
     common = f"q={c['q']}, d={c['d']}, n={c['batch']}, {c['optimizer']} lr={c['lr']}"
+    note = "; lines: mean over seeds, bands: lowest to highest seed" if any(len(g) > 1 for g in groups) else ""
     if c["model"] == "fcn":
-        return f"FCN (ReLU, depth {c.get('depth', 1)}), {common}"
-    return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}"
+        return f"FCN (ReLU, depth {c.get('depth', 1)}), {common}{note}"
+    return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}{note}"
 
 
 def save(fig, out, name):
@@ -229,15 +247,16 @@ def save(fig, out, name):
 
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), cos(W,W*) and cos(V,V*)."""
-    if not any(np.isfinite(series(run, "train_loss")[1]).any() for run in runs):
+    groups = configurations(runs)
+    if not any(np.isfinite(spread(g, "train_loss")[1]).any() for g in groups):
         raise Skip(f"{runs[0]['path'].parent}: no finite training loss; {name}_training not drawn")
     fig, (ax_loss, ax_inv, ax_cos) = plt.subplots(1, 3, figsize=(3 * PANEL[0], PANEL[1]))
-    for run in runs:
-        step, train = series(run, "train_loss")
-        ax_loss.semilogy(step, train, label=label(run, runs), **style(run, runs))
-        ax_inv.plot(step, 1 / train, **style(run, runs))
+    for g in groups:
+        curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
+        curve(ax_inv, g, groups, "train_loss", lambda y: 1 / y)
         for key, ls in (("cos_W", "-"), ("cos_V", "--")):
-            ax_cos.plot(*series(run, key), ls=ls, **style(run, runs))
+            curve(ax_cos, g, groups, key, ls=ls)
+    ax_loss.set_yscale("log")
     start = runs[0]["config"]["d"] / (2 * runs[0]["config"]["q"])
     ax_loss.axhline(start, color="gray", lw=0.8, ls=":", label="d/(2q), the loss at W=V=0")
     ax_loss.set(xlabel="step", ylabel="training loss ½‖f − y‖²", title="loss")
@@ -247,7 +266,7 @@ def figure_training(runs, out, name):
     ax_cos.set(xlabel="step", ylabel="cosine similarity", title="alignment with ground truth", ylim=(0, 1.02))
     ax_loss.legend(fontsize=6)
     ax_cos.legend(loc="lower right", fontsize=6)
-    fig.suptitle(describe(runs[0]["config"]))
+    fig.suptitle(describe(runs[0]["config"], groups))
     return save(fig, out, f"{name}_training")
 
 
@@ -255,28 +274,31 @@ def figure_tests(runs, out, name, group, suffix):
     """Figures 2 and 4 (and the FCN's curves): the loss on the training-(T, q) validation set and on each
     fixed set of `group` ("T" or "q") against the step, one panel each, panels without a finite value left
     out."""
-    names = [n for n in ["val", *set_names(runs, group)] if any(np.isfinite(series(r, n)[1]).any() for r in runs)]
+    groups = configurations(runs)
+    names = [n for n in ["val", *set_names(runs, group)]
+             if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
     if not names:
         raise Skip(f"{runs[0]['path'].parent}: no finite validation loss; {name}_{suffix} not drawn")
     fig, axes = plt.subplots(1, len(names), figsize=(len(names) * PANEL[0] * 0.8, PANEL[1]), sharey=True,
                              squeeze=False)
     c = runs[0]["config"]
     for ax, key in zip(axes[0], names):
-        for run in runs:
-            ax.semilogy(*series(run, key), label=label(run, runs), **style(run, runs))
+        for g in groups:
+            curve(ax, g, groups, key, label=label(g, groups))
+        ax.set_yscale("log")
         trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"  # FCN: T varies
         ax.set(xlabel="step", title=f"val ({trained}, as trained)" if key == "val" else f"test {key}")
     axes[0][0].set_ylabel("validation loss ½‖f − y‖²")
     axes[0][0].legend()
-    fig.suptitle(describe(c))
+    fig.suptitle(describe(c, groups))
     return save(fig, out, f"{name}_{suffix}")
 
 
 def figure_weights(runs, out, name, report):
-    """Figure 3: W and V at initialisation and at the end, token/PE block borders drawn, one colour
-    scale per matrix shared by its two heat maps. A run whose weight files cannot be read is skipped."""
-    rows = []
-    for run in runs[:2]:
+    """Figure 3: W and V at initialisation and at the end, token/PE block borders drawn, one colour scale per
+    matrix; a row per configuration (two at most): its lowest seed. Unreadable weights: the run is skipped."""
+    rows, groups = [], configurations(runs)
+    for run in [g[0] for g in groups[:2]]:
         try:
             files = [np.load(run["path"] / f"weights_{when}.npz") for when in ("init", "final")]
             rows.append((run, [{key: f[key] for key in ("W", "V")} for f in files]))
@@ -296,39 +318,45 @@ def figure_weights(runs, out, name, report):
                 ax.axvline(d - 0.5, color="k", lw=0.6)     # token | PE columns
                 if key == "W":
                     ax.axhline(d - 0.5, color="k", lw=0.6)  # token | PE rows
-                ax.set_title(f"{key} at {when}, {run['config']['pe']} PE")
+                ax.set_title(f"{key} at {when}, {run['config']['pe']} PE, seed {run['config']['seed']}")
                 blocks = [(d - 1) / 2, (d + w[key].shape[1] - 1) / 2]  # the middle of the x and p blocks
                 ax.set_xticks(blocks, ["x", "p"])
                 ax.set_yticks(blocks if key == "W" else [], ["x", "p"] if key == "W" else [])
             fig.colorbar(im, ax=row[2 * j: 2 * j + 2], shrink=0.8)
+    fig.suptitle("one run per configuration: its lowest seed" if max(map(len, groups)) > 1 else "")
     return save(fig, out, f"{name}_weights")
 
 
 def figure_floor(runs, out, name):
     """The in-distribution loss floor against d_e: a run's final validation loss from summary.json (n_final
-    sequences) where it has one, otherwise the mean of its last 5 logged records (n_test sequences each)."""
+    sequences) where it has one, otherwise the mean of its last 5 logged records (n_test sequences each); the
+    mean over seeds, and a band from the lowest to the highest seed."""
     final = all("final" in r["summary"] for r in runs)
-    by_pe = defaultdict(list)
+    by_pe = defaultdict(lambda: defaultdict(list))
     for run in runs:
         s = run["summary"]
         floor = value(s["final"], "val") if "final" in s else np.mean([value(r, "val") for r in run["log"][-5:]])
         if floor > 0:  # a null (nan) or zero loss cannot go on a log axis
-            by_pe[run["config"]["pe"]].append((run["config"]["de"], floor))
+            by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
     if not by_pe:
         raise Skip(f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not drawn")
     fig, ax = plt.subplots(figsize=(1.5 * PANEL[0], 1.2 * PANEL[1]))
     for pe, points in sorted(by_pe.items()):
-        de, floor = np.array(sorted(points)).T
+        de, seeds = np.array(sorted(points), float), [points[de] for de in sorted(points)]
+        mean, n = np.array([np.mean(f) for f in seeds]), max(map(len, seeds))
+        many = f", {n} seeds" if n > 1 else ""
         if pe == "onehot":
-            ax.axhline(floor.mean(), color=COLORS[pe], ls="--", label=f"onehot PE (d_e={int(de[0])}):"
-                                                                      f" {floor.mean():.2g}")
+            ax.axhline(mean.mean(), color=COLORS[pe], ls="--", label=f"onehot PE (d_e={int(de[0])}{many}):"
+                                                                     f" {mean.mean():.2g}")
             continue
-        slope = np.polyfit(np.log(de), np.log(floor), 1)[0] if len(de) > 1 else float("nan")
-        ax.loglog(de, floor, "o-", color=COLORS.get(pe, "k"), label=f"{pe} PE (slope {slope:.2f})")
+        slope = np.polyfit(np.log(de), np.log(mean), 1)[0] if len(de) > 1 else float("nan")
+        ax.loglog(de, mean, "o-", color=COLORS.get(pe, "k"), label=f"{pe} PE (slope {slope:.2f}{many})")
+        if n > 1:
+            ax.fill_between(de, list(map(min, seeds)), list(map(max, seeds)), color=COLORS.get(pe, "k"), alpha=0.2)
     ax.set(xlabel="PE dimension d_e", ylabel="final validation loss" + ("" if final else " (some: last logged)"),
            title="loss floor against d_e")
     ax.legend()
-    fig.suptitle(describe(runs[0]["config"]))
+    fig.suptitle(describe(runs[0]["config"], configurations(runs)))
     return save(fig, out, f"{name}_floor")
 
 
@@ -427,33 +455,41 @@ def draw(name, runs, out, report):
         jobs.append((figure_floor, tf, out, name))
     elif tf:
         tests = [(figure_tests, tf, out, name, g, suffix) for g, suffix in (("T", "length"), ("q", "qtest"))]
-        jobs += [(figure_training, tf, out, name)] + [job for job in tests if set_names(tf, job[4])]
-        by_seed = sorted(tf, key=lambda r: (r["config"]["seed"], r["config"]["pe"]))
-        jobs.append((figure_weights, by_seed, out, name, report))
+        jobs += [(figure_training, tf, out, name), *(job for job in tests if set_names(tf, job[4])),
+                 (figure_weights, tf, out, name, report)]
     for job in jobs:
         report.drawn += bool(report.attempt(*job))
 
 
+def mean_sd(xs):
+    """A cell: "mean ± s" of the finite xs (s: sample standard deviation), the mean alone for one; "(k of n)"."""
+    ok = [x for x in xs if finite(x)]
+    text = f"{np.mean(ok):.4f}" + (f" ± {np.std(ok, ddof=1):.4f}" if len(ok) > 1 else "") if ok else "-"
+    return text + (f" ({len(ok)} of {len(xs)})" if ok and len(ok) < len(xs) else "")
+
+
 def table(name, runs):
-    """Each run's last logged record and, beside it, summary.json's final numbers, as Markdown (the README's
-    tables are pasted from this). Runs of one model kind."""
-    c = runs[0]["config"]
+    """A configuration's last logged records and, beside them, summary.json's final numbers, over its seeds,
+    as Markdown (the README's tables are pasted from this). Runs of one model kind."""
+    c, groups = runs[0]["config"], configurations(runs)
     sets = ["val", *set_names(runs, "T"), *set_names(runs, "q")]
     cos = [k for k in ("cos_W", "cos_V") if any(k in r["log"][-1] for r in runs)]
     final = sets if any("final" in r["summary"] for r in runs) else []
     n, n_final = c.get("n_test", "?"), c.get("n_final", "?")
     shape = ["T", "width", "params"] if c["model"] == "fcn" else []
-    print(f"\n{name}: {describe(c)}. Columns (n): the last logged record, n = {n} validation sequences per set"
+    print(f"\n{name}: {describe(c)}. A cell: mean ± sample standard deviation over a configuration's seeds (the"
+          f" mean alone for one). Columns (n): the last logged record, n = {n} validation sequences per set"
           + (f"; 'final' columns: summary.json's, n = {n_final} per set (the logged {n} are their first part)"
              if final else "") + "\n")
-    header = shape + ["step"] + [f"{k} ({n})" for k in sets] + cos + [f"final {k} ({n_final})" for k in final]
-    print("| run | " + " | ".join(header) + " |\n" + "|---" * (len(header) + 1) + "|")
-    for run in sorted(runs, key=lambda r: [repr(r["config"].get(k)) for k in VARYING]):
-        last, fin = run["log"][-1], run["summary"].get("final", {})
-        numbers = [value(last, k) for k in sets + cos] + [value(fin, k) for k in final]
-        cells = [str(run["config"].get(k, "-")) for k in shape] + [str(last["step"])]
-        print(f"| {label(run, runs)} | " + " | ".join(cells + [f"{x:.4f}" if finite(x) else "-" for x in numbers])
-              + " |")
+    header = shape + ["seeds", "step"] + [f"{k} ({n})" for k in sets] + cos + [f"final {k} ({n_final})"
+                                                                            for k in final]
+    print("| configuration | " + " | ".join(header) + " |\n" + "|---" * (len(header) + 1) + "|")
+    for group in groups:
+        last, fin = [run["log"][-1] for run in group], [run["summary"].get("final", {}) for run in group]
+        step = "-".join(map(str, sorted({min(r["step"] for r in last), max(r["step"] for r in last)})))
+        numbers = [[value(r, k) for r in last] for k in sets + cos] + [[value(f, k) for f in fin] for k in final]
+        cells = [str(group[0]["config"].get(k, "-")) for k in shape] + [str(len(group)), step]  # or a range
+        print(f"| {label(group, groups)} | " + " | ".join(cells + list(map(mean_sd, numbers))) + " |")
 
 
 def fail(message):
@@ -476,7 +512,8 @@ def main(argv=None):
     if out and (experiments or summaries):
         out.mkdir(parents=True, exist_ok=True)
     for folder, dirs in sorted(experiments.items()):
-        runs = [run for run in (report.attempt(load_run, d, report) for d in dirs) if run]
+        runs = [run for run in (report.attempt(load_run, d, report, then="; the run is left out (of its"
+                                               " configuration's mean over seeds too)") for d in dirs) if run]
         for model in dict.fromkeys(r["config"]["model"] for r in runs) if args.table else ():
             report.drawn += 1
             table(folder.name, [r for r in runs if r["config"]["model"] == model])  # one table per model

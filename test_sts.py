@@ -663,16 +663,61 @@ def test_plots_draws_every_figure_and_table_from_tiny_runs(tmp_path, one_thread,
     out, err = capsys.readouterr()
     assert done.value.code == 0 and err == ""
     lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: logged (n=64) and final (n=256)
-    header = [h.strip() for h in next(ln for ln in lines if ln.startswith("| run |")).split("|")]
+    header = [h.strip() for h in next(ln for ln in lines if ln.startswith("| configuration |")).split("|")]
     row = [c.strip() for c in next(ln for ln in lines if ln.startswith("| fixed PE |")).split("|")]
     run = tmp_path / "set" / "sgd" / "fixed-de8-seed0"
     final, last = json.loads((run / "summary.json").read_text())["final"], read_log(run)[-1]
     assert row[header.index("val (64)")] == f"{last['val']:.4f}"
     assert row[header.index("final val (256)")] == f"{final['val']:.4f}"
     assert row[header.index("final T=8 (256)")] == f"{final['test_T']['8']:.4f}"
-    assert sum(ln.startswith("| run |") for ln in out.splitlines()) == 4 + 1 + 1   # 4 figure-set folders
+    assert sum(ln.startswith("| configuration |") for ln in out.splitlines()) == 4 + 1 + 1   # 4 set folders
     fcn = next(ln for ln in out.split("\nfcn: ")[1].splitlines() if ln.startswith("| T=6"))
     assert fcn.split("|")[2:5] == [" 6 ", " 8 ", f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} "]
+
+
+def table_cells(out, starts):
+    """The cells of the --table lines that start with `starts`, stripped."""
+    return [[c.strip() for c in ln.split("|")[1:-1]] for ln in out.splitlines() if ln.startswith(starts)]
+
+
+def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_thread, capsys, monkeypatch):
+    import statistics  # an implementation of the sample standard deviation that plots.py does not use
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    train_tf.main(TINY + ["--n-final", "128", "--figure-set", "--seed", "0", "1", "2", "--out", str(tmp_path)])
+    sgd, fig = tmp_path / "sgd", tmp_path / "fig"
+    runs = [sgd / f"fixed-de8-seed{seed}" for seed in range(3)]
+    last = [read_log(run)[-1]["val"] for run in runs]
+    final = [json.loads((run / "summary.json").read_text())["final"]["test_T"]["8"] for run in runs]
+    assert len(set(last)) == len(set(final)) == 3                  # the seeds differ: a spread to measure
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--out", str(fig)])
+    assert done.value.code == 0
+    assert sorted(f.name for f in fig.iterdir()) == sorted(f"sgd_{f}.png" for f in FIGURES)
+    assert all(f.stat().st_size > 1000 for f in fig.iterdir())
+    groups = plots.configurations([plots.load_run(run, plots.Report()) for run in runs])
+    step, y = plots.spread(groups[0], "val")                         # the curve: the mean of the three logs
+    logs = [read_log(run) for run in runs]
+    assert len(groups) == 1 and list(step) == [r["step"] for r in logs[0]]
+    assert np.allclose(y.mean(0), [statistics.mean(log[i]["val"] for log in logs) for i in range(len(step))])
+    capsys.readouterr()
+
+    def table(expected_status, seeds):
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(sgd), "--table"])
+        out, err = capsys.readouterr()
+        assert done.value.code == expected_status, err
+        header, = table_cells(out, "| configuration |")
+        row, = table_cells(out, "| fixed PE")
+        assert row[0] == f"fixed PE ({len(seeds)} seeds)" and row[header.index("seeds")] == str(len(seeds))
+        for column, xs in (("val (64)", last), ("final T=8 (128)", final)):
+            xs = [xs[seed] for seed in seeds]
+            assert row[header.index(column)] == f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
+        return err
+
+    assert table(0, [0, 1, 2]) == ""
+    edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))   # left out of the mean
+    err = table(2, [0, 1]).splitlines()
+    assert len(err) == 1 and "fixed-de8-seed2/summary.json: the run diverged" in err[0] and "mean" in err[0]
 
 
 def fake_run(path, pe):
