@@ -12,7 +12,7 @@ OUT=${1:-runs/course}
 SCALE=${2:-course}
 case $SCALE in
   course) SEEDS="0 1 2"; PREFIX="" ;;
-  paper) SEEDS="0"; PREFIX="paper_" ;;
+  paper) SEEDS="0"; PREFIX="paper_" ;;   # one seed: ~90 min on 2 cores
   *) echo "run_course.sh: error: scale must be course or paper (got $SCALE)" >&2; exit 2 ;;
 esac
 MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
@@ -23,10 +23,12 @@ $TF --figure-set --seed $SEEDS $MODE --out "$OUT"
 if [ "$SCALE" = course ]; then                                   # ours and Edelman et al.'s, course scale
   $TF --de 8 16 32 64 128 256 --n-test 1024 --force --out "$OUT/floor"  # ours: the loss floor against d_e
   $TF --pe onehot --n-test 1024 --force --out "$OUT/floor"               #   and its zero-floor reference
+  python sts.py --floor --T 20 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json"  # its prediction
   python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep"  # ours: width FCN vs transformer
   python train_bool.py --force --out "$OUT/bool"                # Edelman et al.: sparse-AND critical m
   python plots.py "$OUT" --out figures
 else
+  python sts.py --floor --T 200 --de 170 --json "$OUT/sgd/family_floor.json"   # the floor random PEs allow
   python plots.py "$OUT" --out "$OUT/figures"
   for f in "$OUT"/figures/*.png; do cp "$f" "figures/$PREFIX$(basename "$f")"; done
 fi

@@ -20,6 +20,7 @@ NumPy only (tqdm for the demo's progress bar), read top to bottom: task, PEs, mo
 backward, SGD, demo. Pasted into a notebook cell it defines everything and runs nothing; call demo(...).
 """
 import argparse
+import json
 import sys
 import time
 from collections import namedtuple
@@ -328,12 +329,14 @@ def main(argv=None):
     p.add_argument("--T", type=int, default=20, help="training sequence length (default 20)")
     p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T (default 3)")
     p.add_argument("--d", type=int, default=5, help="token dimension (default 5)")
-    p.add_argument("--de", type=int, default=64, help="positional-encoding dimension d_e (default 64)")
+    p.add_argument("--de", type=int, nargs="+", default=[64], help="positional-encoding dimension d_e "
+                   "(default 64; several with --floor)")
     p.add_argument("--steps", type=int, default=1500, help="SGD steps per run (default 1500)")
     p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the fixed PE table and init")
     p.add_argument("--floor", action="store_true", help="print the best loss of the family W = c W*, "
-                   "V = alpha V* (family_floor) for stochastic and fixed PE at --T, --q, --d, --de, and exit")
+                   "V = alpha V* (family_floor) for stochastic and fixed PE at --T, --q, --d, each --de, and exit")
+    p.add_argument("--json", help="with --floor: also write the rows to this JSON file (plots.py overlays it)")
     p.add_argument("--bench", action="store_true",
                    help="print ms per SGD step at the paper's scale (T=200, d_e=170, n=256) and exit")
     args = p.parse_args(argv)
@@ -343,12 +346,20 @@ def main(argv=None):
         if args.bench:
             bench()
         elif args.floor:
-            for kind in ("stochastic", "fixed"):
-                value, c, alpha = family_floor(kind, args.T, args.q, args.d, args.de, seed=args.seed)
-                print(f"{kind}: T={args.T} q={args.q} d={args.d} d_e={args.de}: best loss {value:.4f} "
-                      f"at c={c:.3g}, alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+            rows = []
+            for d_e in args.de:
+                for kind in ("stochastic", "fixed"):
+                    value, c, alpha = family_floor(kind, args.T, args.q, args.d, d_e, seed=args.seed)
+                    rows.append(dict(pe=kind, T=args.T, q=args.q, d=args.d, de=d_e, loss=value, c=c, alpha=alpha))
+                    print(f"{kind}: T={args.T} q={args.q} d={args.d} d_e={d_e}: best loss {value:.4f} "
+                          f"at c={c:.3g}, alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(dict(family="W = c W*, V = alpha V*", sequences=4096, seed=args.seed, rows=rows), f,
+                              indent=2)
         else:
-            demo(args.T, args.q, args.d, args.de, args.steps, args.lr, args.seed)
+            _require(len(args.de) == 1, f"--de takes one value without --floor (got {args.de})")
+            demo(args.T, args.q, args.d, args.de[0], args.steps, args.lr, args.seed)
     except ValueError as e:
         fail(e)
     except FloatingPointError as e:                 # a diverging run: exit status 1, as the trainers'
