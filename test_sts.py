@@ -570,6 +570,28 @@ def test_sigterm_is_handled_like_ctrl_c_and_force_leaves_nothing_of_the_old_run(
     assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
 
 
+def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path, monkeypatch):
+    def interrupted(self, n):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train_tf.Trainer, "evaluate", interrupted)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--out", str(tmp_path)])
+    run = tmp_path / "stochastic-de8-seed0"
+    assert done.value.code == 130 and (run / "log.jsonl").read_text() == ""
+    summary = summary_of(run)
+    assert summary["status"] == "interrupted" and summary["step"] is None and summary["stopped_at"] == 0
+    monkeypatch.undo()
+    train_tf.main(TINY + ["--out", str(tmp_path)])                # no --force needed: nothing was logged
+    assert summary_of(run)["status"] == "finished"
+
+
+def test_a_paper_scale_cpu_run_says_what_it_will_cost_before_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_tf, "train", lambda args, d_e, device: [])   # no training: only the notice
+    train_tf.main(["--device", "cpu", "--out", str(tmp_path)])              # no other flag: the paper's run
+    out = capsys.readouterr().out
+    assert "100,000 steps" in out and "min" in out and "--preset course" in out
+
+
 TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 and write nothing
     (["--q", "7"], "got q=7"),
     (["--de", "0"], "got d_e=0"),
