@@ -2,10 +2,13 @@
 
     python test_sts.py        # or: python -m pytest test_sts.py
 
-sts.py (sampler, encodings, gradients against finite differences and torch autograd, ground truth, NumPy
-training, bad input); train_tf.py (a step against the NumPy step, run directories, runs trained together
-against apart, divergence, Ctrl-C, bad input); plots.py; train_bool.py; train_fcn.py.
-Seeded, CPU only, about 30 s on 2 cores.
+The maths first: sts.py (sampler, encodings, gradients against finite differences and against the torch
+twin's autograd, ground truth, NumPy training, the family floor, bad input); fused.py (the fused step
+against sts.backward for every PE kind, the torch streams against sts.sample_batch, fused runs against
+autograd runs, shared draws across PE kinds); then train_tf.py (a step against the NumPy step, run
+directories, runs together against apart, --compile, kill and --resume); the exit contract (divergence,
+SIGTERM, Ctrl-C, strict JSON, one bad-input table per script); plots.py; train_bool.py; train_fcn.py.
+Seeded, CPU only.
 """
 import json
 import signal
@@ -241,7 +244,7 @@ def test_command_line_bad_input_is_one_line_and_exit_status_2():
     assert r.stderr.count("\n") == 1 and "got q=9" in r.stderr and "Traceback" not in r.stderr
 
 
-# ------------------------------------------------------------------------------------- train_tf.py
+# ----------------------------------------------------------------- helpers for the torch tests below
 TINY = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", "--batch", "64", "--steps", "20", "--eval-every",
         "10", "--test-T", "8", "--test-q", "1", "--n-test", "64", "--dtype", "float64", "--device", "cpu"]
 
@@ -264,131 +267,6 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
                     assert x is None and y is None, (key, a["step"])
                 else:
                     assert x == pytest.approx(y, rel=rel, abs=1e-12), (key, a["step"])
-
-
-@pytest.mark.parametrize("attend", sts.ATTEND)
-def test_train_tf_step_matches_the_numpy_sgd_step(attend):
-    d, d_e, lr = 3, 5, 0.7
-    b = random_batch(seed=11, n=16, T=9, q=3, d=d, d_e=d_e)
-    W, V = random_weights(12, d, d_e, scale=0.3)
-    f, cache = sts.forward(W, V, b.Z, b.z_q, attend)
-    dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
-
-    Wt, Vt = (torch.tensor(M[None], requires_grad=True) for M in (W, V))   # one run on the run axis
-    optimizer = torch.optim.SGD([Wt, Vt], lr=lr)
-    losses = train_tf.train_step(Wt, Vt, optimizer, *(torch.tensor(a)[None] for a in b[:3]), attend)
-    np.testing.assert_allclose(losses.numpy(), [sts.loss(f, b.target)], rtol=1e-6)
-    np.testing.assert_allclose(Wt.grad[0].numpy(), dW, rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(Vt.grad[0].numpy(), dV, rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(Wt[0].detach().numpy(), W - lr * dW, rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(Vt[0].detach().numpy(), V - lr * dV, rtol=1e-6, atol=1e-12)
-
-
-def test_train_tf_writes_a_run_directory(tmp_path):
-    train_tf.main(TINY + ["--out", str(tmp_path)])
-    run = tmp_path / "stochastic-de8-seed0"
-    config = json.loads((run / "config.json").read_text())
-    assert config["T"] == 6 and config["pe"] == "stochastic" and config["model"] == "transformer"
-    log = read_log(run)
-    assert [r["step"] for r in log] == [0, 10, 20]
-    assert {"train_loss", "val", "test_T", "test_q", "cos_W", "cos_V", "norm_W"} <= set(log[-1])
-    assert set(log[-1]["test_T"]) == {"8"} and set(log[-1]["test_q"]) == {"1"}
-    assert log[-1]["val"] < log[0]["val"]                             # 20 steps of SGD already help
-    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
-    for name in ("weights_init.npz", "weights_final.npz"):
-        assert np.load(run / name)["W"].shape == (10, 10)
-
-
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
-    flags = TINY + ["--optimizer", optimizer]
-    train_tf.main(flags + ["--pe", "stochastic", "fixed", "--seed", "3", "4", "--out", str(tmp_path / "all")])
-    for kind in ("stochastic", "fixed"):
-        for seed in ("3", "4"):
-            train_tf.main(flags + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])
-            name = f"{kind}-de8-seed{seed}"
-            assert_same_logs(read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name),
-                             ("train_loss", "val", "test_T", "test_q", "cos_W"))
-
-
-def test_compiled_runs_match_plain_runs(tmp_path):
-    # --step autograd --compile: torch.compile of the model; the draws are the same
-    flags = TINY + ["--pe", "stochastic", "fixed", "--seed", "3", "--step", "autograd"]
-    train_tf.main(flags + ["--out", str(tmp_path / "plain")])
-    torch._dynamo.utils.counters.clear()
-    train_tf.main(flags + ["--compile", "default", "--out", str(tmp_path / "compiled")])
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1   # the model really was compiled
-    for name in ("stochastic-de8-seed3", "fixed-de8-seed3"):
-        plain, compiled = read_log(tmp_path / "plain" / name), read_log(tmp_path / "compiled" / name)
-        assert len(plain) == 3
-        assert_same_logs(plain, compiled, ("train_loss", "val", "test_T", "test_q", "cos_W", "cos_V"))
-        for part in ("W", "V"):
-            np.testing.assert_allclose(np.load(tmp_path / "compiled" / name / "weights_final.npz")[part],
-                                       np.load(tmp_path / "plain" / name / "weights_final.npz")[part],
-                                       rtol=1e-9, atol=1e-12)
-
-
-def test_a_failed_compile_is_one_line_and_exit_status_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)       # compile for real
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("no-such-c++-compiler",))
-    with pytest.raises(SystemExit) as exit_:
-        train_tf.main(TINY + ["--step", "autograd", "--compile", "default", "--out", str(tmp_path)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and "--compile" in err[-1] and "compiler" in err[-1].lower()
-    assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0              # the log is kept
-
-
-def test_train_tf_stops_a_diverging_run_and_keeps_its_log(tmp_path):
-    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--lr", "1e6", "--out", str(tmp_path)],
-                       capture_output=True, text=True)
-    assert r.returncode == 1 and "diverged" in r.stderr.splitlines()[-1]
-    assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0
-    assert json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())["status"] == "diverged"
-
-
-def test_train_tf_keeps_its_logs_on_ctrl_c(tmp_path):
-    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--steps", "10000000",
-                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = tmp_path / "stochastic-de8-seed0" / "log.jsonl"
-    deadline = time.time() + 60
-    while not (log.exists() and log.read_text().count("\n") >= 2) and time.time() < deadline:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in err.splitlines()[-1]
-    assert len(read_log(tmp_path / "stochastic-de8-seed0")) >= 2
-    summary = json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["step"] >= 10
-    assert np.load(tmp_path / "stochastic-de8-seed0" / "weights_final.npz")["W"].shape == (10, 10)
-
-
-def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
-    # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 only from width 16 on (measured)
-    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16", "64",
-                    "--sweep-de", "4", "8", "--steps", "100", "--batch", "64", "--seed", "0", "--n-test", "64",
-                    "--eval-every", "50", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
-    table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
-    assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
-                                                             for m in ("fcn", "transformer")]
-    for r in table["rows"]:                                  # every row found its width, and it is the first
-        assert r["width"] is not None and r["val"] <= table["eps"] and r["params"] > r["width"]
-        assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
-    assert any(len(r["tried"]) >= 2 for r in table["rows"])    # and at least one search went past a miss
-    with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
-        plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
-    assert done.value.code == 0
-    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == ["sw_separation.pdf", "sw_separation.png"]
-    capsys.readouterr()
-    with pytest.raises(SystemExit):
-        plots.main([str(tmp_path / "sw"), "--table"])
-    assert "| fcn | 4 |" in capsys.readouterr().out
-
-
-def test_train_tf_bad_input_from_the_shell_has_no_traceback(tmp_path):
-    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--q", "7", "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True)
-    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "got q=7" in r.stderr
-    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------------- fused.py: the fused step
@@ -518,6 +396,132 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
         for part in ("W", "V"):
             np.testing.assert_array_equal(np.load(tmp_path / "whole" / run / "weights_final.npz")[part],
                                           np.load(tmp_path / "cut" / run / "weights_final.npz")[part])
+
+
+# ------------------------------------------------------------------------------------- train_tf.py
+@pytest.mark.parametrize("attend", sts.ATTEND)
+def test_train_tf_step_matches_the_numpy_sgd_step(attend):
+    d, d_e, lr = 3, 5, 0.7
+    b = random_batch(seed=11, n=16, T=9, q=3, d=d, d_e=d_e)
+    W, V = random_weights(12, d, d_e, scale=0.3)
+    f, cache = sts.forward(W, V, b.Z, b.z_q, attend)
+    dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
+
+    Wt, Vt = (torch.tensor(M[None], requires_grad=True) for M in (W, V))   # one run on the run axis
+    optimizer = torch.optim.SGD([Wt, Vt], lr=lr)
+    losses = train_tf.train_step(Wt, Vt, optimizer, *(torch.tensor(a)[None] for a in b[:3]), attend)
+    np.testing.assert_allclose(losses.numpy(), [sts.loss(f, b.target)], rtol=1e-6)
+    np.testing.assert_allclose(Wt.grad[0].numpy(), dW, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(Vt.grad[0].numpy(), dV, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(Wt[0].detach().numpy(), W - lr * dW, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(Vt[0].detach().numpy(), V - lr * dV, rtol=1e-6, atol=1e-12)
+
+
+def test_train_tf_writes_a_run_directory(tmp_path):
+    train_tf.main(TINY + ["--out", str(tmp_path)])
+    run = tmp_path / "stochastic-de8-seed0"
+    config = json.loads((run / "config.json").read_text())
+    assert config["T"] == 6 and config["pe"] == "stochastic" and config["model"] == "transformer"
+    log = read_log(run)
+    assert [r["step"] for r in log] == [0, 10, 20]
+    assert {"train_loss", "val", "test_T", "test_q", "cos_W", "cos_V", "norm_W"} <= set(log[-1])
+    assert set(log[-1]["test_T"]) == {"8"} and set(log[-1]["test_q"]) == {"1"}
+    assert log[-1]["val"] < log[0]["val"]                             # 20 steps of SGD already help
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    for name in ("weights_init.npz", "weights_final.npz"):
+        assert np.load(run / name)["W"].shape == (10, 10)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
+    flags = TINY + ["--optimizer", optimizer]
+    train_tf.main(flags + ["--pe", "stochastic", "fixed", "--seed", "3", "4", "--out", str(tmp_path / "all")])
+    for kind in ("stochastic", "fixed"):
+        for seed in ("3", "4"):
+            train_tf.main(flags + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])
+            name = f"{kind}-de8-seed{seed}"
+            assert_same_logs(read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name),
+                             ("train_loss", "val", "test_T", "test_q", "cos_W"))
+
+
+def test_compiled_runs_match_plain_runs(tmp_path):
+    # --step autograd --compile: torch.compile of the model; the draws are the same
+    flags = TINY + ["--pe", "stochastic", "fixed", "--seed", "3", "--step", "autograd"]
+    train_tf.main(flags + ["--out", str(tmp_path / "plain")])
+    torch._dynamo.utils.counters.clear()
+    train_tf.main(flags + ["--compile", "default", "--out", str(tmp_path / "compiled")])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1   # the model really was compiled
+    for name in ("stochastic-de8-seed3", "fixed-de8-seed3"):
+        plain, compiled = read_log(tmp_path / "plain" / name), read_log(tmp_path / "compiled" / name)
+        assert len(plain) == 3
+        assert_same_logs(plain, compiled, ("train_loss", "val", "test_T", "test_q", "cos_W", "cos_V"))
+        for part in ("W", "V"):
+            np.testing.assert_allclose(np.load(tmp_path / "compiled" / name / "weights_final.npz")[part],
+                                       np.load(tmp_path / "plain" / name / "weights_final.npz")[part],
+                                       rtol=1e-9, atol=1e-12)
+
+
+def test_a_failed_compile_is_one_line_and_exit_status_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)       # compile for real
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("no-such-c++-compiler",))
+    with pytest.raises(SystemExit) as exit_:
+        train_tf.main(TINY + ["--step", "autograd", "--compile", "default", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and "--compile" in err[-1] and "compiler" in err[-1].lower()
+    assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0              # the log is kept
+
+
+def test_train_tf_stops_a_diverging_run_and_keeps_its_log(tmp_path):
+    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--lr", "1e6", "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "diverged" in r.stderr.splitlines()[-1]
+    assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0
+    assert json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())["status"] == "diverged"
+
+
+def test_train_tf_keeps_its_logs_on_ctrl_c(tmp_path):
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--steps", "10000000",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "stochastic-de8-seed0" / "log.jsonl"
+    deadline = time.time() + 60
+    while not (log.exists() and log.read_text().count("\n") >= 2) and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err.splitlines()[-1]
+    assert len(read_log(tmp_path / "stochastic-de8-seed0")) >= 2
+    summary = json.loads((tmp_path / "stochastic-de8-seed0" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["step"] >= 10
+    assert np.load(tmp_path / "stochastic-de8-seed0" / "weights_final.npz")["W"].shape == (10, 10)
+
+
+def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
+    # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 only from width 16 on (measured)
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16", "64",
+                    "--sweep-de", "4", "8", "--steps", "100", "--batch", "64", "--seed", "0", "--n-test", "64",
+                    "--eval-every", "50", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
+    table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
+                                                             for m in ("fcn", "transformer")]
+    for r in table["rows"]:                                  # every row found its width, and it is the first
+        assert r["width"] is not None and r["val"] <= table["eps"] and r["params"] > r["width"]
+        assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
+    assert any(len(r["tried"]) >= 2 for r in table["rows"])    # and at least one search went past a miss
+    with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
+        plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == ["sw_separation.pdf", "sw_separation.png"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path / "sw"), "--table"])
+    assert "| fcn | 4 |" in capsys.readouterr().out
+
+
+def test_train_tf_bad_input_from_the_shell_has_no_traceback(tmp_path):
+    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--q", "7", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "got q=7" in r.stderr
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------ faults and bad input: the exit contract
