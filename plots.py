@@ -7,9 +7,11 @@
 Runs are drawn by config["model"]. Each folder of transformer runs (an experiment, such as --figure-set's
 sgd/ query/ random_init/ adam/) gives, as its runs allow: NAME_training (Figure 1: loss, 1/loss, cosines),
 NAME_length (Figures 2, 4-top: loss at longer T), NAME_qtest (Figure 4-bottom), NAME_weights (Figure 3), or
-with three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. A folder of FCN runs gives
-NAME_fcn_training (validation losses against the step). A sweep.json (train_fcn.py) gives NAME_separation,
-a critical.json (train_bool.py) NAME_critical; the run directories below them are the search's own.
+with three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. The folder's family_floor.json
+(sts.py --floor --json: the best loss of W = c W*, V = alpha V*) adds that prediction to NAME_floor, dashed,
+and to --table a table of predicted against trained floors. A folder of FCN runs gives NAME_fcn_training
+(validation losses against the step). A sweep.json (train_fcn.py) gives NAME_separation, a critical.json
+(train_bool.py) NAME_critical; the run directories below them are the search's own.
 --table prints the last logged record (n_test sequences per set) and, beside it, summary.json's "final"
 numbers (n_final sequences, of which the logged ones are the first part).
 
@@ -21,10 +23,11 @@ giving the count ("stochastic PE (3 seeds)"); NAME_weights shows its lowest seed
 What cannot be drawn is said on one line of stderr naming the file, and the rest is still drawn. Skipped,
 and exit status 2 at the end: a run whose config.json lacks a key its figures need, whose summary says it
 diverged, or whose losses are all null; a log line that is not a JSON object with a "step"; a sweep.json or
-critical.json row without a key its figure reads; unreadable weights. A warning only, exit status 0: a log
-whose last line was cut mid-record, as a run killed mid-write leaves it or as a log still being written
-reads; its intact records are everything the run finished. Nothing drawn at all: exit status 2. A skipped
-run is left out of its configuration's mean and count.
+critical.json row without a key its figure reads; unreadable weights; a family_floor.json that is malformed or
+has no row for the runs' (pe, T, q, d). A warning only, exit status 0: a log whose last line was cut
+mid-record, as a run killed mid-write leaves it or as a log still being written reads; its intact records are
+everything the run finished. Nothing drawn at all: exit status 2. A skipped run is left out of its
+configuration's mean and count.
 """
 import argparse
 import json
@@ -53,6 +56,7 @@ SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"), ("model", "T", "
 GROUPS = {"test_T": "T", "test_q": "q"}  # the nested validation sets of a record, and their one-letter name
 VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init")  # what a legend names first
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every")  # what seeds of a configuration vary in
+FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor --json, and a row's key
 
 
 class Skip(Exception):
@@ -163,6 +167,26 @@ def load_summary(path, report):
     if not any(rows):
         raise Skip(f"{path}: no complete row; rerun the search that writes it")
     return dict(summary, rows=[row for row in rows if row])
+
+
+def load_prediction(folder, runs):
+    """family_floor.json's predicted floors, {(pe, T, q, d, d_e): loss}, for the (pe, T, q, d) of the folder's
+    transformer runs; Skip (one line for the file) if any row is malformed, or none is for these runs."""
+    path = folder / FLOOR
+    rows = require(read(path), ["rows"], path)["rows"]
+    if not isinstance(rows, list):
+        raise Skip(f"{path}: 'rows' is not a list")
+    for i, row in enumerate(rows, 1):
+        require(row, [*PREDICTED, "loss"], f"{path}: row {i}")
+        if not (finite(row["loss"]) and row["loss"] >= 0 and all(type(row[k]) in (str, int) for k in PREDICTED)):
+            raise Skip(f"{path}: row {i}: {json.dumps(row)[:60]}: want pe, T, q, d, de (strings or integers) and"
+                       " a loss >= 0")
+    trained = {tuple(r["config"][k] for k in PREDICTED[:4]) for r in runs if r["config"]["model"] == "transformer"}
+    predicted = {tuple(r[k] for k in PREDICTED): r["loss"] for r in rows if tuple(r[k] for k in PREDICTED[:4])
+                 in trained}
+    if not predicted:
+        raise Skip(f"{path}: no row for the runs' (pe, T, q, d): {', '.join(map(str, sorted(trained))) or 'none'}")
+    return predicted
 
 
 def finite(x):
@@ -327,10 +351,12 @@ def figure_weights(runs, out, name, report):
     return save(fig, out, f"{name}_weights")
 
 
-def figure_floor(runs, out, name):
+def figure_floor(runs, out, name, predicted):
     """The in-distribution loss floor against d_e: a run's final validation loss from summary.json (n_final
     sequences) where it has one, otherwise the mean of its last 5 logged records (n_test sequences each); the
-    mean over seeds, and a band from the lowest to the highest seed."""
+    mean over seeds, and a band from the lowest to the highest seed. Dashed, with open squares: the predicted
+    floors (load_prediction) of each PE drawn; one below 1/100 of every trained loss (~0: PEs that keep the
+    positions apart) is an open triangle at that height, so that it does not stretch the axis."""
     final = all("final" in r["summary"] for r in runs)
     by_pe = defaultdict(lambda: defaultdict(list))
     for run in runs:
@@ -341,6 +367,7 @@ def figure_floor(runs, out, name):
     if not by_pe:
         raise Skip(f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not drawn")
     fig, ax = plt.subplots(figsize=(1.5 * PANEL[0], 1.2 * PANEL[1]))
+    low, guessed = min(min(map(min, points.values())) for points in by_pe.values()) / 100, []
     for pe, points in sorted(by_pe.items()):
         de, seeds = np.array(sorted(points), float), [points[de] for de in sorted(points)]
         mean, n = np.array([np.mean(f) for f in seeds]), max(map(len, seeds))
@@ -350,11 +377,22 @@ def figure_floor(runs, out, name):
                                                                      f" {mean.mean():.2g}")
             continue
         slope = np.polyfit(np.log(de), np.log(mean), 1)[0] if len(de) > 1 else float("nan")
-        ax.loglog(de, mean, "o-", color=COLORS.get(pe, "k"), label=f"{pe} PE (slope {slope:.2f}{many})")
+        col = COLORS.get(pe, "k")
+        ax.loglog(de, mean, "o-", color=col, label=f"{pe} PE (slope {slope:.2f}{many})")
         if n > 1:
-            ax.fill_between(de, list(map(min, seeds)), list(map(max, seeds)), color=COLORS.get(pe, "k"), alpha=0.2)
+            ax.fill_between(de, list(map(min, seeds)), list(map(max, seeds)), color=col, alpha=0.2)
+        guess = sorted((key[4], loss) for key, loss in predicted.items() if key[0] == pe)
+        if guess:
+            x, y = np.array(guess, float).T
+            guessed, shown = guessed + list(y), np.maximum(y, low)
+            ax.loglog(x, shown, "--", color=col, lw=0.8)
+            for marker, at in (("s", y >= low), ("v", y < low)):
+                ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
+    if guessed:  # one legend entry for every PE's prediction, as figure_training's cosines
+        ax.plot([], [], "ks--", mfc="none", ms=4, lw=0.8, label="best of W = cW*, V = αV* (predicted)"
+                + (f"; ▽: < {low:.1g}" if min(guessed) < low else ""))
     ax.set(xlabel="PE dimension d_e", ylabel="final validation loss" + ("" if final else " (some: last logged)"),
-           title="loss floor against d_e")
+           title="loss floor against d_e" + (": trained (solid) vs predicted (dashed)" if guessed else ""))
     ax.legend()
     fig.suptitle(describe(runs[0]["config"], configurations(runs)))
     return save(fig, out, f"{name}_floor")
@@ -446,13 +484,13 @@ def draw_summary(path, out, report):
     return True
 
 
-def draw(name, runs, out, report):
+def draw(name, runs, out, report, predicted):
     """Every figure an experiment's runs allow; one that cannot be drawn is reported, the others still are."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
     if len({r["config"]["de"] for r in tf}) >= 3:
-        jobs.append((figure_floor, tf, out, name))
+        jobs.append((figure_floor, tf, out, name, predicted))
     elif tf:
         tests = [(figure_tests, tf, out, name, g, suffix) for g, suffix in (("T", "length"), ("q", "qtest"))]
         jobs += [(figure_training, tf, out, name), *(job for job in tests if set_names(tf, job[4])),
@@ -492,6 +530,21 @@ def table(name, runs):
         print(f"| {label(group, groups)} | " + " | ".join(cells + list(map(mean_sd, numbers))) + " |")
 
 
+def table_floor(name, runs, predicted):
+    """The predicted floor (load_prediction) beside the trained one, a row per transformer configuration."""
+    print(f"\n{name}: the loss floor. predicted: {FLOOR}'s best loss of W = c W*, V = α V* (sts.py --floor);"
+          " trained: the final validation loss (summary.json's 'final', else the last logged record's), mean ±"
+          " sample standard deviation over the seeds; trained / predicted: that mean over the prediction\n")
+    print("| pe | d_e | predicted (family best) | trained (mean ± s) | trained / predicted |\n"
+          + "|---" * 5 + "|")
+    for group in sorted(configurations(runs), key=lambda g: (g[0]["config"]["pe"], g[0]["config"]["de"])):
+        c = group[0]["config"]
+        trained = [value(run["summary"].get("final") or run["log"][-1], "val") for run in group]
+        guess, ok = predicted.get(tuple(c[k] for k in PREDICTED)), [x for x in trained if finite(x)]
+        print(f"| {c['pe']} | {c['de']} | {'-' if guess is None else f'{guess:.4g}'} | {mean_sd(trained)} |"
+              f" {f'{np.mean(ok) / guess:.3g}' if guess and ok else '-'} |")
+
+
 def fail(message):
     print(f"plots.py: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -514,11 +567,14 @@ def main(argv=None):
     for folder, dirs in sorted(experiments.items()):
         runs = [run for run in (report.attempt(load_run, d, report, then="; the run is left out (of its"
                                                " configuration's mean over seeds too)") for d in dirs) if run]
+        predicted = runs and (folder / FLOOR).exists() and report.attempt(load_prediction, folder, runs) or {}
         for model in dict.fromkeys(r["config"]["model"] for r in runs) if args.table else ():
             report.drawn += 1
             table(folder.name, [r for r in runs if r["config"]["model"] == model])  # one table per model
+        if predicted and args.table:
+            table_floor(folder.name, [r for r in runs if r["config"]["model"] == "transformer"], predicted)
         if runs and out:
-            draw(folder.name, runs, out, report)
+            draw(folder.name, runs, out, report, predicted)
     for path in summaries:
         report.drawn += bool(report.attempt(draw_summary, path, out, report))
     print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")

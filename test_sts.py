@@ -736,6 +736,66 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_
     assert len(err) == 1 and "fixed-de8-seed2/summary.json: the run diverged" in err[0] and "mean" in err[0]
 
 
+def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys, monkeypatch):
+    import statistics
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    floor, fig, drawn, save = tmp_path / "floor", tmp_path / "fig", {}, plots.save
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1", "--steps",
+                          "10", "--n-final", "128", "--out", str(floor)])
+    sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4", "8", "16", "--json",
+              str(floor / "family_floor.json")])
+    edit_json(floor / "stochastic-de8-seed1" / "summary.json", lambda s: s.pop("final"))  # its last logged val
+    written = json.loads((floor / "family_floor.json").read_text())["rows"]
+    predicted = {(r["pe"], r["de"]): r["loss"] for r in written}
+
+    def keep(figure, out, name):                            # what the floor figure draws, then the file
+        ax = figure.axes[0]
+        drawn[name] = ax.get_title(), [(ln.get_label(), ln.get_linestyle(), list(ln.get_xdata()),
+                                        list(ln.get_ydata())) for ln in ax.lines]
+        return save(figure, out, name)
+    monkeypatch.setattr(plots, "save", keep)
+
+    def plot(status):
+        (fig / "floor_floor.png").unlink(missing_ok=True)
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(floor), "--out", str(fig)])
+        assert done.value.code == status and (fig / "floor_floor.png").stat().st_size > 1000
+        return drawn.pop("floor_floor")
+    title, lines = plot(0)
+    assert "trained" in title and "predicted" in title
+    assert any(label.startswith("best of W = cW*, V = αV* (predicted)") for label, *_ in lines)
+    stochastic = pytest.approx([predicted["stochastic", de] for de in (4, 8, 16)])
+    assert ("--", [4, 8, 16], stochastic) in [tuple(drawing) for _, *drawing in lines]     # its dashed line
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(floor), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == ""
+    assert table_cells(out, "| pe |") == [["pe", "d_e", "predicted (family best)", "trained (mean ± s)",
+                                           "trained / predicted"]]
+    rows = table_cells(out, ("| stochastic |", "| fixed |"))
+    assert sorted((pe, int(de)) for pe, de, *_ in rows) == sorted(predicted)
+    for pe, de, guess, trained, ratio in rows:
+        runs = [floor / f"{pe}-de{de}-seed{seed}" for seed in (0, 1)]
+        vals = [json.loads((run / "summary.json").read_text()).get("final", read_log(run)[-1])["val"]
+                for run in runs]
+        loss = predicted[pe, int(de)]
+        assert guess == f"{loss:.4g}" and ratio == f"{statistics.mean(vals) / loss:.3g}"
+        assert trained == f"{statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f}"
+
+    (floor / "family_floor.json").write_text('{"rows": [')   # malformed: one line; the rest drawn without it
+    capsys.readouterr()
+    title, lines = plot(2)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "floor/family_floor.json: not valid JSON" in err[0] and "predicted" not in title
+    assert not any(style == "--" for _, style, *_ in lines)
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(floor), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and len(err.splitlines()) == 1 and "family_floor.json" in err
+    assert len(table_cells(out, "| configuration |")) == 1 and table_cells(out, "| pe |") == []
+
+
 def fake_run(path, pe):
     """A transformer run directory in train_tf.py's format written by hand (no training): 3 records."""
     path.mkdir(parents=True)
@@ -816,6 +876,10 @@ PLOT_CASES = {
     "a critical.json row without m_crit": (
         lambda r: write_summary(r, "bool", "critical.json", CRITICAL, {"grid": [16, 32, 64, 128]}),
         2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1: no key 'm_crit'"),
+    "a family_floor.json for another T": (
+        lambda r: (r / "exp" / "family_floor.json").write_text(json.dumps({"rows": [
+            dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})), 2, WHOLE, 1,
+        "exp/family_floor.json: no row for the runs' (pe, T, q, d)"),
     "nothing drawable: every run diverged": (
         lambda r: [edit_json(r / "exp" / run / "summary.json", lambda s: s.update(status="diverged"))
                    for run in ("fixed-de3-seed0", "stochastic-de3-seed0")], 2, [], 3, "nothing drawn"),
