@@ -23,12 +23,12 @@ $TF --figure-set --seed $SEEDS $MODE --out "$OUT"
 if [ "$SCALE" = course ]; then                                   # ours and Edelman et al.'s, course scale
   $TF --de 8 16 32 64 128 256 --n-test 1024 --force --out "$OUT/floor"  # ours: the loss floor against d_e
   $TF --pe onehot --n-test 1024 --force --out "$OUT/floor"               #   and its zero-floor reference
-  python sts.py --floor --T 20 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json"  # its prediction
+  python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json"  # its prediction
   python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep"  # ours: width FCN vs transformer
   python train_bool.py --force --out "$OUT/bool"                # Edelman et al.: sparse-AND critical m
   python plots.py "$OUT" --out figures
 else
-  python sts.py --floor --T 200 --de 170 --json "$OUT/sgd/family_floor.json"   # the floor random PEs allow
+  python sts.py --floor --T 200 --q 3 --d 5 --de 170 --json "$OUT/sgd/family_floor.json"   # the floor random PEs allow
   python plots.py "$OUT" --out "$OUT/figures"
   for f in "$OUT"/figures/*.png; do cp "$f" "figures/$PREFIX$(basename "$f")"; done
 fi
