@@ -24,6 +24,7 @@ if [ "$SCALE" = course ]; then                                   # ours and Edel
   $TF --de 8 16 32 64 128 256 --n-test 1024 --force --out "$OUT/floor"  # ours: the loss floor against d_e
   $TF --pe onehot --n-test 1024 --force --out "$OUT/floor"               #   and its zero-floor reference
   python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json"  # its prediction
+  $TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS --force --out "$OUT/de_below_T"  # q_test, d_e < T
   python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep"  # ours: width FCN vs transformer
   python train_bool.py --force --out "$OUT/bool"                # Edelman et al.: sparse-AND critical m
   python plots.py "$OUT" --out figures
