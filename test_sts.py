@@ -610,6 +610,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--anneal-at", "-5"], "--anneal-at must be >= 0"),
     (["--anneal-factor", "-1"], "--anneal-factor must be a positive finite"),
     (["--lr", "inf"], "--lr must be a positive finite"),
+    (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
     (["--init-scale", "inf"], "--init-scale must be a positive finite"),
     (["--T", "1000000000"], "GiB of memory"),
     (["--batch", "100000000"], "GiB of memory"),
@@ -1118,6 +1119,7 @@ def test_train_fcn_stops_a_diverging_run_and_keeps_its_log(tmp_path, capsys, one
     (["--sweep", "--steps", "0"], "--steps must be >= 1"),
     (["--width", "1000000000"], "GiB of memory"),
     (["--seed", "-1"], "--seed must be >= 0"),
+    (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
 ])
 def test_train_fcn_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
     if word == "cuda" and torch.cuda.is_available():

@@ -144,6 +144,8 @@ def check_args(args):
     for name in ("lr", "eps"):
         value = getattr(args, name)
         runlog.require(0 < value < float("inf"), f"--{name} must be a positive finite number (got {value})")
+    biggest = torch.finfo(getattr(torch, args.dtype)).max              # a rate the weights' dtype can hold
+    runlog.require(args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")
     runlog.require_distinct(args, ("T", "width", "seed"))
     runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
     runlog.check_out(args.out)

@@ -112,6 +112,8 @@ def check_args(args):
         value = getattr(args, name)
         runlog.require(value is None or 0 < value < float("inf"), f"--{name.replace('_', '-')} must be a "
                                                                  f"positive finite number (got {value})")
+    biggest = torch.finfo(getattr(torch, args.dtype)).max              # a rate the weights' dtype can hold
+    runlog.require(args.lr is None or args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")
     runlog.require(args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final})")
     runlog.require(args.compile == "none" or args.step == "autograd", "--compile applies to --step autograd")
     runlog.require(not (args.resume and args.force), "--resume and --force exclude each other; pick one")
