@@ -377,7 +377,7 @@ def test_stochastic_and_fixed_runs_of_one_seed_see_the_same_tokens_subsets_and_v
 
 
 def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
-    flags = [*TINY, "--steps", "1200", "--pe", "stochastic", "fixed", "--optimizer", "adam", "--checkpoint-every",
+    flags = [*TINY, "--steps", "600", "--pe", "stochastic", "fixed", "--optimizer", "adam", "--checkpoint-every",
              "0.05"]
     train_tf.main(flags + ["--out", str(tmp_path / "whole")])
     proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags, "--out", str(tmp_path / "cut")],
@@ -388,7 +388,7 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
     proc.kill()                                                        # SIGKILL: no handler runs
     proc.wait()
     step = torch.load(checkpoint, weights_only=False)["step"]
-    assert 0 < step < 1200 and not (tmp_path / "cut" / "fixed-de8-seed0" / "summary.json").exists()
+    assert 0 < step < 600 and not (tmp_path / "cut" / "fixed-de8-seed0" / "summary.json").exists()
     train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
         whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
