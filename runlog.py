@@ -47,6 +47,18 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+def nest(losses):
+    """A record's losses as the log nests them, {"val": x, "test_T": {"250": x}, "test_q": {"2": x}}, from
+    [((group, key), x), ...] where key is None for "val"."""
+    out = {"val": None, "test_T": {}, "test_q": {}}
+    for (group, key), x in losses:
+        if key is None:
+            out[group] = x
+        else:
+            out[group][key] = x
+    return out
+
+
 def write_summary(path, status, step, seconds, record):
     """summary.json of a run that ended: how, the step it stopped at, after how many seconds, and its last
     evaluation record (whose own "step" says when that evaluation was made; null if none was)."""

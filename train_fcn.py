@@ -171,15 +171,10 @@ def run_dir(args, T, width, seed):
 
 
 def evaluate(model, sets):
-    """{"val": x, "test_q": {"2": x, ...}}: the loss on each fixed validation set."""
-    out = {"val": None, "test_q": {}}
+    """{"val": x, "test_q": {"2": x, ...}}: the loss on each fixed validation set (an FCN has no test_T)."""
     with torch.no_grad():
-        for (group, key), (x, target) in sets.items():
-            loss = sts.loss(model(x), target).item()
-            if key is None:
-                out[group] = loss
-            else:
-                out[group][key] = loss
+        out = runlog.nest([(name, sts.loss(model(x), target).item()) for name, (x, target) in sets.items()])
+    del out["test_T"]
     return out
 
 

@@ -168,17 +168,6 @@ def validation_sets(args):
             + [("test_q", str(q), args.T, q) for q in args.test_q])
 
 
-def nest(losses):
-    """{"val": x, "test_T": {"250": x, ...}, "test_q": {"2": x, ...}} from [((group, key), x), ...]."""
-    out = {"val": None, "test_T": {}, "test_q": {}}
-    for (group, key), x in losses:
-        if key is None:
-            out[group] = x
-        else:
-            out[group][key] = x
-    return out
-
-
 def pe_tables(specs, d_e, max_len, dtype, device):
     """The runs that share their PEs, as fused.FusedStep's parts: (seed, table or None, run indices)."""
     parts = {}
@@ -297,7 +286,7 @@ class Trainer:
                                               grad=False).tolist()) for group, key, T, q in self.sets]
         cos_W, cos_V = sts.cosine(W, self.W_star).tolist(), sts.cosine(V, self.V_star).tolist()
         norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
-        return [dict(nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
+        return [dict(runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
                 for r in range(len(self.specs))]
 
     def config(self, spec):
