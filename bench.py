@@ -66,13 +66,12 @@ def trainer_step(flags, device):
 def floor_step(trainer):
     """The fused step's Gaussians alone: the same chunks, threads and buffers, no arithmetic."""
     fs = trainer.step_fn
-    size = fs.chunk or SCALE["n"]
-    bounds = [(lo, min(lo + size, SCALE["n"])) for lo in range(0, SCALE["n"], size)]
+    bounds = fs.bounds(SCALE["n"], SCALE["T"])
     counter = iter(range(10 ** 9))
 
     def work(k, index):
         tools = fs._tools()
-        need = size * SCALE["T"] * SCALE["d_e"]
+        need = max(hi - lo for lo, hi in bounds) * SCALE["T"] * SCALE["d_e"]
         if tools.buf.numel() < need:
             tools.buf = torch.empty(need, dtype=fs.dtype, device=fs.device)
         for lo, hi in bounds[k::fs.threads]:

@@ -280,13 +280,16 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     return W, V, query, table, dict(n=n, T=T, q=q, d=d, d_e=d_e, seed=seed)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads, positions, chunks", [(1, 2 ** 15, 1), (2, 2 ** 15, 2),
+                                                        (2, 16 * 9, 5)])   # 16 sequences each, the last 6
 @pytest.mark.parametrize("kind", sts.PE_KINDS)
-def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads):
+def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, chunks, monkeypatch):
+    monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
     step = fused.FusedStep([(c["seed"], table, list(range(len(W))))], query, d, d_e, torch.device("cpu"),
                            torch.float64, threads=threads)
+    assert len(step.bounds(n, T)) == chunks
     losses, dW, dV = step(W, V, (fused.TRAIN, fused.TRAIN_PE), 7, n, T, q)
     X, idx, target, G = (a.numpy() for a in fused.draw_batch(c["seed"], (fused.TRAIN, fused.TRAIN_PE), 7, n, T, q,
                                                              d, d_e, torch.float64, torch.device("cpu")))

@@ -140,7 +140,8 @@ def step_bytes(args, R, d_e, T_max):
     n, D, size = max(args.batch, args.n_final), args.d + d_e, torch.finfo(getattr(torch, args.dtype)).bits // 8
     if args.step == "autograd":          # P, Z and their gradients' intermediates, per run
         return size * n * T_max * D * (4 + 2 * R)
-    return size * (n * T_max * (args.d + 4) + 3 * args.threads * fused.CPU_CHUNK * T_max * (d_e + R * (args.d + 2))
+    chunk = max(fused.CHUNK_POSITIONS, fused.DRAW_CHUNK * T_max)    # positions of a thread's chunk
+    return size * (n * T_max * (args.d + 4) + 3 * args.threads * chunk * (d_e + R * (args.d + 2))
                    + R * n * (2 * D + args.d) + 3 * R * D * D)
 
 
