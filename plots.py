@@ -467,12 +467,13 @@ def draw_summary(path, out, report):
         return figure_separation(summary, out, name)
     if path.name == "sweep.json":
         print(f"\n{name}: smallest width with seed-mean val loss <= {summary['eps']:.4f}, {summary['steps']}"
-              f" steps of {summary['batch']}, seeds {summary['seeds']}\n\n| model | T | width | params | val |"
-              "\n|---|---|---|---|---|")
+              f" steps of {summary['batch']}, seeds {summary['seeds']}\n\n| model | T | width | params |"
+              " val (mean ± s) |\n|---|---|---|---|---|")
         for r in summary["rows"]:
             largest = max((w for w, _ in r["tried"]), default="?")
+            spread = f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""   # one seed: none
             print(f"| {r['model']} | {r['T']} | {r['width'] or f'> {largest}'} | {r['params'] or '-'} |"
-                  f" {r['val'] if r['val'] is not None else '-'} |")
+                  f" {r['val'] if r['val'] is not None else '-'}{spread} |")
         return True
     grid = require(read(path.parent / "config.json"), ["grid"], path.parent / "config.json")["grid"]
     if out is not None:

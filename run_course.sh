@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every experiment of the README, then every figure, on the CPU:
-#     bash run_course.sh [OUT]             # course scale: runs into OUT (default runs/course), figures into figures/
+#     bash run_course.sh [OUT]             # course scale: runs into OUT (default results/course), figures into figures/
 #     bash run_course.sh results/paper paper   # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
 #                                          # ~90 min on 2 CPU cores; figures into figures/paper_*.png
 # A paper-scale run cut off (a session's end, SIGKILL) goes on with RESUME=1 bash run_course.sh results/paper paper.
@@ -8,7 +8,7 @@
 # Each line is also the command for one experiment alone.
 set -euo pipefail
 cd "$(dirname "$0")"
-OUT=${1:-runs/course}
+OUT=${1:-results/course}
 SCALE=${2:-course}
 case $SCALE in
   course) SEEDS="0 1 2"; PREFIX="" ;;
@@ -21,8 +21,8 @@ TF="python train_tf.py --preset $SCALE ${TF_FLAGS:-}"
 # all runs of a seed in one process, sharing each step's draws
 $TF --figure-set --seed $SEEDS $MODE --out "$OUT"
 if [ "$SCALE" = course ]; then                                   # ours and Edelman et al.'s, course scale
-  $TF --de 8 16 32 64 128 256 --n-test 1024 --force --out "$OUT/floor"  # ours: the loss floor against d_e
-  $TF --pe onehot --n-test 1024 --force --out "$OUT/floor"               #   and its zero-floor reference
+  $TF --de 8 16 32 64 128 256 --seed $SEEDS --n-test 1024 --force --out "$OUT/floor"  # ours: the floor against d_e
+  $TF --pe onehot --seed $SEEDS --n-test 1024 --force --out "$OUT/floor"               #   and its zero-floor reference
   python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json"  # its prediction
   $TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS --force --out "$OUT/de_below_T"  # q_test, d_e < T
   python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep"  # ours: width FCN vs transformer

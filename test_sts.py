@@ -501,13 +501,15 @@ def test_train_tf_keeps_its_logs_on_ctrl_c(tmp_path):
 def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
     # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 only from width 16 on (measured)
     train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16", "64",
-                    "--sweep-de", "4", "8", "--steps", "100", "--batch", "64", "--seed", "0", "--n-test", "64",
+                    "--sweep-de", "4", "8", "--steps", "100", "--batch", "64", "--seed", "0", "1", "--n-test", "64",
                     "--eval-every", "50", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
     table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
                                                              for m in ("fcn", "transformer")]
     for r in table["rows"]:                                  # every row found its width, and it is the first
         assert r["width"] is not None and r["val"] <= table["eps"] and r["params"] > r["width"]
+        assert r["val"] == pytest.approx(np.mean(r["vals"]), abs=1e-4) and len(r["vals"]) == 2   # both seeds
+        assert r["val_sd"] == pytest.approx(np.std(r["vals"], ddof=1), abs=1e-4) and r["val_sd"] > 0
         assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
     assert any(len(r["tried"]) >= 2 for r in table["rows"])    # and at least one search went past a miss
     with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
@@ -517,7 +519,8 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
     capsys.readouterr()
     with pytest.raises(SystemExit):
         plots.main([str(tmp_path / "sw"), "--table"])
-    assert "| fcn | 4 |" in capsys.readouterr().out
+    r = table["rows"][0]
+    assert f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |" in capsys.readouterr().out
 
 
 def test_train_tf_bad_input_from_the_shell_has_no_traceback(tmp_path):

@@ -49,7 +49,7 @@ SWEEP = dict(
     de=[2 ** k for k in range(2, 8)],   # transformer PE dimensions d_e: 4 ... 128
     eps=0.3,                            # target loss as a fraction of the starting loss d/(2q)
     steps=1500, batch=256,              # the budget: 384,000 fresh sequences for either model
-    seeds=[0],                          # seeds differed by <= 0.01 in val loss at T=20 (--seed 0 1 to check)
+    seeds=[0, 1, 2],                    # a row's loss is their mean (its spread in val_sd)
 )
 # default learning rates; measured at T=20, m=256, 1500 steps: Adam 1e-3 val 0.16; SGD 0.05 0.71, 0.2 0.45,
 # 0.5 NaN
@@ -104,7 +104,8 @@ def parse_args(argv=None):
     a("--steps", type=int, help="training steps [paper 100000, course 10000]")
     a("--optimizer", choices=FCN_LR, default="adam", help="Adam or plain SGD")
     a("--lr", type=float, help="learning rate [adam 1e-3, sgd 0.2]")
-    a("--seed", nargs="+", type=int, help="seeds (data, init, validation sets) [0; --sweep 0 1]")
+    a("--seed", nargs="+", type=int, help="seeds (data, init, validation sets) "
+                                                f"[0; --sweep {' '.join(map(str, SWEEP['seeds']))}]")
     a("--eval-every", type=int, help="steps between evaluations and log records [paper 500, course 100]")
     a("--n-test", type=int, help="sequences in each validation set, fixed before training [1024]")
     a("--test-q", nargs="*", type=int, help="subset sizes of the q-generalisation sets [2 4 6]")
@@ -229,18 +230,19 @@ def train(args, T, width, seed, device, progress=True):
     return rec
 
 
-def transformer_val(args, T, d_e, seed, device):
-    """The sweep's transformer: fused.py's step from the zero init with Adam, the FCN's budget, on the same
-    draws (seed, stream TRAIN) as the FCN; its final loss on the same validation set (NaN if it diverges)."""
-    dtype, D = getattr(torch, args.dtype), args.d + d_e
-    step = fused.FusedStep([(seed, None, [0])], torch.tensor([False], device=device), args.d, d_e, device,
-                           dtype, threads=1)   # the sweep runs on one thread (see sweep)
-    W, V = torch.zeros(1, D, D, dtype=dtype, device=device), torch.zeros(1, args.d, D, dtype=dtype, device=device)
-    optimizer = torch.optim.Adam([W, V], lr=TF_LR)
+def transformer_vals(args, T, d_e, device):
+    """The sweep's transformer, one run per seed trained side by side: fused.py's step from the zero init
+    with Adam, the FCN's budget, on the same draws (seed, stream TRAIN) as the FCN; the final loss of each
+    seed on its validation set (NaN where a run diverges)."""
+    dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
+    step = fused.FusedStep([(seed, None, [r]) for r, seed in enumerate(args.seed)], torch.zeros(R, dtype=torch.bool,
+                           device=device), args.d, d_e, device, dtype, threads=1)   # one thread (see sweep)
+    W, V = torch.zeros(R, D, D, dtype=dtype, device=device), torch.zeros(R, args.d, D, dtype=dtype, device=device)
+    optimizer = torch.optim.Adam([W, V], lr=TF_LR)       # Adam is per entry: the runs stay independent
     for t in range(args.steps):
         _, W.grad, V.grad = step(W, V, (fused.TRAIN, fused.TRAIN_PE), t, args.batch, T, args.q)
         optimizer.step()
-    return step(W, V, (fused.VAL, fused.VAL_PE), 1000 * T + args.q, args.n_test, T, args.q, grad=False).item()
+    return step(W, V, (fused.VAL, fused.VAL_PE), 1000 * T + args.q, args.n_test, T, args.q, grad=False).tolist()
 
 
 def slope(rows):
@@ -274,19 +276,22 @@ def sweep(args, device):
     def reached(model, T, size, row):
         bar.set_postfix(T=T, model=model, size=size)
         if model == "fcn":
-            val = np.mean([train(args, T, size, seed, device, progress=False)["val"] for seed in args.seed])
+            vals = [train(args, T, size, seed, device, progress=False)["val"] for seed in args.seed]
             width, params = size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
         else:
-            val = np.mean([transformer_val(args, T, size, seed, device) for seed in args.seed])
+            vals = transformer_vals(args, T, size, device)
             width, params = args.d + size, (args.d + size) * (2 * args.d + size)  # W (D x D), V (d x D)
-        row["tried"].append([width, round(float(val), 4)])
-        if val <= eps:
-            row.update(width=width, params=params, val=round(float(val), 4))
+        val = float(np.mean(vals))
+        row["tried"].append([width, round(val, 4)])
+        if val <= eps:                      # the spread: the seeds' sample standard deviation
+            spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
+            row.update(width=width, params=params, val=round(val, 4), val_sd=spread and round(spread, 4),
+                       vals=[round(v, 4) for v in vals])
         return val <= eps
 
     for T in args.sweep_T:
         for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
-            row = dict(model=model, T=T, width=None, params=None, val=None, tried=[])
+            row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None, vals=None, tried=[])
             first[model] = search(grid, first[model], lambda size: reached(model, T, size, row))
             rows.append(row)
             bar.update()
@@ -298,15 +303,15 @@ def sweep(args, device):
     bar.close()
     torch.set_num_threads(threads)
     with open(out / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val"], extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val", "val_sd"], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after {args.steps} "
           f"steps of {args.batch} (seeds {args.seed}); FCN: hidden width m; transformer: D = d + d_e")
-    print(f"{'model':<12}{'T':>5}{'width':>7}{'params':>10}{'val':>8}   tried [width, val]")
+    print(f"{'model':<12}{'T':>5}{'width':>7}{'params':>10}{'val':>8}{'+-':>8}   tried [width, val]")
     for r in rows:
         print(f"{r['model']:<12}{r['T']:>5}{r['width'] or '>max':>7}{r['params'] or '-':>10}"
-              f"{r['val'] if r['val'] is not None else '-':>8}   {r['tried']}")
+              f"{r['val'] if r['val'] is not None else '-':>8}{r['val_sd'] or '':>8}   {r['tried']}")
     print("log-log slope of width against T (over the T that reached eps): " + ", ".join(
         f"{m} {s:.2f}" if s is not None else f"{m} (fewer than 2 points)" for m, s in fits.items()))
     return rows, fits
