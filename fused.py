@@ -22,6 +22,9 @@ DRAW_CHUNK = 8         # sequences per seeded draw: fixes the streams whatever t
 CHUNK_POSITIONS = 2 ** 15   # most sequence positions (c * T) per compute chunk on a CPU: the buffers stay a
                             # few MiB, and short sequences get chunks big enough that the fixed cost of the
                             # chunk's small torch ops does not dominate (T = 20: 6 ms a step instead of 11)
+THREAD_WORK = 2 ** 19       # least PE entries (c * T * d_e) that make a chunk worth a thread of its own: below
+                            # it the threads' turns at the Python lock cost more than they save (T = 20,
+                            # d_e = 8, three seeds: 10.4 ms a step on 2 threads, 6.0 on one)
 TRAIN, TRAIN_PE, VAL, VAL_PE = 1, 2, 3, 4   # the stream ids: tokens and subsets, and PEs, of each
 
 
@@ -131,12 +134,14 @@ class FusedStep:
         return t
 
     def bounds(self, n, T):
-        """The compute chunks (lo, hi) of a batch of n sequences of length T. On a CPU: one per thread, or
-        more where a chunk would pass CHUNK_POSITIONS; each whole DRAW_CHUNKs. On CUDA: the whole batch."""
+        """The compute chunks (lo, hi) of a batch of n sequences of length T. On a CPU: one per thread where
+        each gets THREAD_WORK, else one; more where a chunk would pass CHUNK_POSITIONS; each whole DRAW_CHUNKs.
+        On CUDA: the whole batch."""
         if self.device.type != "cpu":
             return [(0, n)]
         up = lambda x: -(-x // DRAW_CHUNK) * DRAW_CHUNK            # round up to whole draws
-        size = min(up(-(-n // self.threads)), max(DRAW_CHUNK, CHUNK_POSITIONS // T // DRAW_CHUNK * DRAW_CHUNK))
+        ways = max(1, min(self.threads, n * T * self.d_e // THREAD_WORK))
+        size = min(up(-(-n // ways)), max(DRAW_CHUNK, CHUNK_POSITIONS // T // DRAW_CHUNK * DRAW_CHUNK))
         return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
     def __call__(self, W, V, streams, index, n, T, q, grad=True):

@@ -24,6 +24,7 @@ import torch
 import fused
 import plots
 import runlog
+import rundirs
 import sts
 import train_bool
 import train_fcn
@@ -280,11 +281,13 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     return W, V, query, table, dict(n=n, T=T, q=q, d=d, d_e=d_e, seed=seed)
 
 
-@pytest.mark.parametrize("threads, positions, chunks", [(1, 2 ** 15, 1), (2, 2 ** 15, 2),
-                                                        (2, 16 * 9, 5)])   # 16 sequences each, the last 6
+@pytest.mark.parametrize("threads, positions, work, chunks", [
+    (1, 2 ** 15, 1, 1), (2, 2 ** 15, 2 ** 19, 1),   # one thread; too little work to share: one chunk
+    (2, 2 ** 15, 1, 2), (2, 16 * 9, 1, 5)])         # a chunk per thread; at most 16 sequences: the last of 6
 @pytest.mark.parametrize("kind", sts.PE_KINDS)
-def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, chunks, monkeypatch):
+def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, work, chunks, monkeypatch):
     monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
+    monkeypatch.setattr(fused, "THREAD_WORK", work)
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
     step = fused.FusedStep([(c["seed"], table, list(range(len(W))))], query, d, d_e, torch.device("cpu"),
@@ -717,8 +720,8 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_
     assert done.value.code == 0
     assert sorted(f.name for f in fig.iterdir()) == sorted(f"sgd_{f}.png" for f in FIGURES)
     assert all(f.stat().st_size > 1000 for f in fig.iterdir())
-    groups = plots.configurations([plots.load_run(run, plots.Report()) for run in runs])
-    step, y = plots.spread(groups[0], "val")                         # the curve: the mean of the three logs
+    groups = rundirs.configurations([rundirs.load_run(run, rundirs.Report()) for run in runs])
+    step, y = rundirs.spread(groups[0], "val")                         # the curve: the mean of the three logs
     logs = [read_log(run) for run in runs]
     assert len(groups) == 1 and list(step) == [r["step"] for r in logs[0]]
     assert np.allclose(y.mean(0), [statistics.mean(log[i]["val"] for log in logs) for i in range(len(step))])
@@ -911,8 +914,8 @@ def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path
 def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
     fake_run(tmp_path / "run", "fixed")
     append(tmp_path / "run" / "log.jsonl", '{"step": 30, "val"')
-    report = plots.Report()
-    assert [r["step"] for r in plots.load_run(tmp_path / "run", report)["log"]] == [0, 10, 20]
+    report = rundirs.Report()
+    assert [r["step"] for r in rundirs.load_run(tmp_path / "run", report)["log"]] == [0, 10, 20]
     assert len(report) == 1 and report[0].startswith("plots.py: warning: ")
     assert "line 4 cut mid-record" in report[0]
 
