@@ -10,8 +10,9 @@ Data streams: a run's data is a function of (seed, stream, index) alone, drawn i
 sequences, each chunk from a generator seeded by (seed, stream, index, chunk). Tokens and subsets come
 from one stream, stochastic PEs from another, validation sets from streams of their own; so runs of one
 seed see the same tokens and subsets whatever their PE, and share each step's draws in one process.
-On a CPU the chunks are spread over worker threads (torch's normal_ runs on one core; two threads with
-their own generators halve it), each drawing a chunk into its own buffer and using it while it is hot.
+On a CPU a batch big enough is cut into a chunk per worker thread (torch's normal_ runs on one core; two
+threads with their own generators halve it), each drawing its chunk into its own buffer and using it while
+it is hot; a small one (a course-scale step) stays one chunk on the calling thread.
 """
 import threading
 from concurrent.futures import ThreadPoolExecutor

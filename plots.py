@@ -1,15 +1,16 @@
 """Draw the paper's figures from the run directories that train_tf.py and train_fcn.py write.
 
     python plots.py results/paper                # every figure these runs allow, into runs/figures/
-    python plots.py runs/course --out figures    # the committed gallery is written only when named
-    python plots.py results/paper --table        # the numbers as Markdown tables instead
+    python plots.py results/course --out figures # the committed gallery is written only when named
+    python plots.py results/paper --table        # the numbers as Markdown tables instead (rundirs.py)
 
 Runs are drawn by config["model"]. Each folder of transformer runs (an experiment, such as --figure-set's
 sgd/ query/ random_init/ adam/) gives, as its runs allow: NAME_training (Figure 1: loss, 1/loss, cosines),
 NAME_length (Figures 2, 4-top: loss at longer T), NAME_qtest (Figure 4-bottom), NAME_weights (Figure 3), or
 with three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. The folder's family_floor.json
 (sts.py --floor --json: the best loss of W = c W*, V = alpha V*) adds that prediction to NAME_floor, dashed,
-and to --table a table of predicted against trained floors. A folder of FCN runs gives NAME_fcn_training
+and to --table a table of predicted against trained floors; with three predicted d_e or more it also gives
+fewer trained d_e a NAME_floor (the paper-scale run at d_e = 170 against the predicted curve). A folder of FCN runs gives NAME_fcn_training
 (validation losses against the step). A sweep.json (train_fcn.py) gives NAME_separation, a critical.json
 (train_bool.py) NAME_critical; the run directories below them are the search's own.
 --table prints the last logged record (n_test sequences per set) and, beside it, summary.json's "final"
@@ -181,9 +182,9 @@ def figure_floor(runs, out, name, predicted):
             ax.axhline(mean.mean(), color=COLORS[pe], ls="--", label=f"onehot PE (d_e={int(de[0])}{many}):"
                                                                      f" {mean.mean():.2g}")
             continue
-        slope = np.polyfit(np.log(de), np.log(mean), 1)[0] if len(de) > 1 else float("nan")
+        slope = f"slope {np.polyfit(np.log(de), np.log(mean), 1)[0]:.2f}" if len(de) > 1 else f"d_e={int(de[0])}"
         col = COLORS.get(pe, "k")
-        ax.loglog(de, mean, "o-", color=col, label=f"{pe} PE (slope {slope:.2f}{many})")
+        ax.loglog(de, mean, "o-", color=col, label=f"{pe} PE ({slope}{many})")
         if n > 1:
             ax.fill_between(de, list(map(min, seeds)), list(map(max, seeds)), color=col, alpha=0.2)
         guess = sorted((key[4], loss) for key, loss in predicted.items() if key[0] == pe)
@@ -286,6 +287,8 @@ def draw(name, runs, out, report, predicted):
         tests = [(figure_tests, tf, out, name, g, suffix) for g, suffix in (("T", "length"), ("q", "qtest"))]
         jobs += [(figure_training, tf, out, name), *(job for job in tests if set_names(tf, job[4])),
                  (figure_weights, tf, out, name, report)]
+        if len({key[4] for key in predicted}) >= 3:   # a predicted curve to set the trained d_e against
+            jobs.append((figure_floor, tf, out, name, predicted))
     for job in jobs:
         report.drawn += bool(report.attempt(*job))
 

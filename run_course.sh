@@ -27,19 +27,19 @@ if [ "$SCALE" = paper ]; then
 fi
 
 # Course scale: two lanes side by side, one per core (a course-scale step is too small to keep two cores busy
-# on its own), balanced by their measured times; each lane's output goes to OUT/logs/.
+# on its own), balanced by their measured times (about 26 min each); each lane's output goes to OUT/logs/.
 lane_a() {
   # Figures 1-5: SGD stochastic + fixed (sgd/), attend query (query/), random init (random_init/), Adam (adam/)
   $TF --figure-set --seed $SEEDS --force --out "$OUT"
   # ours: the loss floor against d_e (d_e = 64 is the figure set's sgd/ stochastic run, the same configuration:
-  # copied, not trained twice; 128 and 256 run in lane b)
+  # copied, not trained twice; 256 runs in lane b)
   $TF --de 8 16 32 128 --seed $SEEDS --force --out "$OUT/floor"
   for s in $SEEDS; do rm -rf "$OUT/floor/stochastic-de64-seed$s"; cp -r "$OUT/sgd/stochastic-de64-seed$s" "$OUT/floor/"; done
+  $TF --pe onehot --seed $SEEDS --force --out "$OUT/floor"              #   and its zero-floor reference
   $TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS --force --out "$OUT/de_below_T"  # q_test, d_e < T
 }
 lane_b() {
   $TF --de 256 --seed $SEEDS --force --out "$OUT/floor"                 # ours: the floor's largest d_e
-  $TF --pe onehot --seed $SEEDS --force --out "$OUT/floor"              #   and its zero-floor reference
   python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json"  # its prediction
   python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep"   # ours: width FCN vs transformer
   python train_bool.py --force --out "$OUT/bool"                               # Edelman et al.: sparse-AND critical m

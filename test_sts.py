@@ -515,6 +515,9 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
         assert r["val_sd"] == pytest.approx(np.std(r["vals"], ddof=1), abs=1e-4) and r["val_sd"] > 0
         assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
     assert any(len(r["tried"]) >= 2 for r in table["rows"])    # and at least one search went past a miss
+    for r in table["rows"]:                                  # every seed where the mean could still reach eps
+        for (width, val), k in zip(r["tried"], r["tried_seeds"]):
+            assert k == 2 or (r["model"] == "fcn" and k == 1 and val / 2 > table["eps"])
     with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
         plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
     assert done.value.code == 0
@@ -524,6 +527,18 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
         plots.main([str(tmp_path / "sw"), "--table"])
     r = table["rows"][0]
     assert f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |" in capsys.readouterr().out
+
+
+def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(tmp_path, one_thread):
+    # eps = 0.1 d/(2q) = 0.083; after 20 steps an FCN is near 0.83, so seed 0 alone puts the mean of two
+    # seeds above eps: seed 1 is never trained, at either width
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "--sweep-width", "8", "16", "--sweep-de", "4",
+                    "--steps", "20", "--batch", "32", "--seed", "0", "1", "--n-test", "32", "--eps", "0.1",
+                    "--device", "cpu", "--out", str(tmp_path / "sw")])
+    fcn = json.loads((tmp_path / "sw" / "sweep.json").read_text())["rows"][0]
+    assert fcn["width"] is None and [w for w, _ in fcn["tried"]] == [8, 16] and fcn["tried_seeds"] == [1, 1]
+    assert sorted(p.name for p in (tmp_path / "sw").glob("fcn-*")) == ["fcn-T4-m16-depth1-seed0",
+                                                                         "fcn-T4-m8-depth1-seed0"]
 
 
 def test_train_tf_bad_input_from_the_shell_has_no_traceback(tmp_path):

@@ -15,8 +15,10 @@ format: config.json, log.jsonl (one JSON record per evaluation) and summary.json
 --sweep: for each T of --sweep-T, the smallest FCN hidden width m (a doubling grid, --sweep-width) and the
 smallest transformer embedding width D = d + d_e (a doubling grid of d_e, --sweep-de, trained in-process
 by fused.py's step) whose final validation loss, averaged over the seeds, is at most --eps * d/(2q), with the
-same budget (--steps x --batch fresh sequences) and optimizer for both. Writes sweep.json and sweep.csv
-under --out, prints the table and the log-log slopes of width against T.
+same budget (--steps x --batch fresh sequences) and optimizer for both. An FCN width stops training seeds
+once those trained prove the mean above the target (a loss is >= 0); each row's "tried" lists [width, mean
+of the seeds trained] and "tried_seeds" how many. Writes sweep.json and sweep.csv under --out, prints the
+table and the log-log slopes of width against T.
 """
 import argparse
 import csv
@@ -275,14 +277,19 @@ def sweep(args, device):
 
     def reached(model, T, size, row):
         bar.set_postfix(T=T, model=model, size=size)
-        if model == "fcn":
-            vals = [train(args, T, size, seed, device, progress=False)["val"] for seed in args.seed]
+        if model == "fcn":  # seed by seed: losses are >= 0, so once the seeds so far put the mean of all
+            vals = []       # above eps the width has failed, and the other seeds are not trained
+            for seed in args.seed:
+                vals.append(train(args, T, size, seed, device, progress=False)["val"])
+                if not sum(vals) / len(args.seed) <= eps:
+                    break
             width, params = size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
         else:
             vals = transformer_vals(args, T, size, device)
             width, params = args.d + size, (args.d + size) * (2 * args.d + size)  # W (D x D), V (d x D)
         val = float(np.mean(vals))
-        row["tried"].append([width, round(val, 4)])
+        row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
+        row["tried_seeds"].append(len(vals))                         # how many those were
         if val <= eps:                      # the spread: the seeds' sample standard deviation
             spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
             row.update(width=width, params=params, val=round(val, 4), val_sd=spread and round(spread, 4),
@@ -291,7 +298,8 @@ def sweep(args, device):
 
     for T in args.sweep_T:
         for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
-            row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None, vals=None, tried=[])
+            row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None, vals=None, tried=[],
+                       tried_seeds=[])
             first[model] = search(grid, first[model], lambda size: reached(model, T, size, row))
             rows.append(row)
             bar.update()
