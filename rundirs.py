@@ -177,7 +177,13 @@ def configurations(runs):
     groups = defaultdict(list)
     for run in sorted(runs, key=lambda r: r["config"]["seed"]):
         groups[repr(sorted(kv for kv in run["config"].items() if kv[0] not in PER_SEED))].append(run)
-    return sorted(groups.values(), key=lambda g: [repr(g[0]["config"].get(k)) for k in VARYING])
+    return sorted(groups.values(), key=lambda g: [in_order(g[0]["config"].get(k)) for k in VARYING])
+
+
+def in_order(value):
+    """A sort key that puts numbers in numeric order (16 before 128) and before anything else."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (0, value, "") if number else (1, 0, repr(value))
 
 
 def spread(group, name):

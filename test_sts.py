@@ -721,6 +721,14 @@ def table_cells(out, starts):
     return [[c.strip() for c in ln.split("|")[1:-1]] for ln in out.splitlines() if ln.startswith(starts)]
 
 
+def test_configurations_come_in_numeric_order_of_what_varies():
+    runs = [dict(config=dict(model="transformer", pe="stochastic", de=de, seed=seed)) for de in (128, 16, 8, 64)
+            for seed in (1, 0)]
+    groups = rundirs.configurations(runs)
+    assert [g[0]["config"]["de"] for g in groups] == [8, 16, 64, 128]            # not "128" < "16"
+    assert all([r["config"]["seed"] for r in g] == [0, 1] for g in groups)       # each group by seed
+
+
 def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_thread, capsys, monkeypatch):
     import statistics  # an implementation of the sample standard deviation that plots.py does not use
     monkeypatch.setattr(plots, "FORMATS", ("png",))
