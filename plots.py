@@ -197,6 +197,10 @@ def figure_floor(runs, out, name, predicted):
     if guessed:  # one legend entry for every PE's prediction, as figure_training's cosines
         ax.plot([], [], "ks--", mfc="none", ms=4, lw=0.8, label="best of W = cW*, V = αV* (predicted)"
                 + (f"; ▽: < {low:.1g}" if min(guessed) < low else ""))
+    ticks = sorted({int(x) for pe, points in by_pe.items() if pe != "onehot" for x in points} | {key[4] for key in
+                   predicted})
+    ax.set_xticks(ticks, [str(x) for x in ticks])     # the d_e values themselves, no minor labels between
+    ax.set_xticks([], minor=True)
     ax.set(xlabel="PE dimension d_e", ylabel="final validation loss" + ("" if final else " (some: last logged)"),
            title="loss floor against d_e" + (": trained (solid) vs predicted (dashed)" if guessed else ""))
     ax.legend()

@@ -2,7 +2,7 @@
 # Every experiment of the README, then every figure, on the CPU:
 #     bash run_course.sh [OUT]             # course scale: runs into OUT (default results/course), figures into figures/
 #     bash run_course.sh results/paper paper   # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
-#                                          # ~90 min on 2 CPU cores; figures into figures/paper_*.png
+#                                          # ~80 min on 2 CPU cores; figures into figures/paper_*.png
 # A paper-scale run cut off (a session's end, SIGKILL) goes on with RESUME=1 bash run_course.sh results/paper paper.
 # TF_FLAGS adds flags to every train_tf.py command (e.g. "--device cuda").
 # Each line is also the command for one experiment alone.
@@ -12,7 +12,7 @@ OUT=${1:-results/course}
 SCALE=${2:-course}
 case $SCALE in
   course) SEEDS="0 1 2" ;;
-  paper) SEEDS="0" ;;   # one seed: ~90 min on 2 cores
+  paper) SEEDS="0" ;;   # one seed: ~80 min on 2 cores (73 min of steps by bench.py, plus evaluations)
   *) echo "run_course.sh: error: scale must be course or paper (got $SCALE)" >&2; exit 2 ;;
 esac
 MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume

@@ -411,7 +411,7 @@ def main(argv=None):
         if args.steps * args.T * max(args.de) > 10 ** 8 and device.type == "cpu":   # say what it costs
             runs = len(run_specs(args, args.de[0]))
             print(f"train_tf.py: {args.steps:,} steps of {runs} run(s) at T={args.T}, d_e={max(args.de)} on the "
-                  f"CPU: about {args.steps * (31 + 4 * (runs - 1)) / 6e4:.0f} min per d_e on 2 cores at the paper's "
+                  f"CPU: about {args.steps * (28 + 3.2 * (runs - 1)) / 6e4:.0f} min per d_e on 2 cores at the paper's "
                   f"scale (the progress bar keeps the estimate); --preset course takes about a minute")
         for d_e in args.de:
             train(args, d_e, device)
