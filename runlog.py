@@ -125,6 +125,15 @@ def argument_parser(program, description, **kwargs):
     return p
 
 
+def preset_argument(parser, presets, flag, text, **kwargs):
+    """A flag whose default comes from a script's PRESETS table: its --help lists each preset's value, so the
+    values are written once, in the table."""
+    key = flag[2:].replace("-", "_")
+    shown = "; ".join(f"{name} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                      for name, values in presets.items() for v in [values[key]])
+    parser.add_argument(flag, help=f"{text} [{shown}]", **kwargs)
+
+
 def check_out(out):
     """--out must name a folder this process can write: not a file, its nearest existing parent writable."""
     path = Path(out)

@@ -20,7 +20,6 @@ once those trained prove the mean above the target (a loss is >= 0); each row's 
 of the seeds trained] and "tried_seeds" how many. Writes sweep.json and sweep.csv under --out, prints the
 table and the log-log slopes of width against T.
 """
-import argparse
 import csv
 import json
 import math
@@ -93,24 +92,26 @@ def sample(gen, words, n, T, q, d, dtype):
 
 
 def parse_args(argv=None):
-    p = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0],
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], formatter_class=runlog.DefaultsHelp)
     a = p.add_argument
+
+    def preset(flag, text, **kw):  # a flag whose default comes from PRESETS
+        runlog.preset_argument(p, PRESETS, flag, text, **kw)
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
-    a("--T", nargs="+", type=int, help="sequence length(s), trained one after another [paper 200, course 20]")
-    a("--q", type=int, help="subset size [3]")
-    a("--d", type=int, help="token dimension [5]")
+    preset("--T", "sequence length(s), trained one after another", nargs="+", type=int)
+    preset("--q", "subset size", type=int)
+    preset("--d", "token dimension", type=int)
     a("--width", nargs="+", type=int, default=[1024], help="hidden widths m, trained one after another")
     a("--depth", type=int, default=1, help="hidden layers")
-    a("--batch", type=int, help="fresh sequences per step, n [256]")
-    a("--steps", type=int, help="training steps [paper 100000, course 10000]")
+    preset("--batch", f"fresh sequences per step, n (--sweep: {SWEEP['batch']})", type=int)
+    preset("--steps", f"training steps (--sweep: {SWEEP['steps']})", type=int)
     a("--optimizer", choices=FCN_LR, default="adam", help="Adam or plain SGD")
-    a("--lr", type=float, help="learning rate [adam 1e-3, sgd 0.2]")
+    a("--lr", type=float, help=f"learning rate [{'; '.join(f'{k} {v}' for k, v in FCN_LR.items())}]")
     a("--seed", nargs="+", type=int, help="seeds (data, init, validation sets) "
-                                                f"[0; --sweep {' '.join(map(str, SWEEP['seeds']))}]")
-    a("--eval-every", type=int, help="steps between evaluations and log records [paper 500, course 100]")
-    a("--n-test", type=int, help="sequences in each validation set, fixed before training [1024]")
-    a("--test-q", nargs="*", type=int, help="subset sizes of the q-generalisation sets [2 4 6]")
+                                          f"[0; --sweep {' '.join(map(str, SWEEP['seeds']))}]")
+    preset("--eval-every", "steps between evaluations and log records (--sweep: --steps)", type=int)
+    preset("--n-test", "sequences in each validation set, fixed before training", type=int)
+    preset("--test-q", "subset sizes of the q-generalisation sets (--sweep: none)", nargs="*", type=int)
     a("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where there is one")
     a("--dtype", choices=("float32", "float64"), default="float32", help="floating-point precision")
     a("--out", default="runs/fcn", help="parent folder of the run directories (and of sweep.json/csv)")

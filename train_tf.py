@@ -51,11 +51,8 @@ def parse_args(argv=None):
     p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0], formatter_class=runlog.DefaultsHelp)
     a = p.add_argument
 
-    def preset(flag, text, **kw):  # a flag whose default comes from PRESETS: --help lists each preset's value
-        key = flag[2:].replace("-", "_")
-        shown = "; ".join(f"{name} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                          for name, values in PRESETS.items() for v in [values[key]])
-        a(flag, help=f"{text} [{shown}]", **kw)
+    def preset(flag, text, **kw):  # a flag whose default comes from PRESETS
+        runlog.preset_argument(p, PRESETS, flag, text, **kw)
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
     a("--pe", nargs="+", choices=sts.PE_KINDS, default=["stochastic"], help="positional encodings to train")
     a("--seed", nargs="+", type=int, default=[0], help="seeds (data, init, fixed PE table, validation sets)")
