@@ -67,11 +67,11 @@ def floor_step(trainer):
     """The fused step's Gaussians alone: the same chunks, threads and buffers, no arithmetic."""
     fs = trainer.step_fn
     bounds = fs.bounds(SCALE["n"], SCALE["T"])
+    need = max(hi - lo for lo, hi in bounds) * SCALE["T"] * SCALE["d_e"]   # a thread's buffer
     counter = iter(range(10 ** 9))
 
     def work(k, index):
         tools = fs._tools()
-        need = max(hi - lo for lo, hi in bounds) * SCALE["T"] * SCALE["d_e"]
         if tools.buf.numel() < need:
             tools.buf = torch.empty(need, dtype=fs.dtype, device=fs.device)
         for lo, hi in bounds[k::fs.threads]:

@@ -27,7 +27,7 @@ if [ "$SCALE" = paper ]; then
 fi
 
 # Course scale: two lanes side by side, one per core (a course-scale step is too small to keep two cores busy
-# on its own), balanced by their measured times (about 26 min each); each lane's output goes to OUT/logs/.
+# on its own), balanced by their measured times (about 18 min each); each lane's output goes to OUT/logs/.
 lane_a() {
   # Figures 1-5: SGD stochastic + fixed (sgd/), attend query (query/), random init (random_init/), Adam (adam/)
   $TF --figure-set --seed $SEEDS --force --out "$OUT"

@@ -21,6 +21,7 @@ of the seeds trained] and "tried_seeds" how many. Writes sweep.json and sweep.cs
 table and the log-log slopes of width against T.
 """
 import csv
+import functools
 import json
 import math
 import time
@@ -95,8 +96,7 @@ def parse_args(argv=None):
     p = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], formatter_class=runlog.DefaultsHelp)
     a = p.add_argument
 
-    def preset(flag, text, **kw):  # a flag whose default comes from PRESETS
-        runlog.preset_argument(p, PRESETS, flag, text, **kw)
+    preset = functools.partial(runlog.preset_argument, p, PRESETS)   # a flag whose default PRESETS holds
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
     preset("--T", "sequence length(s), trained one after another", nargs="+", type=int)
     preset("--q", "subset size", type=int)

@@ -13,6 +13,7 @@ weights_init.npz, weights_final.npz, summary.json and checkpoint.pt. The step is
 one (--step fused, the default) or autograd through sts.forward on the same draws (--step autograd, the
 reference; test_sts.py checks that the two agree).
 """
+import functools
 import itertools
 import json
 import time
@@ -51,8 +52,7 @@ def parse_args(argv=None):
     p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0], formatter_class=runlog.DefaultsHelp)
     a = p.add_argument
 
-    def preset(flag, text, **kw):  # a flag whose default comes from PRESETS
-        runlog.preset_argument(p, PRESETS, flag, text, **kw)
+    preset = functools.partial(runlog.preset_argument, p, PRESETS)   # a flag whose default PRESETS holds
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
     a("--pe", nargs="+", choices=sts.PE_KINDS, default=["stochastic"], help="positional encodings to train")
     a("--seed", nargs="+", type=int, default=[0], help="seeds (data, init, fixed PE table, validation sets)")
