@@ -1,0 +1,703 @@
+"""The scripts' behaviour, the second half of the tests (test_sts.py holds the maths and the parity checks,
+and runs both files): the exit contract (divergence, SIGTERM, Ctrl-C, strict JSON, one bad-input table per
+script), plots.py and rundirs.py, train_bool.py, train_fcn.py. Seeded, CPU only.
+"""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fused
+import plots
+import runlog
+import rundirs
+import sts
+import train_bool
+import train_fcn
+import train_tf
+from test_sts import HERE, TINY, read_log
+
+
+@pytest.fixture
+def one_thread():
+    """Small models train several times faster on one torch thread when other jobs share the 2 cores
+    (train_bool.py measured 1.2 s on one thread against 17.6 s on two)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------ faults and bad input: the exit contract
+def test_train_tf_bad_input_from_the_shell_has_no_traceback(tmp_path):
+    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--q", "7", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "got q=7" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-final", "128", "--device", "cpu"]
+
+
+def summary_of(run):
+    return json.loads((run / "summary.json").read_text())
+
+
+def test_a_diverging_run_stops_alone_and_the_others_finish(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(COURSE_100 + ["--lr", "5", "--pe", "stochastic", "fixed", "--out", str(tmp_path)])
+    assert done.value.code == 1 and "1 of 2 runs diverged" in capsys.readouterr().err
+    healthy, bad = summary_of(tmp_path / "stochastic-de64-seed0"), summary_of(tmp_path / "fixed-de64-seed0")
+    assert healthy["status"] == "finished" and healthy["step"] == 100 and healthy["val"] < 0.5
+    assert bad["status"] == "diverged" and bad["step"] == bad["stopped_at"] == len(read_log(tmp_path / "fixed-de64-seed0")) * 10 - 10
+
+
+
+def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp_path):
+    with open(tmp_path / "log.jsonl", "w") as log:
+        runlog.append_record(log, dict(step=3, val=float("nan"), test_T={"8": float("inf"), "9": 0.5}))
+    runlog.write_summary(tmp_path, "diverged", 5, 1.0, dict(step=3, val=float("-inf")))
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not JSON")
+    record = json.loads((tmp_path / "log.jsonl").read_text(), parse_constant=no_constants)
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=no_constants)
+    assert record == dict(step=3, val=None, test_T={"8": None, "9": 0.5})
+    assert summary["val"] is None and summary["step"] == 3 and summary["stopped_at"] == 5
+
+
+def test_sigterm_is_handled_like_ctrl_c_and_force_leaves_nothing_of_the_old_run(tmp_path):
+    train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
+    run = tmp_path / "stochastic-de8-seed0"
+    assert summary_of(run)["status"] == "finished"
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--steps", "10000000", "--force",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not ((run / "log.jsonl").exists() and (run / "log.jsonl").read_text().count("\n") >= 2
+               and not (run / "summary.json").exists()) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "terminated" in err.splitlines()[-1]
+    summary = summary_of(run)
+    assert summary["status"] == "terminated" and summary["stopped_at"] >= 10
+    assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
+    assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
+
+
+def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path, monkeypatch):
+    def interrupted(self, n):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train_tf.Trainer, "evaluate", interrupted)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--out", str(tmp_path)])
+    run = tmp_path / "stochastic-de8-seed0"
+    assert done.value.code == 130 and (run / "log.jsonl").read_text() == ""
+    summary = summary_of(run)
+    assert summary["status"] == "interrupted" and summary["step"] is None and summary["stopped_at"] == 0
+    monkeypatch.undo()
+    train_tf.main(TINY + ["--out", str(tmp_path)])                # no --force needed: nothing was logged
+    assert summary_of(run)["status"] == "finished"
+
+
+def test_a_paper_scale_cpu_run_says_what_it_will_cost_before_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_tf, "train", lambda args, d_e, device: [])   # no training: only the notice
+    train_tf.main(["--device", "cpu", "--out", str(tmp_path)])              # no other flag: the paper's run
+    out = capsys.readouterr().out
+    assert "100,000 steps" in out and "min" in out and "--preset course" in out
+
+
+TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 and write nothing
+    (["--q", "7"], "got q=7"),
+    (["--de", "0"], "got d_e=0"),
+    (["--steps", "-5"], "--steps must"),
+    (["--pe", "onehot", "--de", "4"], "onehot PE needs d_e"),
+    (["--device", "cuda"], "--device cuda"),
+    (["--compile", "default"], "--compile applies to --step autograd"),
+    (["--lr", "nan"], "--lr must be a positive finite"),
+    (["--resume"], "has no checkpoint.pt"),
+    (["--seed", "0", "0"], "--seed lists a value twice"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--anneal-at", "-5"], "--anneal-at must be >= 0"),
+    (["--anneal-factor", "-1"], "--anneal-factor must be a positive finite"),
+    (["--lr", "inf"], "--lr must be a positive finite"),
+    (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
+    (["--init-scale", "inf"], "--init-scale must be a positive finite"),
+    (["--T", "1000000000"], "GiB of memory"),
+    (["--batch", "100000000"], "GiB of memory"),
+    (["--pe", "onehot", "--de", "64", "7"], "onehot PE needs d_e >= the largest length 8"),
+]
+
+
+@pytest.mark.parametrize("flags, fragment", TF_BAD_INPUT)
+def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_path, capsys, flags, fragment):
+    if "cuda" in flags and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    t0 = time.time()
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + flags + ["--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert not (tmp_path / "out").exists() and time.time() - t0 < 10         # refused up front
+
+
+@pytest.mark.parametrize("script", ["train_tf", "train_fcn", "train_bool", "plots"])
+def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    base = {"train_tf": TINY, "train_fcn": FCN_TINY + ["--width", "8"], "train_bool": [], "plots": [str(tmp_path)]}
+    r = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *base[script], "--out", str(blocker)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert blocker.read_text() == "not a folder"
+
+
+def test_sts_demo_stops_a_diverging_run_and_refuses_a_negative_rate():
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50"], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "diverging" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "-1"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr" in r.stderr
+
+
+def test_sts_pastes_into_a_notebook_without_running_or_exiting(monkeypatch):
+    # a notebook cell runs the source with __name__ == "__main__" and the kernel's arguments in sys.argv
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "kernel.json"])
+    namespace = {"__name__": "__main__"}
+    exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), namespace)
+    assert callable(namespace["demo"]) and callable(namespace["backward"])
+
+
+# ---------------------------------------------------------------------------------------- plots.py
+FIGURES = ("training", "length", "qtest", "weights")  # what an experiment of transformer runs gives
+
+
+def test_plots_draws_every_figure_and_table_from_tiny_runs(tmp_path, one_thread, capsys):
+    train_tf.main(TINY + ["--n-final", "256", "--figure-set", "--out", str(tmp_path / "set")])
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--steps", "10", "--out", str(tmp_path / "floor")])
+    train_fcn.main(FCN_TINY + ["--steps", "20", "--eval-every", "10", "--width", "8", "--out",
+                               str(tmp_path / "fcn")])
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "set" / "sgd"), str(tmp_path / "floor"), str(tmp_path / "fcn"),
+                    "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    expected = [*(f"sgd_{f}" for f in FIGURES), "floor_floor", "fcn_fcn_training"]
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == sorted(f"{n}.{e}" for n in expected
+                                                                          for e in ("pdf", "png"))
+    assert all(f.stat().st_size > 1000 for f in (tmp_path / "fig").iterdir())
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:                 # every experiment: the set, the floor, the FCN
+        plots.main([str(tmp_path), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == ""
+    lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: logged (n=64) and final (n=256)
+    header = [h.strip() for h in next(ln for ln in lines if ln.startswith("| configuration |")).split("|")]
+    row = [c.strip() for c in next(ln for ln in lines if ln.startswith("| fixed PE |")).split("|")]
+    run = tmp_path / "set" / "sgd" / "fixed-de8-seed0"
+    final, last = json.loads((run / "summary.json").read_text())["final"], read_log(run)[-1]
+    assert row[header.index("val (64)")] == f"{last['val']:.4f}"
+    assert row[header.index("final val (256)")] == f"{final['val']:.4f}"
+    assert row[header.index("final T=8 (256)")] == f"{final['test_T']['8']:.4f}"
+    assert sum(ln.startswith("| configuration |") for ln in out.splitlines()) == 4 + 1 + 1   # 4 set folders
+    fcn = next(ln for ln in out.split("\nfcn: ")[1].splitlines() if ln.startswith("| T=6"))
+    assert fcn.split("|")[2:5] == [" 6 ", " 8 ", f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} "]
+
+
+def table_cells(out, starts):
+    """The cells of the --table lines that start with `starts`, stripped."""
+    return [[c.strip() for c in ln.split("|")[1:-1]] for ln in out.splitlines() if ln.startswith(starts)]
+
+
+def test_configurations_come_in_numeric_order_of_what_varies():
+    runs = [dict(config=dict(model="transformer", pe="stochastic", de=de, seed=seed)) for de in (128, 16, 8, 64)
+            for seed in (1, 0)]
+    groups = rundirs.configurations(runs)
+    assert [g[0]["config"]["de"] for g in groups] == [8, 16, 64, 128]            # not "128" < "16"
+    assert all([r["config"]["seed"] for r in g] == [0, 1] for g in groups)       # each group by seed
+
+
+def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_thread, capsys, monkeypatch):
+    import statistics  # an implementation of the sample standard deviation that plots.py does not use
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    train_tf.main(TINY + ["--n-final", "128", "--figure-set", "--seed", "0", "1", "2", "--out", str(tmp_path)])
+    sgd, fig = tmp_path / "sgd", tmp_path / "fig"
+    runs = [sgd / f"fixed-de8-seed{seed}" for seed in range(3)]
+    last = [read_log(run)[-1]["val"] for run in runs]
+    final = [json.loads((run / "summary.json").read_text())["final"]["test_T"]["8"] for run in runs]
+    assert len(set(last)) == len(set(final)) == 3                  # the seeds differ: a spread to measure
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--out", str(fig)])
+    assert done.value.code == 0
+    assert sorted(f.name for f in fig.iterdir()) == sorted(f"sgd_{f}.png" for f in FIGURES)
+    assert all(f.stat().st_size > 1000 for f in fig.iterdir())
+    groups = rundirs.configurations([rundirs.load_run(run, rundirs.Report()) for run in runs])
+    step, y = rundirs.spread(groups[0], "val")                         # the curve: the mean of the three logs
+    logs = [read_log(run) for run in runs]
+    assert len(groups) == 1 and list(step) == [r["step"] for r in logs[0]]
+    assert np.allclose(y.mean(0), [statistics.mean(log[i]["val"] for log in logs) for i in range(len(step))])
+    capsys.readouterr()
+
+    def table(expected_status, seeds):
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(sgd), "--table"])
+        out, err = capsys.readouterr()
+        assert done.value.code == expected_status, err
+        header, = table_cells(out, "| configuration |")
+        row, = table_cells(out, "| fixed PE")
+        assert row[0] == f"fixed PE ({len(seeds)} seeds)" and row[header.index("seeds")] == str(len(seeds))
+        for column, xs in (("val (64)", last), ("final T=8 (128)", final)):
+            xs = [xs[seed] for seed in seeds]
+            assert row[header.index(column)] == f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
+        return err
+
+    assert table(0, [0, 1, 2]) == ""
+    edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))   # left out of the mean
+    err = table(2, [0, 1]).splitlines()
+    assert len(err) == 1 and "fixed-de8-seed2/summary.json: the run diverged" in err[0] and "mean" in err[0]
+
+
+def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys, monkeypatch):
+    import statistics
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    floor, fig, drawn, save = tmp_path / "floor", tmp_path / "fig", {}, plots.save
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1", "--steps",
+                          "10", "--n-final", "128", "--out", str(floor)])
+    sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4", "8", "16", "--json",
+              str(floor / "family_floor.json")])
+    edit_json(floor / "stochastic-de8-seed1" / "summary.json", lambda s: s.pop("final"))  # its last logged val
+    written = json.loads((floor / "family_floor.json").read_text())["rows"]
+    predicted = {(r["pe"], r["de"]): r["loss"] for r in written}
+
+    def keep(figure, out, name):                            # what the floor figure draws, then the file
+        ax = figure.axes[0]
+        drawn[name] = ax.get_title(), [(ln.get_label(), ln.get_linestyle(), list(ln.get_xdata()),
+                                        list(ln.get_ydata())) for ln in ax.lines]
+        return save(figure, out, name)
+    monkeypatch.setattr(plots, "save", keep)
+
+    def plot(status):
+        (fig / "floor_floor.png").unlink(missing_ok=True)
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(floor), "--out", str(fig)])
+        assert done.value.code == status and (fig / "floor_floor.png").stat().st_size > 1000
+        return drawn.pop("floor_floor")
+    title, lines = plot(0)
+    assert "trained" in title and "predicted" in title
+    assert any(label.startswith("best of W = cW*, V = αV* (predicted)") for label, *_ in lines)
+    stochastic = pytest.approx([predicted["stochastic", de] for de in (4, 8, 16)])
+    assert ("--", [4, 8, 16], stochastic) in [tuple(drawing) for _, *drawing in lines]     # its dashed line
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(floor), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == ""
+    assert table_cells(out, "| pe |") == [["pe", "d_e", "predicted (family best)", "trained (mean ± s)",
+                                           "trained / predicted"]]
+    rows = table_cells(out, ("| stochastic |", "| fixed |"))
+    assert sorted((pe, int(de)) for pe, de, *_ in rows) == sorted(predicted)
+    for pe, de, guess, trained, ratio in rows:
+        runs = [floor / f"{pe}-de{de}-seed{seed}" for seed in (0, 1)]
+        vals = [json.loads((run / "summary.json").read_text()).get("final", read_log(run)[-1])["val"]
+                for run in runs]
+        loss = predicted[pe, int(de)]
+        assert guess == f"{loss:.4g}" and ratio == f"{statistics.mean(vals) / loss:.3g}"
+        assert trained == f"{statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f}"
+
+    (floor / "family_floor.json").write_text('{"rows": [')   # malformed: one line; the rest drawn without it
+    capsys.readouterr()
+    title, lines = plot(2)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "floor/family_floor.json: not valid JSON" in err[0] and "predicted" not in title
+    assert not any(style == "--" for _, style, *_ in lines)
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(floor), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and len(err.splitlines()) == 1 and "family_floor.json" in err
+    assert len(table_cells(out, "| configuration |")) == 1 and table_cells(out, "| pe |") == []
+
+
+def fake_run(path, pe):
+    """A transformer run directory in train_tf.py's format written by hand (no training): 3 records."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(dict(
+        model="transformer", T=6, q=2, d=2, de=3, pe=pe, seed=0, batch=8, optimizer="sgd", lr=1.0, init="zero",
+        attend="tokens", n_test=8, n_final=16)))
+    log = [dict(step=s, train_loss=0.5 / s if s else None, time=s / 10, lr=1.0, val=0.5 / (1 + s),
+                test_T={"8": 0.6 / (1 + s)}, test_q={"1": 0.9 / (1 + s)}, cos_W=s / 30, cos_V=s / 25,
+                norm_W=s / 10) for s in (0, 10, 20)]
+    (path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    final = dict(val=0.02, test_T={"8": 0.03}, test_q={"1": 0.04})
+    (path / "summary.json").write_text(json.dumps(dict(log[-1], status="finished", seconds=1.0, final=final)))
+    rng = np.random.default_rng(0)
+    for when in ("init", "final"):
+        np.savez(path / f"weights_{when}.npz", W=rng.standard_normal((5, 5)), V=rng.standard_normal((2, 5)))
+
+
+def edit_json(path, change):
+    obj = json.loads(path.read_text())
+    change(obj)
+    path.write_text(json.dumps(obj))
+
+
+def append(path, text):
+    path.write_text(path.read_text() + text)
+
+
+def insert_line(path, after, line):
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:after] + [line + "\n"] + lines[after:]))
+
+
+FIXED = Path("exp/fixed-de3-seed0")  # the run each case damages; exp/stochastic-de3-seed0 stays whole
+WHOLE = [f"exp_{f}.png" for f in FIGURES]
+SWEEP = dict(eps=0.3, steps=100, batch=64, seeds=[0], loglog_slope={"fcn": 1.0, "transformer": 0.2}, rows=[
+    dict(model="fcn", T=4, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
+    dict(model="fcn", T=8, params=400, val=0.2, tried=[[16, 0.2]]),                          # no width
+    dict(model="transformer", T=4, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
+NULLS = ('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'  # a finite cosine, no loss
+         '{"step": 10, "train_loss": null, "val": null, "test_q": {"1": null}, "cos_W": 0.5}\n')
+CRITICAL = dict(fits={}, rows=[dict(model="transformer", s=2, T=8),                         # no m_crit
+                               dict(model="transformer", s=2, T=16, m_crit=64)])
+
+
+def write_summary(root, folder, name, summary, config=None):
+    (root / folder).mkdir()
+    (root / folder / name).write_text(json.dumps(summary))
+    if config is not None:
+        (root / folder / "config.json").write_text(json.dumps(config))
+
+
+# (what is done to the runs, exit status, the PNGs plots.py must leave, stderr lines, a fragment of one)
+PLOT_CASES = {
+    "a last line cut mid-record is a warning": (
+        lambda r: append(r / FIXED / "log.jsonl", '{"step": 30, "val": 0.0'),
+        0, WHOLE, 1, "fixed-de3-seed0/log.jsonl: line 4 cut mid-record"),
+    "a line that is JSON but not an object": (
+        lambda r: insert_line(r / FIXED / "log.jsonl", 1, "42"),
+        2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: line 2 is not a record"),
+    "config.json {}": (
+        lambda r: (r / FIXED / "config.json").write_text("{}"), 2, WHOLE, 1,
+        "fixed-de3-seed0/config.json: no key 'model'"),
+    "config.json without d_e": (
+        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.pop("de")), 2, WHOLE, 1,
+        "fixed-de3-seed0/config.json: no key 'de'"),
+    "a diverged run": (
+        lambda r: edit_json(r / FIXED / "summary.json", lambda s: s.update(status="diverged")), 2, WHOLE, 1,
+        "fixed-de3-seed0/summary.json: the run diverged at step 20"),
+    "a log of nulls": (
+        lambda r: (r / FIXED / "log.jsonl").write_text(NULLS),
+        2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: every loss is null"),
+    "unreadable weights": (
+        lambda r: (r / FIXED / "weights_final.npz").write_text("not a zip"), 2, WHOLE, 1,
+        "fixed-de3-seed0/weights_*.npz: cannot be read"),
+    "a sweep.json row without its width": (
+        lambda r: write_summary(r, "sweep", "sweep.json", SWEEP), 2, WHOLE + ["sweep_separation.png"], 1,
+        "sweep/sweep.json: row 2: no key 'width'"),
+    "a critical.json row without m_crit": (
+        lambda r: write_summary(r, "bool", "critical.json", CRITICAL, {"grid": [16, 32, 64, 128]}),
+        2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1: no key 'm_crit'"),
+    "a family_floor.json for another T": (
+        lambda r: (r / "exp" / "family_floor.json").write_text(json.dumps({"rows": [
+            dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})), 2, WHOLE, 1,
+        "exp/family_floor.json: no row for the runs' (pe, T, q, d)"),
+    "nothing drawable: every run diverged": (
+        lambda r: [edit_json(r / "exp" / run / "summary.json", lambda s: s.update(status="diverged"))
+                   for run in ("fixed-de3-seed0", "stochastic-de3-seed0")], 2, [], 3, "nothing drawn"),
+}
+
+
+@pytest.mark.parametrize("case", PLOT_CASES)
+def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path, capsys, monkeypatch, case):
+    damage, status, pngs, n_lines, fragment = PLOT_CASES[case]
+    monkeypatch.setattr(plots, "FORMATS", ("png",))                   # PDFs are drawn in the test above
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "runs" / "exp" / f"{pe}-de3-seed0", pe)
+    damage(tmp_path / "runs")
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
+    err = capsys.readouterr().err.splitlines()
+    assert done.value.code == status and len(err) == n_lines, err
+    assert all(line.startswith("plots.py: ") for line in err) and any(fragment in line for line in err), err
+    assert sorted(f.name for f in (tmp_path / "fig").glob("*.png")) == sorted(pngs)
+
+
+def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
+    fake_run(tmp_path / "run", "fixed")
+    append(tmp_path / "run" / "log.jsonl", '{"step": 30, "val"')
+    report = rundirs.Report()
+    assert [r["step"] for r in rundirs.load_run(tmp_path / "run", report)["log"]] == [0, 10, 20]
+    assert len(report) == 1 and report[0].startswith("plots.py: warning: ")
+    assert "line 4 cut mid-record" in report[0]
+
+
+def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_when_nothing_was_drawn(tmp_path):
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
+    (tmp_path / "exp" / "fixed-de3-seed0" / "log.jsonl").write_text('{"step": 0, "val"')   # cut, nothing intact
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), "exp"], cwd=tmp_path, capture_output=True,
+                       text=True)                                             # no --out: runs/figures
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "fixed-de3-seed0/log.jsonl: no intact" in r.stderr
+    assert (tmp_path / "runs" / "figures" / "exp_training.png").stat().st_size > 1000
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), str(tmp_path / "nothing")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 2 and "nothing: no such file" in r.stderr
+    assert r.stderr.splitlines()[1].startswith("plots.py: error: nothing drawn")
+
+
+# ------------------------------------------------------------------------------------ train_bool.py
+@pytest.mark.parametrize("s", [1, 2, 3, 5])
+def test_bool_labels_are_balanced(s):
+    _, (_, y), (_, y_test) = train_bool.make_task(T=40, s=s, m=20_000, seed=s)
+    for labels in (y, y_test):
+        sd = 0.5 / np.sqrt(len(labels))                                 # 0.0035 and 0.005
+        assert abs(labels.mean() - 0.5) < 6 * sd                         # 6 sd: never flakes, seeded anyway
+
+
+def test_bool_label_is_the_and_of_exactly_the_relevant_positions():
+    T, s = 30, 3
+    relevant, (bits, y), (bits_test, y_test) = train_bool.make_task(T, s, m=3000, seed=7)
+    assert len(set(relevant)) == s and all(0 <= i < T for i in relevant)
+    for x, labels in ((bits, y), (bits_test, y_test)):
+        np.testing.assert_array_equal(labels, np.all([x[:, i] for i in relevant], axis=0))
+        for i in relevant:                                              # every relevant bit matters
+            assert (np.delete(x[:, relevant], list(relevant).index(i), 1).all(1) != labels).any()
+        for j in set(range(T)) - set(relevant):                         # and no other bit does
+            assert (x[:, list(relevant) + [j]].all(1) != labels).any()
+
+
+def test_bool_task_is_fixed_by_the_seed_and_training_sets_are_nested():
+    small, large, other = (train_bool.make_task(50, 3, m, seed) for m, seed in ((10, 1), (40, 1), (10, 2)))
+    np.testing.assert_array_equal(small[0], large[0])                  # same relevant positions
+    np.testing.assert_array_equal(small[2][0], large[2][0])            # same held-out set
+    np.testing.assert_array_equal(small[1][0], large[1][0][:10])       # m=10 is a prefix of m=40
+    assert len(small[2][0]) == train_bool.N_TEST
+    assert not np.array_equal(small[0], other[0]) and not np.array_equal(small[1][0], other[1][0])
+
+
+def test_bool_transformer_forward_equals_plain_attention_over_all_tokens():
+    net, encode = train_bool.build("transformer", 12, seed=3, device=torch.device("cpu"))
+    bits = encode(np.random.default_rng(0).random((9, 12)) < 0.7)
+    with torch.no_grad():
+        x = torch.cat([net.content[2].expand(9, 1, -1), net.content[bits]], 1) + net.pos  # (n, T+1, w)
+        query = net.q(x[:, 0])
+        a = torch.softmax(torch.einsum("ntw,nw->nt", net.k(x), query) / net.width ** 0.5, -1)
+        plain = net.out(torch.einsum("nt,ntw->nw", a, net.v(x))).squeeze(-1)
+        np.testing.assert_allclose(net(bits).numpy(), plain.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_bool_transformer_learns_a_short_and_deterministically(one_thread):
+    first, again = (train_bool.train_one("transformer", 200, 20, 2, 0, torch.device("cpu")) for _ in range(2))
+    assert first["acc"] >= 0.99 and first["train_acc"] == 1.0
+    assert first["acc"] == again["acc"] and first["train_loss"] == again["train_loss"]
+
+
+def test_bool_m_grid_is_log_spaced():
+    grid = train_bool.m_grid(16, 4096, 4)
+    assert grid[0] == 16 and grid[-1] == 4096 and len(grid) == 33 and grid[4] == 32
+    assert np.allclose(np.diff(np.log(grid)), np.log(2) / 4, atol=0.03)
+
+
+@pytest.mark.parametrize("noisy_seed", [None, 0, 4])
+def test_bool_critical_search_finds_the_known_threshold(noisy_seed):
+    grid = train_bool.m_grid(10, 1000, 3)
+    calls = []
+
+    def stand_in(m, T, s, seed):           # learns from m_true on; one seed may always fail
+        calls.append(m)
+        return 0.995 if m >= m_true and seed != noisy_seed else 0.6
+
+    for m_true in range(1, grid[-1] + 2):
+        calls.clear()
+        expected = next((m for m in grid if m >= m_true), None)
+        assert train_bool.critical_m(stand_in, 100, 3, grid) == expected, m_true
+        assert len(set(calls)) <= 2 * np.log2(len(grid)) + 2             # galloping + bisection
+
+
+def test_bool_critical_search_needs_a_majority_of_seeds():
+    grid = [10, 20, 40, 80]
+    # at m=20 only seeds 0 and 1 of five succeed (a minority); at m=40 seeds 0, 1, 2 (a majority)
+    wins = {10: set(), 20: {0, 1}, 40: {0, 1, 2}, 80: {0, 1, 2, 3, 4}}
+    assert train_bool.critical_m(lambda m, T, s, seed: 1.0 if seed in wins[m] else 0.0, 50, 3, grid) == 40
+    assert train_bool.critical_m(lambda m, T, s, seed: 0.989, 50, 3, grid) is None  # just below 99%
+
+
+def test_bool_fits_tell_log_from_power_law():
+    Ts = np.array([50, 100, 200, 500, 1000])
+    log_fit = train_bool.fit_curves(Ts, 10 + 20 * np.log(Ts))
+    assert log_fit["better"] == "log" and log_fit["log"]["rms"] < 1e-9
+    assert log_fit["log"]["a"] == pytest.approx(10) and log_fit["log"]["b"] == pytest.approx(20)
+    power_fit = train_bool.fit_curves(Ts, 3 * Ts ** 0.7)
+    assert power_fit["better"] == "power" and power_fit["power"]["k"] == pytest.approx(0.7)
+    assert train_bool.fit_curves([50, 100], [40, 50]) is None
+
+
+def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
+    train_bool.main(["--model", "transformer", "--s", "2", "--T", "8", "16", "32", "--seeds", "1",
+                     "--m-max", "512", "--per-octave", "1", "--device", "cpu", "--out", str(tmp_path)])
+    table = json.loads((tmp_path / "critical.json").read_text())
+    assert [(row["model"], row["s"], row["T"]) for row in table["rows"]] == [("transformer", 2, T)
+                                                                              for T in (8, 16, 32)]
+    assert all(row["m_crit"] in train_bool.m_grid(16, 512, 1) for row in table["rows"])
+    assert set(table["fits"]["transformer"]["2"]) == {"log", "power", "better", "points"}
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert {"model", "T", "s", "m", "seed", "acc", "steps"} <= set(log[0])
+    assert (tmp_path / "critical.csv").read_text().startswith("model,s,T,m_crit")
+    with pytest.raises(SystemExit) as done:                                  # plots.py draws the table
+        plots.main([str(tmp_path), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    assert [f.name for f in sorted((tmp_path / "fig").iterdir())] == [f"{tmp_path.name}_critical.{ext}"
+                                                                       for ext in ("pdf", "png")]
+
+
+@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
+    (["--s", "9", "--T", "8"], "got s=9"),
+    (["--s", "0"], "got s=0"),
+    (["--m", "0"], "got m=0"),
+    (["--m-min", "0"], "--m-min"),
+    (["--model", "transformer", "rnn"], "'rnn'"),
+    (["--device", "cuda"], "--device cuda"),
+    (["--T", "8", "8"], "--T lists a value twice"),
+])
+def test_bool_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
+    if word == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as done:
+        train_bool.main([*flags, "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and out == "" and err.count("\n") == 1 and word in err
+    assert not (tmp_path / "out").exists()                              # nothing written
+
+
+def test_bool_bad_input_from_the_shell_has_no_traceback(tmp_path):
+    r = subprocess.run([sys.executable, str(HERE / "train_bool.py"), "--s", "9", "--T", "8", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("train_bool.py: error: s must satisfy") and not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------- train_fcn.py
+
+FCN_TINY = ["--T", "6", "--q", "2", "--d", "2", "--batch", "64", "--steps", "150", "--eval-every", "50",
+            "--n-test", "512", "--test-q", "1", "--dtype", "float64", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_fcn_output_shape_and_parameter_count(depth):
+    model = train_fcn.FCN(in_features=36, width=10, depth=depth, out_features=5).double()
+    assert model(torch.zeros(7, 36)).shape == (7, 5)
+    assert train_fcn.n_params(model) == 37 * 10 + (depth - 1) * 11 * 10 + 11 * 5   # weights and biases
+
+
+def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
+    n, T, q, d = 50, 9, 4, 3
+    words = (5, fused.TRAIN, 2)                          # the transformer's batch 2 of seed 5
+    x, target = train_fcn.sample(torch.Generator(), words, n, T, q, d, "float64")
+    X, idx, _ = fused.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
+    assert x.shape == (n, T * d + T)
+    tokens, indicator = x[:, :T * d].reshape(n, T, d), x[:, T * d:]
+    np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())              # token i = column x_i of X
+    for k in range(n):                                                        # 1 exactly at the subset
+        assert set(np.flatnonzero(indicator[k].numpy())) == set(idx[k].tolist())
+    np.testing.assert_allclose(target.numpy(), (tokens * indicator[..., None]).sum(1).numpy() / q)
+
+
+def test_fcn_search_returns_the_first_width_that_reaches_the_target():
+    tried = []
+    reach = lambda m: tried.append(m) or m >= 4                                # noqa: E731
+    assert train_fcn.search([1, 2, 4, 8], 1, reach) == 2 and tried == [2, 4]
+    assert train_fcn.search([1, 2, 4, 8], None, reach) == 3 and tried == [2, 4, 8]  # a shorter T failed
+
+
+def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path, one_thread):
+    train_fcn.main(FCN_TINY + ["--width", "64", "--out", str(tmp_path)])
+    run = tmp_path / "fcn-T6-m64-depth1-seed0"
+    log = read_log(run)
+    assert [r["step"] for r in log] == [0, 50, 100, 150]
+    assert set(log[-1]) == {"step", "train_loss", "lr", "time", "val", "test_q"} and set(log[-1]["test_q"]) == {"1"}
+    assert log[-1]["val"] < 0.6 * log[0]["val"]                               # learns, from the same val set
+    config = json.loads((run / "config.json").read_text())
+    assert (config["model"], config["width"], config["depth"], config["params"]) == ("fcn", 64, 1, 19 * 64 + 65 * 2)
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+
+
+def test_train_fcn_stops_a_diverging_run_and_keeps_its_log(tmp_path, capsys, one_thread):
+    with pytest.raises(SystemExit) as e:
+        train_fcn.main(FCN_TINY + ["--width", "64", "--optimizer", "sgd", "--lr", "1e4", "--out", str(tmp_path)])
+    assert e.value.code == 1 and "diverging" in capsys.readouterr().err.splitlines()[-1]
+    run = tmp_path / "fcn-T6-m64-depth1-seed0"
+    assert read_log(run)[0]["step"] == 0 and json.loads((run / "summary.json").read_text())["status"] == "diverged"
+
+
+@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
+    (["--q", "7"], "got q=7"),
+    (["--width", "64", "0"], "--width must"),
+    (["--optimizer", "adamw"], "--optimizer"),
+    (["--device", "cuda"], "--device cuda"),
+    (["--sweep", "--sweep-T", "1"], "T=1"),
+    (["--lr", "0"], "--lr must be a positive finite"),
+    (["--sweep", "--steps", "0"], "--steps must be >= 1"),
+    (["--width", "1000000000"], "GiB of memory"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
+])
+def test_train_fcn_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
+    if word == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as e:
+        train_fcn.main(FCN_TINY + flags + ["--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and word in err and err.startswith("train_fcn.py: error:")
+    assert not (tmp_path / "out").exists()                              # nothing written
+
+
+def test_train_fcn_bad_input_from_the_shell_has_no_traceback(tmp_path):
+    r = subprocess.run([sys.executable, str(HERE / "train_fcn.py"), *FCN_TINY, "--width", "0", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("train_fcn.py: error: --width") and not (tmp_path / "out").exists()
+
+
+def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
+    # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 only from width 16 on (measured)
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16", "64",
+                    "--sweep-de", "4", "8", "--steps", "100", "--batch", "64", "--seed", "0", "1", "--n-test", "64",
+                    "--eval-every", "50", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
+    table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
+                                                             for m in ("fcn", "transformer")]
+    for r in table["rows"]:                                  # every row found its width, and it is the first
+        assert r["width"] is not None and r["val"] <= table["eps"] and r["params"] > r["width"]
+        assert r["val"] == pytest.approx(np.mean(r["vals"]), abs=1e-4) and len(r["vals"]) == 2   # both seeds
+        assert r["val_sd"] == pytest.approx(np.std(r["vals"], ddof=1), abs=1e-4) and r["val_sd"] > 0
+        assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
+    assert any(len(r["tried"]) >= 2 for r in table["rows"])    # and at least one search went past a miss
+    for r in table["rows"]:                                  # every seed where the mean could still reach eps
+        for (width, val), k in zip(r["tried"], r["tried_seeds"]):
+            assert k == 2 or (r["model"] == "fcn" and k == 1 and val / 2 > table["eps"])
+    with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
+        plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == ["sw_separation.pdf", "sw_separation.png"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path / "sw"), "--table"])
+    r = table["rows"][0]
+    assert f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |" in capsys.readouterr().out
+
+
+def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(tmp_path, one_thread):
+    # eps = 0.1 d/(2q) = 0.083; after 20 steps an FCN is near 0.83, so seed 0 alone puts the mean of two
+    # seeds above eps: seed 1 is never trained, at either width
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "--sweep-width", "8", "16", "--sweep-de", "4",
+                    "--steps", "20", "--batch", "32", "--seed", "0", "1", "--n-test", "32", "--eps", "0.1",
+                    "--device", "cpu", "--out", str(tmp_path / "sw")])
+    fcn = json.loads((tmp_path / "sw" / "sweep.json").read_text())["rows"][0]
+    assert fcn["width"] is None and [w for w, _ in fcn["tried"]] == [8, 16] and fcn["tried_seeds"] == [1, 1]
+    assert sorted(p.name for p in (tmp_path / "sw").glob("fcn-*")) == ["fcn-T4-m16-depth1-seed0",
+                                                                         "fcn-T4-m8-depth1-seed0"]
