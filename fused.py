@@ -8,8 +8,9 @@ gradient is sts.backward written for that layout; test_sts.py checks it against 
 
 Data streams: a run's data is a function of (seed, stream, index) alone, drawn in chunks of DRAW_CHUNK
 sequences, each chunk from a generator seeded by (seed, stream, index, chunk). Tokens and subsets come
-from one stream, stochastic PEs from another, validation sets from streams of their own; so runs of one
-seed see the same tokens and subsets whatever their PE, and share each step's draws in one process.
+from one stream, stochastic PEs from another; so runs of one seed see the same tokens and subsets whatever
+their PE, and share each step's draws in one process. The validation sets come from streams of their own
+that do not depend on the run's seed: every run of every seed is scored on the same sequences.
 On a CPU a batch big enough is cut into a chunk per worker thread (torch's normal_ runs on one core; two
 threads with their own generators halve it), each drawing its chunk into its own buffer and using it while
 it is hot; a small one (a course-scale step) stays one chunk on the calling thread.
@@ -27,6 +28,7 @@ THREAD_WORK = 2 ** 19       # least PE entries (c * T * d_e) that make a chunk w
                             # it the threads' turns at the Python lock cost more than they save (T = 20,
                             # d_e = 8, three seeds: 10.4 ms a step on 2 threads, 6.0 on one)
 TRAIN, TRAIN_PE, VAL, VAL_PE = 1, 2, 3, 4   # the stream ids: tokens and subsets, and PEs, of each
+EVAL_WORD = 0   # the seed word of every validation set: each run, whatever its seed, is scored on the same sets
 
 
 def mix(*words):
@@ -37,6 +39,20 @@ def mix(*words):
         h = ((h ^ (h >> 31)) * 0x94D049BB133111EB) & mask
         h ^= h >> 29
     return h >> 1
+
+
+def words(seed, index, val=False):
+    """The (tokens, PEs) stream words of a batch: training batch `index` of a run of `seed`, or, with val,
+    validation set `index` (val_index), which is the same for every run whatever its seed or PE: common
+    sets, so that runs and seeds are compared on the same sequences (paired differences)."""
+    if val:
+        return (EVAL_WORD, VAL, index), (EVAL_WORD, VAL_PE, index)
+    return (seed, TRAIN, index), (seed, TRAIN_PE, index)
+
+
+def val_index(T, q):
+    """The index of the validation set of length T and subset size q in the VAL streams."""
+    return 1000 * T + q
 
 
 def draw_tokens(gen, words, lo, hi, T, q, d, dtype):
@@ -68,8 +84,9 @@ def chunk_losses(G, X, idx, target, W, V, query, n, grad):
 
     G (c, T, e): raw Gaussians, p_i = g_i / |g_i|; or (T, e): a table of unit rows shared by every
     sequence. X (c, d, T), idx (c, q), target (c, d); W (R, D, D), V (R, d, D); query (R,) bool: attend
-    [Z, z_q]; n: the batch size the loss averages over. Returns 1/2 sum ||f - y||^2 per run (R,) and, with
-    grad, h (c, R, D), du (c, R, D), s (c, e), df (c, R, d): dV = sum df h^T and dW[:, d:] = sum du s^T.
+    [Z, z_q]; n: the batch size the loss averages over. Without grad, returns each sequence's loss
+    1/2 ||f - y||^2 (c, R); with grad, their sum per run (R,) and h (c, R, D), du (c, R, D), s (c, e),
+    df (c, R, d): dV = sum df h^T and dW[:, d:] = sum du s^T.
     """
     c, d, T = X.shape
     R = W.shape[0]
@@ -96,9 +113,9 @@ def chunk_losses(G, X, idx, target, W, V, query, n, grad):
     vq = torch.einsum("rke,ce->crk", V_e, s)                       # values V z_i (c,R,d,T), V z_q = V_e s
     f = (vz * sm[:, :, None, :]).sum(-1) + sm_q[..., None] * vq    # f = V C softmax(C^T u)  (c, R, d)
     err = f - target[:, None, :]
-    sq = 0.5 * (err * err).sum((0, 2))                             # 1/2 sum ||f - STS_q||^2 (R,)
     if not grad:
-        return sq
+        return 0.5 * (err * err).sum(2)                            # 1/2 ||f - STS_q||^2    (c, R)
+    sq = 0.5 * (err * err).sum((0, 2))                             # its sum over the chunk  (R,)
     df = err / n                                                   # dL/df
     ds = (vz * df[..., None]).sum(2)                               # dL/ds_i = (V z_i)^T df (c, R, T)
     ds_q = (vq * df).sum(-1)
@@ -145,13 +162,14 @@ class FusedStep:
         size = min(up(-(-n // ways)), max(DRAW_CHUNK, CHUNK_POSITIONS // T // DRAW_CHUNK * DRAW_CHUNK))
         return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
-    def __call__(self, W, V, streams, index, n, T, q, grad=True):
-        """streams: (tokens, PEs) stream ids; W (R, D, D), V (R, d, D). Returns the losses (R,) and,
-        with grad, dW (R, D, D) (zero but for the columns d:) and dV (R, d, D)."""
-        R, D, d = W.shape[0], W.shape[1], self.d
+    def __call__(self, W, V, index, n, T, q, val=False):
+        """W (R, D, D), V (R, d, D) on the training batch `index` of each run's seed: returns the losses (R,),
+        dW (R, D, D) (zero but for the columns d:) and dV (R, d, D). With val, on the validation set `index`
+        (the same for every run), no gradient: returns each sequence's loss (n, R)."""
+        R, D, d, grad = W.shape[0], W.shape[1], self.d, not val
         bounds = self.bounds(n, T)
-        sq = torch.zeros(len(bounds), R, dtype=self.dtype, device=self.device)
         new = dict(dtype=self.dtype, device=self.device)
+        sq = torch.zeros(len(bounds), R, **new) if grad else torch.empty(n, R, **new)
         if grad:
             h, du, df = (torch.empty(n, R, D, **new), torch.empty(n, R, D, **new), torch.empty(n, R, d, **new))
             s_of = [torch.empty(n, self.d_e, **new) for _ in self.parts]     # each part's sum of p_y
@@ -160,20 +178,22 @@ class FusedStep:
             tools = self._tools()
             for i in range(k, len(bounds), self.threads):
                 lo, hi = bounds[i]
-                tokens = {}                                        # drawn once per seed, shared
+                tokens = {}                                        # drawn once per stream, shared
                 for p, (seed, table, runs) in enumerate(self.parts):
-                    if seed not in tokens:
-                        tokens[seed] = draw_tokens(tools.gen, (seed, streams[0], index), lo, hi, T, q, d,
-                                                   self.dtype)
+                    token_words, pe_words = words(seed, index, val)
+                    if token_words not in tokens:
+                        tokens[token_words] = draw_tokens(tools.gen, token_words, lo, hi, T, q, d, self.dtype)
                     if table is None:
                         if tools.buf.numel() < (hi - lo) * T * self.d_e:
                             tools.buf = torch.empty((hi - lo) * T * self.d_e, **new)
-                        G = draw_pe(tools.gen, (seed, streams[1], index), lo, hi, T, self.d_e, tools.buf)
+                        G = draw_pe(tools.gen, pe_words, lo, hi, T, self.d_e, tools.buf)
                     else:
                         G = table[:T]
-                    out = chunk_losses(G, *tokens[seed], W[runs], V[runs], self.query[runs], n, grad)
-                    sq[i, runs] = out if not grad else out[0]
-                    if grad:
+                    out = chunk_losses(G, *tokens[token_words], W[runs], V[runs], self.query[runs], n, grad)
+                    if not grad:
+                        sq[lo:hi, runs] = out
+                    else:
+                        sq[i, runs] = out[0]
                         h[lo:hi, runs], du[lo:hi, runs], s_of[p][lo:hi], df[lo:hi, runs] = out[1:]
 
         if self.pool is not None and len(bounds) > 1:
@@ -181,9 +201,9 @@ class FusedStep:
         else:
             for k in range(self.threads):
                 work(k)
-        losses = sq.sum(0) / n
         if not grad:
-            return losses
+            return sq
+        losses = sq.sum(0) / n
         dW = torch.zeros_like(W)
         for (_, _, runs), s in zip(self.parts, s_of):              # u = W z_q: dW = sum du z_q^T
             dW[runs, :, d:] = torch.einsum("nrD,ne->rDe", du[:, runs], s)
@@ -191,10 +211,10 @@ class FusedStep:
         return losses, dW, dV
 
 
-def draw_batch(seed, streams, index, n, T, q, d, d_e, dtype, device):
-    """The whole batch of one index as FusedStep draws it: X (n, d, T), idx (n, q), target (n, d) and the
-    raw PE Gaussians G (n, T, d_e); for the reference path and the tests."""
+def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
+    """The whole batch of `batch_words` (words(...)) as FusedStep draws it: X (n, d, T), idx (n, q), target
+    (n, d) and the raw PE Gaussians G (n, T, d_e); for the reference path and the tests."""
     gen = torch.Generator(device)
-    X, idx, target = draw_tokens(gen, (seed, streams[0], index), 0, n, T, q, d, dtype)
-    G = draw_pe(gen, (seed, streams[1], index), 0, n, T, d_e, torch.empty(n * T * d_e, dtype=dtype, device=device))
+    X, idx, target = draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
+    G = draw_pe(gen, batch_words[1], 0, n, T, d_e, torch.empty(n * T * d_e, dtype=dtype, device=device))
     return X, idx, target, G

@@ -33,6 +33,15 @@ INITS = ("zero", "random")
 INIT_SCALE = 0.01  # default std of the `random` initialisation: near the theory's zero init
 
 
+PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
+
+
+def stream(seed, purpose):
+    """The numpy Generator of one purpose of a seed: its own stream, so that (say) a random init and a fixed
+    PE table of one seed are not drawn from the same numbers."""
+    return np.random.default_rng([seed, PURPOSES.index(purpose)])
+
+
 def _draw(rng, kind, shape, dtype):
     """Standard normal or uniform[0,1) numbers from a numpy Generator (or anything with its two methods)."""
     return (rng.standard_normal if kind == "normal" else rng.random)(shape, dtype=getattr(np, dtype))
@@ -65,8 +74,8 @@ class PositionalEncoding:
     """p_1 ... p_T in R^{d_e}, one of SPEC.md's three families.
 
     onehot:     p_i = e_i, exactly orthonormal; needs d_e >= max_len.
-    fixed:      p_i uniform on the unit sphere, drawn once from `seed` for every position up to max_len,
-                then held fixed (a run of length T uses the first T).
+    fixed:      p_i uniform on the unit sphere, drawn once from the table stream of `seed` for every
+                position up to max_len, then held fixed (a run of length T uses the first T).
     stochastic: p_i uniform on the unit sphere, drawn afresh for every sequence.
     """
 
@@ -83,7 +92,7 @@ class PositionalEncoding:
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
         elif kind == "fixed":
-            self.table = unit_columns(np.random.default_rng(seed).standard_normal((d_e, max_len)))
+            self.table = unit_columns(stream(seed, "table").standard_normal((d_e, max_len)))
 
     def __call__(self, rng, n, T, dtype="float64"):
         """P for a batch of n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
@@ -196,7 +205,7 @@ def init_weights(d, d_e, init="zero", seed=0, scale=INIT_SCALE):
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
-    rng = np.random.default_rng(seed)
+    rng = stream(seed, "init")
     return scale * rng.standard_normal((D, D)), scale * rng.standard_normal((d, D))
 
 
@@ -214,7 +223,7 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
     from tqdm import tqdm
     check_task(T, q, d, pe.d_e)
     _require(isinstance(steps, (int, np.integer)) and steps >= 1, f"steps must be >= 1 (got {steps!r})")
-    rng = np.random.default_rng(seed)
+    rng = stream(seed, "data")
     W, V = init_weights(d, pe.d_e, init, seed)
     losses = np.empty(steps)
     bar = tqdm(range(steps), disable=not progress, desc=f"numpy {pe.kind}", mininterval=0.5)
@@ -241,29 +250,44 @@ def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
 # ----------------------------------------------------------------------------------------------------
 # The loss floor of random PEs: the best model of the ground-truth family W = c W*, V = alpha V*
 # ----------------------------------------------------------------------------------------------------
-def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
-    """min over (c, alpha) of the loss of W = c W*, V = alpha V*, by Monte Carlo on n sequences.
-
-    In this family the scores are c p_i^T s (s = sum_{j in y} p_j) and f = alpha X softmax(c P^T s), so for
-    each c the best alpha is a least-squares fit, alpha = E<g, y> / E||g||^2 with g = X softmax(...);
-    c is found by a golden-section search over log c. Returns (loss, c, alpha).
-    """
+def family_draws(kind, T, q, d, d_e, n=4096, seed=0):
+    """n sequences as the family W = c W*, V = alpha V* sees them. In it the scores are c p_i^T s
+    (s = sum_{j in y} p_j) and f = alpha X softmax(c P^T s): so keep X (n, d, T), the c = 1 scores
+    p_i^T s (n, T) and the target (n, d), never P."""
     check_task(T, q, d, d_e)
-    rng = np.random.default_rng(seed)
+    rng = stream(seed, "data")
     pe = PositionalEncoding(kind, d_e, T, seed)
     X, gram, target = [], [], []
     for lo in range(0, n, 512):                      # chunks: P of 4096 sequences would not fit at T = 200
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
-        P = b.Z[:, d:]                               # (m, d_e, T)
-        gram.append(np.einsum("mei,me->mi", P, b.z_q[:, d:]))   # p_i^T s, the scores at c = 1  (m, T)
+        gram.append(np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:]))   # p_i^T s  (m, T)
         X.append(b.Z[:, :d])
         target.append(b.target)
-    X, gram, target = np.concatenate(X), np.concatenate(gram), np.concatenate(target)
+    return np.concatenate(X), np.concatenate(gram), np.concatenate(target)
+
+
+def _attended(draws, c):
+    X, gram, _ = draws
+    return np.einsum("ndt,nt->nd", X, softmax(c * gram))   # X softmax(c P^T s): f at alpha = 1
+
+
+def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0):
+    """The loss of W = c W*, V = alpha V* at any T, q, d_e, by Monte Carlo on n sequences: what a model of
+    the ground-truth direction, with its scale c and value gain alpha, scores at another length or q."""
+    draws = family_draws(kind, T, q, d, d_e, n, seed)
+    return float(loss(alpha * _attended(draws, c), draws[2]))
+
+
+def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
+    """min over (c, alpha) of family_loss, on the same n sequences. For each c the best alpha is a
+    least-squares fit, alpha = E<g, y> / E||g||^2 with g = X softmax(c P^T s); c is found by a golden-section
+    search over log c. Returns (loss, c, alpha)."""
+    draws = family_draws(kind, T, q, d, d_e, n, seed)
 
     def best(log_c):
-        g = np.einsum("ndt,nt->nd", X, softmax(np.exp(log_c) * gram))   # attended tokens at alpha = 1
-        alpha = (g * target).sum() / (g * g).sum()                       # the least-squares alpha
-        return loss(alpha * g, target), alpha
+        g = _attended(draws, np.exp(log_c))
+        alpha = (g * draws[2]).sum() / (g * g).sum()                    # the least-squares alpha
+        return loss(alpha * g, draws[2]), alpha
 
     lo, hi = np.log(1e-3), np.log(c_max)
     ratio = (5 ** 0.5 - 1) / 2
@@ -275,6 +299,12 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
             lo = a
     value, alpha = best((lo + hi) / 2)
     return float(value), float(np.exp((lo + hi) / 2)), float(alpha)
+
+
+def family_fit(W, V, d):
+    """(c, alpha): the projection of trained weights on the family, c = <W, W*>/|W*|^2, alpha = <V, V*>/|V*|^2."""
+    W_star, V_star = ground_truth(d, W.shape[-1] - d)
+    return float((W * W_star).sum() / (W_star * W_star).sum()), float((V * V_star).sum() / (V_star * V_star).sum())
 
 
 # ----------------------------------------------------------------------------------------------------

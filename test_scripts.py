@@ -42,7 +42,7 @@ def test_train_tf_bad_input_from_the_shell_has_no_traceback(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-final", "128", "--device", "cpu"]
+COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128", "--n-final", "128", "--device", "cpu"]
 
 
 def summary_of(run):
@@ -596,7 +596,7 @@ def test_fcn_output_shape_and_parameter_count(depth):
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
     n, T, q, d = 50, 9, 4, 3
-    words = (5, fused.TRAIN, 2)                          # the transformer's batch 2 of seed 5
+    words = fused.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
     x, target = train_fcn.sample(torch.Generator(), words, n, T, q, d, "float64")
     X, idx, _ = fused.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
     assert x.shape == (n, T * d + T)

@@ -107,7 +107,7 @@ def parse_args(argv=None):
     preset("--steps", f"training steps (--sweep: {SWEEP['steps']})", type=int)
     a("--optimizer", choices=FCN_LR, default="adam", help="Adam or plain SGD")
     a("--lr", type=float, help=f"learning rate [{'; '.join(f'{k} {v}' for k, v in FCN_LR.items())}]")
-    a("--seed", nargs="+", type=int, help="seeds (data, init, validation sets) "
+    a("--seed", nargs="+", type=int, help="seeds (data, init; the validation sets are common to every seed) "
                                           f"[0; --sweep {' '.join(map(str, SWEEP['seeds']))}]")
     preset("--eval-every", "steps between evaluations and log records (--sweep: --steps)", type=int)
     preset("--n-test", "sequences in each validation set, fixed before training", type=int)
@@ -187,9 +187,10 @@ def train(args, T, width, seed, device, progress=True):
     path = run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
-    # the validation sets: train_tf.py's, so they hold the same sequences as its runs of this seed
+    # the validation sets: train_tf.py's, the same sequences for every run of every seed
     gen = torch.Generator(device)
-    sets = {(group, key): sample(gen, (seed, fused.VAL, 1000 * T + q), args.n_test, T, q, args.d, args.dtype)
+    sets = {(group, key): sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0], args.n_test, T, q,
+                                 args.d, args.dtype)
             for group, key, q in [("val", None, args.q)] + [("test_q", str(q), q) for q in args.test_q]}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
@@ -213,7 +214,7 @@ def train(args, T, width, seed, device, progress=True):
                 loss_sum, since = 0.0, 0
             if step == args.steps:
                 break
-            x, target = sample(gen, (seed, fused.TRAIN, step), args.batch, T, args.q, args.d, args.dtype)
+            x, target = sample(gen, fused.words(seed, step)[0], args.batch, T, args.q, args.d, args.dtype)
             optimizer.zero_grad()
             loss = sts.loss(model(x), target)
             loss.backward()
@@ -243,9 +244,9 @@ def transformer_vals(args, T, d_e, device):
     W, V = torch.zeros(R, D, D, dtype=dtype, device=device), torch.zeros(R, args.d, D, dtype=dtype, device=device)
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)       # Adam is per entry: the runs stay independent
     for t in range(args.steps):
-        _, W.grad, V.grad = step(W, V, (fused.TRAIN, fused.TRAIN_PE), t, args.batch, T, args.q)
+        _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
-    return step(W, V, (fused.VAL, fused.VAL_PE), 1000 * T + args.q, args.n_test, T, args.q, grad=False).tolist()
+    return step(W, V, fused.val_index(T, args.q), args.n_test, T, args.q, val=True).double().mean(0).tolist()
 
 
 def slope(rows):

@@ -3,10 +3,10 @@
     python train_tf.py --preset course                        # course scale (T=20), ~1 min on 2 CPUs
     python train_tf.py --pe stochastic --device cuda          # the paper's run (T=200, d_e=170, 100k steps)
     python train_tf.py --preset course --pe stochastic fixed --seed 0 1 --out runs/fig2   # 4 runs at once
-    python train_tf.py --figure-set --out results/paper       # Figures 1-5 at the paper's scale: 6 runs
+    python train_tf.py --figure-set --out results/paper       # Figures 1-5 at the paper's scale: 7 runs
     python train_tf.py --figure-set --out results/paper --resume   # go on from the last checkpoint
 
-Several values of --pe and --seed (or --figure-set's six configurations) train side by side in one process
+Several values of --pe and --seed (or --figure-set's seven configurations) train side by side in one process
 and share each step's draws (fused.py's data streams); several values of --de train one after another.
 Each run writes a directory under --out: config.json, log.jsonl (one record per evaluation),
 weights_init.npz, weights_final.npz, summary.json and checkpoint.pt. The step is fused.py's hand-written
@@ -30,16 +30,16 @@ import sts
 PRESETS = {
     # the paper's settings (its Section 4): T=200, q=3, d=5, d_e=170, n=256, lr 1 -> 1/3 at 50k of 100k
     "paper": dict(T=200, q=3, d=5, de=[170], batch=256, steps=100_000, anneal_factor=1 / 3,
-                  test_T=[250, 300, 350, 400], test_q=[2, 4, 6], n_test=128, n_final=2048, eval_every=500),
+                  test_T=[250, 300, 350, 400], test_q=[2, 4, 6], n_test=1024, n_final=4096, eval_every=500),
     # a tenth of the length and of the steps, about a minute a run on 2 CPU cores; d_e = 64 > T here
     # (the paper has d_e < T) because the loss floor of random PEs at d_e = 16 would hide every effect
     "course": dict(T=20, q=3, d=5, de=[64], batch=256, steps=10_000, anneal_factor=1 / 3,
-                   test_T=[25, 30, 35, 40], test_q=[2, 4, 6], n_test=128, n_final=2048, eval_every=100),
+                   test_T=[25, 30, 35, 40], test_q=[2, 4, 6], n_test=512, n_final=4096, eval_every=100),
 }
 # --figure-set: the paper's Figures 1-5 in one process, per seed; folder -> the runs' settings
 FIGURE_SET = {
     "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
-    "query": [dict(pe="stochastic", attend="query")],                       # Figure 1 as the paper ran it
+    "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],  # as the paper ran it
     "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
     "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],   # Figure 5
 }
@@ -55,7 +55,7 @@ def parse_args(argv=None):
     preset = functools.partial(runlog.preset_argument, p, PRESETS)   # a flag whose default PRESETS holds
     a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
     a("--pe", nargs="+", choices=sts.PE_KINDS, default=["stochastic"], help="positional encodings to train")
-    a("--seed", nargs="+", type=int, default=[0], help="seeds (data, init, fixed PE table, validation sets)")
+    a("--seed", nargs="+", type=int, default=[0], help="seeds (data, init, fixed PE table; every seed is scored on the same validation sets)")
     a("--figure-set", action="store_true", help="train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
     a("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where there is one")
     a("--dtype", choices=("float32", "float64"), default="float32", help="floating-point precision")
@@ -75,8 +75,8 @@ def parse_args(argv=None):
     preset("--test-T", "lengths of the length-generalisation sets", nargs="*", type=int)
     preset("--test-q", "subset sizes of the q-generalisation sets", nargs="*", type=int)
     preset("--n-test", "sequences in each validation set, fixed before training", type=int)
-    preset("--n-final", "sequences in each set of the final evaluation (summary.json 'final'; the --n-test set"
-                        " is its first part)", type=int)
+    preset("--n-final", "sequences in each set of the final evaluation (summary.json 'final' and its standard"
+                        " errors 'final_se'; the --n-test set is its first part)", type=int)
     preset("--eval-every", "steps between evaluations and log records", type=int)
     a("--step", choices=("fused", "autograd"), default="fused",
       help="fused: fused.py's hand-written step; autograd: sts.forward + autograd (the reference)")
@@ -221,22 +221,24 @@ class Reference:
             torch._dynamo.reset()      # a fresh cache: a sweep over d_e must not hit the recompile limit
             self.losses_of = torch.compile(model_losses, mode=compile_mode)
 
-    def __call__(self, W, V, streams, index, n, T, q, grad=True):
+    def __call__(self, W, V, index, n, T, q, val=False):
+        grad = not val
         W, V = W.detach().requires_grad_(grad), V.detach().requires_grad_(grad)
         losses = [None] * W.shape[0]
         with torch.set_grad_enabled(grad):
             for seed, table, runs in self.parts:
-                X, idx, target, G = fused.draw_batch(seed, streams, index, n, T, q, self.d, self.d_e,
+                X, idx, target, G = fused.draw_batch(fused.words(seed, index, val), n, T, q, self.d, self.d_e,
                                                      self.dtype, self.device)
                 P = (G / G.norm(dim=-1, keepdim=True)).mT if table is None else table[:T].T.expand(n, -1, -1)
                 mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
                 Z, z_q = embed(X, P, mask)
                 for r in runs:
-                    losses[r] = (self.losses_of if grad else model_losses)(   # evaluations stay eager
-                        W[r], V[r], Z, z_q, target, "query" if self.query[r] else "tokens")
-            losses = torch.stack(losses)
+                    attend = "query" if self.query[r] else "tokens"
+                    losses[r] = (self.losses_of(W[r], V[r], Z, z_q, target, attend) if grad else  # evaluations
+                                 0.5 * ((forward(W[r], V[r], Z, z_q, attend) - target) ** 2).sum(-1))  # eager
             if not grad:
-                return losses.detach()
+                return torch.stack(losses, 1).detach()             # each sequence's loss (n, R)
+            losses = torch.stack(losses)
             losses.sum().backward()
         return losses.detach(), W.grad, V.grad
 
@@ -269,23 +271,42 @@ class Trainer:
         a = self.args
         for spec, opt in zip(self.specs, self.optimizers):
             opt.param_groups[0]["lr"] = sts.learning_rate(step, spec["lr"], spec["anneal_at"], spec["anneal_factor"])
-        losses, dW, dV = self.step_fn(torch.stack(self.W), torch.stack(self.V), (fused.TRAIN, fused.TRAIN_PE),
-                                      step, a.batch, a.T, a.q)
+        losses, dW, dV = self.step_fn(torch.stack(self.W), torch.stack(self.V), step, a.batch, a.T, a.q)
         for r, opt in enumerate(self.optimizers):
             self.W[r].grad, self.V[r].grad = dW[r], dV[r]
             opt.step()
         return losses
 
     @torch.no_grad()
-    def evaluate(self, n):
-        """Per run: the loss on every fixed validation set of n sequences, cos(W, W*), cos(V, V*), ||W||."""
+    def sequence_losses(self, n):
+        """Each run's loss on each sequence of the first n of every validation set: [((group, key), (n, R))]."""
         W, V = torch.stack(self.W), torch.stack(self.V)
-        losses = [((group, key), self.step_fn(W, V, (fused.VAL, fused.VAL_PE), 1000 * T + q, n, T, q,
-                                              grad=False).tolist()) for group, key, T, q in self.sets]
+        return [((group, key), self.step_fn(W, V, fused.val_index(T, q), n, T, q, val=True).double())
+                for group, key, T, q in self.sets]
+
+    @torch.no_grad()
+    def evaluate(self, n):
+        """Per run: the loss on every validation set of n sequences, cos(W, W*), cos(V, V*), ||W||."""
+        W, V = torch.stack(self.W), torch.stack(self.V)
+        losses = [(name, x.mean(0).tolist()) for name, x in self.sequence_losses(n)]
         cos_W, cos_V = sts.cosine(W, self.W_star).tolist(), sts.cosine(V, self.V_star).tolist()
         norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
         return [dict(runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
                 for r in range(len(self.specs))]
+
+    def final_evaluation(self, n):
+        """Per run: the mean loss on each validation set of n sequences and its Monte-Carlo standard error
+        (std / sqrt n) for summary.json; each sequence's loss goes to final_losses.npz, for paired
+        differences between runs (every run of every seed is scored on the same sequences)."""
+        losses = self.sequence_losses(n)
+        out = []
+        for r, spec in enumerate(self.specs):
+            np.savez(spec["dir"] / "final_losses.npz", **{"_".join(filter(None, name)): x[:, r].float().cpu().numpy()
+                                                          for name, x in losses})
+            out.append(dict(final=runlog.nest([(name, x[:, r].mean().item()) for name, x in losses]),
+                            final_se=runlog.nest([(name, x[:, r].std().item() / n ** 0.5) for name, x in losses]),
+                            n_final=n))
+        return out
 
     def config(self, spec):
         keep = {k: v for k, v in vars(self.args).items() if k not in ("pe", "seed", "de", "force", "out",
@@ -374,9 +395,8 @@ def train(args, d_e, device):
             loss_sum += tr.train_step(step)
             since += 1
             bar.update()
-        final = tr.evaluate(args.n_final)
-        for rec, fin in zip(records, final):
-            rec["final"] = {k: fin[k] for k in ("val", "test_T", "test_q")}
+        for rec, fin in zip(records, tr.final_evaluation(args.n_final)):
+            rec.update(fin)
         done = "finished"
     except BaseException as error:
         done = runlog.ended_by(error)
