@@ -59,6 +59,21 @@ def test_a_diverging_run_stops_alone_and_the_others_finish(tmp_path, capsys):
 
 
 
+def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every_sequences_loss(tmp_path):
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--seed", "0", "1", "--n-final", "96", "--out", str(tmp_path)])
+    runs = sorted(tmp_path.iterdir())
+    assert len(runs) == 4
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        per_sequence = np.load(run / "final_losses.npz")
+        assert summary["n_final"] == 96 and sorted(per_sequence) == ["test_T_8", "test_q_1", "val"]
+        for key, mean, se in (("val", summary["final"]["val"], summary["final_se"]["val"]),
+                              ("test_T_8", summary["final"]["test_T"]["8"], summary["final_se"]["test_T"]["8"])):
+            x = per_sequence[key]
+            assert x.shape == (96,) and mean == pytest.approx(x.mean(), rel=1e-6)
+            assert se == pytest.approx(x.std(ddof=1) / 96 ** 0.5, rel=1e-5) and 0 < se < mean
+
+
 def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp_path):
     with open(tmp_path / "log.jsonl", "w") as log:
         runlog.append_record(log, dict(step=3, val=float("nan"), test_T={"8": float("inf"), "9": 0.5}))

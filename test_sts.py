@@ -189,7 +189,7 @@ def test_family_floor_is_the_models_own_loss_at_its_minimiser_and_beats_a_grid(k
     T, q, d, d_e, n = 10, 2, 3, 12, 400                   # n <= 512: one chunk, so the draws can be replayed
     value, c, alpha = sts.family_floor(kind, T, q, d, d_e, n=n, seed=4)
     pe = sts.PositionalEncoding(kind, d_e, T, seed=4)
-    b = sts.sample_batch(np.random.default_rng(4), n, T, q, d, pe)
+    b = sts.sample_batch(sts.stream(4, "data"), n, T, q, d, pe)
     W_star, V_star = sts.ground_truth(d, d_e)
 
     def model_loss(c, alpha):                             # the transformer itself at W = c W*, V = alpha V*
@@ -197,6 +197,27 @@ def test_family_floor_is_the_models_own_loss_at_its_minimiser_and_beats_a_grid(k
     assert model_loss(c, alpha) == pytest.approx(value, rel=1e-9)
     grid = min(model_loss(cc, aa) for cc in np.geomspace(0.1, 100, 60) for aa in np.linspace(0.5, 2, 31))
     assert value <= grid * (1 + 1e-6) and value < 0.9 * model_loss(0, 1)   # the search finds the optimum
+
+
+@pytest.mark.parametrize("kind", ["stochastic", "fixed"])
+def test_family_loss_is_the_models_own_loss_at_c_alpha_on_the_same_draws_at_any_length(kind):
+    q, d, d_e, n, c, alpha = 2, 3, 12, 300, 2.5, 0.8
+    W_star, V_star = sts.ground_truth(d, d_e)
+    for T in (10, 17):                                    # the training length and a longer one
+        pe = sts.PositionalEncoding(kind, d_e, T, seed=6)
+        b = sts.sample_batch(sts.stream(6, "data"), n, T, q, d, pe)
+        own = sts.loss(sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)[0], b.target)
+        assert sts.family_loss(kind, T, q, d, d_e, c, alpha, n=n, seed=6) == pytest.approx(own, rel=1e-9)
+    assert sts.family_fit(c * W_star + 0.1, alpha * V_star, d) == pytest.approx((c + 0.1, alpha))
+
+
+def test_a_random_init_and_a_fixed_table_of_one_seed_come_from_different_streams():
+    d, d_e, T, seed = 3, 6, 5, 7
+    W0 = sts.init_weights(d, d_e, "random", seed, scale=1.0)[0]
+    table = sts.PositionalEncoding("fixed", d_e, T, seed).table
+    from_init_numbers = sts.unit_columns(W0.ravel()[:d_e * T].reshape(d_e, T))   # one stream for both would
+    assert not np.allclose(table, from_init_numbers)                             # make these equal
+    np.testing.assert_allclose(table, sts.unit_columns(sts.stream(seed, "table").standard_normal((d_e, T))))
 
 
 def test_family_floor_is_zero_for_orthogonal_pes():
