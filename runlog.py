@@ -4,7 +4,8 @@ A run directory holds config.json (every resolved setting), log.jsonl (one stric
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
 terminated or failed; its step; its last record), weights_*.npz and checkpoint.pt (for --resume).
 Exit status: 0 finished, 1 a run diverged, 2 bad input (one line naming the flag), 130 Ctrl-C, 143 SIGTERM.
-This module knows nothing of the models.
+This module knows nothing of the models, and imports torch only where a checkpoint or a device needs it
+(plots.py uses it without torch).
 """
 import argparse
 import json
@@ -13,8 +14,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-
-import torch
 
 DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
 
@@ -90,12 +89,14 @@ def write_record(log, record, run_name, losses, start_loss):
 
 def save_checkpoint(path, state):
     """checkpoint.pt, written atomically: a kill at any moment leaves the previous one whole."""
+    import torch
     tmp = path / "checkpoint.pt.tmp"
     torch.save(state, tmp)
     os.replace(tmp, path / "checkpoint.pt")
 
 
 def load_checkpoint(path):
+    import torch
     return torch.load(path / "checkpoint.pt", weights_only=False)
 
 
@@ -185,6 +186,7 @@ def require_positive(args, keys):
 
 def resolve_device(name):
     """torch.device for --device; asking for CUDA where there is none is bad input."""
+    import torch
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     require(name != "cuda" or torch.cuda.is_available(),
@@ -197,8 +199,8 @@ def _terminate(signum, frame):
 
 
 def run_command(program, body, kept="the logs and weights so far are saved"):
-    """The exit codes every script here shares: 2 bad input or a failed --compile (one line), 1 a run that
-    had to stop, 130 Ctrl-C, 143 SIGTERM."""
+    """The exit codes every script here shares: 2 bad input (one line), 1 a run that had to stop, 130 Ctrl-C,
+    143 SIGTERM."""
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         body()
@@ -207,9 +209,6 @@ def run_command(program, body, kept="the logs and weights so far are saved"):
     except Stop as e:
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
-    except torch._dynamo.exc.BackendCompilerFailed as e:  # e.g. no C++ compiler for torch.compile on a CPU
-        fail(program, f"--compile: torch.compile failed ({str(e).splitlines()[0]}); run without "
-                          f"--compile, or install what it names")
     except OSError as e:                  # an --out that cannot be written (read-only, a full disk, /proc)
         fail(program, f"cannot write {e.filename or ''}: {e.strerror or e}; check --out and free space")
     except KeyboardInterrupt:

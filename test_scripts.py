@@ -134,7 +134,6 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--steps", "-5"], "--steps must"),
     (["--pe", "onehot", "--de", "4"], "onehot PE needs d_e"),
     (["--device", "cuda"], "--device cuda"),
-    (["--compile", "default"], "--compile applies to --step autograd"),
     (["--lr", "nan"], "--lr must be a positive finite"),
     (["--resume"], "has no checkpoint.pt"),
     (["--seed", "0", "0"], "--seed lists a value twice"),

@@ -409,25 +409,6 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
                                           np.load(tmp_path / "cut" / run / "weights_final.npz")[part])
 
 
-# ------------------------------------------------------------------------------------- train_tf.py
-@pytest.mark.parametrize("attend", sts.ATTEND)
-def test_train_tf_step_matches_the_numpy_sgd_step(attend):
-    d, d_e, lr = 3, 5, 0.7
-    b = random_batch(seed=11, n=16, T=9, q=3, d=d, d_e=d_e)
-    W, V = random_weights(12, d, d_e, scale=0.3)
-    f, cache = sts.forward(W, V, b.Z, b.z_q, attend)
-    dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
-
-    Wt, Vt = (torch.tensor(M[None], requires_grad=True) for M in (W, V))   # one run on the run axis
-    optimizer = torch.optim.SGD([Wt, Vt], lr=lr)
-    losses = train_tf.train_step(Wt, Vt, optimizer, *(torch.tensor(a)[None] for a in b[:3]), attend)
-    np.testing.assert_allclose(losses.numpy(), [sts.loss(f, b.target)], rtol=1e-6)
-    np.testing.assert_allclose(Wt.grad[0].numpy(), dW, rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(Vt.grad[0].numpy(), dV, rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(Wt[0].detach().numpy(), W - lr * dW, rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(Vt[0].detach().numpy(), V - lr * dV, rtol=1e-6, atol=1e-12)
-
-
 def test_train_tf_writes_a_run_directory(tmp_path):
     train_tf.main(TINY + ["--out", str(tmp_path)])
     run = tmp_path / "stochastic-de8-seed0"
@@ -453,33 +434,6 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
             name = f"{kind}-de8-seed{seed}"
             assert_same_logs(read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name),
                              ("train_loss", "val", "test_T", "test_q", "cos_W"))
-
-
-def test_compiled_runs_match_plain_runs(tmp_path):
-    # --step autograd --compile: torch.compile of the model; the draws are the same
-    flags = TINY + ["--pe", "stochastic", "fixed", "--seed", "3", "--step", "autograd"]
-    train_tf.main(flags + ["--out", str(tmp_path / "plain")])
-    torch._dynamo.utils.counters.clear()
-    train_tf.main(flags + ["--compile", "default", "--out", str(tmp_path / "compiled")])
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1   # the model really was compiled
-    for name in ("stochastic-de8-seed3", "fixed-de8-seed3"):
-        plain, compiled = read_log(tmp_path / "plain" / name), read_log(tmp_path / "compiled" / name)
-        assert len(plain) == 3
-        assert_same_logs(plain, compiled, ("train_loss", "val", "test_T", "test_q", "cos_W", "cos_V"))
-        for part in ("W", "V"):
-            np.testing.assert_allclose(np.load(tmp_path / "compiled" / name / "weights_final.npz")[part],
-                                       np.load(tmp_path / "plain" / name / "weights_final.npz")[part],
-                                       rtol=1e-9, atol=1e-12)
-
-
-def test_a_failed_compile_is_one_line_and_exit_status_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)       # compile for real
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("no-such-c++-compiler",))
-    with pytest.raises(SystemExit) as exit_:
-        train_tf.main(TINY + ["--step", "autograd", "--compile", "default", "--out", str(tmp_path)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and "--compile" in err[-1] and "compiler" in err[-1].lower()
-    assert read_log(tmp_path / "stochastic-de8-seed0")[0]["step"] == 0              # the log is kept
 
 
 def test_train_tf_stops_a_diverging_run_and_keeps_its_log(tmp_path):

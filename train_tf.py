@@ -44,7 +44,6 @@ FIGURE_SET = {
     "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],   # Figure 5
 }
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
-COMPILE_MODES = ("none", "default", "reduce-overhead")  # torch.compile's own mode names (--step autograd)
 RUN_KEYS = ("pe", "seed", "attend", "init", "init_scale", "optimizer", "lr", "anneal_at", "anneal_factor")
 
 
@@ -81,7 +80,6 @@ def parse_args(argv=None):
     a("--step", choices=("fused", "autograd"), default="fused",
       help="fused: fused.py's hand-written step; autograd: sts.forward + autograd (the reference)")
     a("--threads", type=int, default=2, help="CPU threads drawing and computing chunks (fused step)")
-    a("--compile", choices=COMPILE_MODES, default="none", help="torch.compile the model (--step autograd)")
     a("--checkpoint-every", type=float, default=300, help="seconds between checkpoints (at evaluations)")
     a("--out", default="runs/tf", help="parent folder of the run directories")
     a("--force", action="store_true", help="overwrite run directories that already hold a run")
@@ -112,7 +110,6 @@ def check_args(args):
     biggest = torch.finfo(getattr(torch, args.dtype)).max              # a rate the weights' dtype can hold
     runlog.require(args.lr is None or args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")
     runlog.require(args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final})")
-    runlog.require(args.compile == "none" or args.step == "autograd", "--compile applies to --step autograd")
     runlog.require(not (args.resume and args.force), "--resume and --force exclude each other; pick one")
     for T in [args.T, *args.test_T]:
         sts.check_task(T, args.q, args.d)
@@ -197,29 +194,11 @@ def forward(W, V, Z, z_q, attend="tokens"):
     return h @ V.mT                                 # f = V h
 
 
-def model_losses(W, V, Z, z_q, target, attend):
-    """Per-run losses of the model on one batch (the reference path)."""
-    return sts.loss(forward(W, V, Z, z_q, attend), target)
-
-
-def train_step(W, V, optimizer, Z, z_q, target, attend, losses_of=model_losses):
-    """One optimizer step by autograd on the summed per-run losses; returns the per-run losses."""
-    optimizer.zero_grad(set_to_none=False)
-    losses = losses_of(W, V, Z, z_q, target, attend)
-    losses.sum().backward()
-    optimizer.step()
-    return losses.detach()
-
-
 class Reference:
     """The autograd step on the draws fused.FusedStep makes: builds P, Z and z_q and runs sts.forward."""
 
-    def __init__(self, parts, query, d, d_e, device, dtype, compile_mode):
+    def __init__(self, parts, query, d, d_e, device, dtype):
         self.parts, self.query, self.d, self.d_e, self.device, self.dtype = parts, query, d, d_e, device, dtype
-        self.losses_of = model_losses
-        if compile_mode != "none":
-            torch._dynamo.reset()      # a fresh cache: a sweep over d_e must not hit the recompile limit
-            self.losses_of = torch.compile(model_losses, mode=compile_mode)
 
     def __call__(self, W, V, index, n, T, q, val=False):
         grad = not val
@@ -234,8 +213,8 @@ class Reference:
                 Z, z_q = embed(X, P, mask)
                 for r in runs:
                     attend = "query" if self.query[r] else "tokens"
-                    losses[r] = (self.losses_of(W[r], V[r], Z, z_q, target, attend) if grad else  # evaluations
-                                 0.5 * ((forward(W[r], V[r], Z, z_q, attend) - target) ** 2).sum(-1))  # eager
+                    err = forward(W[r], V[r], Z, z_q, attend) - target        # 1/2 ||f - y||^2 per sequence
+                    losses[r] = 0.5 * (err * err).sum(-1) if val else 0.5 * (err * err).sum(-1).mean()
             if not grad:
                 return torch.stack(losses, 1).detach()             # each sequence's loss (n, R)
             losses = torch.stack(losses)
@@ -257,7 +236,7 @@ class Trainer:
         if args.step == "fused":
             self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads)
         else:
-            self.step_fn = Reference(parts, query, args.d, d_e, device, self.dtype, args.compile)
+            self.step_fn = Reference(parts, query, args.d, d_e, device, self.dtype)
         inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"]) for s in self.specs]
         self.W = [torch.tensor(W0, dtype=self.dtype, device=device) for W0, _ in inits]
         self.V = [torch.tensor(V0, dtype=self.dtype, device=device) for _, V0 in inits]
