@@ -1,11 +1,8 @@
-"""What the training scripts leave on disk, read for plots.py: the run directories and summaries that
-train_tf.py, train_fcn.py and train_bool.py write, runs grouped into configurations over seeds, and the
-Markdown tables of `plots.py --table`.
-
-A run directory holds config.json, log.jsonl (one JSON record per evaluation: step, train_loss, val, the
-nested test_T and test_q sets, cos_W, ...) and summary.json (status, step, and the 'final' numbers on
-n_final sequences). What cannot be read raises Skip, whose message names the file and says why; a Report
-collects those lines for plots.py's stderr. plots.py's docstring says which problem is a warning, which a skip.
+"""What the training scripts leave on disk, read for plots.py: run directories and summaries,
+runs grouped into configurations over seeds, and the Markdown tables of `plots.py --table` with
+the NumPy evaluations behind them (sts.py, no torch). What cannot be read raises Skip, whose
+message names the file and says why; a Report collects those lines for plots.py's stderr.
+plots.py's docstring says which problem is a warning, which a skip, what each table holds.
 """
 import json
 import math
@@ -14,16 +11,25 @@ from pathlib import Path
 
 import numpy as np
 
-# the config.json keys that a model's figures and tables read; a run without one of them is skipped
-NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init", "attend"),
+import sts
+
+# the config.json keys that a model's figures and tables read; a run without one is skipped
+NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
+                         "attend"),
          "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
-# an experiment summarised in one file by train_fcn.py / train_bool.py: the keys of the file and of each row
-SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"), ("model", "T", "width", "params", "val", "tried")),
+# a search summarised in one file by train_fcn.py / train_bool.py: the keys of the file, of a row
+SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"),
+                            ("model", "T", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m_crit"))}
-GROUPS = {"test_T": "T", "test_q": "q"}  # the nested validation sets of a record, and their one-letter name
-VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init")  # what a legend names first
-PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every")  # what seeds of a configuration vary in
-FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor --json, and a row's key
+GROUPS = {"test_T": "T", "test_q": "q"}  # a record's nested validation sets, one letter each
+VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends: first
+PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every")  # seeds may differ here
+FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor; row keys
+# trained and family models are scored on one common set of sequences; chunks keep memory small
+EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
+LENGTH_N = 1024  # sequences per sts.family_loss in the length table: its cost grows with T, d_e
+WINDOW = 50_000  # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
+NAN = float("nan")
 
 
 class Skip(Exception):
@@ -31,7 +37,8 @@ class Skip(Exception):
 
 
 class Report(list):
-    """The stderr lines, in order: warnings (drawn anyway) and skips (exit status 2); and what was drawn."""
+    """The stderr lines in order, warnings (drawn anyway) and skips (exit status 2); and how
+    much was drawn."""
     drawn = 0
 
     def warn(self, message):
@@ -48,6 +55,14 @@ class Report(list):
             self.skip(f"{e}{then}")
 
 
+def quietly(job, *args):
+    """job(*args), or None where it raises Skip: a table says '-' instead."""
+    try:
+        return job(*args)
+    except Skip:
+        return None
+
+
 def read(path, parse=json.loads):
     try:
         return parse(path.read_text())
@@ -57,8 +72,8 @@ def read(path, parse=json.loads):
         raise Skip(f"{path}: not valid JSON") from None
 
 
-def require(obj, keys, where):
-    """obj, a JSON object holding every key; Skip naming `where` and the keys missing otherwise."""
+def need_keys(obj, keys, where):
+    """obj, a JSON object holding every key; Skip naming `where` and the missing keys otherwise."""
     missing = [k for k in keys if not isinstance(obj, dict) or k not in obj]
     if missing:
         raise Skip(f"{where}: no key {', '.join(map(repr, missing))}")
@@ -66,7 +81,7 @@ def require(obj, keys, where):
 
 
 def read_log(path, report):
-    """The records of a log.jsonl (the module docstring says which line is a warning, which a skip)."""
+    """The records of a log.jsonl (plots.py's docstring: which line is a warning, which a skip)."""
     lines = [(i, line) for i, line in enumerate(read(path, str.splitlines), 1) if line.strip()]
     records, cut = [], None
     for i, line in lines:
@@ -79,27 +94,30 @@ def read_log(path, report):
             record = line
         if (not isinstance(record, dict) or not isinstance(record.get("step"), int)
                 or not all(isinstance(record.get(g, {}), dict) for g in GROUPS)):
-            report.skip(f"{path}: line {i} is not a record (a JSON object with a step): {line[:40]}")
+            report.skip(f"{path}: line {i} is not a record (a JSON object with a step):"
+                        f" {line[:40]}")
         else:
             records.append(record)
     if not records:
         raise Skip(f"{path}: no intact record (the run logged nothing)")
     if cut:
-        report.warn(f"{path}: line {cut} cut mid-record, left out; drawing the {len(records)} intact records")
+        report.warn(f"{path}: line {cut} cut mid-record, left out; drawing the {len(records)}"
+                    " intact records")
     return records
 
 
 def load_run(path, report):
     """config, log and summary of one run directory; Skip when it cannot or must not be drawn."""
-    config = require(read(path / "config.json"), ["model"], path / "config.json")
+    config = need_keys(read(path / "config.json"), ["model"], path / "config.json")
     if config["model"] not in NEEDS:
-        raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of {', '.join(NEEDS)}")
-    require(config, NEEDS[config["model"]], path / "config.json")
+        raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
+                   f" {', '.join(NEEDS)}")
+    need_keys(config, NEEDS[config["model"]], path / "config.json")
     log = read_log(path / "log.jsonl", report)
-    summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # none while it runs
+    summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # running
     if not isinstance(summary, dict) or not isinstance(summary.get("final", {}), dict):
         raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
-    if summary.get("status") == "diverged":  # its curve would run off the axes or be blank: say so instead
+    if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
         raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
     if not any(finite(x) for r in log for x in losses(r)):
         raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite)")
@@ -107,8 +125,9 @@ def load_run(path, report):
 
 
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]} for run directories or folders that hold them, and the
-    summary files (SUMMARIES) found; run directories inside a summarised folder belong to its search."""
+    """{experiment folder: [run directories]} for run directories or folders that hold them, and
+    the summary files (SUMMARIES) found; run directories inside a summarised folder are its
+    search's own."""
     experiments, summaries = defaultdict(list), []
     for p in map(Path, paths):
         if not p.exists():
@@ -117,8 +136,9 @@ def find_experiments(paths, report):
         found = sorted(f for name in SUMMARIES for f in p.rglob(name))
         summaries += found
         inside = lambda d: any(f.parent in (d, *d.parents) for f in found)  # noqa: E731
-        dirs = [p] if not found and ((p / "log.jsonl").exists() or (p / "config.json").exists()) else sorted(
-            {f.parent for name in ("config.json", "log.jsonl") for f in p.rglob(name) if not inside(f.parent)})
+        one = not found and ((p / "log.jsonl").exists() or (p / "config.json").exists())
+        dirs = [p] if one else sorted({f.parent for name in ("config.json", "log.jsonl")
+                                       for f in p.rglob(name) if not inside(f.parent)})
         if not dirs and not found:
             report.skip(f"{p}: holds no run directory (no config.json or log.jsonl below it)")
         for d in dirs:
@@ -129,31 +149,35 @@ def find_experiments(paths, report):
 def load_summary(path, report):
     """A sweep.json or critical.json, keeping the rows that hold every key its figure reads."""
     head, row_keys = SUMMARIES[path.name]
-    summary = require(read(path), ("rows", *head), path)
-    rows = [report.attempt(require, row, row_keys, f"{path}: row {i}") for i, row in enumerate(summary["rows"], 1)]
+    summary = need_keys(read(path), ("rows", *head), path)
+    rows = [report.attempt(need_keys, row, row_keys, f"{path}: row {i}")
+            for i, row in enumerate(summary["rows"], 1)]
     if not any(rows):
         raise Skip(f"{path}: no complete row; rerun the search that writes it")
     return dict(summary, rows=[row for row in rows if row])
 
 
 def load_prediction(folder, runs):
-    """family_floor.json's predicted floors, {(pe, T, q, d, d_e): loss}, for the (pe, T, q, d) of the folder's
-    transformer runs; Skip (one line for the file) if any row is malformed, or none is for these runs."""
-    path = folder / FLOOR
-    rows = require(read(path), ["rows"], path)["rows"]
+    """family_floor.json's rows, {(pe, T, q, d, d_e): row}, at the (pe, q, d) and the lengths
+    (training and test T) of the folder's transformer runs; Skip (one line for the file) if a
+    row is malformed, or none is at a run's training (pe, T, q, d)."""
+    path, key = folder / FLOOR, lambda row, n=5: tuple(row[k] for k in PREDICTED[:n])
+    rows = need_keys(read(path), ["rows"], path)["rows"]
     if not isinstance(rows, list):
         raise Skip(f"{path}: 'rows' is not a list")
     for i, row in enumerate(rows, 1):
-        require(row, [*PREDICTED, "loss"], f"{path}: row {i}")
-        if not (finite(row["loss"]) and row["loss"] >= 0 and all(type(row[k]) in (str, int) for k in PREDICTED)):
-            raise Skip(f"{path}: row {i}: {json.dumps(row)[:60]}: want pe, T, q, d, de (strings or integers) and"
-                       " a loss >= 0")
-    trained = {tuple(r["config"][k] for k in PREDICTED[:4]) for r in runs if r["config"]["model"] == "transformer"}
-    predicted = {tuple(r[k] for k in PREDICTED): r["loss"] for r in rows if tuple(r[k] for k in PREDICTED[:4])
-                 in trained}
-    if not predicted:
-        raise Skip(f"{path}: no row for the runs' (pe, T, q, d): {', '.join(map(str, sorted(trained))) or 'none'}")
-    return predicted
+        need_keys(row, [*PREDICTED, "loss"], f"{path}: row {i}")
+        if not (finite(row["loss"]) and row["loss"] >= 0
+                and all(type(row[k]) in (str, int) for k in PREDICTED)):
+            raise Skip(f"{path}: row {i}: {json.dumps(row)[:60]}: want pe, T, q, d, de (strings"
+                       " or integers) and a loss >= 0")
+    tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
+    trained = {key(c, 4) for c in tf}
+    if not any(key(r, 4) in trained for r in rows):
+        raise Skip(f"{path}: no row for the runs' (pe, T, q, d): "
+                   f"{', '.join(map(str, sorted(trained))) or 'none'}")
+    at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in [c["T"], *c.get("test_T", [])]}
+    return {key(r): r for r in rows if key(r, 4) in at}
 
 
 def finite(x):
@@ -162,22 +186,30 @@ def finite(x):
 
 def losses(record):
     """Every loss of a record: training, validation, and the nested test sets."""
-    return [record.get("train_loss"), record.get("val"), *(x for g in GROUPS for x in record.get(g, {}).values())]
+    return [record.get("train_loss"), record.get("val"),
+            *(x for g in GROUPS for x in record.get(g, {}).values())]
 
 
 def value(record, name):
-    """A record's number `name` ("val", "cos_W", "T=250", "q=2", ...); NaN where absent or null."""
+    """A record's number `name` ("val", "cos_W", "T=250", "q=2", ...); NaN where absent, null."""
     group, _, key = name.partition("=")
     x = record.get(f"test_{group}", {}).get(key) if key else record.get(name)
-    return float(x) if finite(x) else float("nan")
+    return float(x) if finite(x) else NAN
+
+
+def setting(config, leave=PER_SEED):
+    """What a configuration is: its config.json apart from the keys in `leave`."""
+    return repr(sorted(kv for kv in config.items() if kv[0] not in leave))
 
 
 def configurations(runs):
-    """The runs grouped by configuration (config.json apart from PER_SEED), each group by seed, in legend order."""
+    """The runs grouped by configuration (config.json but PER_SEED), each group by seed, in
+    legend order."""
     groups = defaultdict(list)
     for run in sorted(runs, key=lambda r: r["config"]["seed"]):
-        groups[repr(sorted(kv for kv in run["config"].items() if kv[0] not in PER_SEED))].append(run)
-    return sorted(groups.values(), key=lambda g: [in_order(g[0]["config"].get(k)) for k in VARYING])
+        groups[setting(run["config"])].append(run)
+    return sorted(groups.values(),
+                  key=lambda g: [in_order(g[0]["config"].get(k)) for k in VARYING])
 
 
 def in_order(value):
@@ -187,103 +219,274 @@ def in_order(value):
 
 
 def spread(group, name):
-    """The steps every seed of a configuration logged, and `name` there, a row per seed; a null is NaN (a gap)."""
+    """The steps every seed of a configuration logged, and `name` there, a row per seed; a null
+    is NaN (a gap)."""
     logs = [{r["step"]: value(r, name) for r in run["log"]} for run in group]
     steps = sorted(set.intersection(*map(set, logs)))
-    return np.array(steps, float), np.array([[log[step] for step in steps] for log in logs]).reshape(len(logs), -1)
+    return (np.array(steps, float),
+            np.array([[log[step] for step in steps] for log in logs]).reshape(len(logs), -1))
 
 
 def set_names(runs, group):
-    """The validation sets of `group` ("T" or "q") that some run measured ("T=250", ...), in numeric order."""
-    names = {f"{group}={key}" for run in runs for r in run["log"] for key in r.get(f"test_{group}", {})}
+    """The validation sets of `group` ("T" or "q") that some run measured ("T=250", ...), in
+    numeric order."""
+    names = {f"{group}={k}" for run in runs for r in run["log"]
+             for k in r.get(f"test_{group}", {})}
     return sorted(names, key=lambda n: float(n[2:]))
 
 
 def label(group, groups):
-    """A configuration's legend entry: what tells it from the others, its number of seeds, an unusual end."""
-    c, keys = group[0]["config"], dict.fromkeys([*VARYING, *sorted(k for g in groups for k in g[0]["config"])])
-    varying = [k for k in keys if k not in PER_SEED and len({repr(g[0]["config"].get(k)) for g in groups}) > 1]
+    """A configuration's legend entry: what tells it from the others, its number of seeds, an
+    unusual end."""
+    c = group[0]["config"]
+    keys = dict.fromkeys([*VARYING, *sorted(k for g in groups for k in g[0]["config"])])
+    varying = [k for k in keys if k not in PER_SEED
+               and len({repr(g[0]["config"].get(k)) for g in groups}) > 1]
     text = ", ".join(f"{c[k]} PE" if k == "pe" else f"{k}={c.get(k)}" for k in varying)
-    text = text or (f"{c['pe']} PE" if c["model"] == "transformer" else f"T={c['T']}, width={c['width']}")
+    text = text or (f"{c['pe']} PE" if c["model"] == "transformer"
+                    else f"T={c['T']}, width={c['width']}")
     odd = sorted({run["summary"].get("status", "no summary") for run in group} - {"finished"})
-    return text + (f" ({len(group)} seeds)" if len(group) > 1 else "") + (f" ({', '.join(odd)})" if odd else "")
+    return (text + (f" ({len(group)} seeds)" if len(group) > 1 else "")
+            + (f" ({', '.join(odd)})" if odd else ""))
 
 
 def describe(c, groups=()):
-    """The settings an experiment's runs share; with groups of several seeds, what its lines and bands are."""
+    """The settings an experiment's runs share; with several seeds, what lines and bands are."""
     common = f"q={c['q']}, d={c['d']}, n={c['batch']}, {c['optimizer']} lr={c['lr']}"
-    note = "; lines: mean over seeds, bands: lowest to highest seed" if any(len(g) > 1 for g in groups) else ""
+    note = ("; lines: mean over seeds, bands: lowest to highest seed"
+            if any(len(g) > 1 for g in groups) else "")
     if c["model"] == "fcn":
         return f"FCN (ReLU, depth {c.get('depth', 1)}), {common}{note}"
     return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}{note}"
 
 
-def mean_sd(xs):
-    """A cell: "mean ± s" of the finite xs (s: sample standard deviation), the mean alone for one; "(k of n)"."""
-    ok = [x for x in xs if finite(x)]
-    text = f"{np.mean(ok):.4f}" + (f" ± {np.std(ok, ddof=1):.4f}" if len(ok) > 1 else "") if ok else "-"
-    return text + (f" ({len(ok)} of {len(xs)})" if ok and len(ok) < len(xs) else "")
+# ---------------------------------------------------------------- numbers over seeds, for tables
+def fmt(x, spec=".4f"):
+    return f"{x:{spec}}" if finite(x) else "-"
+
+
+def mean(xs):
+    ok = [x for x in map(float, xs) if math.isfinite(x)]
+    return float(np.mean(ok)) if ok else NAN
+
+
+def mean_sd(xs, spec=".4f"):
+    """A cell: "mean ± s" of the finite xs (s: the sample standard deviation; none for one), "-"
+    for none, "(k of n)" where some are missing."""
+    ok = [x for x in map(float, xs) if math.isfinite(x)]
+    sd = f" ± {np.std(ok, ddof=1):{spec}}" if len(ok) > 1 else ""
+    return fmt(mean(ok), spec) + sd + (f" ({len(ok)} of {len(xs)})" if 0 < len(ok) < len(xs) else "")
+
+
+def paired(a, b):
+    """mean(a - b) over the sequences both scored, and its Monte-Carlo se std(a - b) / sqrt(n)."""
+    n = min(len(a), len(b))
+    diff = np.asarray(a[:n], float) - b[:n]
+    return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else NAN
+
+
+def over_seeds(pairs):
+    """Cells of per-seed (d, se) pairs: the mean of d ± s over the seeds, and the Monte-Carlo se
+    of that mean, sqrt(sum se_i^2) / k."""
+    se = math.sqrt(sum(s * s for _, s in pairs)) / len(pairs) if pairs else NAN
+    return [mean_sd([d for d, _ in pairs]), fmt(se)]
+
+
+def has_final(runs):
+    """Whether every run has a final evaluation (not one still training, nor an FCN run)."""
+    return all("final" in r["summary"] for r in runs)
+
+
+def ends(group, final):
+    """Each run's summary.json 'final' numbers, or (final=False) its last logged record."""
+    return [r["summary"]["final"] if final else r["log"][-1] for r in group]
+
+
+def npz(run, name, keys=()):
+    """The arrays of a run's `name`.npz, in float64; Skip if missing, unreadable or without keys."""
+    try:
+        with np.load(run["path"] / f"{name}.npz") as f:
+            return need_keys({k: f[k].astype(float) for k in f.files}, keys, "")
+    except Exception as e:  # missing, cut or foreign: whatever np.load raises, it is unusable
+        raise Skip(f"{run['path']}/{name}.npz: cannot be read ({type(e).__name__})") from None
+
+
+def weights(run, when="final"):
+    w = npz(run, f"weights_{when}", ("W", "V"))
+    return w["W"], w["V"]
+
+
+def final_losses(run):
+    """{set: each sequence's final loss} of final_losses.npz ("test_T_250": "T=250"); {} if none."""
+    return {k if k == "val" else f"{k[5]}={k[7:]}": x
+            for k, x in (quietly(npz, run, "final_losses") or {}).items()}
+
+
+def slope(run, name):
+    """The least-squares slope of the logged `name` against the step, per 10k steps, over the
+    last WINDOW steps (the last half of a shorter run); NaN with fewer than 3 records there."""
+    last = run["log"][-1]["step"]
+    xy = np.array([(r["step"], value(r, name)) for r in run["log"]
+                   if r["step"] >= last - min(WINDOW, last / 2)], float).reshape(-1, 2)
+    xy = xy[np.isfinite(xy[:, 1])]
+    return float(np.polyfit(*xy.T, 1)[0] * 1e4) if len(xy) > 2 else NAN
+
+
+def family_pair(run, row):
+    """Each sequence's loss (2, n) under the trained weights and under W = c W*, V = alpha V* at
+    the row's c, alpha, on the same min(n_final, EVAL_N) sequences of EVAL_SEED; a fixed-PE run
+    with its own table, built as train_tf.py builds it."""
+    c = run["config"]
+    pe = sts.PositionalEncoding(c["pe"], c["de"], max([c["T"], *c.get("test_T", [])]), c["seed"])
+    W_star, V_star = sts.ground_truth(c["d"], c["de"])
+    models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
+    rng, n, out = np.random.default_rng(EVAL_SEED), min(c.get("n_final", EVAL_N), EVAL_N), []
+    for lo in range(0, n, CHUNK):
+        b = sts.sample_batch(rng, min(CHUNK, n - lo), c["T"], c["q"], c["d"], pe)
+        out.append([sts.loss(sts.forward(W, V, b.Z, b.z_q, c["attend"])[0][:, None],
+                             b.target[:, None]) for W, V in models])  # each a batch of one
+    return np.concatenate(out, axis=1)
+
+
+def length_curves(groups, predicted):
+    """{first run's path: {T: (own, best)}} of each stochastic-PE configuration at its training
+    and test lengths: own, the mean over its seeds of sts.family_loss at the seed's own (c,
+    alpha) = sts.family_fit of its weights; best, FLOOR's row at T (None where none). {}
+    without a FLOOR."""
+    curves = {}
+    for g in [g for g in groups if predicted and g[0]["config"]["pe"] == "stochastic"]:
+        c = g[0]["config"]
+        fits = [sts.family_fit(*w, c["d"]) for w in (quietly(weights, run) for run in g) if w]
+        key = lambda T: ("stochastic", T, c["q"], c["d"], c["de"])  # noqa: E731
+        curves[g[0]["path"]] = {T: (mean([sts.family_loss(*key(T), *f, n=LENGTH_N) for f in fits]),
+                                    predicted.get(key(T), {}).get("loss"))
+                                for T in [c["T"], *(int(k[2:]) for k in set_names(g, "T"))]}
+    return curves
+
+
+# ------------------------------------------------------------------------------------------ tables
+def markdown(caption, header, rows):
+    print(f"\n{caption}\n")
+    for cells in [header, ["---"] * len(header), *rows]:
+        print("| " + " | ".join(map(str, cells)) + " |")
 
 
 def table(name, runs):
-    """A configuration's last logged records and, beside them, summary.json's final numbers, over its seeds,
-    as Markdown (the README's tables are pasted from this). Runs of one model kind."""
-    c, groups = runs[0]["config"], configurations(runs)
-    sets = ["val", *set_names(runs, "T"), *set_names(runs, "q")]
+    """A configuration a row: its final losses over its seeds and its last logged cosines (the
+    README's tables are pasted from this). Runs of one model kind."""
+    c, groups, every = runs[0]["config"], configurations(runs), has_final(runs)
+    names = ["val", *set_names(runs, "T"), *set_names(runs, "q")]
     cos = [k for k in ("cos_W", "cos_V") if any(k in r["log"][-1] for r in runs)]
-    final = sets if any("final" in r["summary"] for r in runs) else []
-    n, n_final = c.get("n_test", "?"), c.get("n_final", "?")
     shape = ["T", "width", "params"] if c["model"] == "fcn" else []
-    print(f"\n{name}: {describe(c)}. A cell: mean ± sample standard deviation over a configuration's seeds (the"
-          f" mean alone for one). Columns (n): the last logged record, n = {n} validation sequences per set"
-          + (f"; 'final' columns: summary.json's, n = {n_final} per set (the logged {n} are their first part)"
-             if final else "") + "\n")
-    header = shape + ["seeds", "step"] + [f"{k} ({n})" for k in sets] + cos + [f"final {k} ({n_final})"
-                                                                            for k in final]
-    print("| configuration | " + " | ".join(header) + " |\n" + "|---" * (len(header) + 1) + "|")
-    for group in groups:
-        last, fin = [run["log"][-1] for run in group], [run["summary"].get("final", {}) for run in group]
-        step = "-".join(map(str, sorted({min(r["step"] for r in last), max(r["step"] for r in last)})))
-        numbers = [[value(r, k) for r in last] for k in sets + cos] + [[value(f, k) for f in fin] for k in final]
-        cells = [str(group[0]["config"].get(k, "-")) for k in shape] + [str(len(group)), step]  # or a range
-        print(f"| {label(group, groups)} | " + " | ".join(cells + list(map(mean_sd, numbers))) + " |")
+    rows = []
+    for g in groups:
+        last, se = ends(g, False), [r["summary"].get("final_se", {}) for r in g]
+        steps = sorted({min(r["step"] for r in last), max(r["step"] for r in last)})
+        cells = [mean_sd([value(e, k) for e in ends(g, every)])
+                 + (f" [{fmt(mean(value(s, k) for s in se))}]" if every else "") for k in names]
+        rows.append([label(g, groups), *(g[0]["config"].get(k, "-") for k in shape), len(g),
+                     "-".join(map(str, steps)), *cells, *(mean_sd([value(r, k) for r in last])
+                                                          for k in cos)])
+    src = (f"the final evaluation (summary.json, n = {c.get('n_final')} sequences a set, common to"
+           " every run), and [se] the mean of one run's Monte-Carlo standard error (final_se)"
+           if every else f"the last logged record (n = {c.get('n_test')} sequences a set: not every"
+           " run has a final evaluation)")
+    markdown(f"{name}: {describe(c)}. A loss cell, mean ± s{' [se]' if every else ''}: over a"
+             f" configuration's seeds, the mean and sample standard deviation s of {src}."
+             " cos_W, cos_V: the last logged record.",
+             ["configuration", *shape, "seeds", "step", *names, *cos], rows)
+
+
+def table_paired(name, runs):
+    """Stochastic minus fixed PE on the same sequences (final_losses.npz), for every pair of
+    configurations that agree apart from the PE."""
+    groups, key = configurations(runs), lambda g: setting(g[0]["config"], (*PER_SEED, "pe"))
+    fixed = {key(g): g for g in groups if g[0]["config"]["pe"] == "fixed"}
+    rows = []
+    for sto, fix in [(g, fixed[key(g)]) for g in groups
+                     if g[0]["config"]["pe"] == "stochastic" and key(g) in fixed]:
+        seeds = {r["config"]["seed"]: final_losses(r) for r in fix}
+        per = [(final_losses(r), seeds[r["config"]["seed"]]) for r in sto
+               if r["config"]["seed"] in seeds]
+        for k in ["val", *set_names(sto + fix, "T"), *set_names(sto + fix, "q")]:
+            d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
+            rows.append([f"{label(sto, groups)} − {label(fix, groups)}", k, f"{len(d)} of"
+                         f" {len(per)}", *over_seeds(d),
+                         f"{sum(x < 0 for x, _ in d)} of {len(d)}" if d else "-"])
+    if rows:
+        markdown(f"{name}: stochastic minus fixed PE, sequence by sequence (final_losses.npz: every"
+                 " run is scored on the same sequences). Per seed d = mean(l_stochastic - l_fixed)"
+                 " with its Monte-Carlo se std/√n; over the seeds, the mean of d ± s (the sample"
+                 " standard deviation over the seeds), the Monte-Carlo se of that mean √(Σ se²)/k,"
+                 " and the seeds where stochastic is lower. '-': no final_losses.npz.",
+                 ["stochastic − fixed", "set", "seeds", "d: mean ± s", "Monte-Carlo se",
+                  "stochastic lower in"], rows)
 
 
 def table_floor(name, runs, predicted):
-    """The predicted floor (load_prediction) beside the trained one, a row per transformer configuration."""
-    print(f"\n{name}: the loss floor. predicted: {FLOOR}'s best loss of W = c W*, V = α V* (sts.py --floor);"
-          " trained: the final validation loss (summary.json's 'final', else the last logged record's), mean ±"
-          " sample standard deviation over the seeds; trained / predicted: that mean over the prediction\n")
-    print("| pe | d_e | predicted (family best) | trained (mean ± s) | trained / predicted |\n"
-          + "|---" * 5 + "|")
-    for group in sorted(configurations(runs), key=lambda g: (g[0]["config"]["pe"], g[0]["config"]["de"])):
-        c = group[0]["config"]
-        trained = [value(run["summary"].get("final") or run["log"][-1], "val") for run in group]
-        guess, ok = predicted.get(tuple(c[k] for k in PREDICTED)), [x for x in trained if finite(x)]
-        print(f"| {c['pe']} | {c['de']} | {'-' if guess is None else f'{guess:.4g}'} | {mean_sd(trained)} |"
-              f" {f'{np.mean(ok) / guess:.3g}' if guess and ok else '-'} |")
+    """Trained models against the family W = c W*, V = alpha V* at FLOOR's best c, alpha."""
+    rows = []
+    for g in sorted(configurations(runs), key=lambda g: [g[0]["config"][k] for k in ("pe", "de")]):
+        c = g[0]["config"]
+        row = predicted.get(tuple(c[k] for k in PREDICTED), {})
+        both = [x for x in (quietly(family_pair, run, row) for run in g) if x is not None
+                ] if finite(row.get("c")) and finite(row.get("alpha")) else []
+        t, f = [x[0].mean() for x in both], [x[1].mean() for x in both]
+        rows.append([c["pe"], c["de"], f"{len(both)} of {len(g)}", fmt(row.get("loss"), ".4g"),
+                     mean_sd(t), mean_sd(f), *over_seeds([paired(*x) for x in both]),
+                     fmt(mean(t) / mean(f), ".3g")])
+    markdown(f"{name}: trained against the family W = c W*, V = α V* at {FLOOR}'s best c, α,"
+             f" both scored on the same min(n_final, {EVAL_N}) sequences (seed {EVAL_SEED}; a"
+             " fixed-PE run with its own table). Over the seeds: mean ± s (the sample standard"
+             " deviation); trained − family paired sequence by sequence, its Monte-Carlo se"
+             " √(Σ se²)/k. '-': no row with c, α, or no weights_final.npz.",
+             ["pe", "d_e", "seeds", f"family best ({FLOOR})", "trained", "family at its c, α",
+              "trained − family", "Monte-Carlo se", "trained / family"], rows)
+
+
+def table_length(name, runs, predicted):
+    """At each length: each configuration's loss, the family's predictions of it, and the slope
+    of its logged loss (is it still falling?)."""
+    groups, names, every = configurations(runs), ["val", *set_names(runs, "T")], has_final(runs)
+    curves, rows = length_curves(groups, predicted), []
+    for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
+        T0, curve, end = g[0]["config"]["T"], curves.get(g[0]["path"], {}), ends(g, every)
+        T, trained = T0 if k == "val" else int(k[2:]), [value(e, k) for e in end]
+        rise = mean(trained) - mean(value(e, "val") for e in end)
+        shares = [fmt((curve[T][i] - curve[T0][i]) / rise, ".2f") if k != "val" and curve
+                  and finite(curve[T][i]) and finite(curve[T0][i]) else "-" for i in (0, 1)]
+        rows.append([f"T={T}", label(g, groups), mean_sd(trained), *map(fmt, curve.get(T, "--")),
+                     " / ".join(shares), mean_sd([slope(r, k) for r in g], ".2g")])
+    if rows:
+        markdown(f"{name}: the loss at each length ('val': the training T). trained: mean ± s over"
+                 " the seeds of the " + ("final evaluation" if every else "last logged record")
+                 + f". Stochastic PE with a {FLOOR}: at own c, α, the mean over the seeds of"
+                 " sts.family_loss at each seed's (c, α) = sts.family_fit of its weights"
+                 f" ({LENGTH_N} sequences); family best, the {FLOOR} row at T; the share of the"
+                 " trained rise from the training T that each explains. slope: least squares of the"
+                 f" logged loss against the step over the last {WINDOW:,} steps (the last half of a"
+                 " shorter run), per 10k steps, mean ± s over the seeds.",
+                 ["at length", "configuration", "trained", "at own c, α", "family best",
+                  "share of the rise: own / best", "slope per 10k steps"], rows)
 
 
 def table_summary(path, summary):
     """The Markdown table of one sweep.json (train_fcn.py) or critical.json (train_bool.py)."""
-    name = path.parent.name
     if path.name == "sweep.json":
-        print(f"\n{name}: smallest width with seed-mean val loss <= {summary['eps']:.4f}, {summary['steps']}"
-              f" steps of {summary['batch']}, seeds {summary['seeds']}\n\n| model | T | width | params |"
-              " val (mean ± s) |\n|---|---|---|---|---|")
-        for r in summary["rows"]:
-            largest = max((w for w, _ in r["tried"]), default="?")
-            spread = f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""   # one seed: none
-            print(f"| {r['model']} | {r['T']} | {r['width'] or f'> {largest}'} | {r['params'] or '-'} |"
-                  f" {r['val'] if r['val'] is not None else '-'}{spread} |")
-        return True
-    print(f"\n{name}: critical m (None: beyond the grid, max {max(grid(path))})\n\n| model | s | T | m_crit |"
-          "\n|---|---|---|---|")
-    for r in summary["rows"]:
-        print(f"| {r['model']} | {r['s']} | {r['T']} | {r['m_crit']} |")
+        markdown(f"{path.parent.name}: smallest width with seed-mean val loss <="
+                 f" {summary['eps']:.4f}, {summary['steps']} steps of {summary['batch']}, seeds"
+                 f" {summary['seeds']}", ["model", "T", "width", "params", "val (mean ± s)"],
+                 [[r["model"], r["T"], r["width"] or f"> {max(w for w, _ in r['tried'])}",
+                   r["params"] or "-", f"{'-' if r['val'] is None else r['val']}"
+                   + (f" ± {r['val_sd']}" if r.get("val_sd") is not None else "")]
+                  for r in summary["rows"]])
+    else:
+        markdown(f"{path.parent.name}: critical m (None: beyond the grid, max"
+                 f" {max(search_config(path)['grid'])})", ["model", "s", "T", "m_crit"],
+                 [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
     return True
 
 
-def grid(path):
-    """The sample sizes a critical.json's search could try (its config.json's "grid")."""
-    return require(read(path.parent / "config.json"), ["grid"], path.parent / "config.json")["grid"]
+def search_config(path):
+    """The config.json beside a critical.json, with the "grid" of sample sizes its search tried."""
+    return need_keys(read(path.parent / "config.json"), ["grid"], path.parent / "config.json")

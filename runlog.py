@@ -66,9 +66,11 @@ def write_summary(path, status, step, seconds, record):
 
 
 def divergence(losses, start_loss):
-    """Why a run must stop (a loss NaN or above DIVERGED times the starting loss d/(2q)), or None."""
-    bad = next((x for x in losses if x is None or not math.isfinite(x)), max(losses, default=0.0))
-    if bad is None or not math.isfinite(bad) or bad > DIVERGED * start_loss:
+    """Why a run must stop (a loss NaN or above DIVERGED times the starting loss d/(2q)), or None; a None
+    in `losses` is a loss not measured (no training step since the last record)."""
+    losses = [x for x in losses if x is not None]
+    bad = next((x for x in losses if not math.isfinite(x)), max(losses, default=0.0))
+    if not math.isfinite(bad) or bad > DIVERGED * start_loss:
         return f"loss {bad} is NaN or diverging (start {start_loss:.3g}); lower --lr"
     return None
 
@@ -106,33 +108,41 @@ def require(ok, message):
         raise ValueError(message)
 
 
+def check_task(T, q, d, d_e=1):
+    """The task's sizes are positive integers and the subset fits the sequence: 1 <= q <= T."""
+    for name, value in (("T", T), ("d", d), ("d_e", d_e)):
+        require(value >= 1, f"--{name.replace('_', '')} must be a positive integer (got {value})")
+    require(1 <= q <= T, f"--q must satisfy 1 <= q <= T (got q={q}, T={T}): pick a smaller q or a longer T")
+
+
 def fail(program, error):
     """Bad input ends a command with one line on stderr and exit status 2, never a traceback."""
     print(f"{program}: error: {error}", file=sys.stderr)
     sys.exit(2)
 
 
-class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
-    """--help with each flag's default, except where it is None (the flag's help says what decides it)."""
-
-    def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
-def argument_parser(program, description, **kwargs):
-    """argparse for every script here, its errors one line (not argparse's usage block) through fail."""
+def argument_parser(program, description, table, **kwargs):
+    """argparse for a script's hyper-parameter table, its errors one line through fail (not argparse's usage
+    block). table: flag name -> (default, help, argparse options); a default {preset: value} depends on
+    --preset (--help lists each preset's value), a default None is derived and resolved by the script."""
     p = argparse.ArgumentParser(prog=program, description=description, **kwargs)
     p.error = lambda message: fail(program, message)
+    for name, (default, text, options) in table.items():
+        if isinstance(default, dict):
+            shown = "; ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                              for k, v in default.items())
+            text, default = f"{text} [{shown}]", None
+        elif default not in (None, False):
+            text = f"{text} [{' '.join(map(str, default)) if isinstance(default, list) else default}]"
+        p.add_argument("--" + name.replace("_", "-"), default=default, help=text, **options)
     return p
 
 
-def preset_argument(parser, presets, flag, text, **kwargs):
-    """A flag whose default comes from a script's PRESETS table: its --help lists each preset's value, so the
-    values are written once, in the table."""
-    key = flag[2:].replace("-", "_")
-    shown = "; ".join(f"{name} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                      for name, values in presets.items() for v in [values[key]])
-    parser.add_argument(flag, help=f"{text} [{shown}]", **kwargs)
+def fill_presets(args, table, preset):
+    """Each flag left unset whose table default depends on the preset takes `preset`'s value."""
+    for name, (default, _, _) in table.items():
+        if isinstance(default, dict) and getattr(args, name) is None:
+            setattr(args, name, default[preset])
 
 
 def check_out(out):
@@ -146,11 +156,26 @@ def check_out(out):
             f"--out: cannot write under {parent}; name a folder you can write to")
 
 
-def check_free(path, force, resumable=False):
-    """Before any training: a run directory that holds a run is refused unless --force (or --resume)."""
-    log = Path(path) / "log.jsonl"                      # an empty log (stopped before its first record) holds none
-    require(force or not (log.exists() and log.stat().st_size > 0), f"--out: {path} already holds a run; pass "
-            f"another --out{', --resume (go on)' if resumable else ''} or --force (replace it)")
+def run_state(path):
+    """What a run directory holds, for a message: "finished at step 100000", "interrupted at step 412"."""
+    summary = Path(path) / "summary.json"
+    try:
+        state = json.loads(summary.read_text())
+        return f"{state['status']} at step {state['stopped_at']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "with no summary (still running, or killed)"
+
+
+def check_free(path, force, resume=False):
+    """Before any training: a run directory that holds a run is refused unless --force (or, for a run with
+    a checkpoint, --resume); with --resume there must be a checkpoint. The message says what is there."""
+    path = Path(path)
+    held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0  # an empty log holds none
+    can_resume = (path / "checkpoint.pt").exists()
+    require(not resume or can_resume, f"--resume: {path} has no checkpoint to go on from (it is "
+            f"{run_state(path) if held else 'empty'}); run without --resume, with --force to redo it")
+    require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass --force to redo "
+            f"it{', --resume to go on from its checkpoint' if can_resume else ''}, or another --out")
 
 
 def fresh_dir(path):

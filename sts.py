@@ -10,55 +10,29 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     P = [p_1 ... p_T] (d_e x T) positional encodings: onehot (p_i = e_i), fixed (uniform on the unit
     sphere, drawn once) or stochastic (uniform on the unit sphere, drawn afresh for every sequence);
     Z = [X; P] (D x T), the query z_q = [0_d; sum_{i in y} p_i];
-    the model f = V Z softmax(Z^T W z_q), W (D x D), V (d x D); the loss L = 1/2 E ||f - STS_q||^2;
+    the model f = V Z softmax(Z^T W z_q), W (D x D), V (d x D); "attend query" uses [Z, z_q] instead of Z
+    (the paper's Figure 1); the loss L = 1/2 E ||f - STS_q||^2 (a sum over the d coordinates: torch's
+    MSELoss is 2/d times it, the plain sum 2 times it), d/(2q) at W = V = 0;
     the ground truth W* = [[0, 0], [0, I_{d_e}]], V* = [I_d, 0].
 
-    python sts.py            # a CPU demo: SGD learns STS_q; stochastic vs fixed PE on longer sequences
-    python sts.py --bench    # milliseconds per SGD step at the paper's scale (T=200, d_e=170, n=256)
+    python sts.py                                   # SGD learns STS_q; stochastic vs fixed PE at longer T
+    python sts.py --floor --T 200 --de 170          # the predicted loss floor of random PEs (below)
 
-NumPy only (tqdm for the demo's progress bar), read top to bottom: task, PEs, model, hand-written
-backward, SGD, demo. Pasted into a notebook cell it defines everything and runs nothing; call demo(...).
+NumPy only (tqdm for the progress bar), read top to bottom: task, PEs, model, hand-written backward,
+SGD, the floor, demo. Pasted into a notebook cell it defines everything and runs nothing; call demo(...).
 """
-import argparse
-import json
-import sys
-import time
 from collections import namedtuple
 
 import numpy as np
-
-PE_KINDS = ("onehot", "fixed", "stochastic")
-ATTEND = ("tokens", "query")  # attend over Z alone, or over [Z, z_q] (the paper's Figure 1)
-INITS = ("zero", "random")
-INIT_SCALE = 0.01  # default std of the `random` initialisation: near the theory's zero init
-
 
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
 
 
 def stream(seed, purpose):
-    """The numpy Generator of one purpose of a seed: its own stream, so that (say) a random init and a fixed
-    PE table of one seed are not drawn from the same numbers."""
+    """The numpy Generator of one purpose of a seed, so that (say) a random init and a fixed PE table of
+    one seed are not drawn from the same numbers. ("data" is default_rng(seed) itself: numpy's seeding
+    pads [seed, 0] and seed alike.)"""
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
-
-
-def _draw(rng, kind, shape, dtype):
-    """Standard normal or uniform[0,1) numbers from a numpy Generator (or anything with its two methods)."""
-    return (rng.standard_normal if kind == "normal" else rng.random)(shape, dtype=getattr(np, dtype))
-
-
-def _require(ok, message):
-    if not ok:
-        raise ValueError(message)
-
-
-def check_task(T, q, d, d_e=1):
-    """Sizes must be positive integers and the subset must fit the sequence: 1 <= q <= T."""
-    for name, value in (("T", T), ("d", d), ("d_e", d_e)):
-        _require(isinstance(value, (int, np.integer)) and value >= 1,
-                 f"{name} must be a positive integer (got {name}={value!r})")
-    _require(isinstance(q, (int, np.integer)) and 1 <= q <= T,
-             f"q must satisfy 1 <= q <= T (got q={q!r}, T={T}): pick a smaller q or a longer T")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -71,24 +45,14 @@ def unit_columns(G):
 
 
 class PositionalEncoding:
-    """p_1 ... p_T in R^{d_e}, one of SPEC.md's three families.
-
-    onehot:     p_i = e_i, exactly orthonormal; needs d_e >= max_len.
-    fixed:      p_i uniform on the unit sphere, drawn once from the table stream of `seed` for every
-                position up to max_len, then held fixed (a run of length T uses the first T).
-    stochastic: p_i uniform on the unit sphere, drawn afresh for every sequence.
-    """
+    """p_1 ... p_T in R^{d_e}: onehot (p_i = e_i, needs d_e >= max_len), fixed (uniform on the unit sphere,
+    drawn once from the seed's table stream for every position up to max_len: a run of length T uses the
+    first T) or stochastic (uniform on the unit sphere, drawn afresh for every sequence)."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
-        _require(kind in PE_KINDS, f"pe must be one of {', '.join(PE_KINDS)} (got pe={kind!r})")
-        for name, value in (("d_e", d_e), ("max_len", max_len)):
-            _require(isinstance(value, (int, np.integer)) and value >= 1,
-                     f"{name} must be a positive integer (got {name}={value!r})")
-        _require(kind != "onehot" or d_e >= max_len,
-                 f"onehot PE needs d_e >= the largest sequence length (got d_e={d_e}, longest T={max_len}):"
-                 f" raise d_e or use pe=fixed/stochastic")
-        self.kind, self.d_e, self.max_len = kind, d_e, max_len
-        self.table = None                                   # stochastic: nothing to keep
+        if kind == "onehot" and d_e < max_len:
+            raise ValueError(f"onehot PE needs d_e >= the longest T (got d_e={d_e}, T={max_len})")
+        self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
         elif kind == "fixed":
@@ -97,9 +61,9 @@ class PositionalEncoding:
     def __call__(self, rng, n, T, dtype="float64"):
         """P for a batch of n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
         if self.kind == "stochastic":
-            return unit_columns(_draw(rng, "normal", (n, self.d_e, T), dtype))
-        _require(T <= self.max_len, f"T={T} exceeds the {self.kind} PE table's max_len={self.max_len}:"
-                                    f" build the PE with max_len >= every length the run evaluates")
+            return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
+        if T > self.table.shape[1]:
+            raise ValueError(f"T={T} exceeds the PE table's {self.table.shape[1]} positions")
         return self.table[None, :, :T].astype(dtype, copy=False)
 
 
@@ -107,18 +71,13 @@ Batch = namedtuple("Batch", "Z z_q target idx mask")
 
 
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
-    """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of the T positions, and the target.
-
-    Returns Batch(Z (n,D,T), z_q (n,D), target (n,d), idx (n,q) the selected positions, mask (n,T) 0/1).
-    All randomness comes from `rng` (a numpy.random.Generator), never global state.
-    """
-    check_task(T, q, d, pe.d_e)
-    _require(isinstance(n, (int, np.integer)) and n >= 1, f"n must be a positive integer (got n={n!r})")
-    X = _draw(rng, "normal", (n, d, T), dtype)                   # x_i ~ N(0, I_d)
-    order = np.argsort(_draw(rng, "uniform", (n, T), "float64"), axis=-1)  # a uniform permutation
-    idx = order[:, :q]                              # its first q entries: a uniform q-subset
+    """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of the T positions, the target.
+    Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the selected positions, mask (n, T))."""
+    X = rng.standard_normal((n, d, T), dtype=dtype)             # x_i ~ N(0, I_d)
+    order = np.argsort(rng.random((n, T)), axis=-1)             # a uniform permutation of the positions
+    idx = order[:, :q]                                          # its first q: a uniform q-subset
     mask = np.zeros((n, T), dtype=X.dtype)
-    np.put_along_axis(mask, idx, 1.0, axis=-1)      # the subset as a 0/1 mask over the T positions
+    np.put_along_axis(mask, idx, 1.0, axis=-1)                  # the subset as a 0/1 mask
     P = np.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))
     Z, z_q = embed(X, P, mask)
     return Batch(Z, z_q, sts_target(X, mask), idx, mask)
@@ -147,45 +106,40 @@ def softmax(a):
 
 
 def forward(W, V, Z, z_q, attend="tokens"):
-    """f = V C softmax(C^T W z_q) with C = Z (attend tokens) or C = [Z, z_q] (attend query).
-
-    Shapes W (D, D), V (d, D), Z (n, D, T), z_q (n, D); any leading axes on all four are independent
-    runs trained side by side. Returns f (n, d) and the cache the backward pass needs.
-    """
-    _require(attend in ATTEND, f"attend must be one of {', '.join(ATTEND)} (got attend={attend!r})")
-    C = Z if attend == "tokens" else np.concatenate([Z, z_q[..., None]], axis=-1)  # keys = values
-    u = z_q @ W.swapaxes(-1, -2)                    # u = W z_q                       (n, D)
-    a = np.einsum("...ndt,...nd->...nt", C, u)      # a_i = c_i^T W z_q, the scores   (n, T)
+    """f = V C softmax(C^T W z_q) with C = Z (attend "tokens") or C = [Z, z_q] (attend "query").
+    W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what the backward pass needs."""
+    C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
+    u = z_q @ W.T                                   # u = W z_q                       (n, D)
+    a = np.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
     s = softmax(a)                                  # attention weights, sum_i s_i = 1
-    h = np.einsum("...ndt,...nt->...nd", C, s)      # h = C s, the attended embedding (n, D)
-    f = h @ V.swapaxes(-1, -2)                      # f = V h                         (n, d)
+    h = np.einsum("ndt,nt->nd", C, s)               # h = C s, the attended embedding (n, D)
+    f = h @ V.T                                     # f = V h                         (n, d)
     return f, (C, u, s, h)
 
 
 def loss(f, target):
-    """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates); one per run."""
+    """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
     return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
 
 
 def backward(W, V, z_q, f, target, cache):
-    """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward` (NumPy)."""
+    """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward`."""
     C, u, s, h = cache
-    df = (f - target) / f.shape[-2]                 # dL/df, from L = 1/(2n) sum ||f - y||^2
-    dV = df.swapaxes(-1, -2) @ h                    # f = V h      =>  dL/dV = sum_n df h^T
+    df = (f - target) / f.shape[0]                  # dL/df, from L = 1/(2n) sum ||f - y||^2
+    dV = df.T @ h                                   # f = V h      =>  dL/dV = sum_n df h^T
     dh = df @ V                                     #              =>  dL/dh = V^T df
-    ds = np.einsum("...ndt,...nd->...nt", C, dh)    # h = C s      =>  dL/ds_i = c_i^T dh
+    ds = np.einsum("ndt,nd->nt", C, dh)             # h = C s      =>  dL/ds_i = c_i^T dh
     da = s * (ds - (s * ds).sum(-1, keepdims=True)) # s = softmax(a): da = s * (ds - <s, ds>)
-    du = np.einsum("...ndt,...nt->...nd", C, da)    # a = C^T u    =>  dL/du = C da
-    dW = du.swapaxes(-1, -2) @ z_q                  # u = W z_q    =>  dL/dW = sum_n du z_q^T
+    du = np.einsum("ndt,nt->nd", C, da)             # a = C^T u    =>  dL/du = C da
+    dW = du.T @ z_q                                 # u = W z_q    =>  dL/dW = sum_n du z_q^T
     return dW, dV
 
 
 # ----------------------------------------------------------------------------------------------------
-# Ground truth, initialisation, learning-rate schedule
+# Ground truth, initialisation, online SGD
 # ----------------------------------------------------------------------------------------------------
 def ground_truth(d, d_e):
     """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only) and V* = [I_d, 0] (token block only)."""
-    check_task(T=1, q=1, d=d, d_e=d_e)
     W_star = np.zeros((d + d_e, d + d_e))
     W_star[d:, d:] = np.eye(d_e)
     return W_star, np.eye(d, d + d_e)
@@ -197,11 +151,8 @@ def cosine(A, B):
     return (A * B).sum((-2, -1)) / (norms + (norms == 0))
 
 
-def init_weights(d, d_e, init="zero", seed=0, scale=INIT_SCALE):
+def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
     """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Figure 3)."""
-    _require(init in INITS, f"init must be one of {', '.join(INITS)} (got init={init!r})")
-    _require(scale > 0, f"init scale must be > 0 (got scale={scale!r})")
-    check_task(T=1, q=1, d=d, d_e=d_e)
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
@@ -214,30 +165,18 @@ def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
     return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
-# ----------------------------------------------------------------------------------------------------
-# Online SGD in NumPy
-# ----------------------------------------------------------------------------------------------------
-def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0,
-          anneal_at=None, anneal_factor=1.0, progress=True):
+def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0, progress=True):
     """Online SGD, a fresh batch every step. Returns W, V and the training loss of every step."""
     from tqdm import tqdm
-    check_task(T, q, d, pe.d_e)
-    _require(isinstance(steps, (int, np.integer)) and steps >= 1, f"steps must be >= 1 (got {steps!r})")
     rng = stream(seed, "data")
     W, V = init_weights(d, pe.d_e, init, seed)
     losses = np.empty(steps)
-    bar = tqdm(range(steps), disable=not progress, desc=f"numpy {pe.kind}", mininterval=0.5)
-    for step in bar:
+    for step in tqdm(range(steps), disable=not progress, desc=f"numpy {pe.kind}", mininterval=0.5):
         b = sample_batch(rng, n, T, q, d, pe)
         f, cache = forward(W, V, b.Z, b.z_q, attend)
         losses[step] = loss(f, b.target)
-        if not losses[step] < 100 * d / (2 * q):            # NaN, or far above the start d/(2q): diverging
-            raise FloatingPointError(f"loss {losses[step]:.3g} at step {step} is NaN or diverging; lower lr")
         dW, dV = backward(W, V, b.z_q, f, b.target, cache)
-        eta = learning_rate(step, lr, anneal_at, anneal_factor)
-        W, V = W - eta * dW, V - eta * dV
-        if step % 50 == 0:
-            bar.set_postfix(loss=f"{losses[step]:.4f}")
+        W, V = W - lr * dW, V - lr * dV
     return W, V, losses
 
 
@@ -248,71 +187,64 @@ def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
 
 
 # ----------------------------------------------------------------------------------------------------
-# The loss floor of random PEs: the best model of the ground-truth family W = c W*, V = alpha V*
+# The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
 # ----------------------------------------------------------------------------------------------------
 def family_draws(kind, T, q, d, d_e, n=4096, seed=0):
-    """n sequences as the family W = c W*, V = alpha V* sees them. In it the scores are c p_i^T s
-    (s = sum_{j in y} p_j) and f = alpha X softmax(c P^T s): so keep X (n, d, T), the c = 1 scores
-    p_i^T s (n, T) and the target (n, d), never P."""
-    check_task(T, q, d, d_e)
-    rng = stream(seed, "data")
-    pe = PositionalEncoding(kind, d_e, T, seed)
-    X, gram, target = [], [], []
+    """n sequences as the family sees them. Its scores are c p_i^T s (s = sum_{j in y} p_j) and its output
+    alpha X softmax(c P^T s): so keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; never P."""
+    rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, T, seed)
+    X, scores, target = [], [], []
     for lo in range(0, n, 512):                      # chunks: P of 4096 sequences would not fit at T = 200
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
-        gram.append(np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:]))   # p_i^T s  (m, T)
+        scores.append(np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:]))    # p_i^T s  (m, T)
         X.append(b.Z[:, :d])
         target.append(b.target)
-    return np.concatenate(X), np.concatenate(gram), np.concatenate(target)
+    return np.concatenate(X), np.concatenate(scores), np.concatenate(target)
 
 
-def _attended(draws, c):
-    X, gram, _ = draws
-    return np.einsum("ndt,nt->nd", X, softmax(c * gram))   # X softmax(c P^T s): f at alpha = 1
+def family_output(draws, c):
+    """X softmax(c P^T s): the family's output at alpha = 1."""
+    X, scores, _ = draws
+    return np.einsum("ndt,nt->nd", X, softmax(c * scores))
 
 
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0):
-    """The loss of W = c W*, V = alpha V* at any T, q, d_e, by Monte Carlo on n sequences: what a model of
-    the ground-truth direction, with its scale c and value gain alpha, scores at another length or q."""
+    """The loss of W = c W*, V = alpha V* at any T, q, d_e (Monte Carlo on n sequences): what a model of
+    the ground-truth direction, with its scale c and gain alpha, scores at another length or q."""
     draws = family_draws(kind, T, q, d, d_e, n, seed)
-    return float(loss(alpha * _attended(draws, c), draws[2]))
+    return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
-    """min over (c, alpha) of family_loss, on the same n sequences. For each c the best alpha is a
-    least-squares fit, alpha = E<g, y> / E||g||^2 with g = X softmax(c P^T s); c is found by a golden-section
-    search over log c. Returns (loss, c, alpha)."""
+    """min over (c, alpha) of family_loss on the same n sequences: the floor a model of the ground-truth
+    direction cannot beat. For each c the best alpha is a least-squares fit, E<g, y> / E||g||^2 with
+    g = family_output; c comes from a golden-section search over log c. Returns (loss, c, alpha)."""
     draws = family_draws(kind, T, q, d, d_e, n, seed)
 
     def best(log_c):
-        g = _attended(draws, np.exp(log_c))
+        g = family_output(draws, np.exp(log_c))
         alpha = (g * draws[2]).sum() / (g * g).sum()                    # the least-squares alpha
         return loss(alpha * g, draws[2]), alpha
 
-    lo, hi = np.log(1e-3), np.log(c_max)
-    ratio = (5 ** 0.5 - 1) / 2
+    lo, hi, ratio = np.log(1e-3), np.log(c_max), (5 ** 0.5 - 1) / 2
     for _ in range(60):                              # golden section on log c (the loss is unimodal in c)
         a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        if best(a)[0] < best(b)[0]:
-            hi = b
-        else:
-            lo = a
+        lo, hi = (lo, b) if best(a)[0] < best(b)[0] else (a, hi)
     value, alpha = best((lo + hi) / 2)
     return float(value), float(np.exp((lo + hi) / 2)), float(alpha)
 
 
 def family_fit(W, V, d):
-    """(c, alpha): the projection of trained weights on the family, c = <W, W*>/|W*|^2, alpha = <V, V*>/|V*|^2."""
+    """(c, alpha), the projection of trained weights on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
-    return float((W * W_star).sum() / (W_star * W_star).sum()), float((V * V_star).sum() / (V_star * V_star).sum())
+    return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
 
 # ----------------------------------------------------------------------------------------------------
-# Command line: the demo and the benchmark
+# The demo
 # ----------------------------------------------------------------------------------------------------
-def demo(T, q, d, d_e, steps, lr, seed):
+def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
-    check_task(T, q, d, d_e)
     tests = (T, 2 * T, 4 * T)
     W_star, V_star = ground_truth(d, d_e)
     print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256, lr={lr}."
@@ -329,80 +261,60 @@ def demo(T, q, d, d_e, steps, lr, seed):
         print(f"{kind:<11}" + "".join(f"{v:>11.4f}" for v in values[:3])
               + "".join(f"{v:>13.4f}" for v in values[3:]))
     print("(train loss: mean of the last 100 steps; the others: 2048 fresh sequences of each length)")
-
-
-def bench(T=200, q=3, d=5, d_e=170, n=256, repeats=20, seed=0):
-    """Milliseconds per SGD step at the paper's scale, split into data generation and forward+backward."""
-    rng = np.random.default_rng(seed)
-    pe = PositionalEncoding("stochastic", d_e, T)
-    W, V = init_weights(d, d_e, "random", seed)
-    for dtype in ("float64", "float32"):
-        W_, V_ = W.astype(dtype), V.astype(dtype)
-        t_data = t_model = 0.0
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            b = sample_batch(rng, n, T, q, d, pe, dtype)
-            t1 = time.perf_counter()
-            f, cache = forward(W_, V_, b.Z, b.z_q)
-            dW, dV = backward(W_, V_, b.z_q, f, b.target, cache)
-            W_, V_ = W_ - 0.1 * dW, V_ - 0.1 * dV
-            t2 = time.perf_counter()
-            t_data, t_model = t_data + t1 - t0, t_model + t2 - t1
-        print(f"numpy {dtype}: T={T} d_e={d_e} n={n} stochastic PE: data {1e3 * t_data / repeats:.1f} ms"
-              f" + forward/backward/update {1e3 * t_model / repeats:.1f} ms"
-              f" = {1e3 * (t_data + t_model) / repeats:.1f} ms per step")
+    return rows
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="sts.py", description="STS_q with a NumPy one-layer transformer: a CPU demo.")
-    p.error = fail                                  # one line and exit status 2, not a usage block
-    p.add_argument("--T", type=int, default=20, help="training sequence length (default 20)")
-    p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T (default 3)")
-    p.add_argument("--d", type=int, default=5, help="token dimension (default 5)")
-    p.add_argument("--de", type=int, nargs="+", default=[64], help="positional-encoding dimension d_e "
-                   "(default 64; several with --floor)")
-    p.add_argument("--steps", type=int, default=1500, help="SGD steps per run (default 1500)")
-    p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data, the fixed PE table and init")
-    p.add_argument("--floor", action="store_true", help="print the best loss of the family W = c W*, "
-                   "V = alpha V* (family_floor) for stochastic and fixed PE at --T, --q, --d, each --de, and exit")
-    p.add_argument("--json", help="with --floor: also write the rows to this JSON file (plots.py overlays it)")
-    p.add_argument("--bench", action="store_true",
-                   help="print ms per SGD step at the paper's scale (T=200, d_e=170, n=256) and exit")
+    """The command line: the demo, or with --floor the family floor at each --T and --de (rows to --json)."""
+    import itertools
+    from pathlib import Path
+
+    import runlog                                   # the scripts' flags, one-line errors and exit codes
+    flags = dict(  # (default, --help, argparse options)
+        T=([20], "sequence length (several with --floor)", dict(type=int, nargs="+")),
+        q=(3, "subset size, 1 <= q <= T", dict(type=int)),
+        d=(5, "token dimension", dict(type=int)),
+        de=([64], "PE dimension d_e (several with --floor)", dict(type=int, nargs="+")),
+        steps=(1500, "SGD steps per run", dict(type=int)),
+        lr=(1.0, "SGD learning rate", dict(type=float)),
+        seed=(0, "seed of the data, the fixed PE table and the init", dict(type=int)),
+        floor=(False, "print the best loss of W = c W*, V = alpha V* (family_floor) for stochastic and fixed"
+                      " PE at each --T and --de, and exit", dict(action="store_true")),
+        json=(None, "with --floor: also write the rows to this file (plots.py draws them)", {}))
+    p = runlog.argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.", flags)
     args = p.parse_args(argv)
-    try:
-        _require(args.steps >= 1, f"--steps must be >= 1 (got {args.steps})")
-        _require(0 < args.lr < float("inf"), f"--lr must be a positive finite number (got {args.lr})")
-        if args.bench:
-            bench()
-        elif args.floor:
-            rows = []
-            for d_e in args.de:
-                for kind in ("stochastic", "fixed"):
-                    value, c, alpha = family_floor(kind, args.T, args.q, args.d, d_e, seed=args.seed)
-                    rows.append(dict(pe=kind, T=args.T, q=args.q, d=args.d, de=d_e, loss=value, c=c, alpha=alpha))
-                    print(f"{kind}: T={args.T} q={args.q} d={args.d} d_e={d_e}: best loss {value:.4f} "
-                          f"at c={c:.3g}, alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(dict(family="W = c W*, V = alpha V*", sequences=4096, seed=args.seed, rows=rows), f,
-                              indent=2)
-        else:
-            _require(len(args.de) == 1, f"--de takes one value without --floor (got {args.de})")
-            demo(args.T, args.q, args.d, args.de[0], args.steps, args.lr, args.seed)
-    except ValueError as e:
-        fail(e)
-    except FloatingPointError as e:                 # a diverging run: exit status 1, as the trainers'
-        print(f"sts.py: stopped: {e}", file=sys.stderr)
-        sys.exit(1)
+
+    def body():
+        runlog.require_positive(args, ("T", "q", "d", "de", "steps"))
+        runlog.require(args.seed >= 0, f"--seed must be >= 0 (got {args.seed})")
+        runlog.require(0 < args.lr < float("inf"), f"--lr must be a positive finite number (got {args.lr})")
+        for T in args.T:
+            runlog.check_task(T, args.q, args.d)
+        if not args.floor:
+            runlog.require(len(args.T) == len(args.de) == 1, "--T and --de take one value without --floor")
+            rows = demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr, args.seed)
+            why = runlog.divergence([r[1] for r in rows], args.d / (2 * args.q))   # the train losses
+            if why:
+                raise runlog.Stop(why)
+            return
+        rows = []
+        for T, d_e, kind in itertools.product(args.T, args.de, ("stochastic", "fixed")):
+            value, c, alpha = family_floor(kind, T, args.q, args.d, d_e, seed=args.seed)
+            rows.append(dict(pe=kind, T=T, q=args.q, d=args.d, de=d_e, loss=value, c=c, alpha=alpha))
+            print(f"{kind}: T={T} q={args.q} d={args.d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
+                  f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+        if args.json:
+            runlog.write_json(Path(args.json), dict(family="W = c W*, V = alpha V*", sequences=4096,
+                                                     seed=args.seed, rows=rows))
+    runlog.run_command("sts.py", body)
 
 
-def fail(error):
-    """Bad input ends the command with one line on stderr and exit status 2, never a traceback."""
-    print(f"sts.py: error: {error}", file=sys.stderr)
-    sys.exit(2)
+def in_notebook():
+    """True inside an IPython kernel (Jupyter, Colab, VS Code's interactive window), where a pasted cell
+    runs with __name__ == "__main__" and the kernel's own arguments: define there, do not run."""
+    import builtins
+    return hasattr(builtins, "get_ipython")
 
 
-# a notebook cell runs with __name__ == "__main__" and the kernel's own arguments: define, do not run
-if __name__ == "__main__" and not sys.argv[0].endswith("ipykernel_launcher.py"):
+if __name__ == "__main__" and not in_notebook():
     main()

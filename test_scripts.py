@@ -17,6 +17,7 @@ import fused
 import plots
 import runlog
 import rundirs
+import streams
 import sts
 import train_bool
 import train_fcn
@@ -210,14 +211,13 @@ def test_plots_draws_every_figure_and_table_from_tiny_runs(tmp_path, one_thread,
         plots.main([str(tmp_path), "--table"])
     out, err = capsys.readouterr()
     assert done.value.code == 0 and err == ""
-    lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: logged (n=64) and final (n=256)
+    lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: the final numbers (n=256)
     header = [h.strip() for h in next(ln for ln in lines if ln.startswith("| configuration |")).split("|")]
     row = [c.strip() for c in next(ln for ln in lines if ln.startswith("| fixed PE |")).split("|")]
-    run = tmp_path / "set" / "sgd" / "fixed-de8-seed0"
-    final, last = json.loads((run / "summary.json").read_text())["final"], read_log(run)[-1]
-    assert row[header.index("val (64)")] == f"{last['val']:.4f}"
-    assert row[header.index("final val (256)")] == f"{final['val']:.4f}"
-    assert row[header.index("final T=8 (256)")] == f"{final['test_T']['8']:.4f}"
+    summary = json.loads((tmp_path / "set" / "sgd" / "fixed-de8-seed0" / "summary.json").read_text())
+    final, se = summary["final"], summary["final_se"]       # one seed: the mean alone, and its se
+    assert row[header.index("val")] == f"{final['val']:.4f} [{se['val']:.4f}]"
+    assert row[header.index("T=8")] == f"{final['test_T']['8']:.4f} [{se['test_T']['8']:.4f}]"
     assert sum(ln.startswith("| configuration |") for ln in out.splitlines()) == 4 + 1 + 1   # 4 set folders
     fcn = next(ln for ln in out.split("\nfcn: ")[1].splitlines() if ln.startswith("| T=6"))
     assert fcn.split("|")[2:5] == [" 6 ", " 8 ", f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} "]
@@ -610,9 +610,9 @@ def test_fcn_output_shape_and_parameter_count(depth):
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
     n, T, q, d = 50, 9, 4, 3
-    words = fused.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
+    words = streams.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
     x, target = train_fcn.sample(torch.Generator(), words, n, T, q, d, "float64")
-    X, idx, _ = fused.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
+    X, idx, _ = streams.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
     assert x.shape == (n, T * d + T)
     tokens, indicator = x[:, :T * d].reshape(n, T, d), x[:, T * d:]
     np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())              # token i = column x_i of X

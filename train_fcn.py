@@ -21,7 +21,6 @@ of the seeds trained] and "tried_seeds" how many. Writes sweep.json and sweep.cs
 table and the log-log slopes of width against T.
 """
 import csv
-import functools
 import json
 import math
 import time
@@ -33,28 +32,55 @@ from tqdm import tqdm
 
 import fused
 import runlog
+import streams
 import sts
 from runlog import ended_by, require_positive, resolve_device, run_command, write_record, write_summary
 
-PRESETS = {
-    # the paper's length and batch; the steps of its transformer runs
-    "paper": dict(T=[200], q=3, d=5, batch=256, steps=100_000, eval_every=500, n_test=1024, test_q=[2, 4, 6]),
-    # a tenth of the length and of the steps, as train_tf.py's course preset
-    "course": dict(T=[20], q=3, d=5, batch=256, steps=10_000, eval_every=100, n_test=1024, test_q=[2, 4, 6]),
-}
-# The separation sweep. Its budget is short so that the whole grid fits in 15 minutes on 2 CPU cores (the
-# transformer is at its floor by then: Adam reached it within 400 steps at T=160). eps sits above that
-# floor at the larger d_e of the grid: random unit PEs never reach 0 (T=20: 0.28 at d_e=16, 0.11 at 64).
+P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default that follows --preset
+# The separation sweep (--sweep). Its budget is short so that the whole grid fits in minutes on 2 CPU cores:
+# the transformer is at its floor by then. eps sits above that floor at the larger d_e of the grid, since
+# random unit PEs never reach 0.
 SWEEP = dict(
-    T=[10, 20, 40, 80, 160],            # sequence lengths at course scale
-    width=[2 ** k for k in range(4, 13)],  # FCN hidden widths m: 16 ... 4096
-    de=[2 ** k for k in range(2, 8)],   # transformer PE dimensions d_e: 4 ... 128
-    eps=0.3,                            # target loss as a fraction of the starting loss d/(2q)
-    steps=1500, batch=256,              # the budget: 384,000 fresh sequences for either model
-    seeds=[0, 1, 2],                    # a row's loss is their mean (its spread in val_sd)
+    sweep_T=[10, 20, 40, 80, 160],               # sequence lengths at course scale
+    sweep_width=[2 ** k for k in range(4, 13)],  # FCN hidden widths m: 16 ... 4096
+    sweep_de=[2 ** k for k in range(2, 8)],      # transformer PE dimensions d_e: 4 ... 128
+    eps=0.3,                                     # target loss as a fraction of the starting loss d/(2q)
+    steps=1500, batch=256,                       # the budget: 384,000 fresh sequences for either model
+    seed=[0, 1, 2],                              # a row's loss is their mean (its spread in val_sd)
+    test_q=[], eval_every=1500,                  # one evaluation, at the end
 )
-# default learning rates; measured at T=20, m=256, 1500 steps: Adam 1e-3 val 0.16; SGD 0.05 0.71, 0.2 0.45,
-# 0.5 NaN
+# The hyper-parameters, each declared once: (default, --help, argparse options). A default P(paper,
+# course) follows --preset; with --sweep, a flag that SWEEP names and the command line does not set
+# takes SWEEP's value instead (the one rule: command line, then SWEEP under --sweep, then the preset).
+HPARAMS = dict(
+    preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
+            dict(choices=("paper", "course"))),
+    T=(P([200], [20]), "sequence length(s), trained one after another", dict(nargs="+", type=int)),
+    q=(P(3, 3), "subset size", dict(type=int)),
+    d=(P(5, 5), "token dimension", dict(type=int)),
+    width=([1024], "hidden widths m, trained one after another", dict(nargs="+", type=int)),
+    depth=(1, "hidden layers", dict(type=int)),
+    batch=(P(256, 256), "fresh sequences per step, n", dict(type=int)),
+    steps=(P(100_000, 10_000), "training steps", dict(type=int)),
+    optimizer=("adam", "Adam or plain SGD", dict(choices=("adam", "sgd"))),
+    lr=(None, "learning rate [adam 1e-3; sgd 0.2]", dict(type=float)),
+    seed=(P([0], [0]), "seeds (data, init); the validation sets are common to every seed",
+          dict(nargs="+", type=int)),
+    eval_every=(P(500, 100), "steps between evaluations and log records", dict(type=int)),
+    n_test=(P(1024, 1024), "sequences in each validation set, fixed before training", dict(type=int)),
+    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets", dict(nargs="*", type=int)),
+    device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
+    dtype=("float32", "floating-point precision", dict(choices=("float32", "float64"))),
+    out=("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)", {}),
+    force=(False, "replace run directories that already hold a run", dict(action="store_true")),
+    sweep=(False, "run the width-vs-T sweep for both models (SWEEP's budget unless given)",
+           dict(action="store_true")),
+    sweep_T=(SWEEP["sweep_T"], "--sweep: sequence lengths", dict(nargs="+", type=int)),
+    sweep_width=(SWEEP["sweep_width"], "--sweep: FCN widths m", dict(nargs="+", type=int)),
+    sweep_de=(SWEEP["sweep_de"], "--sweep: transformer d_e values", dict(nargs="+", type=int)),
+    eps=(SWEEP["eps"], "--sweep: target loss, a fraction of d/(2q)", dict(type=float)),
+)
+# the FCN's learning rates: at T=20, m=256, 1500 steps Adam 1e-3 was best; SGD diverged at 0.5
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
 
@@ -87,57 +113,20 @@ def encode(X, mask):
 def sample(gen, words, n, T, q, d, dtype):
     """FCN inputs and targets of the batch `words` = (seed, stream, index) of fused.py's data streams: the
     very tokens and subsets that train_tf.py's runs of this seed see."""
-    X, idx, target = fused.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
+    X, idx, target = streams.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
     return encode(X, mask), target
 
 
 def parse_args(argv=None):
-    p = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], formatter_class=runlog.DefaultsHelp)
-    a = p.add_argument
-
-    preset = functools.partial(runlog.preset_argument, p, PRESETS)   # a flag whose default PRESETS holds
-    a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
-    preset("--T", "sequence length(s), trained one after another", nargs="+", type=int)
-    preset("--q", "subset size", type=int)
-    preset("--d", "token dimension", type=int)
-    a("--width", nargs="+", type=int, default=[1024], help="hidden widths m, trained one after another")
-    a("--depth", type=int, default=1, help="hidden layers")
-    preset("--batch", f"fresh sequences per step, n (--sweep: {SWEEP['batch']})", type=int)
-    preset("--steps", f"training steps (--sweep: {SWEEP['steps']})", type=int)
-    a("--optimizer", choices=FCN_LR, default="adam", help="Adam or plain SGD")
-    a("--lr", type=float, help=f"learning rate [{'; '.join(f'{k} {v}' for k, v in FCN_LR.items())}]")
-    a("--seed", nargs="+", type=int, help="seeds (data, init; the validation sets are common to every seed) "
-                                          f"[0; --sweep {' '.join(map(str, SWEEP['seeds']))}]")
-    preset("--eval-every", "steps between evaluations and log records (--sweep: --steps)", type=int)
-    preset("--n-test", "sequences in each validation set, fixed before training", type=int)
-    preset("--test-q", "subset sizes of the q-generalisation sets (--sweep: none)", nargs="*", type=int)
-    a("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where there is one")
-    a("--dtype", choices=("float32", "float64"), default="float32", help="floating-point precision")
-    a("--out", default="runs/fcn", help="parent folder of the run directories (and of sweep.json/csv)")
-    a("--force", action="store_true", help="overwrite run directories that already hold a run")
-    s = p.add_argument_group("the separation sweep (--sweep; --steps, --batch, --seed default to SWEEP's)")
-    s.add_argument("--sweep", action="store_true", help="run the width-vs-T sweep for both models")
-    s.add_argument("--sweep-T", nargs="+", type=int, default=SWEEP["T"], help="sequence lengths")
-    s.add_argument("--sweep-width", nargs="+", type=int, default=SWEEP["width"], help="FCN widths m")
-    s.add_argument("--sweep-de", nargs="+", type=int, default=SWEEP["de"], help="transformer d_e values")
-    s.add_argument("--eps", type=float, default=SWEEP["eps"], help="target loss, a fraction of d/(2q)")
-    args = p.parse_args(argv)
-    if args.sweep:  # the sweep's own budget, unless given
-        defaults = dict(steps=SWEEP["steps"], batch=SWEEP["batch"], seed=SWEEP["seeds"], test_q=[])
-        for key, value in defaults.items():
-            if getattr(args, key) is None:
-                setattr(args, key, value)
-        if args.eval_every is None:
-            args.eval_every = args.steps
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key) is None:
+    """The flags; each one left unset takes SWEEP's value under --sweep, else the preset's."""
+    args = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], HPARAMS).parse_args(argv)
+    for key, value in SWEEP.items():
+        if args.sweep and getattr(args, key) is None:
             setattr(args, key, value)
-    if args.seed is None:
-        args.seed = [0]
+    runlog.fill_presets(args, HPARAMS, args.preset)
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))  # growing
-    if args.lr is None:
-        args.lr = FCN_LR[args.optimizer]
+    args.lr = args.lr or FCN_LR[args.optimizer]
     return args
 
 
@@ -155,9 +144,9 @@ def check_args(args):
     runlog.check_out(args.out)
     size = torch.finfo(getattr(torch, args.dtype)).bits // 8
     for T in (args.sweep_T if args.sweep else args.T):
-        sts.check_task(T, args.q, args.d)
+        runlog.check_task(T, args.q, args.d)
         for q in args.test_q:
-            sts.check_task(T, q, args.d)
+            runlog.check_task(T, q, args.d)
         widest = max(args.sweep_width if args.sweep else args.width)   # weights, Adam's two moments, activations
         runlog.require_memory(size * (4 * (T * args.d + T + 1) * widest * args.depth + max(args.batch, args.n_test)
                                       * (T * args.d + T + 3 * widest)), f"--width {widest} at T={T}")
@@ -189,7 +178,7 @@ def train(args, T, width, seed, device, progress=True):
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     # the validation sets: train_tf.py's, the same sequences for every run of every seed
     gen = torch.Generator(device)
-    sets = {(group, key): sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0], args.n_test, T, q,
+    sets = {(group, key): sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0], args.n_test, T, q,
                                  args.d, args.dtype)
             for group, key, q in [("val", None, args.q)] + [("test_q", str(q), q) for q in args.test_q]}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), args.lr)
@@ -209,12 +198,12 @@ def train(args, T, width, seed, device, progress=True):
                 rec = dict(step=step, train_loss=train_loss, lr=args.lr, time=round(time.time() - t0, 3),
                            **evaluate(model, sets))
                 # the FCN's random init starts above d/(2q), far below the divergence threshold
-                write_record(log, rec, path.name, [rec["val"]] + [train_loss] * bool(since), start_loss)
+                write_record(log, rec, path.name, [rec["val"], train_loss], start_loss)
                 bar.set_postfix(val=f"{rec['val']:.4f}")
                 loss_sum, since = 0.0, 0
             if step == args.steps:
                 break
-            x, target = sample(gen, fused.words(seed, step)[0], args.batch, T, args.q, args.d, args.dtype)
+            x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q, args.d, args.dtype)
             optimizer.zero_grad()
             loss = sts.loss(model(x), target)
             loss.backward()
@@ -246,7 +235,7 @@ def transformer_vals(args, T, d_e, device):
     for t in range(args.steps):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
-    return step(W, V, fused.val_index(T, args.q), args.n_test, T, args.q, val=True).double().mean(0).tolist()
+    return step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True).double().mean(0).tolist()
 
 
 def slope(rows):

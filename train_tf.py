@@ -3,17 +3,16 @@
     python train_tf.py --preset course                        # course scale (T=20), ~1 min on 2 CPUs
     python train_tf.py --pe stochastic --device cuda          # the paper's run (T=200, d_e=170, 100k steps)
     python train_tf.py --preset course --pe stochastic fixed --seed 0 1 --out runs/fig2   # 4 runs at once
-    python train_tf.py --figure-set --out results/paper       # Figures 1-5 at the paper's scale: 7 runs
-    python train_tf.py --figure-set --out results/paper --resume   # go on from the last checkpoint
+    python train_tf.py --figure-set --out runs/paper          # Figures 1-5 at the paper's scale: 7 runs
+    python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Several values of --pe and --seed (or --figure-set's seven configurations) train side by side in one process
-and share each step's draws (fused.py's data streams); several values of --de train one after another.
-Each run writes a directory under --out: config.json, log.jsonl (one record per evaluation),
-weights_init.npz, weights_final.npz, summary.json and checkpoint.pt. The step is fused.py's hand-written
-one (--step fused, the default) or autograd through sts.forward on the same draws (--step autograd, the
-reference; test_sts.py checks that the two agree).
+Several values of --pe and --seed (or --figure-set's seven runs) train side by side in one process and
+share each step's draws (streams.py); several values of --de train one after another. Each run writes a
+directory under --out: config.json, log.jsonl (one record per evaluation), weights_init.npz,
+weights_final.npz, final_losses.npz (each final validation sequence's loss), summary.json and
+checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autograd through a torch twin
+of sts.forward on the same draws (--step autograd, the reference; the tests check that the two agree).
 """
-import functools
 import itertools
 import json
 import time
@@ -25,70 +24,72 @@ from tqdm import tqdm
 
 import fused
 import runlog
+import streams
 import sts
 
-PRESETS = {
-    # the paper's settings (its Section 4): T=200, q=3, d=5, d_e=170, n=256, lr 1 -> 1/3 at 50k of 100k
-    "paper": dict(T=200, q=3, d=5, de=[170], batch=256, steps=100_000, anneal_factor=1 / 3,
-                  test_T=[250, 300, 350, 400], test_q=[2, 4, 6], n_test=1024, n_final=4096, eval_every=500),
-    # a tenth of the length and of the steps, about a minute a run on 2 CPU cores; d_e = 64 > T here
-    # (the paper has d_e < T) because the loss floor of random PEs at d_e = 16 would hide every effect
-    "course": dict(T=20, q=3, d=5, de=[64], batch=256, steps=10_000, anneal_factor=1 / 3,
-                   test_T=[25, 30, 35, 40], test_q=[2, 4, 6], n_test=512, n_final=4096, eval_every=100),
-}
+PE_KINDS = ("onehot", "fixed", "stochastic")
+P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default that follows --preset
+# The hyper-parameters, each declared once: (default, --help, argparse options). --help and config.json
+# come from here. "paper" is the paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1
+# annealed to 1/3 at 50k of 100k steps). "course" is a tenth of the length and of the steps, about a minute
+# on 2 CPU cores; its d_e = 64 > T because the loss floor of random PEs at d_e = 16 would hide every effect.
+# None: derived from the other flags in resolve(), and written into config.json.
+HPARAMS = dict(
+    preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
+            dict(choices=("paper", "course"))),
+    pe=(["stochastic"], "positional encodings to train", dict(nargs="+", choices=PE_KINDS)),
+    seed=([0], "seeds (data, init, fixed PE table); every seed is scored on the same validation sets",
+          dict(nargs="+", type=int)),
+    figure_set=(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe", dict(action="store_true")),
+    T=(P(200, 20), "training sequence length", dict(type=int)),
+    q=(P(3, 3), "subset size", dict(type=int)),
+    d=(P(5, 5), "token dimension", dict(type=int)),
+    de=(P([170], [64]), "PE dimension d_e, several for a sweep (--pe onehot alone: the longest length)",
+        dict(nargs="+", type=int)),
+    batch=(P(256, 256), "fresh sequences per step, n", dict(type=int)),
+    steps=(P(100_000, 10_000), "training steps", dict(type=int)),
+    optimizer=("sgd", "plain SGD (the theory) or Adam", dict(choices=("sgd", "adam"))),
+    lr=(None, "learning rate [sgd 1, adam 0.01]", dict(type=float)),
+    anneal_at=(None, "step from which lr is multiplied by --anneal-factor [half the steps]", dict(type=int)),
+    anneal_factor=(P(1 / 3, 1 / 3), "lr multiplier from --anneal-at on", dict(type=float)),
+    init=("zero", "zero (the theorems) or random Gaussian (Figure 3)", dict(choices=("zero", "random"))),
+    init_scale=(0.01, "std of the entries of a random init", dict(type=float)),
+    attend=("tokens", "attend over Z, or over [Z, z_q] (Figure 1)", dict(choices=("tokens", "query"))),
+    test_T=(P([250, 300, 350, 400], [25, 30, 35, 40]), "lengths of the length-generalisation sets",
+            dict(nargs="*", type=int)),
+    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets", dict(nargs="*", type=int)),
+    n_test=(P(1024, 512), "sequences in each validation set evaluated during training", dict(type=int)),
+    n_final=(P(4096, 4096), "sequences in each set of the final evaluation (summary.json's 'final' and its "
+             "standard errors 'final_se'; the --n-test sets are its first part)", dict(type=int)),
+    eval_every=(P(500, 100), "steps between evaluations and log records", dict(type=int)),
+    step=("fused", "fused: fused.py's hand-written step; autograd: the reference",
+          dict(choices=("fused", "autograd"))),
+    device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
+    dtype=("float32", "floating-point precision", dict(choices=("float32", "float64"))),
+    threads=(2, "CPU threads drawing and computing chunks (fused step)", dict(type=int)),
+    checkpoint_every=(300.0, "seconds between checkpoints (at evaluations)", dict(type=float)),
+    out=("runs/tf", "parent folder of the run directories", {}),
+    force=(False, "replace run directories that already hold a run", dict(action="store_true")),
+    resume=(False, "go on from the runs' checkpoints (same flags otherwise)", dict(action="store_true")),
+)
+DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
 # --figure-set: the paper's Figures 1-5 in one process, per seed; folder -> the runs' settings
 FIGURE_SET = {
     "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
-    "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],  # as the paper ran it
+    "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],  # as the paper ran
     "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
     "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],   # Figure 5
 }
-DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
 RUN_KEYS = ("pe", "seed", "attend", "init", "init_scale", "optimizer", "lr", "anneal_at", "anneal_factor")
 
 
 def parse_args(argv=None):
-    p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0], formatter_class=runlog.DefaultsHelp)
-    a = p.add_argument
-
-    preset = functools.partial(runlog.preset_argument, p, PRESETS)   # a flag whose default PRESETS holds
-    a("--preset", choices=PRESETS, default="paper", help="defaults for every flag left unset")
-    a("--pe", nargs="+", choices=sts.PE_KINDS, default=["stochastic"], help="positional encodings to train")
-    a("--seed", nargs="+", type=int, default=[0], help="seeds (data, init, fixed PE table; every seed is scored on the same validation sets)")
-    a("--figure-set", action="store_true", help="train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
-    a("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where there is one")
-    a("--dtype", choices=("float32", "float64"), default="float32", help="floating-point precision")
-    preset("--T", "training sequence length", type=int)
-    preset("--q", "subset size", type=int)
-    preset("--d", "token dimension", type=int)
-    preset("--de", "PE dimension d_e, several for a sweep (onehot: the largest length)", nargs="+", type=int)
-    preset("--batch", "fresh sequences per step, n", type=int)
-    preset("--steps", "training steps", type=int)
-    a("--optimizer", choices=("sgd", "adam"), default="sgd", help="plain SGD (the theory) or Adam")
-    a("--lr", type=float, help=f"learning rate [{'; '.join(f'{k} {v}' for k, v in DEFAULT_LR.items())}]")
-    a("--anneal-at", type=int, help="step at which lr is multiplied by --anneal-factor [half the steps]")
-    preset("--anneal-factor", "lr multiplier from --anneal-at on", type=float)
-    a("--init", choices=sts.INITS, default="zero", help="zero (the theorems) or random Gaussian (Figure 3)")
-    a("--init-scale", type=float, default=sts.INIT_SCALE, help="std of the entries of a random init")
-    a("--attend", choices=sts.ATTEND, default="tokens", help="attend over Z, or over [Z, z_q] (Figure 1)")
-    preset("--test-T", "lengths of the length-generalisation sets", nargs="*", type=int)
-    preset("--test-q", "subset sizes of the q-generalisation sets", nargs="*", type=int)
-    preset("--n-test", "sequences in each validation set, fixed before training", type=int)
-    preset("--n-final", "sequences in each set of the final evaluation (summary.json 'final' and its standard"
-                        " errors 'final_se'; the --n-test set is its first part)", type=int)
-    preset("--eval-every", "steps between evaluations and log records", type=int)
-    a("--step", choices=("fused", "autograd"), default="fused",
-      help="fused: fused.py's hand-written step; autograd: sts.forward + autograd (the reference)")
-    a("--threads", type=int, default=2, help="CPU threads drawing and computing chunks (fused step)")
-    a("--checkpoint-every", type=float, default=300, help="seconds between checkpoints (at evaluations)")
-    a("--out", default="runs/tf", help="parent folder of the run directories")
-    a("--force", action="store_true", help="overwrite run directories that already hold a run")
-    a("--resume", action="store_true", help="go on from the runs' checkpoints (same flags otherwise)")
+    """The flags, with the derived defaults resolved from the flags alone."""
+    p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0], HPARAMS)
     args = p.parse_args(argv)
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key) is None and not (key == "de" and args.pe == ["onehot"]):
-            setattr(args, key, value)
-    if args.de is None:  # onehot: p_i = e_i needs one dimension per position of the longest sequence
+    onehot_de = args.de is None and args.pe == ["onehot"] and not args.figure_set
+    runlog.fill_presets(args, HPARAMS, args.preset)
+    if onehot_de:             # p_i = e_i needs one dimension per position of the longest sequence
         args.de = [max([args.T, *args.test_T])]
     if args.anneal_at is None:
         args.anneal_at = args.steps // 2
@@ -112,13 +113,13 @@ def check_args(args):
     runlog.require(args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final})")
     runlog.require(not (args.resume and args.force), "--resume and --force exclude each other; pick one")
     for T in [args.T, *args.test_T]:
-        sts.check_task(T, args.q, args.d)
+        runlog.check_task(T, args.q, args.d)
     for q in args.test_q:
-        sts.check_task(args.T, q, args.d)
+        runlog.check_task(args.T, q, args.d)
     runlog.check_out(args.out)
     T_max = max([args.T, *args.test_T])
     for d_e in args.de:
-        sts.check_task(args.T, args.q, args.d, d_e)
+        runlog.check_task(args.T, args.q, args.d, d_e)
         if "onehot" in args.pe and not args.figure_set:
             runlog.require(d_e >= T_max, f"--de: onehot PE needs d_e >= the largest length {T_max} (got "
                                          f"d_e={d_e}); raise --de or use --pe fixed/stochastic")
@@ -126,17 +127,19 @@ def check_args(args):
         runlog.require_memory(step_bytes(args, len(specs), d_e, T_max), f"--T {args.T}/--test-T, --batch "
                               f"{args.batch}, --n-final {args.n_final} and --de {d_e}")
         for spec in specs:
-            runlog.check_free(spec["dir"], args.force or args.resume, resumable=True)
+            runlog.check_free(spec["dir"], args.force, args.resume)
 
 
 def step_bytes(args, R, d_e, T_max):
-    """About the most memory a step or an evaluation holds at once (tokens, PE chunks, per-run sums)."""
+    """About the most memory, in bytes, that a step or an evaluation of R runs holds at once."""
     n, D, size = max(args.batch, args.n_final), args.d + d_e, torch.finfo(getattr(torch, args.dtype)).bits // 8
-    if args.step == "autograd":          # P, Z and their gradients' intermediates, per run
+    if args.step == "autograd":   # P and Z, the mask and the gradient's copies, and each run's C and its grad
         return size * n * T_max * D * (4 + 2 * R)
-    chunk = max(fused.CHUNK_POSITIONS, fused.DRAW_CHUNK * T_max)    # positions of a thread's chunk
-    return size * (n * T_max * (args.d + 4) + 3 * args.threads * chunk * (d_e + R * (args.d + 2))
-                   + R * n * (2 * D + args.d) + 3 * R * D * D)
+    chunk = max(fused.CHUNK_POSITIONS, streams.DRAW_CHUNK * T_max)    # positions of a thread's chunk
+    tokens = n * T_max * (args.d + 4)                   # X, the subset's order and index, for the whole batch
+    per_thread = 3 * chunk * (d_e + R * (args.d + 2))   # G, pass 1 ([u; V_e] p_i) and pass 2, with temporaries
+    weights = 3 * R * D * D + R * n * (2 * D + args.d)  # W, its grad and Adam's moments; per-sequence sums
+    return size * (tokens + args.threads * per_thread + weights)
 
 
 def run_specs(args, d_e):
@@ -206,7 +209,7 @@ class Reference:
         losses = [None] * W.shape[0]
         with torch.set_grad_enabled(grad):
             for seed, table, runs in self.parts:
-                X, idx, target, G = fused.draw_batch(fused.words(seed, index, val), n, T, q, self.d, self.d_e,
+                X, idx, target, G = streams.draw_batch(streams.words(seed, index, val), n, T, q, self.d, self.d_e,
                                                      self.dtype, self.device)
                 P = (G / G.norm(dim=-1, keepdim=True)).mT if table is None else table[:T].T.expand(n, -1, -1)
                 mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
@@ -260,7 +263,7 @@ class Trainer:
     def sequence_losses(self, n):
         """Each run's loss on each sequence of the first n of every validation set: [((group, key), (n, R))]."""
         W, V = torch.stack(self.W), torch.stack(self.V)
-        return [((group, key), self.step_fn(W, V, fused.val_index(T, q), n, T, q, val=True).double())
+        return [((group, key), self.step_fn(W, V, streams.val_index(T, q), n, T, q, val=True).double())
                 for group, key, T, q in self.sets]
 
     @torch.no_grad()
@@ -309,8 +312,6 @@ class Trainer:
             return 0, 0.0
         states = []
         for spec in self.specs:
-            runlog.require((spec["dir"] / "checkpoint.pt").exists(),
-                         f"--resume: {spec['dir']} has no checkpoint.pt; run without --resume")
             old = json.loads((spec["dir"] / "config.json").read_text())
             new = json.loads(json.dumps(self.config(spec)))
             changed = [k for k in new if k not in ("checkpoint_every", "threads") and old.get(k) != new[k]]
@@ -335,35 +336,57 @@ class Trainer:
                                                      optimizer=opt.state_dict()))
 
 
+def evaluate_and_log(tr, step, train_loss, t0, status):
+    """Evaluate every run on its --n-test sets and log the records of those still running; a run whose loss
+    diverges stops alone (its summary says so). Returns the records."""
+    records = [dict(step=step, train_loss=train_loss[r], time=round(time.time() - t0, 3),
+                    lr=tr.optimizers[r].param_groups[0]["lr"], **rec) for r, rec in enumerate(tr.evaluate(tr.args.n_test))]
+    for r, rec in enumerate(records):
+        if status[r] != "running":
+            continue
+        runlog.append_record(tr.logs[r], rec)
+        why = runlog.divergence([rec["val"], train_loss[r]], tr.args.d / (2 * tr.args.q))
+        if why:
+            status[r] = "diverged"
+            tqdm.write(f"train_tf.py: run {tr.specs[r]['dir']} stopped at step {step}: {why}")
+            runlog.write_summary(tr.specs[r]["dir"], "diverged", step, time.time() - t0, rec)
+    if "running" not in status:
+        raise runlog.Stop("every run diverged; lower --lr")
+    return records
+
+
+def report(spec, status, step, rec):
+    """The closing line of a run: how it ended, its last evaluation, and the final numbers with their
+    standard errors and set size (those the README quotes)."""
+    sets = lambda r: [("val", r.get("val"))] + [(f"{g[5:]}={k}", v) for g in ("test_T", "test_q")   # noqa: E731
+                                                 for k, v in r.get(g, {}).items()]
+    text = f"{spec['dir']}: {status} at step {step}"
+    if "final" in rec:
+        se = dict(sets(rec["final_se"]))
+        return text + f"; final loss on {rec['n_final']} sequences per set (± its standard error): " + ", ".join(
+            f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"]))
+    if "step" not in rec:
+        return text + "; no evaluation was made"
+    return text + f"; last evaluated at step {rec['step']} on {rec.get('n_test', '?')} sequences per set: " + \
+        ", ".join(f"{name} {x:.4f}" for name, x in sets(rec)) + f", cos(W,W*) {rec['cos_W']:.3f}"
+
+
 def train(args, d_e, device):
     """Train the runs of one d_e; write their directories; return their final evaluation records."""
     tr = Trainer(args, d_e, device)
     first, seconds_before = tr.open_runs()
-    R, start_loss = len(tr.specs), args.d / (2 * args.q)
+    R = len(tr.specs)
     status = ["running"] * R                                 # a diverged run stops alone
     records, loss_sum, since = [{}] * R, torch.zeros(R, dtype=tr.dtype, device=device), 0
     t0, last_checkpoint, step = time.time() - seconds_before, time.time(), first
+    name = f"{tr.specs[0]['dir'].parent.name}/{tr.specs[0]['dir'].name}".lstrip("/")
     bar = tqdm(total=args.steps, initial=first, desc=f"d_e={d_e} x{R} runs", dynamic_ncols=True)
     try:
         for step in range(first, args.steps + 1):
             if (step % args.eval_every == 0 or step == args.steps) and not (step == first and args.resume):
-                train_loss = (loss_sum / max(since, 1)).tolist()
-                records = tr.evaluate(args.n_test)
-                records = [dict(step=step, train_loss=train_loss[r] if since else None, time=round(time.time()
-                                - t0, 3), lr=tr.optimizers[r].param_groups[0]["lr"], **rec) for r, rec in enumerate(records)]
-                for r, rec in enumerate(records):
-                    if status[r] != "running":
-                        continue
-                    runlog.append_record(tr.logs[r], rec)
-                    why = runlog.divergence([rec["val"]] + [train_loss[r]] * bool(since), start_loss)
-                    if why:
-                        status[r] = "diverged"
-                        tqdm.write(f"train_tf.py: run {tr.specs[r]['dir']} stopped at step {step}: {why}")
-                        runlog.write_summary(tr.specs[r]["dir"], "diverged", step, time.time() - t0, rec)
-                if "running" not in status:
-                    raise runlog.Stop("every run diverged; lower --lr")
-                bar.set_postfix(val=f"{np.mean([r['val'] for r in records]):.4f}",
-                                cos_W=f"{np.mean([r['cos_W'] for r in records]):.3f}")
+                train_loss = (loss_sum / since).tolist() if since else [None] * R
+                records = evaluate_and_log(tr, step, train_loss, t0, status)
+                bar.set_postfix_str(f"{name}: val {records[0]['val']:.4f}, cos_W {records[0]['cos_W']:.3f}")
                 loss_sum.zero_()
                 since = 0
                 if time.time() - last_checkpoint > args.checkpoint_every and step < args.steps:
@@ -387,13 +410,13 @@ def train(args, d_e, device):
             log.close()
             if status[r] == "running":
                 runlog.write_summary(spec["dir"], done, step, time.time() - t0, rec)
-            print(f"{spec['dir']}: {status[r] if status[r] != 'running' else done} at step {step}: val loss "
-                  f"{rec.get('val', float('nan')):.4f}, cos(W,W*) {rec.get('cos_W', float('nan')):.3f}, "
-                  + ", ".join(f"{g[5:]}={k} {v:.4f}" for g in ("test_T", "test_q") for k, v in
-                              rec.get(g, {}).items()))
+            print(report(spec, status[r] if status[r] != "running" else done, step, dict(rec, n_test=args.n_test)))
     if "diverged" in status:
         raise runlog.Stop(f"{status.count('diverged')} of {R} runs diverged (see their summary.json)")
     return records
+
+
+CPU_MS = (27.6, 2.7)   # bench.py on the 2-core CPU at the paper's scale: ms a step for one run, and per more run
 
 
 def main(argv=None):
@@ -406,9 +429,10 @@ def main(argv=None):
             torch.set_num_threads(1)       # the step's own threads share the cores; torch's would compete
         if args.steps * args.T * max(args.de) > 10 ** 8 and device.type == "cpu":   # say what it costs
             runs = len(run_specs(args, args.de[0]))
+            minutes = args.steps * (CPU_MS[0] + CPU_MS[1] * (runs - 1)) / 6e4
             print(f"train_tf.py: {args.steps:,} steps of {runs} run(s) at T={args.T}, d_e={max(args.de)} on the "
-                  f"CPU: about {args.steps * (28 + 3.2 * (runs - 1)) / 6e4:.0f} min per d_e on 2 cores at the paper's "
-                  f"scale (the progress bar keeps the estimate); --preset course takes about a minute")
+                  f"CPU: about {minutes:.0f} minutes per d_e on 2 cores at the paper's scale (the progress bar "
+                  f"keeps the estimate); --preset course takes about a minute")
         for d_e in args.de:
             train(args, d_e, device)
     runlog.run_command("train_tf.py", body)

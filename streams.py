@@ -1,0 +1,70 @@
+"""The data streams of the torch scripts: a batch is a function of (seed, stream, index) alone.
+
+Sequences are drawn in chunks of DRAW_CHUNK, each from a torch.Generator seeded by (seed, stream, index,
+chunk), so the numbers do not depend on threads, chunking or device order. Tokens and subsets come from one
+stream, stochastic PEs from another: runs of one seed see the same tokens and subsets whatever their PE,
+optimiser or attention, and a process training several of them draws each batch once. The validation
+sets come from streams that do not depend on the run's seed: every run of every seed is scored on the same
+sequences, so two runs can be compared sequence by sequence (paired differences).
+"""
+import torch
+
+DRAW_CHUNK = 8         # sequences per seeded draw: fixes the streams whatever the threads or device
+TRAIN, TRAIN_PE, VAL, VAL_PE = 1, 2, 3, 4   # the stream ids: tokens and subsets, and PEs, of each
+EVAL_WORD = 0          # the seed word of every validation set, whatever the run's seed
+
+
+def mix(*words):
+    """A 63-bit seed from integers (splitmix64 over each word): distinct words, unrelated streams."""
+    h, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+    for w in words:
+        h = ((h ^ (w & mask)) * 0xBF58476D1CE4E5B9) & mask
+        h = ((h ^ (h >> 31)) * 0x94D049BB133111EB) & mask
+        h ^= h >> 29
+    return h >> 1
+
+
+def val_index(T, q):
+    """The index of the validation set of length T and subset size q in the VAL streams."""
+    return 1000 * T + q
+
+
+def words(seed, index, val=False):
+    """The (tokens, PEs) stream words of a batch: training batch `index` of a run of `seed`, or with val
+    the validation set `index` (val_index), the same for every run."""
+    if val:
+        return (EVAL_WORD, VAL, index), (EVAL_WORD, VAL_PE, index)
+    return (seed, TRAIN, index), (seed, TRAIN_PE, index)
+
+
+def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
+    """Tokens X (c, d, T) ~ N(0, I_d), a uniform q-subset idx (c, q) and the target (c, d) of sequences
+    lo..hi of the batch `token_words`; each DRAW_CHUNK from its own seed (sts.sample_batch's draws)."""
+    Xs, idxs = [], []
+    for j in range(lo, hi, DRAW_CHUNK):
+        c = min(j + DRAW_CHUNK, hi) - j
+        gen.manual_seed(mix(*token_words, j // DRAW_CHUNK))
+        Xs.append(torch.randn(c, d, T, generator=gen, device=gen.device, dtype=dtype))      # x_i
+        uniform = torch.rand(c, T, generator=gen, device=gen.device, dtype=torch.float32)
+        idxs.append(uniform.argsort(-1)[:, :q])        # the first q of a uniform order: the subset
+    X, idx = torch.cat(Xs), torch.cat(idxs)
+    target = X.gather(2, idx[:, None, :].expand(-1, d, -1)).mean(-1)            # STS_q = mean of the x_y
+    return X, idx, target
+
+
+def draw_pe(gen, pe_words, lo, hi, T, d_e, out):
+    """Raw Gaussians G (c, T, d_e) of the stochastic PEs of sequences lo..hi, into the buffer `out`."""
+    G = out[:(hi - lo) * T * d_e].view(hi - lo, T, d_e)
+    for j in range(lo, hi, DRAW_CHUNK):
+        gen.manual_seed(mix(*pe_words, j // DRAW_CHUNK))
+        G[j - lo:min(j + DRAW_CHUNK, hi) - lo].normal_(generator=gen)
+    return G
+
+
+def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
+    """The whole batch of `batch_words` (words(...)): X (n, d, T), idx (n, q), target (n, d) and the raw PE
+    Gaussians G (n, T, d_e), as the fused step draws them; for the reference step and the tests."""
+    gen = torch.Generator(device)
+    X, idx, target = draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
+    G = draw_pe(gen, batch_words[1], 0, n, T, d_e, torch.empty(n * T * d_e, dtype=dtype, device=device))
+    return X, idx, target, G
