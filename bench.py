@@ -3,14 +3,18 @@
     python bench.py                     # the CPU: every path below, interleaved, medians and ratios
     python bench.py --device cuda       # the same on a GPU (the floor there is the same draws)
     python bench.py --repeats 30        # more timed rounds (default 15)
+    python bench.py --preset course     # the course scale (T=20, d_e=64) instead
 
 Each round times one step of every path in turn, so that the machine's drift hits them all alike:
-  eager      a typical eager PyTorch step as a researcher writes it (randn, normalise, cat, bmm, softmax,
-             autograd, SGD), materialising P and Z, on torch's own threads
-  reference  train_tf.py --step autograd: sts.forward + autograd on fused.py's draws
-  fused      train_tf.py's default step for one run (fused.py)
-  figure-set train_tf.py --figure-set: the 6 runs of Figures 1-5 sharing one draw per step
-  floor      the step's 8.7 M Gaussians alone, drawn on the same threads as the fused step
+  eager        a typical eager PyTorch step as a researcher writes it (randn, normalise, cat, bmm, softmax,
+               autograd, SGD), materialising P and Z, on torch's own threads
+  reference    train_tf.py --step autograd: a torch twin of sts.forward + autograd on the same draws
+  fused        train_tf.py's default step for one run (fused.py)
+  figure-set   train_tf.py --figure-set: the 7 runs of Figures 1-5 sharing one draw per step
+  floor        the step's 8.7 M PE Gaussians alone, on the fused step's chunks and threads
+and each trick of the fused step against its plainer form (one run): `normalised` scales G by 1/|g_i| in
+place (G.mul_(r)) instead of folding 1/|g_i| into the small vectors; `chunk 2^13`, `chunk 2^17` cut the
+batch into chunks of at most that many positions instead of 2^15; `1 thread` computes on one thread.
 """
 import resource
 import statistics
@@ -22,7 +26,8 @@ import fused
 import runlog
 import train_tf
 
-SCALE = dict(T=200, q=3, d=5, d_e=170, n=256)  # the paper's (its Section 4)
+SCALE = {}  # T, q, d, d_e, n of the scale timed: train_tf.py's preset (--preset)
+TARGETS = [("fused / floor", "<=", 1.3), ("eager / fused", ">=", 3.5), ("figure-set ms", "<=", 60)]
 
 
 def sync(device):
@@ -55,60 +60,69 @@ def eager_step(device, dtype):
     return step
 
 
-def trainer_step(flags, device):
-    """One training step of train_tf.py's Trainer for these flags (no run directory is written)."""
-    args = train_tf.parse_args(["--preset", "paper", "--device", device.type, *flags])
+class Normalised(fused.FusedStep):
+    """The fused step with P = G / |g| made in place, the plainer form of folding 1/|g_i| in."""
+
+    def draws(self, *args):
+        for runs, G, r, tokens in super().draws(*args):
+            yield runs, G.mul_(r[..., None]), torch.ones_like(r), tokens
+
+
+def trainer_step(flags, device, step_class=None, **constants):
+    """One training step of train_tf.py's Trainer for these flags (no run directory is written), with
+    fused.py's module constants set as given while it runs."""
+    args = train_tf.parse_args(["--preset", SCALE["preset"], "--device", device.type, *flags])
     tr = train_tf.Trainer(args, SCALE["d_e"], device)
+    if step_class:
+        tr.step_fn.__class__ = step_class
     counter = iter(range(10 ** 9))
-    return lambda: tr.train_step(next(counter)), tr
-
-
-def floor_step(trainer):
-    """The fused step's Gaussians alone: the same chunks, threads and buffers, no arithmetic."""
-    fs = trainer.step_fn
-    bounds = fs.bounds(SCALE["n"], SCALE["T"])
-    need = max(hi - lo for lo, hi in bounds) * SCALE["T"] * SCALE["d_e"]   # a thread's buffer
-    counter = iter(range(10 ** 9))
-
-    def work(k, index):
-        tools = fs._tools()
-        if tools.buf.numel() < need:
-            tools.buf = torch.empty(need, dtype=fs.dtype, device=fs.device)
-        for lo, hi in bounds[k::fs.threads]:
-            fused.draw_pe(tools.gen, (0, fused.TRAIN_PE, index), lo, hi, SCALE["T"], SCALE["d_e"], tools.buf)
 
     def step():
-        index = next(counter)
-        if fs.pool is not None:
-            list(fs.pool.map(lambda k: work(k, index), range(fs.threads)))
-        else:
-            work(0, index)
-    return step
+        saved = {k: getattr(fused, k) for k in constants}
+        for k, v in constants.items():
+            setattr(fused, k, v)
+        tr.train_step(next(counter))
+        for k, v in saved.items():
+            setattr(fused, k, v)
+    return step, tr
+
+
+def paths(device):
+    """name -> (a step to time, torch threads to give it)."""
+    cores = torch.get_num_threads()
+    fused_one, tr = trainer_step(["--pe", "stochastic"], device)
+    counter = iter(range(10 ** 9))
+    # the eager paths run on torch's own threads (all cores); the fused ones on one torch thread, as in
+    # train_tf.py, because their own worker threads share the cores
+    out = {"eager": (eager_step(device, torch.float32), cores),
+           "reference": (trainer_step(["--pe", "stochastic", "--step", "autograd"], device)[0], cores),
+           "fused": (fused_one, 1),
+           "figure-set": (trainer_step(["--figure-set"], device)[0], 1),
+           "floor": (lambda: tr.step_fn.floor(next(counter), SCALE["n"], SCALE["T"]), 1)}
+    if device.type == "cpu":
+        out.update({"normalised": (trainer_step(["--pe", "stochastic"], device, Normalised)[0], 1),
+                    "chunk 2^13": (trainer_step(["--pe", "stochastic"], device, CHUNK_POSITIONS=2 ** 13)[0], 1),
+                    "chunk 2^17": (trainer_step(["--pe", "stochastic"], device, CHUNK_POSITIONS=2 ** 17)[0], 1),
+                    "1 thread": (trainer_step(["--pe", "stochastic", "--threads", "1"], device)[0], 1)})
+    return out
 
 
 def main(argv=None):
-    p = runlog.argument_parser("bench.py", __doc__.split("\n")[0])
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to time the steps")
-    p.add_argument("--repeats", type=int, default=15, help="timed rounds (after 2 untimed warm-up rounds)")
-    args = p.parse_args(argv)
+    flags = dict(device=("cpu", "where to time the steps", dict(choices=("cpu", "cuda"))),
+                 repeats=(15, "timed rounds (after 2 untimed warm-up rounds)", dict(type=int)),
+                 preset=("paper", "the scale: train_tf.py's preset", dict(choices=("paper", "course"))))
+    args = runlog.argument_parser("bench.py", __doc__.split("\n")[0], flags).parse_args(argv)
+    scale = train_tf.parse_args(["--preset", args.preset])
+    SCALE.update(preset=args.preset, T=scale.T, q=scale.q, d=scale.d, d_e=scale.de[0], n=scale.batch)
 
     def body():
         runlog.require_positive(args, ("repeats",))
         device = runlog.resolve_device(args.device)
-        # the eager paths run on torch's own threads (all cores); the fused ones on one torch thread, as in
-        # train_tf.py, because their own worker threads share the cores
-        cores = torch.get_num_threads()
-        own_threads = {"eager": cores, "reference": cores, "fused": 1, "figure-set": 1, "floor": 1}
-        fused_one, tr = trainer_step(["--pe", "stochastic"], device)
-        paths = {"eager": eager_step(device, torch.float32),
-                 "reference": trainer_step(["--pe", "stochastic", "--step", "autograd"], device)[0],
-                 "fused": fused_one,
-                 "figure-set": trainer_step(["--figure-set"], device)[0],
-                 "floor": floor_step(tr)}
-        times = {name: [] for name in paths}
+        steps = paths(device)
+        times = {name: [] for name in steps}
         for round_ in range(args.repeats + 2):
-            for name, step in paths.items():
-                torch.set_num_threads(own_threads[name])
+            for name, (step, threads) in steps.items():
+                torch.set_num_threads(threads)
                 sync(device)
                 t0 = time.perf_counter()
                 step()
@@ -116,14 +130,17 @@ def main(argv=None):
                 if round_ >= 2:
                     times[name].append(1e3 * (time.perf_counter() - t0))
         med = {name: statistics.median(t) for name, t in times.items()}
-        print(f"ms per step at T=200, d_e=170, n=256 on {device.type} ({args.repeats} interleaved rounds): "
-              "median [min, max]")
+        print(f"ms per step at T={SCALE['T']}, d_e={SCALE['d_e']}, n={SCALE['n']} on {device.type} "
+              f"({args.repeats} interleaved rounds): "
+              "median [min, max], and against the fused step")
         for name, t in times.items():
-            print(f"  {name:<11}{med[name]:8.1f}  [{min(t):.1f}, {max(t):.1f}]")
-        print(f"fused / floor = {med['fused'] / med['floor']:.2f} (target <= 1.3); eager / fused = "
-              f"{med['eager'] / med['fused']:.2f} (target >= 3.5); reference / fused = "
-              f"{med['reference'] / med['fused']:.2f}; figure set {med['figure-set']:.1f} ms per step (target "
-              f"<= 60), 100k steps {med['figure-set'] * 1e5 / 6e4:.0f} min")
+            print(f"  {name:<12}{med[name]:8.1f}  [{min(t):.1f}, {max(t):.1f}]  {med[name] / med['fused']:.2f}x")
+        ratios = {"fused / floor": med["fused"] / med["floor"], "eager / fused": med["eager"] / med["fused"],
+                  "figure-set ms": med["figure-set"]}
+        for name, sense, target in TARGETS:
+            met = ratios[name] <= target if sense == "<=" else ratios[name] >= target
+            print(f"{name} = {ratios[name]:.2f} (target {sense} {target}: {'met' if met else 'not met'})")
+        print(f"100k steps of the figure set: {med['figure-set'] * 1e5 / 6e4:.0f} min")
         peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         print(f"peak memory of the process (all paths): {peak / 2 ** 20:.0f} MiB")

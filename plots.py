@@ -4,48 +4,40 @@
     python plots.py results/course --out figures # the committed gallery is written only when named
     python plots.py results/paper --table        # the numbers as Markdown tables instead
 
-Runs are drawn by config["model"]. A folder of transformer runs (an experiment, such as --figure-set's
-sgd/ query/ random_init/ adam/) gives, as its runs allow: NAME_training (Figure 1: loss, 1/loss,
-cosines), NAME_length (Figures 2, 4-top: loss at longer T), NAME_qtest (Figure 4-bottom),
-NAME_weights (Figure 3: W and V at init and at the end, a colour scale each, the trained W's
-symmetric-log so that its diagonal does not hide the rest), or with three d_e or more NAME_floor
-(final loss against d_e); Figure 5 is adam/'s. The folder's family_floor.json (sts.py --floor
---json: the best loss of W = c W*, V = alpha V*, at the training T and maybe at the test lengths)
-adds that prediction to NAME_floor, dashed; with three predicted d_e or more it also gives fewer
-trained d_e a NAME_floor (the paper-scale run at d_e = 170 against the predicted curve). On
-NAME_length it adds to each panel of a stochastic-PE configuration a dashed line at the family's
-best loss at that length and a dotted one at the family's loss at the run's own c, alpha
-(sts.family_fit of its weights; the mean over seeds). A folder of FCN runs gives NAME_fcn_training.
-A sweep.json (train_fcn.py) gives NAME_separation, a critical.json (train_bool.py) NAME_critical;
-the run directories below them are the search's own. Every figure has a settings title and one
-legend below its axes.
+Runs are drawn by config["model"]. A folder of transformer runs (an experiment, such as
+--figure-set's sgd/ query/ random_init/ adam/) gives, as its runs allow: NAME_training (Figure 1:
+loss, 1/loss, cosines), NAME_length (Figures 2, 4-top: loss at longer T), NAME_qtest (Figure
+4-bottom), NAME_weights (Figure 3: W and V at init and at the end, a colour scale each, the trained
+W's symmetric-log so that its diagonal does not wash out the rest), or with three d_e or more
+NAME_floor (final loss against d_e); Figure 5 is adam/'s. The folder's family_floor.json (sts.py
+--floor --json: the best loss of W = c W*, V = alpha V*, at the training T and maybe longer ones)
+adds that prediction to NAME_floor, dashed, and with three predicted d_e or more gives fewer trained
+d_e a NAME_floor; on NAME_length, for stochastic PE, a dashed line at the family's best loss at each
+length and a dotted one at its loss at the run's own c, alpha (sts.family_fit; mean over seeds).
+A folder of FCN runs gives NAME_fcn_training, a sweep.json (train_fcn.py) NAME_separation, a
+critical.json (train_bool.py) NAME_critical (the run directories below them are the search's own).
+Every figure has a settings title and one legend, below its axes.
 
 Seeds: the runs of a folder whose config.json agree apart from PER_SEED are one configuration,
 drawn as the mean over its seeds with a band from the lowest to the highest seed (at the steps every
-seed logged), the legend giving the count ("stochastic PE (3 seeds)"); NAME_weights shows its
-lowest seed.
+seed logged), the legend giving the count; NAME_weights shows its lowest seed.
 
---table prints, per folder (rundirs.py): a row per configuration, each set's final loss as "mean ± s
-[se]" (s: the sample standard deviation over the seeds, all scored on the same sequences; se: the
-mean over the seeds of one run's Monte-Carlo standard error, summary.json's final_se), or the last
-logged record's where a run has no final evaluation, and the last cosines; stochastic minus fixed
-PE, sequence by sequence (final_losses.npz), for configurations that agree otherwise: per seed d and
-its se, over the seeds d ± s and the Monte-Carlo se sqrt(sum se_i^2)/k; with a family_floor.json,
-the trained model against the family at the row's c, alpha on the same sequences (NumPy, at most
-2048); at each length, the trained loss, for stochastic PE the family's predictions of it (at the
-run's own c, alpha and the family's best) with the share of the trained rise from the training T
-each explains, and the slope of the logged loss over the last 50,000 steps (the last half of a
-shorter run) per 10k steps. '-' where data is missing (older runs lack final_se and
-final_losses.npz). A sweep.json or critical.json: its table.
+--table prints per folder the tables of rundirs.py, each caption saying what its cells are: each
+configuration's final losses, "mean ± s [se]" (s: the sample standard deviation over the seeds,
+all scored on the same sequences; se: the mean Monte-Carlo standard error of one run); stochastic
+minus fixed PE, paired sequence by sequence (final_losses.npz); with a family_floor.json, trained
+against the family on the same sequences; at each length, the trained loss, the family's
+predictions of it (stochastic PE) and the slope of the logged loss (still falling?). '-': data
+missing (older runs have no final_se or final_losses.npz, a running one no weights_final.npz).
 
 What cannot be drawn is said on one line of stderr naming the file, and the rest is still drawn.
 Skipped, and exit status 2 at the end: a run whose config.json lacks a key its figures need, whose
 summary says it diverged, or whose losses are all null; a log line that is not a JSON object with a
 "step"; a sweep.json or critical.json row without a key its figure reads; unreadable weights; a
 family_floor.json that is malformed or has no row for the runs' (pe, T, q, d). A warning only,
-exit status 0: a log whose last line was cut mid-record, as a run killed mid-write leaves it or as a
-log still being written reads; its intact records are everything the run finished. Nothing drawn at
-all: exit status 2. A skipped run is left out of its configuration's mean and count.
+exit status 0: a log whose last line was cut mid-record, as a run killed mid-write leaves it or as
+a log still being written reads; its intact records are everything the run finished. Nothing drawn
+at all: exit status 2. A skipped run is left out of its configuration's mean and count.
 """
 import argparse
 import sys
@@ -57,16 +49,18 @@ import matplotlib
 import numpy as np
 
 import runlog
-from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length_curves,
-                     load_prediction, load_run, load_summary, search_config, set_names, spread, table,
-                     table_floor, table_length, table_paired, table_summary, value, weights)
+from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length,
+                     length_curves, load_prediction, load_run, load_summary, search_config,
+                     set_names, spread, table, table_floor, table_length, table_paired,
+                     table_summary, value, weights)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
 from matplotlib.colors import Normalize, SymLogNorm  # noqa: E402
 
-plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7, "lines.linewidth": 1.2,
-                     "figure.dpi": 150, "savefig.bbox": "tight", "figure.constrained_layout.use": True})
+plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7,
+                     "lines.linewidth": 1.2, "figure.dpi": 150, "savefig.bbox": "tight",
+                     "figure.constrained_layout.use": True})
 COLORS = {"stochastic": "C0", "fixed": "C3", "onehot": "C2"}
 PANEL = (2.4, 2.1)  # inches per panel, at font size 8
 FORMATS = ("png", "pdf")
@@ -89,8 +83,8 @@ def color(group, groups):
 
 
 def save(fig, out, name, title):
-    """The settings title, wrapped to the figure's width; one legend below the axes, each label once,
-    so that it hides no curve; the files."""
+    """The settings title, wrapped to the figure's width; one legend below the axes, each label
+    once, so that it hides no curve; the files."""
     width = fig.get_figwidth()
     fig.suptitle(textwrap.fill(title, int(width * 17)), fontsize=8)
     entries = {}
@@ -139,29 +133,24 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
     names = [n for n in ["val", *set_names(runs, group)]
              if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
     if not names:
-        raise Skip(f"{runs[0]['path'].parent}: no finite validation loss; {name}_{suffix} not drawn")
+        raise Skip(f"{runs[0]['path'].parent}: no finite validation loss; {name}_{suffix} not"
+                   " drawn")
     fig, axes = plt.subplots(1, len(names), figsize=(len(names) * PANEL[0] * 0.8, 1.2 * PANEL[1]),
                              sharey=True, squeeze=False)
     c = runs[0]["config"]
     for ax, key in zip(axes[0], names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            predictions(ax, g, groups, (curves or {}).get(g[0]["path"], {}), key)
+            own, best = (curves or {}).get(g[0]["path"], {}).get(length(key, c), (None, None))
+            for y, ls, text in ((best, "--", f"best of W = cW*, V = αV* ({FLOOR})"),
+                                (own, ":", "W = cW*, V = αV* at the trained c, α (seeds' mean)")):
+                if y is not None and np.isfinite(y):    # the family's predictions at this length
+                    ax.axhline(y, color=color(g, groups), ls=ls, lw=0.9, label=text)
         trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"
         ax.set(xlabel="step", yscale="log",
                title=f"val ({trained}, as trained)" if key == "val" else f"test {key}")
     axes[0][0].set_ylabel("validation loss ½‖f − y‖²")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
-
-
-def predictions(ax, group, groups, curve, key):
-    """A configuration's predicted loss at the panel's length (rundirs.length_curves): the family's
-    best (dashed) and the family at the run's own c, alpha (dotted)."""
-    own, best = curve.get(group[0]["config"]["T"] if key == "val" else int(key[2:]), (None, None))
-    for y, ls, text in ((best, "--", f"best of W = cW*, V = αV* ({FLOOR})"),
-                        (own, ":", "W = cW*, V = αV* at the trained c, α (mean over seeds)")):
-        if y is not None and np.isfinite(y):
-            ax.axhline(y, color=color(group, groups), ls=ls, lw=0.9, label=text)
 
 
 def figure_weights(runs, out, name, report):
@@ -191,20 +180,20 @@ def heat(ax, M, d, title, symlog):
     """A weight matrix with its token | PE borders and its own colour scale; symmetric-log for a
     trained W, linear up to its largest entry off the PE diagonal, so that the diagonal far above
     the rest does not wash it out."""
-    vmax = np.abs(M).max() or 1.0
-    rest = np.abs(M - np.diag(np.r_[np.zeros(d), np.diag(M)[d:]])).max() if symlog else 0
-    norm = (SymLogNorm(min(max(rest, vmax / 1e3), vmax), vmin=-vmax, vmax=vmax) if symlog
-            else Normalize(-vmax, vmax))
+    vmax = np.abs(M).max() or 1.0                     # an all-zero init: a scale all the same
+    off = np.abs(M - np.diag(np.r_[np.zeros(d), np.diag(M)[d:]])).max() if symlog else vmax
+    rest = min(max(off, vmax / 1e3), vmax)            # the largest entry off the PE diagonal
+    norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax) if symlog else Normalize(-vmax, vmax)
     im = ax.imshow(M, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest")
-    ax.axvline(d - 0.5, color="k", lw=0.6)     # token | PE columns
-    square = M.shape[0] == M.shape[1]          # W: token | PE rows too
-    if square:
-        ax.axhline(d - 0.5, color="k", lw=0.6)
+    square = M.shape[0] == M.shape[1]                 # W: token | PE rows too
+    for line in (ax.axvline, ax.axhline)[:1 + square]:
+        line(d - 0.5, color="k", lw=0.6)
     blocks = [(d - 1) / 2, (d + M.shape[1] - 1) / 2]  # the middle of the x and p blocks
     ax.set_xticks(blocks, ["x", "p"])
     ax.set_yticks(blocks if square else [], ["x", "p"] if square else [])
-    ax.set_title(title + (" (symlog)" if symlog else ""))
-    ax.figure.colorbar(im, ax=ax, shrink=0.8)
+    ax.set_title(title + " (symlog)" * symlog + " (all 0)" * (not M.any()))
+    ticks = sorted({-vmax, -rest, 0, rest, vmax} if symlog else {-vmax, 0, vmax})
+    ax.figure.colorbar(im, ax=ax, shrink=0.8).set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
 
 
 def floor_points(runs):
@@ -233,15 +222,17 @@ def floor_trained(ax, pe, points, low):
     ax.loglog(de, np.where(mean < low, np.nan, mean), "o-", color=col, label=f"{pe} PE ({text})")
     ax.loglog(de[mean < low], [low] * sum(mean < low), "v", ms=7, color=col)
     if n > 1:
-        ax.fill_between(de, np.maximum(list(map(min, seeds)), low), np.maximum(list(map(max, seeds)),
-                        low), color=col, alpha=0.2)
+        ax.fill_between(de, *(np.maximum(list(map(f, seeds)), low) for f in (min, max)), color=col,
+                        alpha=0.2)
     return list(mean)
 
 
 def floor_predicted(ax, pe, guess, low):
     """A PE's predicted floors, [(d_e, loss)] at the training T: dashed, open squares; below `low`,
     an open triangle at `low`."""
-    x, y = np.array(guess, float).reshape(-1, 2).T
+    if not guess:
+        return []
+    x, y = np.array(guess, float).T
     shown, col = np.maximum(y, low), COLORS.get(pe, "k")
     ax.loglog(x, shown, "--", color=col, lw=0.8)
     for marker, at in (("s", y >= low), ("v", y < low)):
@@ -265,11 +256,12 @@ def figure_floor(runs, out, name, predicted):
     shown = [x for pe in sorted(by_pe) for x in floor_trained(ax, pe, by_pe[pe], low)
              + floor_predicted(ax, pe, guess[pe], low)]
     if any(guess.values()):  # one legend entry for every PE's prediction
-        ax.plot([], [], "ks--", mfc="none", ms=4, lw=0.8, label="best of W = cW*, V = αV* (predicted)")
+        ax.plot([], [], "ks--", mfc="none", ms=4, lw=0.8,
+                label="best of W = cW*, V = αV* (predicted)")
     if min(shown) < low:
         ax.plot([], [], "kv", ms=5, label=f"below {low:.2g}: drawn at the bottom")
-    ticks = sorted({int(x) for points in by_pe.values() for x in points} | {x for g in guess.values()
-                                                                           for x, _ in g})
+    ticks = sorted({int(x) for points in by_pe.values() for x in points}
+                   | {x for g in guess.values() for x, _ in g})
     ax.set_xticks(ticks, [str(x) for x in ticks])     # the d_e values themselves, no minor labels
     ax.set_xticks([], minor=True)
     final = all("final" in r["summary"] for r in runs)
@@ -307,7 +299,7 @@ def figure_separation(summary, out, name):
                 title=f"width to reach loss ≤ {summary['eps']:.3g}")
     axes[1].set(xlabel="sequence length T", ylabel="parameters", title="parameters at that width")
     return save(fig, out, f"{name}_separation", f"{summary['steps']} steps × {summary['batch']}"
-                f" sequences, seeds {summary['seeds']}; slopes: least squares of log width on log T")
+                f" sequences, seeds {summary['seeds']}; slope: least squares, log width on log T")
 
 
 def figure_critical(summary, config, out, name):
@@ -364,7 +356,7 @@ def draw(name, runs, out, report, predicted):
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
-    trained_T = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
+    predicted_de = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
     if len({r["config"]["de"] for r in tf}) >= 3:
         jobs.append((figure_floor, tf, out, name, predicted))
     elif tf:
@@ -373,7 +365,7 @@ def draw(name, runs, out, report, predicted):
                  (figure_tests, tf, out, name, "q", "qtest")]
         jobs += [(figure_training, tf, out, name), *(job for job in tests if set_names(tf, job[4])),
                  (figure_weights, tf, out, name, report)]
-        if len(trained_T) >= 3:   # a predicted curve to set the trained d_e against
+        if len(predicted_de) >= 3:   # a predicted curve to set the trained d_e against
             jobs.append((figure_floor, tf, out, name, predicted))
     for job in jobs:
         report.drawn += bool(report.attempt(*job))

@@ -1,28 +1,53 @@
 #!/usr/bin/env bash
 # Every experiment of the README, then every figure, on the CPU:
-#     bash run_course.sh [OUT]             # course scale: runs into OUT (default results/course), figures into figures/
+#     bash run_course.sh [OUT]             # course scale: runs into OUT (default runs/course), figures into OUT/figures
 #     bash run_course.sh results/paper paper   # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
-#                                          # ~80 min on 2 CPU cores; figures into figures/paper_*.png
+#                                          # ~80 min on 2 CPU cores, then the predicted floors (~2 min) into
+#                                          # OUT/sgd/family_floor.json and the figures into OUT/figures
+# Everything is written under OUT: the committed gallery figures/ is left alone unless GALLERY=1, which
+# draws the course figures into figures/ and copies the paper ones to figures/paper_*.png.
+# QUICK=1 runs every line at a tiny size (a few steps, short T, small grids): both scales in a couple of
+# minutes, to check the whole course end to end; its numbers mean nothing.
 # A paper-scale run cut off (a session's end, SIGKILL) goes on with RESUME=1 bash run_course.sh results/paper paper.
 # TF_FLAGS adds flags to every train_tf.py command (e.g. "--device cuda").
-# Each line is also the command for one experiment alone.
+# Each line is also the command for one experiment alone (QUICK=1 appends its $Q_... flags: the last value wins).
 set -euo pipefail
 cd "$(dirname "$0")"
-OUT=${1:-results/course}
+OUT=${1:-runs/course}
 SCALE=${2:-course}
 case $SCALE in
   course) SEEDS="0 1 2" ;;
   paper) SEEDS="0" ;;   # one seed: ~80 min on 2 cores (73 min of steps by bench.py, plus evaluations)
   *) echo "run_course.sh: error: scale must be course or paper (got $SCALE)" >&2; exit 2 ;;
 esac
+for flag in QUICK GALLERY RESUME; do
+  case ${!flag:-0} in 0|1) ;; *) echo "run_course.sh: error: $flag must be 0 or 1 (got ${!flag})" >&2; exit 2 ;; esac
+done
 MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
 TF="python train_tf.py --preset $SCALE ${TF_FLAGS:-}"
+FIGS=$OUT/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
+Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_FCN="" Q_BOOL=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+if [ "${QUICK:-0}" = 1 ]; then
+  Q_TF="--steps 20 --eval-every 10 --n-test 64 --n-final 64 --T 8 --test-T 10 12"
+  Q_FLOOR="--T 8 10 12"       # course: the family's floor at the quick runs' lengths (every --de of the line)
+  Q_DE="--T 8" Q_LONG="--T 10 12"   # paper: the d_e sweep at the training T, the test lengths at d_e = 170
+  Q_FCN="--steps 20 --eval-every 20 --n-test 64 --seed 0 --sweep-T 6 8 --sweep-width 8 16 --sweep-de 4 8"
+  Q_BOOL="--T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
+fi
 
 if [ "$SCALE" = paper ]; then
-  $TF --figure-set --seed $SEEDS $MODE --out "$OUT"        # Figures 1-5: the six runs in one process, on shared draws
-  python sts.py --floor --T 200 --q 3 --d 5 --de 170 --json "$OUT/sgd/family_floor.json"   # the floor random PEs allow
+  mkdir -p "$OUT/logs"
+  $TF --figure-set --seed $SEEDS $MODE --out "$OUT" $Q_TF       # Figures 1-5: the six runs in one process, on shared draws
+  # the floor random PEs allow: against d_e at T=200 (the floor figure), and at the test lengths for d_e=170
+  # (the length figure); every (T, d_e) pair in one call would cost ~4x as long; the two merged into one file
+  python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json "$OUT/logs/floor_de.json" $Q_DE
+  python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json "$OUT/logs/floor_T.json" $Q_LONG
+  python -c 'import json, sys; from pathlib import Path; import runlog; a, b = (json.loads(Path(p).read_text()) for p in sys.argv[1:3]); runlog.write_json(Path(sys.argv[3]), dict(a, rows=a["rows"] + b["rows"]))' \
+    "$OUT/logs/floor_de.json" "$OUT/logs/floor_T.json" "$OUT/sgd/family_floor.json"
   python plots.py "$OUT" --out "$OUT/figures"
-  for f in "$OUT"/figures/*.png; do cp "$f" "figures/paper_$(basename "$f")"; done
+  if [ "${GALLERY:-0}" = 1 ]; then
+    for f in "$OUT"/figures/*.png; do cp "$f" "figures/paper_$(basename "$f")"; done
+  fi
   exit 0
 fi
 
@@ -30,19 +55,19 @@ fi
 # on its own), balanced by their measured times (about 18 min each); each lane's output goes to OUT/logs/.
 lane_a() {
   # Figures 1-5: SGD stochastic + fixed (sgd/), attend query (query/), random init (random_init/), Adam (adam/)
-  $TF --figure-set --seed $SEEDS --force --out "$OUT"
+  $TF --figure-set --seed $SEEDS --force --out "$OUT" $Q_TF
   # ours: the loss floor against d_e (d_e = 64 is the figure set's sgd/ stochastic run, the same configuration:
   # copied, not trained twice; 256 runs in lane b)
-  $TF --de 8 16 32 128 --seed $SEEDS --force --out "$OUT/floor"
+  $TF --de 8 16 32 128 --seed $SEEDS --force --out "$OUT/floor" $Q_TF
   for s in $SEEDS; do rm -rf "$OUT/floor/stochastic-de64-seed$s"; cp -r "$OUT/sgd/stochastic-de64-seed$s" "$OUT/floor/"; done
-  $TF --pe onehot --seed $SEEDS --force --out "$OUT/floor"              #   and its zero-floor reference
-  $TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS --force --out "$OUT/de_below_T"  # q_test, d_e < T
+  $TF --pe onehot --seed $SEEDS --force --out "$OUT/floor" $Q_TF              #   and its zero-floor reference
+  $TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS --force --out "$OUT/de_below_T" $Q_TF  # q_test, d_e < T
 }
 lane_b() {
-  $TF --de 256 --seed $SEEDS --force --out "$OUT/floor"                 # ours: the floor's largest d_e
-  python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json"  # its prediction
-  python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep"   # ours: width FCN vs transformer
-  python train_bool.py --force --out "$OUT/bool"                               # Edelman et al.: sparse-AND critical m
+  $TF --de 256 --seed $SEEDS --force --out "$OUT/floor" $Q_TF                 # ours: the floor's largest d_e
+  python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json" $Q_FLOOR  # its prediction
+  python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep" $Q_FCN   # ours: width FCN vs transformer
+  python train_bool.py --force --out "$OUT/bool" $Q_BOOL                              # Edelman et al.: sparse-AND critical m
 }
 mkdir -p "$OUT/logs"
 echo "run_course.sh: two lanes; follow them with: tail -f $OUT/logs/lane_a.log $OUT/logs/lane_b.log"
@@ -66,4 +91,4 @@ if [ $status != 0 ]; then
   echo "run_course.sh: error: a lane failed (exit $status); its log: $OUT/logs/" >&2
   exit $status
 fi
-python plots.py "$OUT" --out figures
+python plots.py "$OUT" --out "$FIGS"

@@ -1,8 +1,8 @@
-"""What the training scripts leave on disk, read for plots.py: run directories and summaries,
-runs grouped into configurations over seeds, and the Markdown tables of `plots.py --table` with
-the NumPy evaluations behind them (sts.py, no torch). What cannot be read raises Skip, whose
-message names the file and says why; a Report collects those lines for plots.py's stderr.
-plots.py's docstring says which problem is a warning, which a skip, what each table holds.
+"""What the training scripts leave on disk, read for plots.py: run directories and summaries, runs
+grouped into configurations over seeds, and the Markdown tables of `plots.py --table` (its docstring
+says what each holds, which problem is a warning and which a skip) with the NumPy evaluations behind
+them (sts.py, no torch). What cannot be read raises Skip, whose message names the file and says why;
+a Report collects those lines for plots.py's stderr.
 """
 import json
 import math
@@ -13,7 +13,7 @@ import numpy as np
 
 import sts
 
-# the config.json keys that a model's figures and tables read; a run without one is skipped
+# the config.json keys that a model's figures and tables read; a run without one of them is skipped
 NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
                          "attend"),
          "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
@@ -37,8 +37,8 @@ class Skip(Exception):
 
 
 class Report(list):
-    """The stderr lines in order, warnings (drawn anyway) and skips (exit status 2); and how
-    much was drawn."""
+    """The stderr lines, warnings and skips, and how much was drawn; a throwaway
+    Report().attempt(job) is job() or None, what a table shows as '-'."""
     drawn = 0
 
     def warn(self, message):
@@ -53,14 +53,6 @@ class Report(list):
             return job(*args)
         except Skip as e:
             self.skip(f"{e}{then}")
-
-
-def quietly(job, *args):
-    """job(*args), or None where it raises Skip: a table says '-' instead."""
-    try:
-        return job(*args)
-    except Skip:
-        return None
 
 
 def read(path, parse=json.loads):
@@ -119,15 +111,15 @@ def load_run(path, report):
         raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
     if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
         raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
-    if not any(finite(x) for r in log for x in losses(r)):
+    if not any(finite(x) for r in log for x in [r.get("train_loss"), r.get("val"), *(
+            v for g in GROUPS for v in r.get(g, {}).values())]):
         raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite)")
-    return dict(path=path, config=config, log=log, summary=summary)
+    return dict(path=path, config=config, log=log, summary=summary,
+                end=summary.get("final") or log[-1])   # the final numbers, or the last logged
 
 
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]} for run directories or folders that hold them, and
-    the summary files (SUMMARIES) found; run directories inside a summarised folder are its
-    search's own."""
+    """{experiment folder: [run directories]} and the summary files (SUMMARIES) below `paths`."""
     experiments, summaries = defaultdict(list), []
     for p in map(Path, paths):
         if not p.exists():
@@ -158,24 +150,19 @@ def load_summary(path, report):
 
 
 def load_prediction(folder, runs):
-    """family_floor.json's rows, {(pe, T, q, d, d_e): row}, at the (pe, q, d) and the lengths
-    (training and test T) of the folder's transformer runs; Skip (one line for the file) if a
-    row is malformed, or none is at a run's training (pe, T, q, d)."""
+    """family_floor.json's rows {(pe, T, q, d, d_e): row} at the runs' (pe, q, d) and lengths;
+    Skip if a row is malformed or none has a run's (pe, T, q, d)."""
     path, key = folder / FLOOR, lambda row, n=5: tuple(row[k] for k in PREDICTED[:n])
     rows = need_keys(read(path), ["rows"], path)["rows"]
-    if not isinstance(rows, list):
-        raise Skip(f"{path}: 'rows' is not a list")
-    for i, row in enumerate(rows, 1):
-        need_keys(row, [*PREDICTED, "loss"], f"{path}: row {i}")
-        if not (finite(row["loss"]) and row["loss"] >= 0
-                and all(type(row[k]) in (str, int) for k in PREDICTED)):
+    for i, row in enumerate(rows if isinstance(rows, list) else [None], 1):
+        if not (finite(need_keys(row, [*PREDICTED, "loss"], f"{path}: row {i}")["loss"])
+                and row["loss"] >= 0 and all(type(row[k]) in (str, int) for k in PREDICTED)):
             raise Skip(f"{path}: row {i}: {json.dumps(row)[:60]}: want pe, T, q, d, de (strings"
                        " or integers) and a loss >= 0")
     tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
-    trained = {key(c, 4) for c in tf}
-    if not any(key(r, 4) in trained for r in rows):
+    if not {key(c, 4) for c in tf} & {key(r, 4) for r in rows}:
         raise Skip(f"{path}: no row for the runs' (pe, T, q, d): "
-                   f"{', '.join(map(str, sorted(trained))) or 'none'}")
+                   f"{', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}")
     at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in [c["T"], *c.get("test_T", [])]}
     return {key(r): r for r in rows if key(r, 4) in at}
 
@@ -184,14 +171,8 @@ def finite(x):
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def losses(record):
-    """Every loss of a record: training, validation, and the nested test sets."""
-    return [record.get("train_loss"), record.get("val"),
-            *(x for g in GROUPS for x in record.get(g, {}).values())]
-
-
 def value(record, name):
-    """A record's number `name` ("val", "cos_W", "T=250", "q=2", ...); NaN where absent, null."""
+    """A record's number `name` ("val", "cos_W", "T=250", "q=2", ...); NaN where absent or null."""
     group, _, key = name.partition("=")
     x = record.get(f"test_{group}", {}).get(key) if key else record.get(name)
     return float(x) if finite(x) else NAN
@@ -203,24 +184,17 @@ def setting(config, leave=PER_SEED):
 
 
 def configurations(runs):
-    """The runs grouped by configuration (config.json but PER_SEED), each group by seed, in
-    legend order."""
+    """The runs grouped by configuration (config.json but PER_SEED), by seed, in legend order."""
     groups = defaultdict(list)
     for run in sorted(runs, key=lambda r: r["config"]["seed"]):
         groups[setting(run["config"])].append(run)
-    return sorted(groups.values(),
-                  key=lambda g: [in_order(g[0]["config"].get(k)) for k in VARYING])
-
-
-def in_order(value):
-    """A sort key that puts numbers in numeric order (16 before 128) and before anything else."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return (0, value, "") if number else (1, 0, repr(value))
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    return sorted(groups.values(), key=lambda g: [(0, v, "") if number(v) else (1, 0, repr(v))
+                                                  for v in map(g[0]["config"].get, VARYING)])
 
 
 def spread(group, name):
-    """The steps every seed of a configuration logged, and `name` there, a row per seed; a null
-    is NaN (a gap)."""
+    """The steps every seed of a configuration logged, and `name` there, a row per seed."""
     logs = [{r["step"]: value(r, name) for r in run["log"]} for run in group]
     steps = sorted(set.intersection(*map(set, logs)))
     return (np.array(steps, float),
@@ -228,23 +202,24 @@ def spread(group, name):
 
 
 def set_names(runs, group):
-    """The validation sets of `group` ("T" or "q") that some run measured ("T=250", ...), in
-    numeric order."""
-    names = {f"{group}={k}" for run in runs for r in run["log"]
-             for k in r.get(f"test_{group}", {})}
+    """The sets of `group` ("T" or "q") that some run measured ("T=250", ...), in numeric order."""
+    names = {f"{group}={k}" for run in runs for r in run["log"] for k in r.get(f"test_{group}", {})}
     return sorted(names, key=lambda n: float(n[2:]))
 
 
+def length(name, config):
+    """The sequence length of a validation set: "val" is the training T, "T=250" 250."""
+    return config["T"] if name == "val" else int(name[2:])
+
+
 def label(group, groups):
-    """A configuration's legend entry: what tells it from the others, its number of seeds, an
-    unusual end."""
+    """A configuration's legend entry: what tells it from the others, its seeds, an unusual end."""
     c = group[0]["config"]
     keys = dict.fromkeys([*VARYING, *sorted(k for g in groups for k in g[0]["config"])])
     varying = [k for k in keys if k not in PER_SEED
                and len({repr(g[0]["config"].get(k)) for g in groups}) > 1]
-    text = ", ".join(f"{c[k]} PE" if k == "pe" else f"{k}={c.get(k)}" for k in varying)
-    text = text or (f"{c['pe']} PE" if c["model"] == "transformer"
-                    else f"T={c['T']}, width={c['width']}")
+    text = ", ".join(f"{c[k]} PE" if k == "pe" else f"{k}={c.get(k)}" for k in varying) or (
+        f"{c['pe']} PE" if c["model"] == "transformer" else f"T={c['T']}, width={c['width']}")
     odd = sorted({run["summary"].get("status", "no summary") for run in group} - {"finished"})
     return (text + (f" ({len(group)} seeds)" if len(group) > 1 else "")
             + (f" ({', '.join(odd)})" if odd else ""))
@@ -253,14 +228,14 @@ def label(group, groups):
 def describe(c, groups=()):
     """The settings an experiment's runs share; with several seeds, what lines and bands are."""
     common = f"q={c['q']}, d={c['d']}, n={c['batch']}, {c['optimizer']} lr={c['lr']}"
-    note = ("; lines: mean over seeds, bands: lowest to highest seed"
-            if any(len(g) > 1 for g in groups) else "")
+    several = any(len(g) > 1 for g in groups)
+    note = "; lines: mean over seeds, bands: lowest to highest seed" * several
     if c["model"] == "fcn":
         return f"FCN (ReLU, depth {c.get('depth', 1)}), {common}{note}"
     return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}{note}"
 
 
-# ---------------------------------------------------------------- numbers over seeds, for tables
+# ------------------------------------------------------------------ numbers over seeds, for tables
 def fmt(x, spec=".4f"):
     return f"{x:{spec}}" if finite(x) else "-"
 
@@ -271,11 +246,10 @@ def mean(xs):
 
 
 def mean_sd(xs, spec=".4f"):
-    """A cell: "mean ± s" of the finite xs (s: the sample standard deviation; none for one), "-"
-    for none, "(k of n)" where some are missing."""
+    """A cell: "mean ± s" of the finite xs (s: sample standard deviation), "(k of n)" if some."""
     ok = [x for x in map(float, xs) if math.isfinite(x)]
     sd = f" ± {np.std(ok, ddof=1):{spec}}" if len(ok) > 1 else ""
-    return fmt(mean(ok), spec) + sd + (f" ({len(ok)} of {len(xs)})" if 0 < len(ok) < len(xs) else "")
+    return fmt(mean(ok), spec) + sd + f" ({len(ok)} of {len(xs)})" * (0 < len(ok) < len(xs))
 
 
 def paired(a, b):
@@ -286,29 +260,19 @@ def paired(a, b):
 
 
 def over_seeds(pairs):
-    """Cells of per-seed (d, se) pairs: the mean of d ± s over the seeds, and the Monte-Carlo se
-    of that mean, sqrt(sum se_i^2) / k."""
+    """Cells of per-seed (d, se): d's mean ± s over the seeds, the mean's se sqrt(sum se^2) / k."""
     se = math.sqrt(sum(s * s for _, s in pairs)) / len(pairs) if pairs else NAN
     return [mean_sd([d for d, _ in pairs]), fmt(se)]
-
-
-def has_final(runs):
-    """Whether every run has a final evaluation (not one still training, nor an FCN run)."""
-    return all("final" in r["summary"] for r in runs)
-
-
-def ends(group, final):
-    """Each run's summary.json 'final' numbers, or (final=False) its last logged record."""
-    return [r["summary"]["final"] if final else r["log"][-1] for r in group]
 
 
 def npz(run, name, keys=()):
     """The arrays of a run's `name`.npz, in float64; Skip if missing, unreadable or without keys."""
     try:
         with np.load(run["path"] / f"{name}.npz") as f:
-            return need_keys({k: f[k].astype(float) for k in f.files}, keys, "")
+            arrays = {k: f[k].astype(float) for k in f.files}
     except Exception as e:  # missing, cut or foreign: whatever np.load raises, it is unusable
         raise Skip(f"{run['path']}/{name}.npz: cannot be read ({type(e).__name__})") from None
+    return need_keys(arrays, keys, f"{run['path']}/{name}.npz")
 
 
 def weights(run, when="final"):
@@ -316,15 +280,9 @@ def weights(run, when="final"):
     return w["W"], w["V"]
 
 
-def final_losses(run):
-    """{set: each sequence's final loss} of final_losses.npz ("test_T_250": "T=250"); {} if none."""
-    return {k if k == "val" else f"{k[5]}={k[7:]}": x
-            for k, x in (quietly(npz, run, "final_losses") or {}).items()}
-
-
 def slope(run, name):
-    """The least-squares slope of the logged `name` against the step, per 10k steps, over the
-    last WINDOW steps (the last half of a shorter run); NaN with fewer than 3 records there."""
+    """The least-squares slope of the logged `name` per 10k steps over the last WINDOW steps (the
+    last half of a shorter run)."""
     last = run["log"][-1]["step"]
     xy = np.array([(r["step"], value(r, name)) for r in run["log"]
                    if r["step"] >= last - min(WINDOW, last / 2)], float).reshape(-1, 2)
@@ -333,9 +291,8 @@ def slope(run, name):
 
 
 def family_pair(run, row):
-    """Each sequence's loss (2, n) under the trained weights and under W = c W*, V = alpha V* at
-    the row's c, alpha, on the same min(n_final, EVAL_N) sequences of EVAL_SEED; a fixed-PE run
-    with its own table, built as train_tf.py builds it."""
+    """Each sequence's loss (2, n), trained and at W = c W*, V = alpha V* (the row's), on the same
+    EVAL_SEED sequences; a fixed-PE run with its own table, built as train_tf.py builds it."""
     c = run["config"]
     pe = sts.PositionalEncoding(c["pe"], c["de"], max([c["T"], *c.get("test_T", [])]), c["seed"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
@@ -349,76 +306,69 @@ def family_pair(run, row):
 
 
 def length_curves(groups, predicted):
-    """{first run's path: {T: (own, best)}} of each stochastic-PE configuration at its training
-    and test lengths: own, the mean over its seeds of sts.family_loss at the seed's own (c,
-    alpha) = sts.family_fit of its weights; best, FLOOR's row at T (None where none). {}
-    without a FLOOR."""
+    """{first run's path: {T: (own, best)}} of the stochastic-PE configurations, with a FLOOR: own,
+    the seeds' mean of sts.family_loss at their sts.family_fit; best, FLOOR's loss at T or None."""
     curves = {}
     for g in [g for g in groups if predicted and g[0]["config"]["pe"] == "stochastic"]:
         c = g[0]["config"]
-        fits = [sts.family_fit(*w, c["d"]) for w in (quietly(weights, run) for run in g) if w]
+        fits = [sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
+                if w]
         key = lambda T: ("stochastic", T, c["q"], c["d"], c["de"])  # noqa: E731
         curves[g[0]["path"]] = {T: (mean([sts.family_loss(*key(T), *f, n=LENGTH_N) for f in fits]),
                                     predicted.get(key(T), {}).get("loss"))
-                                for T in [c["T"], *(int(k[2:]) for k in set_names(g, "T"))]}
+                                for T in (length(k, c) for k in ["val", *set_names(g, "T")])}
     return curves
 
 
-# ------------------------------------------------------------------------------------------ tables
+# ------------------------------------------------------------------------------------------- tables
 def markdown(caption, header, rows):
     print(f"\n{caption}\n")
     for cells in [header, ["---"] * len(header), *rows]:
         print("| " + " | ".join(map(str, cells)) + " |")
+    return True
 
 
 def table(name, runs):
-    """A configuration a row: its final losses over its seeds and its last logged cosines (the
-    README's tables are pasted from this). Runs of one model kind."""
-    c, groups, every = runs[0]["config"], configurations(runs), has_final(runs)
+    """A configuration a row: its losses and last cosines over its seeds. Runs of one model."""
+    c, groups = runs[0]["config"], configurations(runs)
+    final = any("final" in r["summary"] for r in runs)
     names = ["val", *set_names(runs, "T"), *set_names(runs, "q")]
     cos = [k for k in ("cos_W", "cos_V") if any(k in r["log"][-1] for r in runs)]
-    shape = ["T", "width", "params"] if c["model"] == "fcn" else []
-    rows = []
+    shape, rows = ["T", "width", "params"] if c["model"] == "fcn" else [], []
     for g in groups:
-        last, se = ends(g, False), [r["summary"].get("final_se", {}) for r in g]
-        steps = sorted({min(r["step"] for r in last), max(r["step"] for r in last)})
-        cells = [mean_sd([value(e, k) for e in ends(g, every)])
-                 + (f" [{fmt(mean(value(s, k) for s in se))}]" if every else "") for k in names]
+        steps, se = [r["log"][-1]["step"] for r in g], [r["summary"].get("final_se", {}) for r in g]
+        cells = [mean_sd([value(r["end"], k) for r in g])
+                 + f" [{fmt(mean(value(s, k) for s in se))}]" * final for k in names]
         rows.append([label(g, groups), *(g[0]["config"].get(k, "-") for k in shape), len(g),
-                     "-".join(map(str, steps)), *cells, *(mean_sd([value(r, k) for r in last])
-                                                          for k in cos)])
-    src = (f"the final evaluation (summary.json, n = {c.get('n_final')} sequences a set, common to"
-           " every run), and [se] the mean of one run's Monte-Carlo standard error (final_se)"
-           if every else f"the last logged record (n = {c.get('n_test')} sequences a set: not every"
-           " run has a final evaluation)")
-    markdown(f"{name}: {describe(c)}. A loss cell, mean ± s{' [se]' if every else ''}: over a"
-             f" configuration's seeds, the mean and sample standard deviation s of {src}."
-             " cos_W, cos_V: the last logged record.",
-             ["configuration", *shape, "seeds", "step", *names, *cos], rows)
+                     "-".join(map(str, sorted({min(steps), max(steps)}))), *cells,
+                     *(mean_sd([value(r["log"][-1], k) for r in g]) for k in cos)])
+    markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
+        f" [se] of the final evaluation (n = {c.get('n_final')} sequences a set, the same for every"
+        " run; se: the mean Monte-Carlo standard error of one run)" if final else "") + ", s the"
+        " sample standard deviation; without a final evaluation, the last logged record (n ="
+        f" {c.get('n_test')}). cos: the last record.",
+        ["configuration", *shape, "seeds", "step", *names, *cos], rows)
 
 
 def table_paired(name, runs):
-    """Stochastic minus fixed PE on the same sequences (final_losses.npz), for every pair of
-    configurations that agree apart from the PE."""
+    """Stochastic minus fixed PE per sequence, for configurations agreeing apart from the PE."""
     groups, key = configurations(runs), lambda g: setting(g[0]["config"], (*PER_SEED, "pe"))
-    fixed = {key(g): g for g in groups if g[0]["config"]["pe"] == "fixed"}
-    rows = []
-    for sto, fix in [(g, fixed[key(g)]) for g in groups
-                     if g[0]["config"]["pe"] == "stochastic" and key(g) in fixed]:
-        seeds = {r["config"]["seed"]: final_losses(r) for r in fix}
-        per = [(final_losses(r), seeds[r["config"]["seed"]]) for r in sto
-               if r["config"]["seed"] in seeds]
-        for k in ["val", *set_names(sto + fix, "T"), *set_names(sto + fix, "q")]:
+    fixed, rows = {key(g): g for g in groups if g[0]["config"]["pe"] == "fixed"}, []
+    losses = lambda r: {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in (  # noqa: E731
+        Report().attempt(npz, r, "final_losses") or {}).items()}  # "test_T_8" is "T=8"; {}: none
+    for sto in [g for g in groups if g[0]["config"]["pe"] == "stochastic" and key(g) in fixed]:
+        seeds = {r["config"]["seed"]: losses(r) for r in fixed[key(sto)]}
+        per = [(losses(r), seeds[r["config"]["seed"]]) for r in sto if r["config"]["seed"] in seeds]
+        for k in ["val", *set_names(sto, "T"), *set_names(sto, "q")]:
             d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
-            rows.append([f"{label(sto, groups)} − {label(fix, groups)}", k, f"{len(d)} of"
-                         f" {len(per)}", *over_seeds(d),
+            rows.append([f"{label(sto, groups)} − {label(fixed[key(sto)], groups)}", k,
+                         f"{len(d)} of {len(per)}", *over_seeds(d),
                          f"{sum(x < 0 for x, _ in d)} of {len(d)}" if d else "-"])
     if rows:
-        markdown(f"{name}: stochastic minus fixed PE, sequence by sequence (final_losses.npz: every"
-                 " run is scored on the same sequences). Per seed d = mean(l_stochastic - l_fixed)"
-                 " with its Monte-Carlo se std/√n; over the seeds, the mean of d ± s (the sample"
-                 " standard deviation over the seeds), the Monte-Carlo se of that mean √(Σ se²)/k,"
-                 " and the seeds where stochastic is lower. '-': no final_losses.npz.",
+        markdown(f"{name}: stochastic minus fixed PE on the same sequences (final_losses.npz). Per"
+                 " seed d = mean(l_stochastic - l_fixed) and its se std/√n; over the seeds, d's"
+                 " mean ± s (the sample standard deviation) and Monte-Carlo se √(Σ se²)/k;"
+                 " '-': no final_losses.npz.",
                  ["stochastic − fixed", "set", "seeds", "d: mean ± s", "Monte-Carlo se",
                   "stochastic lower in"], rows)
 
@@ -429,62 +379,56 @@ def table_floor(name, runs, predicted):
     for g in sorted(configurations(runs), key=lambda g: [g[0]["config"][k] for k in ("pe", "de")]):
         c = g[0]["config"]
         row = predicted.get(tuple(c[k] for k in PREDICTED), {})
-        both = [x for x in (quietly(family_pair, run, row) for run in g) if x is not None
+        both = [x for x in (Report().attempt(family_pair, run, row) for run in g) if x is not None
                 ] if finite(row.get("c")) and finite(row.get("alpha")) else []
         t, f = [x[0].mean() for x in both], [x[1].mean() for x in both]
         rows.append([c["pe"], c["de"], f"{len(both)} of {len(g)}", fmt(row.get("loss"), ".4g"),
                      mean_sd(t), mean_sd(f), *over_seeds([paired(*x) for x in both]),
                      fmt(mean(t) / mean(f), ".3g")])
-    markdown(f"{name}: trained against the family W = c W*, V = α V* at {FLOOR}'s best c, α,"
-             f" both scored on the same min(n_final, {EVAL_N}) sequences (seed {EVAL_SEED}; a"
-             " fixed-PE run with its own table). Over the seeds: mean ± s (the sample standard"
-             " deviation); trained − family paired sequence by sequence, its Monte-Carlo se"
-             " √(Σ se²)/k. '-': no row with c, α, or no weights_final.npz.",
+    markdown(f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
+             f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
+             " deviation), trained − family paired, its Monte-Carlo se √(Σ se²)/k.",
              ["pe", "d_e", "seeds", f"family best ({FLOOR})", "trained", "family at its c, α",
               "trained − family", "Monte-Carlo se", "trained / family"], rows)
 
 
 def table_length(name, runs, predicted):
-    """At each length: each configuration's loss, the family's predictions of it, and the slope
-    of its logged loss (is it still falling?)."""
-    groups, names, every = configurations(runs), ["val", *set_names(runs, "T")], has_final(runs)
+    """At each length, a configuration's loss, its predictions, its slope (still falling?)."""
+    groups, names = configurations(runs), ["val", *set_names(runs, "T")]
     curves, rows = length_curves(groups, predicted), []
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
-        T0, curve, end = g[0]["config"]["T"], curves.get(g[0]["path"], {}), ends(g, every)
-        T, trained = T0 if k == "val" else int(k[2:]), [value(e, k) for e in end]
-        rise = mean(trained) - mean(value(e, "val") for e in end)
+        T0, curve = g[0]["config"]["T"], curves.get(g[0]["path"], {})
+        T, trained = length(k, g[0]["config"]), [value(r["end"], k) for r in g]
+        rise = mean(trained) - mean(value(r["end"], "val") for r in g)
         shares = [fmt((curve[T][i] - curve[T0][i]) / rise, ".2f") if k != "val" and curve
                   and finite(curve[T][i]) and finite(curve[T0][i]) else "-" for i in (0, 1)]
         rows.append([f"T={T}", label(g, groups), mean_sd(trained), *map(fmt, curve.get(T, "--")),
                      " / ".join(shares), mean_sd([slope(r, k) for r in g], ".2g")])
     if rows:
-        markdown(f"{name}: the loss at each length ('val': the training T). trained: mean ± s over"
-                 " the seeds of the " + ("final evaluation" if every else "last logged record")
-                 + f". Stochastic PE with a {FLOOR}: at own c, α, the mean over the seeds of"
-                 " sts.family_loss at each seed's (c, α) = sts.family_fit of its weights"
-                 f" ({LENGTH_N} sequences); family best, the {FLOOR} row at T; the share of the"
-                 " trained rise from the training T that each explains. slope: least squares of the"
-                 f" logged loss against the step over the last {WINDOW:,} steps (the last half of a"
-                 " shorter run), per 10k steps, mean ± s over the seeds.",
+        markdown(f"{name}: at each length (T={groups[0][0]['config']['T']}: as trained), the"
+                 " final loss, mean ± s (the sample standard deviation) over the seeds; stochastic"
+                 " PE: W = c W*, V = α V* at each seed's own c, α (sts.family_fit; the seeds'"
+                 f" mean) and the family's best ({FLOOR}), with each one's rise from the training"
+                 " T over the trained rise; the slope of the logged loss over the last"
+                 f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
                  ["at length", "configuration", "trained", "at own c, α", "family best",
                   "share of the rise: own / best", "slope per 10k steps"], rows)
 
 
 def table_summary(path, summary):
     """The Markdown table of one sweep.json (train_fcn.py) or critical.json (train_bool.py)."""
-    if path.name == "sweep.json":
-        markdown(f"{path.parent.name}: smallest width with seed-mean val loss <="
-                 f" {summary['eps']:.4f}, {summary['steps']} steps of {summary['batch']}, seeds"
-                 f" {summary['seeds']}", ["model", "T", "width", "params", "val (mean ± s)"],
-                 [[r["model"], r["T"], r["width"] or f"> {max(w for w, _ in r['tried'])}",
-                   r["params"] or "-", f"{'-' if r['val'] is None else r['val']}"
-                   + (f" ± {r['val_sd']}" if r.get("val_sd") is not None else "")]
-                  for r in summary["rows"]])
-    else:
-        markdown(f"{path.parent.name}: critical m (None: beyond the grid, max"
-                 f" {max(search_config(path)['grid'])})", ["model", "s", "T", "m_crit"],
-                 [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
-    return True
+    if path.name == "critical.json":
+        return markdown(f"{path.parent.name}: critical m (None: beyond the grid, max"
+                        f" {max(search_config(path)['grid'])})", ["model", "s", "T", "m_crit"],
+                        [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
+    sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
+    return markdown(f"{path.parent.name}: smallest width with seed-mean val loss <="
+                    f" {summary['eps']:.4f}, {summary['steps']} steps of {summary['batch']}, seeds"
+                    f" {summary['seeds']}", ["model", "T", "width", "params", "val (mean ± s)"],
+                    [[r["model"], r["T"], r["width"] or "> %s" % max((w for w, _ in r["tried"]),
+                                                                   default="?"),
+                      r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}"]
+                     for r in summary["rows"]])
 
 
 def search_config(path):

@@ -1,6 +1,7 @@
-"""The scripts' behaviour, the second half of the tests (test_sts.py holds the maths and the parity checks,
-and runs both files): the exit contract (divergence, SIGTERM, Ctrl-C, strict JSON, one bad-input table per
-script), plots.py and rundirs.py, train_bool.py, train_fcn.py. Seeded, CPU only.
+"""The scripts' behaviour (test_sts.py runs this file too): the exit contract (divergence, SIGTERM and
+Ctrl-C, strict JSON, one bad-input table per script and one shell check for all), run directories,
+plots.py and rundirs.py, train_bool.py, train_fcn.py, the README's commands, the lesson notebook.
+Seeded, CPU only.
 """
 import json
 import signal
@@ -13,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-import fused
 import plots
 import runlog
 import rundirs
@@ -22,25 +22,7 @@ import sts
 import train_bool
 import train_fcn
 import train_tf
-from test_sts import HERE, TINY, read_log
-
-
-@pytest.fixture
-def one_thread():
-    """Small models train several times faster on one torch thread when other jobs share the 2 cores
-    (train_bool.py measured 1.2 s on one thread against 17.6 s on two)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-# ------------------------------------------------------------ faults and bad input: the exit contract
-def test_train_tf_bad_input_from_the_shell_has_no_traceback(tmp_path):
-    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), *TINY, "--q", "7", "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True)
-    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "got q=7" in r.stderr
-    assert not (tmp_path / "o").exists()
+from conftest import HERE, TINY, read_log
 
 
 COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128", "--n-final", "128", "--device", "cpu"]
@@ -88,7 +70,23 @@ def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp
     assert summary["val"] is None and summary["step"] == 3 and summary["stopped_at"] == 5
 
 
-def test_sigterm_is_handled_like_ctrl_c_and_force_leaves_nothing_of_the_old_run(tmp_path):
+def test_train_tf_writes_a_run_directory(tmp_path):
+    train_tf.main(TINY + ["--out", str(tmp_path)])
+    run = tmp_path / "stochastic-de8-seed0"
+    config = json.loads((run / "config.json").read_text())
+    assert config["T"] == 6 and config["pe"] == "stochastic" and config["model"] == "transformer"
+    log = read_log(run)
+    assert [r["step"] for r in log] == [0, 10, 20]
+    assert {"train_loss", "val", "test_T", "test_q", "cos_W", "cos_V", "norm_W"} <= set(log[-1])
+    assert set(log[-1]["test_T"]) == {"8"} and set(log[-1]["test_q"]) == {"1"}
+    assert log[-1]["val"] < log[0]["val"]                             # 20 steps of SGD already help
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    for name in ("weights_init.npz", "weights_final.npz"):
+        assert np.load(run / name)["W"].shape == (10, 10)
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, sig, code, word):
     train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
     run = tmp_path / "stochastic-de8-seed0"
     assert summary_of(run)["status"] == "finished"
@@ -98,11 +96,14 @@ def test_sigterm_is_handled_like_ctrl_c_and_force_leaves_nothing_of_the_old_run(
     while not ((run / "log.jsonl").exists() and (run / "log.jsonl").read_text().count("\n") >= 2
                and not (run / "summary.json").exists()) and time.time() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143 and "terminated" in err.splitlines()[-1]
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code and word in err.splitlines()[-1]
     summary = summary_of(run)
-    assert summary["status"] == "terminated" and summary["stopped_at"] >= 10
+    assert summary["status"] == word and summary["stopped_at"] >= 10
+    closing = out.splitlines()[-1]                         # the last evaluated values, with their own step
+    assert f"{word} at step {summary['stopped_at']}; last evaluated at step {summary['step']}" in closing
+    assert f"val {summary['val']:.4f}" in closing
     assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
     assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
 
@@ -126,17 +127,18 @@ def test_a_paper_scale_cpu_run_says_what_it_will_cost_before_training(tmp_path, 
     monkeypatch.setattr(train_tf, "train", lambda args, d_e, device: [])   # no training: only the notice
     train_tf.main(["--device", "cpu", "--out", str(tmp_path)])              # no other flag: the paper's run
     out = capsys.readouterr().out
-    assert "100,000 steps" in out and "min" in out and "--preset course" in out
+    minutes = 100_000 * train_tf.CPU_MS[0] / 6e4                            # one run
+    assert "100,000 steps of 1 run(s)" in out and f"about {minutes:.0f} minutes" in out and "--preset course" in out
 
 
 TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 and write nothing
     (["--q", "7"], "got q=7"),
-    (["--de", "0"], "got d_e=0"),
+    (["--de", "0"], "--de must be a positive integer (got 0)"),
     (["--steps", "-5"], "--steps must"),
     (["--pe", "onehot", "--de", "4"], "onehot PE needs d_e"),
     (["--device", "cuda"], "--device cuda"),
     (["--lr", "nan"], "--lr must be a positive finite"),
-    (["--resume"], "has no checkpoint.pt"),
+    (["--resume"], "has no checkpoint to go on from"),
     (["--seed", "0", "0"], "--seed lists a value twice"),
     (["--seed", "-1"], "--seed must be >= 0"),
     (["--anneal-at", "-5"], "--anneal-at must be >= 0"),
@@ -181,12 +183,26 @@ def test_sts_demo_stops_a_diverging_run_and_refuses_a_negative_rate():
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr" in r.stderr
 
 
-def test_sts_pastes_into_a_notebook_without_running_or_exiting(monkeypatch):
-    # a notebook cell runs the source with __name__ == "__main__" and the kernel's arguments in sys.argv
-    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "kernel.json"])
+@pytest.mark.parametrize("argv", [
+    ["/usr/lib/python3/dist-packages/ipykernel_launcher.py", "-f", "/root/.local/kernel-1.json"],   # Jupyter
+    ["/usr/local/lib/python3.11/dist-packages/colab_kernel_launcher.py", "-f", "/root/kernel.json"],  # Colab
+    ["/home/u/.vscode/extensions/ms-python/ipykernel_launcher.py", "--f=/tmp/kernel-v2.json"],   # VS Code
+    ["/usr/bin/ipython"],                                                          # IPython's own shell
+])
+def test_sts_pastes_into_a_notebook_without_running_or_exiting(monkeypatch, argv):
+    # a notebook cell runs the source with __name__ == "__main__", the kernel's arguments in sys.argv and
+    # get_ipython among the builtins: whatever the launcher, sts.py defines everything and runs nothing
+    import builtins
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(builtins, "get_ipython", lambda: None, raising=False)
     namespace = {"__name__": "__main__"}
     exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), namespace)
     assert callable(namespace["demo"]) and callable(namespace["backward"])
+    monkeypatch.delattr(builtins, "get_ipython")              # a plain python run: main() parses argv
+    monkeypatch.setattr(sys, "argv", ["sts.py", "--steps", "0"])
+    with pytest.raises(SystemExit) as done:
+        exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), {"__name__": "__main__"})
+    assert done.value.code == 2
 
 
 # ---------------------------------------------------------------------------------------- plots.py
@@ -236,15 +252,46 @@ def test_configurations_come_in_numeric_order_of_what_varies():
     assert all([r["config"]["seed"] for r in g] == [0, 1] for g in groups)       # each group by seed
 
 
-def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_thread, capsys, monkeypatch):
+@pytest.fixture(scope="module")
+def three_seeds(tmp_path_factory):
+    """The tiny figure set in three seeds, 40 steps logged every 5, with sgd/family_floor.json at the
+    training T=6 and the test T=8 (no row at T=10: a '-'). Tests only read it (or copy it first)."""
+    root, threads = tmp_path_factory.mktemp("seeds"), torch.get_num_threads()
+    torch.set_num_threads(1)
+    train_tf.main(TINY + ["--steps", "40", "--eval-every", "5", "--test-T", "8", "10", "--n-final", "128",
+                          "--figure-set", "--seed", "0", "1", "2", "--out", str(root)])
+    torch.set_num_threads(threads)
+    rows = [dict(pe=pe, T=T, q=2, d=2, de=8, **dict(zip(("loss", "c", "alpha"), sts.family_floor(
+        pe, T, 2, 2, 8, n=512)))) for pe in ("stochastic", "fixed") for T in (6, 8)]
+    (root / "sgd" / "family_floor.json").write_text(json.dumps({"rows": rows}))
+    return root
+
+
+def tables_of(folder, capsys):
+    """plots.py --table's output for a folder (exit status 0, nothing on stderr)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(folder), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == "", err
+    return out
+
+
+def npz_losses(run, name):
+    key = name if name == "val" else f"test_{name[0]}_{name[2:]}"          # "T=8": "test_T_8"
+    return np.load(run / "final_losses.npz")[key].astype(float)
+
+
+def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, tmp_path, capsys, monkeypatch):
+    import shutil
     import statistics  # an implementation of the sample standard deviation that plots.py does not use
     monkeypatch.setattr(plots, "FORMATS", ("png",))
-    train_tf.main(TINY + ["--n-final", "128", "--figure-set", "--seed", "0", "1", "2", "--out", str(tmp_path)])
     sgd, fig = tmp_path / "sgd", tmp_path / "fig"
+    shutil.copytree(three_seeds / "sgd", sgd)                       # this test damages its runs
+    (sgd / "family_floor.json").unlink()
     runs = [sgd / f"fixed-de8-seed{seed}" for seed in range(3)]
-    last = [read_log(run)[-1]["val"] for run in runs]
-    final = [json.loads((run / "summary.json").read_text())["final"]["test_T"]["8"] for run in runs]
-    assert len(set(last)) == len(set(final)) == 3                  # the seeds differ: a spread to measure
+    summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
+    assert len({s["final"]["test_T"]["8"] for s in summaries}) == 3     # the seeds differ: a spread
     with pytest.raises(SystemExit) as done:
         plots.main([str(sgd), "--out", str(fig)])
     assert done.value.code == 0
@@ -255,9 +302,9 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_
     logs = [read_log(run) for run in runs]
     assert len(groups) == 1 and list(step) == [r["step"] for r in logs[0]]
     assert np.allclose(y.mean(0), [statistics.mean(log[i]["val"] for log in logs) for i in range(len(step))])
-    capsys.readouterr()
 
-    def table(expected_status, seeds):
+    def table(expected_status, seeds, se=True):
+        capsys.readouterr()
         with pytest.raises(SystemExit) as done:
             plots.main([str(sgd), "--table"])
         out, err = capsys.readouterr()
@@ -265,19 +312,112 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(tmp_path, one_
         header, = table_cells(out, "| configuration |")
         row, = table_cells(out, "| fixed PE")
         assert row[0] == f"fixed PE ({len(seeds)} seeds)" and row[header.index("seeds")] == str(len(seeds))
-        for column, xs in (("val (64)", last), ("final T=8 (128)", final)):
-            xs = [xs[seed] for seed in seeds]
-            assert row[header.index(column)] == f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
-        return err
+        for column, key in (("val", ["val"]), ("T=8", ["test_T", "8"]), ("q=1", ["test_q", "1"])):
+            xs, ses = ([get(summaries[seed][part], key) for seed in seeds] for part in ("final", "final_se"))
+            spread = f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
+            assert row[header.index(column)] == spread + (f" [{statistics.mean(ses):.4f}]" if se else " [-]")
+        return out, err
 
-    assert table(0, [0, 1, 2]) == ""
+    get = lambda d, key: d[key[0]] if len(key) == 1 else d[key[0]][key[1]]  # noqa: E731
+    assert table(0, [0, 1, 2])[1] == ""
+    for run in (sgd / f"{pe}-de8-seed{seed}" for pe in ("fixed", "stochastic") for seed in range(3)):
+        edit_json(run / "summary.json", lambda s: s.pop("final_se"))          # as older runs wrote them
+        (run / "final_losses.npz").unlink()
+    out, _ = table(0, [0, 1, 2], se=False)                                 # '-' where the data is missing
+    assert all(row[2:] == ["0 of 3", "-", "-", "-"] for row in table_cells(out, "| stochastic PE (3 seeds) −"))
     edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))   # left out of the mean
-    err = table(2, [0, 1]).splitlines()
+    err = table(2, [0, 1], se=False)[1].splitlines()
     assert len(err) == 1 and "fixed-de8-seed2/summary.json: the run diverged" in err[0] and "mean" in err[0]
 
 
-def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys, monkeypatch):
+def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds, capsys):
     import statistics
+    sgd = three_seeds / "sgd"
+    rows = table_cells(tables_of(sgd, capsys), "| stochastic PE (3 seeds) − fixed PE (3 seeds) |")
+    assert [row[1] for row in rows] == ["val", "T=8", "T=10", "q=1"]
+    for _, name, seeds, d_cell, se_cell, lower in rows:
+        diffs = [npz_losses(sgd / f"stochastic-de8-seed{seed}", name) - npz_losses(sgd / f"fixed-de8-seed{seed}", name)
+                 for seed in range(3)]
+        d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(len(x)) for x in diffs]
+        assert seeds == "3 of 3" and len(diffs[0]) == 128
+        assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
+        assert se_cell == f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"
+        assert lower == f"{sum(x < 0 for x in d)} of 3"
+
+
+def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(three_seeds, capsys):
+    import statistics
+    sgd = three_seeds / "sgd"
+    family = {r["pe"]: r for r in json.loads((sgd / "family_floor.json").read_text())["rows"] if r["T"] == 6}
+    out = tables_of(sgd, capsys)
+    W_star, V_star = sts.ground_truth(2, 8)
+    for pe, row in family.items():
+        diffs = []
+        for seed in range(3):
+            weights = np.load(sgd / f"{pe}-de8-seed{seed}" / "weights_final.npz")
+            table = sts.PositionalEncoding(pe, 8, 10, seed=seed)          # as train_tf.py: max(T, test T)
+            b = sts.sample_batch(np.random.default_rng(rundirs.EVAL_SEED), 128, 6, 2, 2, table)
+            loss = []
+            for W, V in ((weights["W"], weights["V"]), (row["c"] * W_star, row["alpha"] * V_star)):
+                scores = np.einsum("ndt,de,ne->nt", b.Z, W, b.z_q)           # softmax(Z^T W z_q) by hand
+                attention = np.exp(scores - scores.max(1, keepdims=True))
+                f = np.einsum("kd,ndt,nt->nk", V, b.Z, attention / attention.sum(1, keepdims=True))
+                loss.append(0.5 * ((f - b.target) ** 2).sum(1))
+            diffs.append(loss[0] - loss[1])
+        d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(128) for x in diffs]
+        cells, = table_cells(out, f"| {pe} | 8 |")
+        assert cells[2:4] == ["3 of 3", f"{row['loss']:.4g}"]
+        assert cells[6:8] == [f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}",
+                              f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"]
+
+
+def test_plots_draws_and_tabulates_the_length_curve_of_each_seeds_own_c_and_alpha(three_seeds, tmp_path, capsys,
+                                                                                  monkeypatch):
+    sgd, drawn = three_seeds / "sgd", {}
+    best = {r["T"]: r["loss"] for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
+            if r["pe"] == "stochastic"}
+    fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k] for k in "WV"), 2)
+            for seed in range(3)]
+    own = {T: np.mean([sts.family_loss("stochastic", T, 2, 2, 8, c, alpha, n=rundirs.LENGTH_N) for c, alpha in fits])
+           for T in (6, 8, 10)}
+
+    def keep(figure, out, name, title):                     # what the length figure draws, no file
+        drawn[name] = [[(ln.get_linestyle(), list(ln.get_ydata())) for ln in ax.lines] for ax in figure.axes]
+        plots.plt.close(figure)
+        return True
+    monkeypatch.setattr(plots, "save", keep)
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--out", str(tmp_path)])
+    assert done.value.code == 0
+    for panel, T in zip(drawn["sgd_length"], (6, 8, 10)):   # val (the training T), then T=8, T=10
+        assert [y for style, y in panel if style == ":"] == [pytest.approx([own[T]] * 2)]       # dotted
+        assert [y for style, y in panel if style == "--"] == ([pytest.approx([best[T]] * 2)] if T in best else [])
+    summaries = [json.loads((sgd / f"stochastic-de8-seed{seed}" / "summary.json").read_text())["final"]
+                 for seed in range(3)]
+    trained = {T: np.mean([s["val"] if T == 6 else s["test_T"][str(T)] for s in summaries]) for T in (6, 8, 10)}
+    out = tables_of(sgd, capsys)
+    for T in (8, 10):
+        row, = table_cells(out, f"| T={T} | stochastic PE (3 seeds) |")
+        share = f"{(own[T] - own[6]) / (trained[T] - trained[6]):.2f}"
+        assert row[3:6] == [f"{own[T]:.4f}", f"{best[T]:.4f}" if T in best else "-",
+                            share + (f" / {(best[T] - best[6]) / (trained[T] - trained[6]):.2f}" if T in best
+                                     else " / -")]
+
+
+def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_seeds, capsys):
+    import statistics
+    sgd, slopes = three_seeds / "sgd", []
+    for seed in range(3):                                    # 40 steps: the last half, steps 20 to 40
+        points = [(r["step"], r["test_T"]["8"]) for r in read_log(sgd / f"fixed-de8-seed{seed}") if r["step"] >= 20]
+        slopes.append(np.polyfit(*np.array(points).T, 1)[0] * 1e4)
+    row, = table_cells(tables_of(sgd, capsys), "| T=8 | fixed PE (3 seeds) |")
+    assert row[-1] == f"{statistics.mean(slopes):.2g} ± {statistics.stdev(slopes):.2g}"
+    log = [dict(step=s, val=1 / (1 + s / 1000) + 0.01 * (s // 1000 % 3)) for s in range(0, 120_001, 1000)]
+    last = np.array([(r["step"], r["val"]) for r in log if r["step"] >= 70_000])   # a paper-length run: 50,000
+    assert rundirs.slope(dict(log=log), "val") == pytest.approx(np.polyfit(*last.T, 1)[0] * 1e4)
+
+
+def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys, monkeypatch):
     monkeypatch.setattr(plots, "FORMATS", ("png",))
     floor, fig, drawn, save = tmp_path / "floor", tmp_path / "fig", {}, plots.save
     train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1", "--steps",
@@ -288,11 +428,11 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
     written = json.loads((floor / "family_floor.json").read_text())["rows"]
     predicted = {(r["pe"], r["de"]): r["loss"] for r in written}
 
-    def keep(figure, out, name):                            # what the floor figure draws, then the file
+    def keep(figure, out, name, title):                     # what the floor figure draws, then the file
         ax = figure.axes[0]
         drawn[name] = ax.get_title(), [(ln.get_label(), ln.get_linestyle(), list(ln.get_xdata()),
                                         list(ln.get_ydata())) for ln in ax.lines]
-        return save(figure, out, name)
+        return save(figure, out, name, title)
     monkeypatch.setattr(plots, "save", keep)
 
     def plot(status):
@@ -311,17 +451,15 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
         plots.main([str(floor), "--table"])
     out, err = capsys.readouterr()
     assert done.value.code == 0 and err == ""
-    assert table_cells(out, "| pe |") == [["pe", "d_e", "predicted (family best)", "trained (mean ± s)",
-                                           "trained / predicted"]]
-    rows = table_cells(out, ("| stochastic |", "| fixed |"))
+    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json)", "trained",
+                                           "family at its c, α", "trained − family", "Monte-Carlo se",
+                                           "trained / family"]]
+    rows = table_cells(out, ("| stochastic |", "| fixed |"))              # a row per (pe, d_e), each with a row
     assert sorted((pe, int(de)) for pe, de, *_ in rows) == sorted(predicted)
-    for pe, de, guess, trained, ratio in rows:
-        runs = [floor / f"{pe}-de{de}-seed{seed}" for seed in (0, 1)]
-        vals = [json.loads((run / "summary.json").read_text()).get("final", read_log(run)[-1])["val"]
-                for run in runs]
-        loss = predicted[pe, int(de)]
-        assert guess == f"{loss:.4g}" and ratio == f"{statistics.mean(vals) / loss:.3g}"
-        assert trained == f"{statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f}"
+    for pe, de, seeds, best, trained, family, diff, *_ in rows:
+        assert seeds == "2 of 2" and best == f"{predicted[pe, int(de)]:.4g}"
+        t, f, d = (float(cell.split(" ± ")[0]) for cell in (trained, family, diff))
+        assert d == pytest.approx(t - f, abs=2e-4) and trained.count(" ± ") == 1
 
     (floor / "family_floor.json").write_text('{"rows": [')   # malformed: one line; the rest drawn without it
     capsys.readouterr()
@@ -409,7 +547,7 @@ PLOT_CASES = {
         2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: every loss is null"),
     "unreadable weights": (
         lambda r: (r / FIXED / "weights_final.npz").write_text("not a zip"), 2, WHOLE, 1,
-        "fixed-de3-seed0/weights_*.npz: cannot be read"),
+        "fixed-de3-seed0/weights_final.npz: cannot be read"),
     "a sweep.json row without its width": (
         lambda r: write_summary(r, "sweep", "sweep.json", SWEEP), 2, WHOLE + ["sweep_separation.png"], 1,
         "sweep/sweep.json: row 2: no key 'width'"),
@@ -588,11 +726,49 @@ def test_bool_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, w
     assert not (tmp_path / "out").exists()                              # nothing written
 
 
-def test_bool_bad_input_from_the_shell_has_no_traceback(tmp_path):
-    r = subprocess.run([sys.executable, str(HERE / "train_bool.py"), "--s", "9", "--T", "8", "--out",
-                        str(tmp_path / "out")], capture_output=True, text=True)
-    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr.startswith("train_bool.py: error: s must satisfy") and not (tmp_path / "out").exists()
+# -------------------------------------------------------------------------------- the README's commands
+CHEAP = {  # flags appended to a README command so that it runs in seconds (argparse: the last value wins)
+    "train_tf": ["--T", "6", "--q", "2", "--de", "8", "--steps", "4", "--eval-every", "2", "--test-T", "8",
+                 "--n-test", "16", "--n-final", "16", "--device", "cpu"],
+    "train_fcn": ["--steps", "4", "--eval-every", "2", "--n-test", "16", "--sweep-T", "6", "--sweep-width", "8",
+                  "--sweep-de", "4", "--device", "cpu"],
+    "train_bool": ["--T", "8", "--s", "2", "--m-max", "32", "--seeds", "1", "--per-octave", "1"],
+    "sts": ["--T", "6", "--de", "8", "--steps", "5"],
+    "bench": ["--repeats", "1", "--preset", "course"],
+    "plots": [],
+}
+
+
+def readme_commands():
+    """The python command lines of the README's code blocks, comments cut; the set-up and the test command
+    are what .ci/run runs, and run_course.sh's lines are run by its own test below."""
+    blocks = (HERE / "README.md").read_text().split("```")[1::2]
+    lines = [line.split("#")[0].split() for block in blocks for line in block.splitlines()]
+    return [words[1:] for words in lines if words[:1] == ["python"] and words[1] != "test_sts.py"]
+
+
+def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_what_to_do(tmp_path, monkeypatch,
+                                                                                         capsys, one_thread):
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=HERE,
+                             capture_output=True, text=True).stdout.split()
+    for name in filter(lambda name: (HERE / name).is_file(), tracked):   # a clean checkout: no runs/, no venv
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes((HERE / name).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    commands = readme_commands()
+    assert {c[0] for c in commands} == {f"{k}.py" for k in CHEAP}        # every script is in the README
+    for script, *flags in commands:
+        module = {"train_tf": train_tf, "train_fcn": train_fcn, "train_bool": train_bool, "sts": sts,
+                  "bench": __import__("bench"), "plots": plots}[script[:-3]]
+        flags = [{"results/course": "results/course/sgd"}.get(flag, flag) for flag in flags]   # fewer runs
+        with pytest.raises(SystemExit) as done:
+            module.main(flags + CHEAP[script[:-3]])
+            raise SystemExit(0)                                # a main that returns has finished
+        err = capsys.readouterr().err.strip().splitlines()
+        if "--resume" in flags:                                # the run before it finished: nothing to go on from
+            assert done.value.code == 2 and len(err) == 1 and "finished at step 4" in err[0] and "--force" in err[0]
+        else:
+            assert done.value.code == 0, (script, flags, err[-3:])
 
 
 # ------------------------------------------------------------------------------------- train_fcn.py
@@ -604,7 +780,7 @@ FCN_TINY = ["--T", "6", "--q", "2", "--d", "2", "--batch", "64", "--steps", "150
 @pytest.mark.parametrize("depth", [1, 3])
 def test_fcn_output_shape_and_parameter_count(depth):
     model = train_fcn.FCN(in_features=36, width=10, depth=depth, out_features=5).double()
-    assert model(torch.zeros(7, 36)).shape == (7, 5)
+    assert model(torch.zeros(7, 36, dtype=torch.float64)).shape == (7, 5)
     assert train_fcn.n_params(model) == 37 * 10 + (depth - 1) * 11 * 10 + 11 * 5   # weights and biases
 
 
@@ -668,13 +844,6 @@ def test_train_fcn_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, fla
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and word in err and err.startswith("train_fcn.py: error:")
     assert not (tmp_path / "out").exists()                              # nothing written
-
-
-def test_train_fcn_bad_input_from_the_shell_has_no_traceback(tmp_path):
-    r = subprocess.run([sys.executable, str(HERE / "train_fcn.py"), *FCN_TINY, "--width", "0", "--out",
-                        str(tmp_path / "out")], capture_output=True, text=True)
-    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr.startswith("train_fcn.py: error: --width") and not (tmp_path / "out").exists()
 
 
 def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):

@@ -2,7 +2,7 @@
 
 Edelman, Goel, Kakade, Zhang (ICML 2022) show that one attention head represents a sparse function of a
 length-T input with sample complexity growing like log T, and probe it with the s-sparse AND. This script
-measures it (../shared/SPEC.md, "Sparse Boolean functions"):
+measures it:
 
     python train_bool.py                                   # course scale: 6 min on 2 shared CPU cores
     python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda --out runs/bool_gpu
@@ -32,7 +32,6 @@ seeds (3 of 5) reach >= 99% held-out accuracy, found by galloping up the grid an
 against T: a + b log T and c T^k. Writes under --out: config.json, log.jsonl (one record per trained
 model), critical.json, critical.csv and summary.json.
 """
-import argparse
 import csv
 import functools
 import json
@@ -49,20 +48,31 @@ import runlog
 from runlog import Stop, ended_by, resolve_device, run_command
 
 MODELS = ("transformer", "fcn")
-# The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a second point.
-T_GRID = [50, 100, 200, 500]
-S_VALUES = [3, 2]
-SEEDS = [0, 1, 2, 3, 4]      # "most of the seeds": a strict majority, 3 of 5
+# The hyper-parameters of the command line, each declared once: (default, --help, argparse options).
+# The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a second point;
+# m on a log grid with steps of 2^(1/4) ~ 19%.
+FLAGS = dict(
+    model=(list(MODELS), f"models: {', '.join(MODELS)}", dict(nargs="+", metavar="MODEL")),
+    s=([3, 2], "numbers of relevant bits", dict(nargs="+", type=int)),
+    T=([50, 100, 200, 500], "sequence lengths (a log-spaced range)", dict(nargs="+", type=int)),
+    seeds=(5, "seeds 0..k-1; success needs a strict majority of them (3 of 5)", dict(type=int)),
+    m_min=(16, "smallest training-set size of the grid", dict(type=int)),
+    m_max=(4096, "largest training-set size of the grid", dict(type=int)),
+    per_octave=(4, "grid points per doubling of m", dict(type=int)),
+    m=(None, "no search: train every seed at these m and print the accuracies", dict(nargs="+", type=int)),
+    device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
+    threads=(1, "CPU threads of torch (one is fastest for these small tensors)", dict(type=int)),
+    out=("runs/bool", "output folder", {}),
+    force=(False, "overwrite an --out that already holds a run", dict(action="store_true")),
+)
 PASS_ACC = 0.99              # held-out accuracy that counts as having learned the function
 N_TEST = 10_000              # held-out samples
-M_GRID = dict(m_min=16, m_max=4096, per_octave=4)  # a log grid: steps of 2^(1/4) ~ 19% in m
-# Training budget, chosen by measuring T = 50..500: for the transformer, Adam at 3e-2, or width 64 at 1e-2,
-# left most seeds at chance or at ~0.70 (what one relevant bit predicts); a positional init of N(0, 1)
-# instead of N(0, 0.1^2) (attention far from uniform at the start) left more seeds there too.
+# The training budget: the rates and inits at which most seeds learn at every T of the grid (RESULTS.md,
+# "Sparse AND", says what larger rates, widths and positional inits did instead).
 FIT_LOSS = 1e-3              # mean training BCE below which the training set counts as fit; training stops
 HPARAMS = {
     "transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
-    # Adam at 1e-2 sometimes collapses to a constant output at large m; 3e-3 does not (T=500, m=3200)
+    # a lower rate than the transformer's: at large m a higher one can collapse to a constant output
     "fcn": dict(width=128, depth=1, lr=3e-3, steps=600),
 }
 
@@ -176,7 +186,7 @@ def m_grid(m_min, m_max, per_octave):
     return sorted({round(m_min * 2 ** (i / per_octave)) for i in range(n + 1)})
 
 
-def critical_m(trainer, T, s, grid, seeds=SEEDS, threshold=PASS_ACC):
+def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
     """The smallest m of `grid` at which most `seeds` reach `threshold`, or None if no m of it does.
 
     trainer(m, T, s, seed) -> held-out accuracy. Success is taken to be monotone in m: the search gallops
@@ -226,22 +236,7 @@ def fit_curves(Ts, ms):
 # Command line
 # ----------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
-    p = runlog.argument_parser("train_bool.py", __doc__.split("\n")[0],
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    a = p.add_argument
-    a("--model", nargs="+", default=list(MODELS), metavar="MODEL", help=f"models: {', '.join(MODELS)}")
-    a("--s", nargs="+", type=int, default=S_VALUES, help="numbers of relevant bits")
-    a("--T", nargs="+", type=int, default=T_GRID, help="sequence lengths (a log-spaced range)")
-    a("--seeds", type=int, default=len(SEEDS), help="seeds 0..k-1; success needs a strict majority of them")
-    a("--m-min", type=int, default=M_GRID["m_min"], help="smallest training-set size of the grid")
-    a("--m-max", type=int, default=M_GRID["m_max"], help="largest training-set size of the grid")
-    a("--per-octave", type=int, default=M_GRID["per_octave"], help="grid points per doubling of m")
-    a("--m", nargs="+", type=int, help="no search: train every seed at these m and print the accuracies")
-    a("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where there is one")
-    a("--threads", type=int, default=1, help="CPU threads of torch (one is fastest for these small tensors)")
-    a("--out", default="runs/bool", help="output folder")
-    a("--force", action="store_true", help="overwrite an --out that already holds a run")
-    return p.parse_args(argv)
+    return runlog.argument_parser("train_bool.py", __doc__.split("\n")[0], FLAGS).parse_args(argv)
 
 
 def check_args(args):
@@ -278,8 +273,8 @@ def write_results(out, rows, status, t0):
         writer.writerows({k: r[k] for k in writer.fieldnames} for r in rows)
     summary = dict(status=status, seconds=round(time.time() - t0, 1), rows=rows, fits=fits)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\n{'model':<12}{'s':>3}{'T':>7}{'m_crit':>8}   (smallest m with >= {PASS_ACC:.0%} held-out "
-          f"accuracy in most seeds; None: not within the grid)")
+    print(f"\n{'model':<12}{'s':>3}{'T':>7}{'m_crit':>8}   (smallest m with >= {PASS_ACC:.0%} accuracy on "
+          f"{N_TEST:,} held-out samples in most seeds; None: not within the grid)")
     for r in rows:
         print(f"{r['model']:<12}{r['s']:>3}{r['T']:>7}{str(r['m_crit']):>8}")
     for model, by_s in fits.items():
@@ -333,8 +328,7 @@ def main(argv=None):
     def body():
         check_args(args)
         device = resolve_device(args.device)
-        # Measured with the other core busy: one training took 1.2 s on one thread and 17.6 s on two.
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)   # small tensors: a second thread costs more than it saves
         run(args, device)
     run_command("train_bool.py", body, "the log and the rows so far are saved")
 

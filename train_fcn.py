@@ -126,7 +126,8 @@ def parse_args(argv=None):
             setattr(args, key, value)
     runlog.fill_presets(args, HPARAMS, args.preset)
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))  # growing
-    args.lr = args.lr or FCN_LR[args.optimizer]
+    if args.lr is None:
+        args.lr = FCN_LR[args.optimizer]
     return args
 
 
@@ -218,8 +219,9 @@ def train(args, T, width, seed, device, progress=True):
         log.close()
         write_summary(path, status, step, time.time() - t0, rec)
         if progress:
-            print(f"{path}: {status} at step {step}: val loss {rec.get('val', float('nan')):.4f}, "
-                  + ", ".join(f"q={k} {v:.4f}" for k, v in rec.get("test_q", {}).items()))
+            print(f"{path}: {status} at step {step}; last evaluated at step {rec.get('step')} on {args.n_test} "
+                  f"sequences per set: val {rec.get('val', float('nan')):.4f}"
+                  + "".join(f", q={k} {v:.4f}" for k, v in rec.get("test_q", {}).items()))
     return rec
 
 
