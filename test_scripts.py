@@ -884,3 +884,85 @@ def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(tmp_path, o
     assert fcn["width"] is None and [w for w, _ in fcn["tried"]] == [8, 16] and fcn["tried_seeds"] == [1, 1]
     assert sorted(p.name for p in (tmp_path / "sw").glob("fcn-*")) == ["fcn-T4-m16-depth1-seed0",
                                                                          "fcn-T4-m8-depth1-seed0"]
+
+
+# ------------------------------------------------------------------------------------ run_course.sh
+def checkout_copy(tmp_path):
+    """A copy of the checkout (its tracked and unignored files, the committed results/ and figures/ among
+    them): run_course.sh writes relative to its own folder, so a write outside OUT shows up in the copy,
+    while the shared checkout's results/ may be growing under a long run."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=HERE,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    repo = tmp_path / "repo"
+    for name in filter(lambda name: name and (HERE / name).is_file(), names):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes((HERE / name).read_bytes())
+    return repo
+
+
+def committed_state(repo):
+    """Every path under results/ and figures/ with its size and mtime, and the checkout's top level."""
+    tree = {str(p.relative_to(repo)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for folder in ("results", "figures") for p in sorted((repo / folder).rglob("*"))}
+    return tree, sorted(p.name for p in repo.iterdir() if p.name != "__pycache__")
+
+
+def run_course(script, *args, **env):
+    import os
+    environ = {k: v for k, v in os.environ.items() if k not in ("GALLERY", "RESUME", "QUICK", "TF_FLAGS")}
+    environ.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}", **env)
+    return subprocess.run(["bash", str(script), *map(str, args)], capture_output=True, text=True, env=environ,
+                          timeout=900)
+
+
+def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
+    repo, out = checkout_copy(tmp_path), tmp_path / "out"
+    before = committed_state(repo)
+    r = run_course(repo / "run_course.sh", out, QUICK="1", TF_FLAGS="--device cpu")
+    assert r.returncode == 0, (r.stderr[-2000:], [log.read_text()[-1500:] for log in out.glob("logs/*")])
+    assert committed_state(repo) == before                     # the gallery and the committed runs untouched
+    runs = [f"{folder}/{pe}-de64-seed{s}" for s in range(3) for folder, pes in
+            (("sgd", "stochastic fixed"), ("query", "stochastic fixed"), ("random_init", "stochastic"),
+             ("adam", "stochastic fixed")) for pe in pes.split()]
+    runs += [f"floor/stochastic-de{de}-seed{s}" for s in range(3) for de in (8, 16, 32, 64, 128, 256)]
+    runs += [f"floor/onehot-de12-seed{s}" for s in range(3)]                          # d_e = the longest T
+    runs += [f"de_below_T/{pe}-de32-seed{s}" for s in range(3) for pe in ("stochastic", "fixed")]
+    for run in runs:
+        summary = summary_of(out / run)
+        assert summary["status"] == "finished" and summary["step"] == 20, run
+    floor = json.loads((out / "floor" / "family_floor.json").read_text())["rows"]
+    assert {(row["T"], row["de"]) for row in floor} == {(T, de) for T in (8, 10, 12)
+                                                        for de in (8, 16, 32, 64, 128, 256)}
+    assert json.loads((out / "fcn_sweep" / "sweep.json").read_text())["rows"]
+    assert json.loads((out / "bool" / "critical.json").read_text())["rows"]
+    figures = {p.name for p in (out / "figures").glob("*.png")}
+    assert {f"{name}_{kind}.png" for name in ("sgd", "query", "random_init", "adam", "de_below_T")
+            for kind in ("training", "length", "qtest", "weights")} <= figures
+    assert {"floor_floor.png", "fcn_sweep_separation.png", "bool_critical.png"} <= figures
+
+
+def test_run_course_quick_paper_predicts_the_floor_at_each_d_e_and_test_length_and_writes_only_under_out(tmp_path):
+    repo, out = checkout_copy(tmp_path), tmp_path / "out"
+    before = committed_state(repo)
+    r = run_course(repo / "run_course.sh", out, "paper", QUICK="1", TF_FLAGS="--device cpu")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert committed_state(repo) == before                     # no figures/paper_*.png without GALLERY=1
+    for run in ("sgd/stochastic", "sgd/fixed", "query/stochastic", "query/fixed", "random_init/stochastic",
+                "adam/stochastic", "adam/fixed"):
+        assert summary_of(out / f"{run}-de170-seed0")["status"] == "finished"
+    floor = json.loads((out / "sgd" / "family_floor.json").read_text())
+    assert floor["family"] == "W = c W*, V = alpha V*" and floor["seed"] == 0
+    assert sorted((row["T"], row["de"], row["pe"]) for row in floor["rows"]) == sorted(   # the d_e sweep at the
+        [(8, de, pe) for de in (32, 64, 128, 170, 256, 512) for pe in ("stochastic", "fixed")]   # training T,
+        + [(T, 170, pe) for T in (10, 12) for pe in ("stochastic", "fixed")])            # the test T at 170
+    figures = {p.name for p in (out / "figures").glob("*.png")}
+    assert {"sgd_floor.png", "sgd_length.png", "sgd_training.png", "adam_training.png"} <= figures
+
+
+@pytest.mark.parametrize("args, env, word", [(["bogus"], {}, "scale must be course or paper (got bogus)"),
+                                              (["course"], {"QUICK": "yes"}, "QUICK must be 0 or 1"),
+                                              (["paper"], {"GALLERY": "2"}, "GALLERY must be 0 or 1")])
+def test_run_course_bad_input_is_one_line_and_exit_status_2_before_anything_is_written(tmp_path, args, env, word):
+    r = run_course(HERE / "run_course.sh", tmp_path / "out", *args, **env)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and word in r.stderr
+    assert r.stderr.startswith("run_course.sh: error: ") and not (tmp_path / "out").exists()
