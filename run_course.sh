@@ -17,7 +17,8 @@ OUT=${1:-runs/course}
 SCALE=${2:-course}
 case $SCALE in
   course) SEEDS="0 1 2" ;;
-  paper) SEEDS="0" ;;   # one seed: ~80 min on 2 cores (73 min of steps by bench.py, plus evaluations)
+  paper) SEEDS=${SEEDS:-0 1 2} ;;   # ~85 min a seed on 2 cores (bench.py: 78 min of steps, plus evaluations);
+                                    # SEEDS=1 bash run_course.sh ... trains one seed at a time
   *) echo "run_course.sh: error: scale must be course or paper (got $SCALE)" >&2; exit 2 ;;
 esac
 for flag in QUICK GALLERY RESUME; do
