@@ -165,8 +165,9 @@ def train_one(model, m, T, s, seed, device):
         loss.backward()
         optimizer.step()
         value = loss.item()  # one read a step: the stopping rule needs it
-        if not math.isfinite(value):
-            raise Stop(f"{model} T={T} s={s} m={m} seed={seed}: training loss {value} at step {step}")
+        why = runlog.divergence([value], math.log(2))   # BCE starts at ln 2, the loss of a coin flip
+        if why:
+            raise Stop(f"{model} T={T} s={s} m={m} seed={seed} at step {step}: {why}")
         if value < FIT_LOSS:
             break
     with torch.no_grad():

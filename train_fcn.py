@@ -172,21 +172,27 @@ def evaluate(model, sets):
     return out
 
 
-def train(args, T, width, seed, device, progress=True):
-    """One FCN run: write its directory, return its final evaluation record."""
+def open_run(args, T, width, seed, device):
+    """A new FCN run's directory and config, its model (initialised from `seed`), optimiser, generator and
+    validation sets (train_tf.py's: the same sequences for every run of every seed)."""
     path = run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
-    # the validation sets: train_tf.py's, the same sequences for every run of every seed
     gen = torch.Generator(device)
-    sets = {(group, key): sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0], args.n_test, T, q,
-                                 args.d, args.dtype)
+    sets = {(group, key): sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0], args.n_test,
+                                 T, q, args.d, args.dtype)
             for group, key, q in [("val", None, args.q)] + [("test_q", str(q), q) for q in args.test_q]}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
     config = {k: v for k, v in vars(args).items() if not k.startswith("sweep") and k not in ("force", "out")}
     (path / "config.json").write_text(json.dumps(dict(
         config, model="fcn", T=T, width=width, seed=seed, params=n_params(model), device=str(device)), indent=2))
+    return path, model, optimizer, gen, sets
+
+
+def train(args, T, width, seed, device, progress=True):
+    """One FCN run: write its directory, return its final evaluation record."""
+    path, model, optimizer, gen, sets = open_run(args, T, width, seed, device)
     start_loss = args.d / (2 * args.q)
     loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
     bar = tqdm(total=args.steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
@@ -263,8 +269,7 @@ def sweep(args, device):
     out, rows = Path(args.out), []
     first = {"fcn": 0, "transformer": 0}
     bar = tqdm(total=2 * len(args.sweep_T), desc="sweep (T, model)", dynamic_ncols=True)
-    # one thread: on 2 shared cores torch's second thread cost more than it saved at every size we timed
-    # (ms per step, 2 -> 1 thread: FCN m=16 at T=10 9.0 -> 2.3; m=4096 at T=160 617 -> 338)
+    # one thread: on 2 shared cores torch's second thread cost more than it saved at every size timed
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
 
@@ -303,7 +308,13 @@ def sweep(args, device):
                 tf_optimizer="adam", tf_pe="stochastic", rows=rows, loglog_slope=fits), indent=2))
     bar.close()
     torch.set_num_threads(threads)
-    with open(out / "sweep.csv", "w", newline="") as f:
+    write_table(args, rows, fits, eps)
+    return rows, fits
+
+
+def write_table(args, rows, fits, eps):
+    """sweep.csv, and the table and the slopes on stdout."""
+    with open(Path(args.out) / "sweep.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val", "val_sd"], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
@@ -315,7 +326,6 @@ def sweep(args, device):
               f"{r['val'] if r['val'] is not None else '-':>8}{r['val_sd'] or '':>8}   {r['tried']}")
     print("log-log slope of width against T (over the T that reached eps): " + ", ".join(
         f"{m} {s:.2f}" if s is not None else f"{m} (fewer than 2 points)" for m, s in fits.items()))
-    return rows, fits
 
 
 def main(argv=None):
