@@ -57,3 +57,10 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def png_only(monkeypatch):
+    """plots.py draws PNG alone in the tests (a PDF doubles the time); one test asks for both."""
+    import plots
+    monkeypatch.setattr(plots, "FORMATS", ("png",))

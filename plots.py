@@ -391,7 +391,10 @@ def main(argv=None):
     p.add_argument("--out", default="runs/figures", help="folder for the PNG and PDF files (default"
                    " runs/figures: the committed gallery figures/ is written only when named here)")
     p.add_argument("--table", action="store_true", help="print the numbers as Markdown tables")
+    p.add_argument("--formats", nargs="+", default=list(FORMATS), choices=("png", "pdf", "svg"),
+                   help="file formats of each figure (default png pdf; PDF takes half the time)")
     args = p.parse_args(argv)
+    globals()["FORMATS"] = tuple(args.formats)                # every figure's save() reads it
     report, out = Report(), None if args.table else Path(args.out)
     if out and out.exists() and not out.is_dir():            # before anything is read or drawn
         runlog.fail("plots.py", f"--out: {out} is a file; name a folder")

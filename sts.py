@@ -10,16 +10,16 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     P = [p_1 ... p_T] (d_e x T) positional encodings: onehot (p_i = e_i), fixed (uniform on the unit
     sphere, drawn once) or stochastic (uniform on the unit sphere, drawn afresh for every sequence);
     Z = [X; P] (D x T), the query z_q = [0_d; sum_{i in y} p_i];
-    the model f = V Z softmax(Z^T W z_q), W (D x D), V (d x D); "attend query" uses [Z, z_q] instead of Z
-    (the paper's Figure 1); the loss L = 1/2 E ||f - STS_q||^2 (a sum over the d coordinates: torch's
-    MSELoss is 2/d times it, the plain sum 2 times it), d/(2q) at W = V = 0;
+    the model f = V Z softmax(Z^T W z_q), W (D x D), V (d x D); "attend query" uses [Z, z_q], not Z
+    (the paper's Figure 1); the loss L = 1/2 E ||f - STS_q||^2 (a sum over the d coordinates:
+    torch's MSELoss is 2/d times it, the plain sum 2 times it), d/(2q) at W = V = 0;
     the ground truth W* = [[0, 0], [0, I_{d_e}]], V* = [I_d, 0].
 
-    python sts.py                                   # SGD learns STS_q; stochastic vs fixed PE at longer T
+    python sts.py                                   # SGD on STS_q; stochastic vs fixed PE at 2T, 4T
     python sts.py --floor --T 200 --de 170          # the predicted loss floor of random PEs (below)
 
 NumPy only (tqdm for the progress bar), read top to bottom: task, PEs, model, hand-written backward,
-SGD, the floor, demo. Pasted into a notebook cell it defines everything and runs nothing; call demo(...).
+SGD, the floor, demo. Pasted into a notebook cell it defines all and runs nothing; call demo(...).
 """
 from collections import namedtuple
 
@@ -29,25 +29,25 @@ PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
 
 
 def stream(seed, purpose):
-    """The numpy Generator of one purpose of a seed, so that (say) a random init and a fixed PE table of
-    one seed are not drawn from the same numbers. ("data" is default_rng(seed) itself: numpy's seeding
+    """The numpy Generator of one purpose of a seed, so that (say) the random init and the fixed PE
+    table of one seed draw different numbers. ("data" is default_rng(seed) itself: numpy's seeding
     pads [seed, 0] and seed alike.)"""
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The task
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def unit_columns(G):
-    """Scale each column (axis -2 holds the coordinates) to unit norm: a Gaussian column so scaled is
+    """Scale each column (axis -2 holds coordinates) to unit norm: a Gaussian column so scaled is
     uniform on the unit sphere."""
     return G / ((G * G).sum(-2, keepdims=True)) ** 0.5
 
 
 class PositionalEncoding:
-    """p_1 ... p_T in R^{d_e}: onehot (p_i = e_i, needs d_e >= max_len), fixed (uniform on the unit sphere,
-    drawn once from the seed's table stream for every position up to max_len: a run of length T uses the
-    first T) or stochastic (uniform on the unit sphere, drawn afresh for every sequence)."""
+    """p_1 ... p_T in R^{d_e}: onehot (p_i = e_i, needs d_e >= max_len), fixed (uniform on the unit
+    sphere, drawn once from the seed's table stream for each position up to max_len: a run of length
+    T uses the first T) or stochastic (uniform on the unit sphere, drawn afresh per sequence)."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
         if kind == "onehot" and d_e < max_len:
@@ -59,7 +59,7 @@ class PositionalEncoding:
             self.table = unit_columns(stream(seed, "table").standard_normal((d_e, max_len)))
 
     def __call__(self, rng, n, T, dtype="float64"):
-        """P for a batch of n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
+        """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
         if self.kind == "stochastic":
             return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
         if T > self.table.shape[1]:
@@ -71,10 +71,10 @@ Batch = namedtuple("Batch", "Z z_q target idx mask")
 
 
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
-    """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of the T positions, the target.
-    Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the selected positions, mask (n, T))."""
+    """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of {1..T}, the target.
+    Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the subset, mask (n, T))."""
     X = rng.standard_normal((n, d, T), dtype=dtype)             # x_i ~ N(0, I_d)
-    order = np.argsort(rng.random((n, T)), axis=-1)             # a uniform permutation of the positions
+    order = np.argsort(rng.random((n, T)), axis=-1)             # a uniform permutation of positions
     idx = order[:, :q]                                          # its first q: a uniform q-subset
     mask = np.zeros((n, T), dtype=X.dtype)
     np.put_along_axis(mask, idx, 1.0, axis=-1)                  # the subset as a 0/1 mask
@@ -96,9 +96,9 @@ def embed(X, P, mask):
     return Z, z_q
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The model: forward pass, loss, hand-written backward pass
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def softmax(a):
     """Softmax over the last axis, shifted by the max so that exp never overflows."""
     e = np.exp(a - a.max(axis=-1, keepdims=True))
@@ -107,7 +107,7 @@ def softmax(a):
 
 def forward(W, V, Z, z_q, attend="tokens"):
     """f = V C softmax(C^T W z_q) with C = Z (attend "tokens") or C = [Z, z_q] (attend "query").
-    W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what the backward pass needs."""
+    W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what `backward` needs."""
     C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
     u = z_q @ W.T                                   # u = W z_q                       (n, D)
     a = np.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
@@ -135,9 +135,9 @@ def backward(W, V, z_q, f, target, cache):
     return dW, dV
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Ground truth, initialisation, online SGD
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def ground_truth(d, d_e):
     """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only) and V* = [I_d, 0] (token block only)."""
     W_star = np.zeros((d + d_e, d + d_e))
@@ -146,13 +146,13 @@ def ground_truth(d, d_e):
 
 
 def cosine(A, B):
-    """<A, B>_F / (||A||_F ||B||_F) over the last two axes; 0 where A is zero (the zero initialisation)."""
+    """<A, B>_F / (||A||_F ||B||_F) over the last two axes; 0 where A is zero (the zero init)."""
     norms = ((A * A).sum((-2, -1)) * (B * B).sum((-2, -1))) ** 0.5
     return (A * B).sum((-2, -1)) / (norms + (norms == 0))
 
 
 def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
-    """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Figure 3)."""
+    """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Fig. 3)."""
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
@@ -161,7 +161,7 @@ def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
 
 
 def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
-    """The paper's schedule: lr until step `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
+    """The paper's schedule: lr until `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
     return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
@@ -181,20 +181,20 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
 
 
 def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
-    """The loss on n fresh sequences of length T drawn from `seed` (the same set for every model)."""
+    """The loss on n fresh sequences of length T drawn from `seed` (the same set for all models)."""
     b = sample_batch(np.random.default_rng(seed), n, T, q, d, pe)
     return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def family_draws(kind, T, q, d, d_e, n=4096, seed=0):
-    """n sequences as the family sees them. Its scores are c p_i^T s (s = sum_{j in y} p_j) and its output
-    alpha X softmax(c P^T s): so keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; never P."""
+    """n sequences as the family sees them: scores c p_i^T s (s = sum_{j in y} p_j), output alpha
+    X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P."""
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, T, seed)
     X, scores, target = [], [], []
-    for lo in range(0, n, 512):                      # chunks: P of 4096 sequences would not fit at T = 200
+    for lo in range(0, n, 512):                      # chunks: P at n = 4096, T = 200 would not fit
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
         scores.append(np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:]))    # p_i^T s  (m, T)
         X.append(b.Z[:, :d])
@@ -209,16 +209,16 @@ def family_output(draws, c):
 
 
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0):
-    """The loss of W = c W*, V = alpha V* at any T, q, d_e (Monte Carlo on n sequences): what a model of
-    the ground-truth direction, with its scale c and gain alpha, scores at another length or q."""
+    """The loss of W = c W*, V = alpha V* at any T, q, d_e (Monte Carlo, n sequences): what a model
+    of the ground-truth direction, with its scale c and gain alpha, scores at another T or q."""
     draws = family_draws(kind, T, q, d, d_e, n, seed)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
-    """min over (c, alpha) of family_loss on the same n sequences: the floor a model of the ground-truth
-    direction cannot beat. For each c the best alpha is a least-squares fit, E<g, y> / E||g||^2 with
-    g = family_output; c comes from a golden-section search over log c. Returns (loss, c, alpha)."""
+    """min over (c, alpha) of family_loss on the same n sequences: the floor a model of the
+    ground-truth direction cannot beat. The best alpha at c is E<g, y> / E||g||^2 (least squares,
+    g = family_output); c from a golden-section search over log c. Returns (loss, c, alpha)."""
     draws = family_draws(kind, T, q, d, d_e, n, seed)
 
     def best(log_c):
@@ -227,7 +227,7 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
         return loss(alpha * g, draws[2]), alpha
 
     lo, hi, ratio = np.log(1e-3), np.log(c_max), (5 ** 0.5 - 1) / 2
-    for _ in range(60):                              # golden section on log c (the loss is unimodal in c)
+    for _ in range(60):                              # golden section on log c (loss unimodal in c)
         a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
         lo, hi = (lo, b) if best(a)[0] < best(b)[0] else (a, hi)
     value, alpha = best((lo + hi) / 2)
@@ -235,14 +235,14 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
 
 
 def family_fit(W, V, d):
-    """(c, alpha), the projection of trained weights on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
+    """(c, alpha), the projection of trained W, V on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The demo
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
     tests = (T, 2 * T, 4 * T)
@@ -260,16 +260,17 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     for kind, *values in rows:
         print(f"{kind:<11}" + "".join(f"{v:>11.4f}" for v in values[:3])
               + "".join(f"{v:>13.4f}" for v in values[3:]))
-    print("(train loss: mean of the last 100 steps; the others: 2048 fresh sequences of each length)")
+    print("(train loss: mean of the last 100 steps;"
+          " the others: 2048 fresh sequences of each length)")
     return rows
 
 
 def main(argv=None):
-    """The command line: the demo, or with --floor the family floor at each --T and --de (rows to --json)."""
+    """Command line: the demo, or with --floor the family floor per --T, --de (rows to --json)."""
     import itertools
     from pathlib import Path
 
-    import runlog                                   # the scripts' flags, one-line errors and exit codes
+    import runlog                                   # scripts' flags, one-line errors and exit codes
     flags = dict(  # (default, --help, argparse options)
         T=([20], "sequence length (several with --floor)", dict(type=int, nargs="+")),
         q=(3, "subset size, 1 <= q <= T", dict(type=int)),
@@ -278,31 +279,35 @@ def main(argv=None):
         steps=(1500, "SGD steps per run", dict(type=int)),
         lr=(1.0, "SGD learning rate", dict(type=float)),
         seed=(0, "seed of the data, the fixed PE table and the init", dict(type=int)),
-        floor=(False, "print the best loss of W = c W*, V = alpha V* (family_floor) for stochastic and fixed"
-                      " PE at each --T and --de, and exit", dict(action="store_true")),
+        floor=(False, "print the best loss of W = c W*, V = alpha V* (family_floor) for stochastic"
+                      " and fixed PE at each --T and --de, and exit", dict(action="store_true")),
         json=(None, "with --floor: also write the rows to this file (plots.py draws them)", {}))
-    p = runlog.argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.", flags)
+    p = runlog.argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.",
+                               flags)
     args = p.parse_args(argv)
 
     def body():
         runlog.require_positive(args, ("T", "q", "d", "de", "steps"))
         runlog.require(args.seed >= 0, f"--seed must be >= 0 (got {args.seed})")
-        runlog.require(0 < args.lr < float("inf"), f"--lr must be a positive finite number (got {args.lr})")
+        runlog.require(0 < args.lr < float("inf"),
+                       f"--lr must be a positive finite number (got {args.lr})")
         for T in args.T:
             runlog.check_task(T, args.q, args.d)
         if not args.floor:
-            runlog.require(len(args.T) == len(args.de) == 1, "--T and --de take one value without --floor")
+            runlog.require(len(args.T) == len(args.de) == 1,
+                           "--T and --de take one value without --floor")
             rows = demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr, args.seed)
-            why = runlog.divergence([r[1] for r in rows], args.d / (2 * args.q))   # the train losses
+            why = runlog.divergence([r[1] for r in rows], args.d / (2 * args.q))   # train losses
             if why:
                 raise runlog.Stop(why)
             return
         rows = []
         for T, d_e, kind in itertools.product(args.T, args.de, ("stochastic", "fixed")):
             value, c, alpha = family_floor(kind, T, args.q, args.d, d_e, seed=args.seed)
-            rows.append(dict(pe=kind, T=T, q=args.q, d=args.d, de=d_e, loss=value, c=c, alpha=alpha))
-            print(f"{kind}: T={T} q={args.q} d={args.d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
-                  f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+            rows.append(dict(pe=kind, T=T, q=args.q, d=args.d, de=d_e, loss=value, c=c,
+                             alpha=alpha))
+            print(f"{kind}: T={T} q={args.q} d={args.d} d_e={d_e}: best loss {value:.4f}"
+                  f" at c={c:.3g}, alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
         if args.json:
             runlog.write_json(Path(args.json), dict(family="W = c W*, V = alpha V*", sequences=4096,
                                                      seed=args.seed, rows=rows))
@@ -310,8 +315,8 @@ def main(argv=None):
 
 
 def in_notebook():
-    """True inside an IPython kernel (Jupyter, Colab, VS Code's interactive window), where a pasted cell
-    runs with __name__ == "__main__" and the kernel's own arguments: define there, do not run."""
+    """True inside an IPython kernel (Jupyter, Colab, VS Code's interactive window), where a pasted
+    cell runs with __name__ == "__main__" and the kernel's arguments: define there, do not run."""
     import builtins
     return hasattr(builtins, "get_ipython")
 
