@@ -6,15 +6,15 @@
     python bench.py --preset course     # the course scale (T=20, d_e=64) instead
 
 Each round times one step of every path in turn, so that the machine's drift hits them all alike:
-  eager        a typical eager PyTorch step as a researcher writes it (randn, normalise, cat, bmm, softmax,
-               autograd, SGD), materialising P and Z, on torch's own threads
+  eager        a typical eager PyTorch step as a researcher writes it (randn, normalise, cat, bmm,
+               softmax, autograd, SGD), materialising P and Z, on torch's own threads
   reference    train_tf.py --step autograd: a torch twin of sts.forward + autograd on the same draws
   fused        train_tf.py's default step for one run (fused.py)
   figure-set   train_tf.py --figure-set: the 7 runs of Figures 1-5 sharing one draw per step
   floor        the step's 8.7 M PE Gaussians alone, on the fused step's chunks and threads
-and each trick of the fused step against its plainer form (one run): `normalised` scales G by 1/|g_i| in
-place (G.mul_(r)) instead of folding 1/|g_i| into the small vectors; `chunk 2^13`, `chunk 2^17` cut the
-batch into chunks of at most that many positions instead of 2^15; `1 thread` computes on one thread.
+and each trick of the fused step against its plainer form (one run): `normalised` scales G by
+1/|g_i| in place (G.mul_(r)) instead of folding 1/|g_i| into the small vectors; `chunk 2^13` and
+`chunk 2^17` cut the batch in chunks of at most that many positions, not 2^15; `1 thread` uses one.
 """
 import resource
 import statistics
@@ -49,7 +49,8 @@ def eager_step(device, dtype):
         idx = torch.rand(n, T, device=device).argsort(-1)[:, :q]
         mask = torch.zeros(n, T, device=device, dtype=dtype).scatter_(1, idx, 1.0)
         Z = torch.cat([X, P], 1)
-        z_q = torch.cat([torch.zeros(n, d, device=device, dtype=dtype), (P * mask[:, None]).sum(-1)], 1)
+        z_q = torch.cat([torch.zeros(n, d, device=device, dtype=dtype),
+                         (P * mask[:, None]).sum(-1)], 1)
         target = (X * mask[:, None]).sum(-1) / q
         s = torch.softmax(torch.bmm(Z.mT, (z_q @ W.T)[..., None])[..., 0], -1)
         f = torch.bmm(Z, s[..., None])[..., 0] @ V.T
@@ -69,7 +70,7 @@ class Normalised(fused.FusedStep):
 
 
 def trainer_step(flags, device, step_class=None, **constants):
-    """One training step of train_tf.py's Trainer for these flags (no run directory is written), with
+    """One training step of train_tf.py's Trainer for these flags (no run directory written), with
     fused.py's module constants set as given while it runs."""
     args = train_tf.parse_args(["--preset", SCALE["preset"], "--device", device.type, *flags])
     tr = train_tf.Trainer(args, SCALE["d_e"], device)
@@ -90,30 +91,33 @@ def trainer_step(flags, device, step_class=None, **constants):
 def paths(device):
     """name -> (a step to time, torch threads to give it)."""
     cores = torch.get_num_threads()
-    fused_one, tr = trainer_step(["--pe", "stochastic"], device)
+    one_run = ["--pe", "stochastic"]
+    fused_one, tr = trainer_step(one_run, device)
     counter = iter(range(10 ** 9))
-    # the eager paths run on torch's own threads (all cores); the fused ones on one torch thread, as in
-    # train_tf.py, because their own worker threads share the cores
+    # the eager paths run on torch's own threads (all cores); the fused ones on one torch thread,
+    # as in train_tf.py, because their own worker threads share the cores
     out = {"eager": (eager_step(device, torch.float32), cores),
-           "reference": (trainer_step(["--pe", "stochastic", "--step", "autograd"], device)[0], cores),
+           "reference": (trainer_step([*one_run, "--step", "autograd"], device)[0], cores),
            "fused": (fused_one, 1),
            "figure-set": (trainer_step(["--figure-set"], device)[0], 1),
            "floor": (lambda: tr.step_fn.floor(next(counter), SCALE["n"], SCALE["T"]), 1)}
     if device.type == "cpu":
-        out.update({"normalised": (trainer_step(["--pe", "stochastic"], device, Normalised)[0], 1),
-                    "chunk 2^13": (trainer_step(["--pe", "stochastic"], device, CHUNK_POSITIONS=2 ** 13)[0], 1),
-                    "chunk 2^17": (trainer_step(["--pe", "stochastic"], device, CHUNK_POSITIONS=2 ** 17)[0], 1),
-                    "1 thread": (trainer_step(["--pe", "stochastic", "--threads", "1"], device)[0], 1)})
+        out.update({"normalised": (trainer_step(one_run, device, Normalised)[0], 1),
+                    "chunk 2^13": (trainer_step(one_run, device, CHUNK_POSITIONS=2 ** 13)[0], 1),
+                    "chunk 2^17": (trainer_step(one_run, device, CHUNK_POSITIONS=2 ** 17)[0], 1),
+                    "1 thread": (trainer_step([*one_run, "--threads", "1"], device)[0], 1)})
     return out
 
 
 def main(argv=None):
     flags = dict(device=("cpu", "where to time the steps", dict(choices=("cpu", "cuda"))),
                  repeats=(15, "timed rounds (after 2 untimed warm-up rounds)", dict(type=int)),
-                 preset=("paper", "the scale: train_tf.py's preset", dict(choices=("paper", "course"))))
+                 preset=("paper", "the scale: train_tf.py's preset",
+                         dict(choices=("paper", "course"))))
     args = runlog.argument_parser("bench.py", __doc__.split("\n")[0], flags).parse_args(argv)
     scale = train_tf.parse_args(["--preset", args.preset])
-    SCALE.update(preset=args.preset, T=scale.T, q=scale.q, d=scale.d, d_e=scale.de[0], n=scale.batch)
+    SCALE.update(preset=args.preset, T=scale.T, q=scale.q, d=scale.d, d_e=scale.de[0],
+                 n=scale.batch)
 
     def body():
         runlog.require_positive(args, ("repeats",))
@@ -134,12 +138,14 @@ def main(argv=None):
               f"({args.repeats} interleaved rounds): "
               "median [min, max], and against the fused step")
         for name, t in times.items():
-            print(f"  {name:<12}{med[name]:8.1f}  [{min(t):.1f}, {max(t):.1f}]  {med[name] / med['fused']:.2f}x")
-        ratios = {"fused / floor": med["fused"] / med["floor"], "eager / fused": med["eager"] / med["fused"],
-                  "figure-set ms": med["figure-set"]}
+            print(f"  {name:<12}{med[name]:8.1f}  [{min(t):.1f}, {max(t):.1f}]"
+                  f"  {med[name] / med['fused']:.2f}x")
+        ratios = {"fused / floor": med["fused"] / med["floor"],
+                  "eager / fused": med["eager"] / med["fused"], "figure-set ms": med["figure-set"]}
         for name, sense, target in TARGETS:
             met = ratios[name] <= target if sense == "<=" else ratios[name] >= target
-            print(f"{name} = {ratios[name]:.2f} (target {sense} {target}: {'met' if met else 'not met'})")
+            print(f"{name} = {ratios[name]:.2f} (target {sense} {target}:"
+                  f" {'met' if met else 'not met'})")
         print(f"100k steps of the figure set: {med['figure-set'] * 1e5 / 6e4:.0f} min")
         peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)

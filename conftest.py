@@ -1,5 +1,5 @@
-"""Shared by the three test files (test_sts.py runs them all): tiny run flags, log readers, small batches.
-Importable without torch, so that the NumPy tests run where torch is not installed."""
+"""Shared by the three test files (test_sts.py runs them all): tiny run flags, log readers, small
+batches. Importable without torch, so that the NumPy tests run where torch is not installed."""
 import json
 from pathlib import Path
 
@@ -10,9 +10,9 @@ import sts
 
 HERE = Path(__file__).parent
 # a run small enough for a test: seconds, float64 so that parity checks can be tight
-TINY = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", "--batch", "64", "--steps", "20", "--eval-every",
-        "10", "--test-T", "8", "--test-q", "1", "--n-test", "64", "--n-final", "64", "--dtype", "float64",
-        "--device", "cpu"]
+TINY = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", "--batch", "64", "--steps", "20",
+        "--eval-every", "10", "--test-T", "8", "--test-q", "1", "--n-test", "64", "--n-final", "64",
+        "--dtype", "float64", "--device", "cpu"]
 
 
 def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):
@@ -22,7 +22,8 @@ def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):
 
 def random_weights(seed, d, d_e, scale=1.0):
     rng = np.random.default_rng(seed)
-    return scale * rng.standard_normal((d + d_e, d + d_e)), scale * rng.standard_normal((d, d + d_e))
+    return (scale * rng.standard_normal((d + d_e, d + d_e)),
+            scale * rng.standard_normal((d, d + d_e)))
 
 
 def read_log(path):
@@ -34,13 +35,14 @@ def read_json(path):
 
 
 def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
-    """Two runs' logs hold the same records: a null (the step-0 train loss) where the other has a null,
+    """Two runs' logs hold the same records: a null (the step-0 train loss) where the other has one,
     numbers equal to `rel`, nested sets ("test_T": {"250": ...}) key by key."""
     assert len(logs_a) == len(logs_b) > 0
     for a, b in zip(logs_a, logs_b):
         assert a["step"] == b["step"]
         for key in keys:
-            pairs = ([(a[key][k], b[key][k]) for k in a[key]] if isinstance(a[key], dict) else [(a[key], b[key])])
+            pairs = ([(a[key][k], b[key][k]) for k in a[key]] if isinstance(a[key], dict)
+                     else [(a[key], b[key])])
             assert not isinstance(a[key], dict) or set(a[key]) == set(b[key]) != set()
             for x, y in pairs:
                 if x is None or y is None:
@@ -51,7 +53,7 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
 
 @pytest.fixture
 def one_thread():
-    """Small models train several times faster on one torch thread when other jobs share the 2 cores."""
+    """Small models train several times faster on one torch thread when jobs share the 2 cores."""
     import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

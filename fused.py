@@ -1,12 +1,12 @@
 """The fused training step of sts.py's model in PyTorch, CPU or CUDA, on the draws of streams.py.
 
-The model needs the positional encodings P only through three products per sequence: the scores p_i^T u,
-the values V p_i, and the sums sum_i w_i p_i of the backward pass. So the step never builds P, Z = [X; P]
-or a masked copy: it keeps the raw Gaussians G (one row g_i per position, p_i = g_i / |g_i|), folds
-1/|g_i| into the small vectors, and does both passes over G while a chunk of sequences is in cache. The
-gradient is sts.backward written for that layout; the tests check it against sts.backward and autograd.
-On a CPU a batch big enough is cut into a chunk per worker thread (torch's normal_ runs on one core; two
-threads with their own generators halve it); a small one (a course-scale step) stays one chunk.
+The model needs the positional encodings P only through three products per sequence: the scores
+p_i^T u, the values V p_i and the backward pass's sums sum_i w_i p_i. So the step never builds P,
+Z = [X; P] or a masked copy: it keeps the raw Gaussians G (a row g_i per position, p_i = g_i/|g_i|),
+folds 1/|g_i| into the small vectors, and does both passes over G while a chunk of sequences is in
+cache. The gradient, sts.backward for that layout, is tested against sts.backward and autograd.
+On a CPU a big enough batch is cut into a chunk per worker thread (torch's normal_ runs on one core;
+two threads with their own generators halve it); a small one (a course-scale step) stays one chunk.
 """
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -15,43 +15,44 @@ import torch
 
 import streams
 
-CHUNK_POSITIONS = 2 ** 15   # most positions (c * T) per compute chunk on a CPU: its buffers stay a few MiB,
-                            # and short sequences get chunks big enough that the fixed cost of a chunk's
-                            # small torch ops does not dominate
-THREAD_WORK = 2 ** 19       # least PE entries (c * T * d_e) that make a chunk worth a thread of its own:
+CHUNK_POSITIONS = 2 ** 15   # most positions (c * T) per compute chunk on a CPU: its buffers stay a
+                            # few MiB, and short sequences get chunks big enough that the fixed cost
+                            # of a chunk's small torch ops does not dominate
+THREAD_WORK = 2 ** 19       # least PE entries (c * T * d_e) that make a chunk worth its own thread:
                             # below it the threads' turns at Python's lock cost more than they save
 
 
 def chunk_forward(G, r, X, idx, W, V, query):
-    """R runs on c sequences that share their PEs: G (c, T, e) raw rows with r (c, T) = 1/|g_i| (a table of
-    unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V (R, d, D); query (R,) bool: attend
-    [Z, z_q]. Returns f (c, R, d) and what chunk_backward needs."""
+    """R runs on c sequences that share their PEs: G (c, T, e) raw rows with r (c, T) = 1/|g_i|
+    (a table of unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V (R, d, D); query (R,)
+    bool: attend [Z, z_q]. Returns f (c, R, d) and what chunk_backward needs."""
     c, d, T = X.shape
     R = W.shape[0]
     rows = torch.arange(c, device=X.device)[:, None]
-    p_y = (G[rows, idx] * r[rows, idx, None]).sum(1)               # sum_{j in y} p_j, z_q's PE part (c, e)
-    u = torch.einsum("rDe,ce->crD", W[:, :, d:], p_y)              # u = W z_q = W[:, d:] p_y (c, R, D)
+    p_y = (G[rows, idx] * r[rows, idx, None]).sum(1)               # p_y = sum_{j in y} p_j (c, e)
+    u = torch.einsum("rDe,ce->crD", W[:, :, d:], p_y)              # W z_q = W[:, d:] p_y (c, R, D)
     u_x, u_e, V_e = u[..., :d], u[..., d:], V[:, :, d:]
-    M = torch.cat([u_e, V_e.reshape(1, R * d, -1).expand(c, -1, -1)], 1)   # [u_e; V_e] (c, R(1+d), e)
+    M = torch.cat([u_e, V_e.reshape(1, R * d, -1).expand(c, -1, -1)], 1)  # [u_e; V_e] (c, R+Rd, e)
     PM = torch.bmm(M, G.mT) * r[:, None, :]                        # pass 1 over G: [u_e; V_e] p_i
-    a = torch.bmm(u_x, X) + PM[:, :R]                              # scores a_i = z_i^T u    (c, R, T)
+    a = torch.bmm(u_x, X) + PM[:, :R]                              # scores a_i = z_i^T u  (c, R, T)
     a_q = torch.where(query, (u_e * p_y[:, None, :]).sum(-1), -torch.inf)  # z_q^T u, or no query
     top = torch.maximum(a.amax(-1), a_q)
     e_t, e_q = torch.exp(a - top[..., None]), torch.exp(a_q - top)
     norm = e_t.sum(-1) + e_q
     sm, sm_q = e_t / norm[..., None], e_q / norm                   # softmax over T (+ the query)
-    vz = torch.matmul(V[:, :, :d].reshape(R * d, d), X).view(c, R, d, T) + PM[:, R:].view(c, R, d, T)
-    vq = torch.einsum("rke,ce->crk", V_e, p_y)                     # values V z_i (c,R,d,T), V z_q = V_e p_y
-    f = (vz * sm[:, :, None, :]).sum(-1) + sm_q[..., None] * vq    # f = V C softmax(C^T u)  (c, R, d)
+    vz = (torch.matmul(V[:, :, :d].reshape(R * d, d), X).view(c, R, d, T)
+          + PM[:, R:].view(c, R, d, T))                            # values V z_i  (c, R, d, T)
+    vq = torch.einsum("rke,ce->crk", V_e, p_y)                     # V z_q = V_e p_y
+    f = (vz * sm[:, :, None, :]).sum(-1) + sm_q[..., None] * vq    # f = V C softmax(a)    (c, R, d)
     return f, (G, r, X, p_y, sm, sm_q, vz, vq)
 
 
 def chunk_backward(err, n, cache):
-    """dW[:, :, d:] (R, D, e) and dV (R, d, D) of the chunk, for L = 1/(2n) sum ||f - y||^2, err = f - y."""
+    """The chunk's dW[:, :, d:] (R, D, e), dV (R, d, D) of L = 1/(2n) sum ||err||^2, err = f - y."""
     G, r, X, p_y, sm, sm_q, vz, vq = cache
     R = sm.shape[1]
     df = err / n                                                   # dL/df
-    ds = (vz * df[..., None]).sum(2)                               # dL/ds_i = (V z_i)^T df (c, R, T)
+    ds = (vz * df[..., None]).sum(2)                               # ds_i = (V z_i)^T df (c, R, T)
     ds_q = (vq * df).sum(-1)
     inner = (sm * ds).sum(-1) + sm_q * ds_q                        # <s, ds>, the query included
     da, da_q = sm * (ds - inner[..., None]), sm_q * (ds_q - inner)  # softmax: da = s (ds - <s, ds>)
@@ -59,27 +60,28 @@ def chunk_backward(err, n, cache):
     Xt = X.mT
     h = torch.cat([torch.bmm(sm, Xt), Gw[:, :R] + sm_q[..., None] * p_y[:, None]], -1)   # h = C s
     du = torch.cat([torch.bmm(da, Xt), Gw[:, R:] + da_q[..., None] * p_y[:, None]], -1)  # du = C da
-    return torch.einsum("crD,ce->rDe", du, p_y), torch.einsum("crd,crD->rdD", df, h)   # du z_q^T, df h^T
+    # du z_q^T, df h^T
+    return torch.einsum("crD,ce->rDe", du, p_y), torch.einsum("crd,crD->rdD", df, h)
 
 
 class FusedStep:
-    """Losses (and gradients) of R runs on one batch, drawing each chunk once for the runs that share it.
+    """Losses (and gradients) of R runs on a batch, each chunk drawn once for the runs sharing it.
 
-    parts: runs that share their PEs, as (seed, table, run indices): table None for stochastic PEs, or
-    a (T_max, d_e) tensor of unit rows (fixed, onehot). query: (R,) bool, the runs that attend [Z, z_q].
+    parts: runs sharing PEs, as (seed, table, run indices): table None for stochastic PEs, or a
+    (T_max, d_e) tensor of unit rows (fixed, onehot). query: (R,) bool, which runs attend [Z, z_q].
     """
 
     def __init__(self, parts, query, d, d_e, device, dtype, threads=2):
         self.parts, self.query, self.d, self.d_e = parts, query, d, d_e
         self.device, self.dtype = device, dtype
         self.threads = threads if device.type == "cpu" else 1
-        self.local = threading.local()                             # each thread's generator and buffer
+        self.local = threading.local()                             # per-thread generator and buffer
         self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
 
     def bounds(self, n, T):
-        """The compute chunks (lo, hi) of n sequences of length T. On a CPU: one per thread where each gets
-        THREAD_WORK, else one; more where a chunk would pass CHUNK_POSITIONS; each whole DRAW_CHUNKs.
-        On CUDA: the whole batch."""
+        """The compute chunks (lo, hi) of n sequences of length T. On a CPU: one per thread where
+        each gets THREAD_WORK, else one; more where a chunk would pass CHUNK_POSITIONS; each whole
+        DRAW_CHUNKs. On CUDA: the whole batch."""
         if self.device.type != "cpu":
             return [(0, n)]
         whole = streams.DRAW_CHUNK
@@ -103,14 +105,15 @@ class FusedStep:
         return list(self.pool.map(work, shares)) if len(shares) > 1 else [work(shares[0])]
 
     def draws(self, lo, hi, index, T, q, val):
-        """Yields each part's PEs (G, r) and tokens on sequences lo..hi, tokens drawn once per stream; the
-        PEs of every part share one buffer, so a part is used before the next is drawn."""
+        """Yields each part's PEs (G, r) and tokens on sequences lo..hi, tokens drawn once per
+        stream; the PEs of every part share a buffer, so a part is used before the next is drawn."""
         gen, buf = self.thread_tools((hi - lo) * T * self.d_e)
         tokens = {}
         for seed, table, runs in self.parts:
             token_words, pe_words = streams.words(seed, index, val)
             if token_words not in tokens:
-                tokens[token_words] = streams.draw_tokens(gen, token_words, lo, hi, T, q, self.d, self.dtype)
+                tokens[token_words] = streams.draw_tokens(gen, token_words, lo, hi, T, q, self.d,
+                                                          self.dtype)
             if table is None:
                 G = streams.draw_pe(gen, pe_words, lo, hi, T, self.d_e, buf)
                 r = torch.linalg.vector_norm(G, dim=-1).reciprocal_()  # 1/|g_i|
@@ -120,8 +123,8 @@ class FusedStep:
             yield runs, G, r, tokens[token_words]
 
     def __call__(self, W, V, index, n, T, q, val=False):
-        """W (R, D, D), V (R, d, D) on the training batch `index` of each run's seed: returns the losses
-        (R,), dW (R, D, D) (zero but for the columns d:) and dV (R, d, D). With val, on the validation
+        """W (R, D, D), V (R, d, D) on the training batch `index` of each run's seed: returns losses
+        (R,), dW (R, D, D) (zero but for columns d:) and dV (R, d, D). With val, on the validation
         set `index` (the same for every run), no gradient: returns each sequence's loss (n, R)."""
         d = self.d
         per_sequence = torch.empty(n, W.shape[0], dtype=self.dtype, device=self.device)
@@ -148,8 +151,8 @@ class FusedStep:
         return losses / n, dW, dV
 
     def floor(self, index, n, T):
-        """The stochastic PE Gaussians of a training batch alone, on the step's chunks and threads: the
-        least a step can cost (bench.py)."""
+        """The stochastic PE Gaussians of a training batch alone, on the step's chunks and threads:
+        the least a step can cost (bench.py)."""
         def work(chunks):
             for lo, hi in chunks:
                 gen, buf = self.thread_tools((hi - lo) * T * self.d_e)

@@ -1,10 +1,10 @@
-"""Run bookkeeping shared by the training scripts: run files, checkpoints, and the exit-status contract.
+"""Run bookkeeping shared by the training scripts: run files, checkpoints, the exit-status contract.
 
 A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
 terminated or failed; its step; its last record), weights_*.npz and checkpoint.pt (for --resume).
-Exit status: 0 finished, 1 a run diverged, 2 bad input (one line naming the flag), 130 Ctrl-C, 143 SIGTERM.
-This module knows nothing of the models, and imports torch only where a checkpoint or a device needs it
+Exit status: 0 finished, 1 diverged, 2 bad input (a line naming the flag), 130 Ctrl-C, 143 SIGTERM.
+This module knows nothing of the models and imports torch only where a checkpoint or device needs it
 (plots.py uses it without torch).
 """
 import argparse
@@ -28,8 +28,8 @@ class Terminated(BaseException):
 
 def ended_by(error):
     """How a run ended, for its summary, from the exception that ended it."""
-    return {KeyboardInterrupt: "interrupted", Terminated: "terminated", Stop: "diverged"}.get(type(error),
-                                                                                            "failed")
+    return {KeyboardInterrupt: "interrupted", Terminated: "terminated",
+            Stop: "diverged"}.get(type(error), "failed")
 
 
 def strict(value):
@@ -40,15 +40,15 @@ def strict(value):
 
 
 def write_json(path, obj):
-    """Write obj as JSON atomically (a reader never sees half a file), non-finite numbers as null."""
+    """Write obj as JSON atomically (no reader sees half a file), non-finite numbers as null."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(strict(obj), indent=2))
     os.replace(tmp, path)
 
 
 def nest(losses):
-    """A record's losses as the log nests them, {"val": x, "test_T": {"250": x}, "test_q": {"2": x}}, from
-    [((group, key), x), ...] where key is None for "val"."""
+    """A record's losses as the log nests them: {"val": x, "test_T": {"250": x}, "test_q": {"2": x}}
+    from [((group, key), x), ...] where key is None for "val"."""
     out = {"val": None, "test_T": {}, "test_q": {}}
     for (group, key), x in losses:
         if key is None:
@@ -59,15 +59,15 @@ def nest(losses):
 
 
 def write_summary(path, status, step, seconds, record):
-    """summary.json of a run that ended: how, the step it stopped at, after how many seconds, and its last
-    evaluation record (whose own "step" says when that evaluation was made; null if none was)."""
-    write_json(path / "summary.json", dict(record, step=record.get("step"), status=status, stopped_at=step,
-                                           seconds=round(seconds, 1)))
+    """summary.json of a run that ended: how, the step it stopped at, after how many seconds and its
+    last evaluation record (whose own "step" says when it was made; null if none was)."""
+    write_json(path / "summary.json", dict(record, step=record.get("step"), status=status,
+                                           stopped_at=step, seconds=round(seconds, 1)))
 
 
 def divergence(losses, start_loss):
-    """Why a run must stop (a loss NaN or above DIVERGED times the starting loss d/(2q)), or None; a None
-    in `losses` is a loss not measured (no training step since the last record)."""
+    """Why a run must stop (a loss NaN or above DIVERGED times the starting loss d/(2q)), or None;
+    a None in `losses` is a loss not measured (no training step since the last record)."""
     losses = [x for x in losses if x is not None]
     bad = next((x for x in losses if not math.isfinite(x)), max(losses, default=0.0))
     if not math.isfinite(bad) or bad > DIVERGED * start_loss:
@@ -86,7 +86,8 @@ def write_record(log, record, run_name, losses, start_loss):
     append_record(log, record)
     why = divergence(losses, start_loss)
     if why:
-        raise Stop(f"run {run_name}: {why.replace('loss', 'loss at step ' + str(record['step']), 1)}")
+        raise Stop(f"run {run_name}: "
+                   f"{why.replace('loss', 'loss at step ' + str(record['step']), 1)}")
 
 
 def save_checkpoint(path, state):
@@ -112,7 +113,8 @@ def check_task(T, q, d, d_e=1):
     """The task's sizes are positive integers and the subset fits the sequence: 1 <= q <= T."""
     for name, value in (("T", T), ("d", d), ("d_e", d_e)):
         require(value >= 1, f"--{name.replace('_', '')} must be a positive integer (got {value})")
-    require(1 <= q <= T, f"--q must satisfy 1 <= q <= T (got q={q}, T={T}): pick a smaller q or a longer T")
+    require(1 <= q <= T,
+            f"--q must satisfy 1 <= q <= T (got q={q}, T={T}): pick a smaller q or a longer T")
 
 
 def fail(program, error):
@@ -122,9 +124,9 @@ def fail(program, error):
 
 
 def argument_parser(program, description, table, **kwargs):
-    """argparse for a script's hyper-parameter table, its errors one line through fail (not argparse's usage
-    block). table: flag name -> (default, help, argparse options); a default {preset: value} depends on
-    --preset (--help lists each preset's value), a default None is derived and resolved by the script."""
+    """argparse for a script's hyper-parameter table, its errors one line via fail (not argparse's
+    usage block). table: flag name -> (default, help, argparse options); a default {preset: value}
+    depends on --preset (--help lists each preset's value); the script derives a default None."""
     p = argparse.ArgumentParser(prog=program, description=description, **kwargs)
     p.error = lambda message: fail(program, message)
     for name, (default, text, options) in table.items():
@@ -133,7 +135,8 @@ def argument_parser(program, description, table, **kwargs):
                               for k, v in default.items())
             text, default = f"{text} [{shown}]", None
         elif default not in (None, False):
-            text = f"{text} [{' '.join(map(str, default)) if isinstance(default, list) else default}]"
+            text = (f"{text} ["
+                    f"{' '.join(map(str, default)) if isinstance(default, list) else default}]")
         p.add_argument("--" + name.replace("_", "-"), default=default, help=text, **options)
     return p
 
@@ -146,7 +149,7 @@ def fill_presets(args, table, preset):
 
 
 def check_out(out):
-    """--out must name a folder this process can write: not a file, its nearest existing parent writable."""
+    """--out must name a folder we can write: not a file, its nearest existing parent writable."""
     path = Path(out)
     require(not path.exists() or path.is_dir(), f"--out: {out} is a file; name a folder")
     parent = path
@@ -157,7 +160,7 @@ def check_out(out):
 
 
 def run_state(path):
-    """What a run directory holds, for a message: "finished at step 100000", "interrupted at step 412"."""
+    """What a run directory holds, as "finished at step 100000" or "interrupted at step 412"."""
     summary = Path(path) / "summary.json"
     try:
         state = json.loads(summary.read_text())
@@ -167,15 +170,18 @@ def run_state(path):
 
 
 def check_free(path, force, resume=False):
-    """Before any training: a run directory that holds a run is refused unless --force (or, for a run with
-    a checkpoint, --resume); with --resume there must be a checkpoint. The message says what is there."""
+    """Before any training: a directory holding a run is refused unless --force (or, for a run with
+    a checkpoint, --resume); --resume needs a checkpoint. The message says what is there."""
     path = Path(path)
-    held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0  # an empty log holds none
+    # an empty log holds none
+    held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
     can_resume = (path / "checkpoint.pt").exists()
     require(not resume or can_resume, f"--resume: {path} has no checkpoint to go on from (it is "
-            f"{run_state(path) if held else 'empty'}); run without --resume, with --force to redo it")
-    require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass --force to redo "
-            f"it{', --resume to go on from its checkpoint' if can_resume else ''}, or another --out")
+            f"{run_state(path) if held else 'empty'}); run without --resume,"
+            " with --force to redo it")
+    require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass"
+            f" --force to redo it{', --resume to go on from its checkpoint' if can_resume else ''},"
+            " or another --out")
 
 
 def fresh_dir(path):
@@ -189,16 +195,16 @@ def fresh_dir(path):
 def require_memory(nbytes, what):
     """Refuse, before any training, a size that cannot fit in this machine's memory (80% of it)."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    require(nbytes < 0.8 * total, f"{what} needs about {nbytes / 2 ** 30:,.1f} GiB of memory, more than this "
-                                  f"machine's {total / 2 ** 30:.0f} GiB; choose smaller sizes")
+    require(nbytes < 0.8 * total, f"{what} needs about {nbytes / 2 ** 30:,.1f} GiB of memory, "
+            f"more than this machine's {total / 2 ** 30:.0f} GiB; choose smaller sizes")
 
 
 def require_distinct(args, keys):
     """A flag given the same value twice would train (and write) one run twice."""
     for key in keys:
         values = getattr(args, key)
-        require(len(set(values)) == len(values), f"--{key.replace('_', '-')} lists a value twice (got "
-                                                 f"{values}); give each once")
+        require(len(set(values)) == len(values),
+                f"--{key.replace('_', '-')} lists a value twice (got {values}); give each once")
 
 
 def require_positive(args, keys):
@@ -224,8 +230,7 @@ def _terminate(signum, frame):
 
 
 def run_command(program, body, kept="the logs and weights so far are saved"):
-    """The exit codes every script here shares: 2 bad input (one line), 1 a run that had to stop, 130 Ctrl-C,
-    143 SIGTERM."""
+    """All scripts' exit codes: 2 bad input (one line), 1 a run stopped, 130 Ctrl-C, 143 SIGTERM."""
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         body()
@@ -234,8 +239,9 @@ def run_command(program, body, kept="the logs and weights so far are saved"):
     except Stop as e:
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
-    except OSError as e:                  # an --out that cannot be written (read-only, a full disk, /proc)
-        fail(program, f"cannot write {e.filename or ''}: {e.strerror or e}; check --out and free space")
+    except OSError as e:                  # an unwritable --out (read-only, a full disk, /proc)
+        fail(program,
+             f"cannot write {e.filename or ''}: {e.strerror or e}; check --out and free space")
     except KeyboardInterrupt:
         print(f"{program}: interrupted; {kept}", file=sys.stderr)
         sys.exit(130)

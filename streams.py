@@ -1,11 +1,11 @@
 """The data streams of the torch scripts: a batch is a function of (seed, stream, index) alone.
 
-Sequences are drawn in chunks of DRAW_CHUNK, each from a torch.Generator seeded by (seed, stream, index,
-chunk), so the numbers do not depend on threads, chunking or device order. Tokens and subsets come from one
-stream, stochastic PEs from another: runs of one seed see the same tokens and subsets whatever their PE,
-optimiser or attention, and a process training several of them draws each batch once. The validation
-sets come from streams that do not depend on the run's seed: every run of every seed is scored on the same
-sequences, so two runs can be compared sequence by sequence (paired differences).
+Sequences are drawn in chunks of DRAW_CHUNK, each from a torch.Generator seeded by (seed, stream,
+index, chunk), so the numbers do not depend on threads, chunking or device order. Tokens and subsets
+come from one stream, stochastic PEs from another: runs of one seed see the same tokens and subsets
+whatever their PE, optimiser or attention, and a process training several of them draws each batch
+once. The validation sets come from streams that do not depend on the run's seed: every run of every
+seed is scored on the same sequences, so runs compare sequence by sequence (paired differences).
 """
 import torch
 
@@ -15,7 +15,7 @@ EVAL_WORD = 0          # the seed word of every validation set, whatever the run
 
 
 def mix(*words):
-    """A 63-bit seed from integers (splitmix64 over each word): distinct words, unrelated streams."""
+    """A 63-bit seed from integers (splitmix64 per word): distinct words, unrelated streams."""
     h, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
     for w in words:
         h = ((h ^ (w & mask)) * 0xBF58476D1CE4E5B9) & mask
@@ -30,16 +30,16 @@ def val_index(T, q):
 
 
 def words(seed, index, val=False):
-    """The (tokens, PEs) stream words of a batch: training batch `index` of a run of `seed`, or with val
-    the validation set `index` (val_index), the same for every run."""
+    """The (tokens, PEs) stream words of a batch: training batch `index` of a run of `seed`, or
+    with val the validation set `index` (val_index), the same for every run."""
     if val:
         return (EVAL_WORD, VAL, index), (EVAL_WORD, VAL_PE, index)
     return (seed, TRAIN, index), (seed, TRAIN_PE, index)
 
 
 def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
-    """Tokens X (c, d, T) ~ N(0, I_d), a uniform q-subset idx (c, q) and the target (c, d) of sequences
-    lo..hi of the batch `token_words`; each DRAW_CHUNK from its own seed (sts.sample_batch's draws)."""
+    """Tokens X (c, d, T) ~ N(0, I_d), a uniform q-subset idx (c, q) and target (c, d) of sequences
+    lo..hi of batch `token_words`; each DRAW_CHUNK from its own seed (sts.sample_batch's draws)."""
     Xs, idxs = [], []
     for j in range(lo, hi, DRAW_CHUNK):
         c = min(j + DRAW_CHUNK, hi) - j
@@ -48,12 +48,12 @@ def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
         uniform = torch.rand(c, T, generator=gen, device=gen.device, dtype=torch.float32)
         idxs.append(uniform.argsort(-1)[:, :q])        # the first q of a uniform order: the subset
     X, idx = torch.cat(Xs), torch.cat(idxs)
-    target = X.gather(2, idx[:, None, :].expand(-1, d, -1)).mean(-1)            # STS_q = mean of the x_y
+    target = X.gather(2, idx[:, None, :].expand(-1, d, -1)).mean(-1)       # STS_q = mean of the x_y
     return X, idx, target
 
 
 def draw_pe(gen, pe_words, lo, hi, T, d_e, out):
-    """Raw Gaussians G (c, T, d_e) of the stochastic PEs of sequences lo..hi, into the buffer `out`."""
+    """Raw Gaussians G (c, T, d_e) of the stochastic PEs of sequences lo..hi, into buffer `out`."""
     G = out[:(hi - lo) * T * d_e].view(hi - lo, T, d_e)
     for j in range(lo, hi, DRAW_CHUNK):
         gen.manual_seed(mix(*pe_words, j // DRAW_CHUNK))
@@ -62,9 +62,10 @@ def draw_pe(gen, pe_words, lo, hi, T, d_e, out):
 
 
 def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
-    """The whole batch of `batch_words` (words(...)): X (n, d, T), idx (n, q), target (n, d) and the raw PE
+    """The whole batch of `batch_words` (words(...)): X (n, d, T), idx (n, q), target (n, d), raw PE
     Gaussians G (n, T, d_e), as the fused step draws them; for the reference step and the tests."""
     gen = torch.Generator(device)
     X, idx, target = draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
-    G = draw_pe(gen, batch_words[1], 0, n, T, d_e, torch.empty(n * T * d_e, dtype=dtype, device=device))
+    G = draw_pe(gen, batch_words[1], 0, n, T, d_e,
+                torch.empty(n * T * d_e, dtype=dtype, device=device))
     return X, idx, target, G

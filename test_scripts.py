@@ -1,7 +1,7 @@
-"""The scripts' behaviour (test_sts.py runs this file too): the exit contract (divergence, SIGTERM and
-Ctrl-C, strict JSON, one bad-input table per script and one shell check for all), run directories,
-plots.py and rundirs.py, train_bool.py, train_fcn.py, the README's commands, the lesson notebook.
-Seeded, CPU only.
+"""The scripts' behaviour (test_sts.py runs this file too): the exit contract (divergence, SIGTERM
+and Ctrl-C, strict JSON, one bad-input table per script and one shell check for all), run
+directories, plots.py and rundirs.py, train_bool.py, train_fcn.py, the README's commands, the lesson
+notebook. Seeded, CPU only.
 """
 import json
 import signal
@@ -25,7 +25,8 @@ import train_tf
 from conftest import HERE, TINY, read_log
 
 
-COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128", "--n-final", "128", "--device", "cpu"]
+COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128",
+              "--n-final", "128", "--device", "cpu"]
 
 
 def summary_of(run):
@@ -34,16 +35,21 @@ def summary_of(run):
 
 def test_a_diverging_run_stops_alone_and_the_others_finish(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
-        train_tf.main(COURSE_100 + ["--lr", "5", "--pe", "stochastic", "fixed", "--out", str(tmp_path)])
+        train_tf.main(COURSE_100 + ["--lr", "5", "--pe", "stochastic", "fixed",
+                                    "--out", str(tmp_path)])
     assert done.value.code == 1 and "1 of 2 runs diverged" in capsys.readouterr().err
-    healthy, bad = summary_of(tmp_path / "stochastic-de64-seed0"), summary_of(tmp_path / "fixed-de64-seed0")
+    healthy, bad = (summary_of(tmp_path / "stochastic-de64-seed0"),
+                    summary_of(tmp_path / "fixed-de64-seed0"))
     assert healthy["status"] == "finished" and healthy["step"] == 100 and healthy["val"] < 0.5
-    assert bad["status"] == "diverged" and bad["step"] == bad["stopped_at"] == len(read_log(tmp_path / "fixed-de64-seed0")) * 10 - 10
+    assert (bad["status"] == "diverged" and bad["step"] == bad["stopped_at"]
+            == len(read_log(tmp_path / "fixed-de64-seed0")) * 10 - 10)
 
 
 
-def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every_sequences_loss(tmp_path):
-    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--seed", "0", "1", "--n-final", "96", "--out", str(tmp_path)])
+def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every_sequences_loss(
+        tmp_path):
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--seed", "0", "1", "--n-final", "96",
+                          "--out", str(tmp_path)])
     runs = sorted(tmp_path.iterdir())
     assert len(runs) == 4
     for run in runs:
@@ -51,7 +57,8 @@ def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every
         per_sequence = np.load(run / "final_losses.npz")
         assert summary["n_final"] == 96 and sorted(per_sequence) == ["test_T_8", "test_q_1", "val"]
         for key, mean, se in (("val", summary["final"]["val"], summary["final_se"]["val"]),
-                              ("test_T_8", summary["final"]["test_T"]["8"], summary["final_se"]["test_T"]["8"])):
+                              ("test_T_8", summary["final"]["test_T"]["8"],
+                               summary["final_se"]["test_T"]["8"])):
             x = per_sequence[key]
             assert x.shape == (96,) and mean == pytest.approx(x.mean(), rel=1e-6)
             assert se == pytest.approx(x.std(ddof=1) / 96 ** 0.5, rel=1e-5) and 0 < se < mean
@@ -59,7 +66,8 @@ def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every
 
 def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp_path):
     with open(tmp_path / "log.jsonl", "w") as log:
-        runlog.append_record(log, dict(step=3, val=float("nan"), test_T={"8": float("inf"), "9": 0.5}))
+        runlog.append_record(log, dict(step=3, val=float("nan"),
+                                       test_T={"8": float("inf"), "9": 0.5}))
     runlog.write_summary(tmp_path, "diverged", 5, 1.0, dict(step=3, val=float("-inf")))
 
     def no_constants(name):
@@ -85,13 +93,16 @@ def test_train_tf_writes_a_run_directory(tmp_path):
         assert np.load(run / name)["W"].shape == (10, 10)
 
 
-@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, sig, code, word):
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, sig, code,
+                                                                          word):
     train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
     run = tmp_path / "stochastic-de8-seed0"
     assert summary_of(run)["status"] == "finished"
-    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--steps", "10000000", "--force",
-                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY,
+                             "--steps", "10000000", "--force", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not ((run / "log.jsonl").exists() and (run / "log.jsonl").read_text().count("\n") >= 2
                and not (run / "summary.json").exists()) and time.time() < deadline:
@@ -101,14 +112,16 @@ def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_pa
     assert proc.returncode == code and word in err.splitlines()[-1]
     summary = summary_of(run)
     assert summary["status"] == word and summary["stopped_at"] >= 10
-    closing = out.splitlines()[-1]                         # the last evaluated values, with their own step
-    assert f"{word} at step {summary['stopped_at']}; last evaluated at step {summary['step']}" in closing
+    closing = out.splitlines()[-1]                         # the last evaluation, with its own step
+    assert (f"{word} at step {summary['stopped_at']}; last evaluated at step {summary['step']}"
+            in closing)
     assert f"val {summary['val']:.4f}" in closing
     assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
     assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
 
 
-def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path, monkeypatch):
+def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path,
+                                                                                    monkeypatch):
     def interrupted(self, n):
         raise KeyboardInterrupt
     monkeypatch.setattr(train_tf.Trainer, "evaluate", interrupted)
@@ -117,18 +130,21 @@ def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_re
     run = tmp_path / "stochastic-de8-seed0"
     assert done.value.code == 130 and (run / "log.jsonl").read_text() == ""
     summary = summary_of(run)
-    assert summary["status"] == "interrupted" and summary["step"] is None and summary["stopped_at"] == 0
+    assert (summary["status"] == "interrupted" and summary["step"] is None
+            and summary["stopped_at"] == 0)
     monkeypatch.undo()
-    train_tf.main(TINY + ["--out", str(tmp_path)])                # no --force needed: nothing was logged
+    train_tf.main(TINY + ["--out", str(tmp_path)])                # no --force: nothing was logged
     assert summary_of(run)["status"] == "finished"
 
 
-def test_a_paper_scale_cpu_run_says_what_it_will_cost_before_training(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train_tf, "train", lambda args, d_e, device: [])   # no training: only the notice
-    train_tf.main(["--device", "cpu", "--out", str(tmp_path)])              # no other flag: the paper's run
+def test_a_paper_scale_cpu_run_says_what_it_will_cost_before_training(tmp_path, monkeypatch,
+                                                                      capsys):
+    monkeypatch.setattr(train_tf, "train", lambda args, d_e, device: [])   # only the notice
+    train_tf.main(["--device", "cpu", "--out", str(tmp_path)])            # no flag: the paper's run
     out = capsys.readouterr().out
     minutes = 100_000 * train_tf.CPU_MS[0] / 6e4                            # one run
-    assert "100,000 steps of 1 run(s)" in out and f"about {minutes:.0f} minutes" in out and "--preset course" in out
+    assert ("100,000 steps of 1 run(s)" in out and f"about {minutes:.0f} minutes" in out
+            and "--preset course" in out)
 
 
 TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 and write nothing
@@ -153,7 +169,8 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
 
 
 @pytest.mark.parametrize("flags, fragment", TF_BAD_INPUT)
-def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_path, capsys, flags, fragment):
+def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_path, capsys,
+                                                                            flags, fragment):
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     t0 = time.time()
@@ -168,50 +185,53 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_p
 def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    base = {"train_tf": TINY, "train_fcn": FCN_TINY + ["--width", "8"], "train_bool": [], "plots": [str(tmp_path)]}
-    r = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *base[script], "--out", str(blocker)],
-                       capture_output=True, text=True)
+    base = {"train_tf": TINY, "train_fcn": FCN_TINY + ["--width", "8"], "train_bool": [],
+            "plots": [str(tmp_path)]}
+    r = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *base[script],
+                        "--out", str(blocker)], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert blocker.read_text() == "not a folder"
 
 
 def test_sts_demo_stops_a_diverging_run_and_refuses_a_negative_rate():
-    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50"], capture_output=True,
-                       text=True)
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50"],
+                       capture_output=True, text=True)
     assert r.returncode == 1 and "diverging" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "-1"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "-1"],
+                       capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr" in r.stderr
 
 
-@pytest.mark.parametrize("argv", [
-    ["/usr/lib/python3/dist-packages/ipykernel_launcher.py", "-f", "/root/.local/kernel-1.json"],   # Jupyter
-    ["/usr/local/lib/python3.11/dist-packages/colab_kernel_launcher.py", "-f", "/root/kernel.json"],  # Colab
-    ["/home/u/.vscode/extensions/ms-python/ipykernel_launcher.py", "--f=/tmp/kernel-v2.json"],   # VS Code
-    ["/usr/bin/ipython"],                                                          # IPython's own shell
+@pytest.mark.parametrize("argv", [  # Jupyter, Colab, VS Code, IPython's own shell
+    ["/usr/lib/python3/dist-packages/ipykernel_launcher.py", "-f", "/root/.local/kernel-1.json"],
+    ["/usr/local/lib/python3.11/dist-packages/colab_kernel_launcher.py", "-f", "/root/kernel.json"],
+    ["/home/u/.vscode/extensions/ms-python/ipykernel_launcher.py", "--f=/tmp/kernel-v2.json"],
+    ["/usr/bin/ipython"],
 ])
 def test_sts_pastes_into_a_notebook_without_running_or_exiting(monkeypatch, argv):
-    # a notebook cell runs the source with __name__ == "__main__", the kernel's arguments in sys.argv and
-    # get_ipython among the builtins: whatever the launcher, sts.py defines everything and runs nothing
+    # a notebook cell runs the code with __name__ == "__main__", the kernel's arguments in sys.argv
+    # and get_ipython among the builtins: whatever the launcher, sts.py defines all and runs nothing
     import builtins
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(builtins, "get_ipython", lambda: None, raising=False)
     namespace = {"__name__": "__main__"}
     exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), namespace)
     assert callable(namespace["demo"]) and callable(namespace["backward"])
-    monkeypatch.delattr(builtins, "get_ipython")              # a plain python run: main() parses argv
+    monkeypatch.delattr(builtins, "get_ipython")              # plain python: main() parses argv
     monkeypatch.setattr(sys, "argv", ["sts.py", "--steps", "0"])
     with pytest.raises(SystemExit) as done:
         exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), {"__name__": "__main__"})
     assert done.value.code == 2
 
 
-# ---------------------------------------------------------------------------------------- plots.py
+# -------------------------------------------------------------------------------------- plots.py
 FIGURES = ("training", "length", "qtest", "weights")  # what an experiment of transformer runs gives
 
 
 def test_plots_draws_every_figure_and_table_from_tiny_runs(tmp_path, one_thread, capsys):
     train_tf.main(TINY + ["--n-final", "256", "--figure-set", "--out", str(tmp_path / "set")])
-    train_tf.main(TINY + ["--de", "4", "8", "16", "--steps", "10", "--out", str(tmp_path / "floor")])
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--steps", "10",
+                          "--out", str(tmp_path / "floor")])
     train_fcn.main(FCN_TINY + ["--steps", "20", "--eval-every", "10", "--width", "8", "--out",
                                str(tmp_path / "fcn")])
     with pytest.raises(SystemExit) as done:
@@ -219,47 +239,53 @@ def test_plots_draws_every_figure_and_table_from_tiny_runs(tmp_path, one_thread,
                     "--out", str(tmp_path / "fig"), "--formats", "png", "pdf"])
     assert done.value.code == 0
     expected = [*(f"sgd_{f}" for f in FIGURES), "floor_floor", "fcn_fcn_training"]
-    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == sorted(f"{n}.{e}" for n in expected
-                                                                          for e in ("pdf", "png"))
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == sorted(
+        f"{n}.{e}" for n in expected for e in ("pdf", "png"))
     assert all(f.stat().st_size > 1000 for f in (tmp_path / "fig").iterdir())
     capsys.readouterr()
-    with pytest.raises(SystemExit) as done:                 # every experiment: the set, the floor, the FCN
+    with pytest.raises(SystemExit) as done:                 # every experiment: set, floor, FCN
         plots.main([str(tmp_path), "--table"])
     out, err = capsys.readouterr()
     assert done.value.code == 0 and err == ""
-    lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: the final numbers (n=256)
-    header = [h.strip() for h in next(ln for ln in lines if ln.startswith("| configuration |")).split("|")]
+    lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: final numbers (n=256)
+    header = [h.strip()
+              for h in next(ln for ln in lines if ln.startswith("| configuration |")).split("|")]
     row = [c.strip() for c in next(ln for ln in lines if ln.startswith("| fixed PE |")).split("|")]
-    summary = json.loads((tmp_path / "set" / "sgd" / "fixed-de8-seed0" / "summary.json").read_text())
+    summary = json.loads(
+        (tmp_path / "set" / "sgd" / "fixed-de8-seed0" / "summary.json").read_text())
     final, se = summary["final"], summary["final_se"]       # one seed: the mean alone, and its se
     assert row[header.index("val")] == f"{final['val']:.4f} [{se['val']:.4f}]"
     assert row[header.index("T=8")] == f"{final['test_T']['8']:.4f} [{se['test_T']['8']:.4f}]"
-    assert sum(ln.startswith("| configuration |") for ln in out.splitlines()) == 4 + 1 + 1   # 4 set folders
+    # 4 set folders, the floor, the FCN
+    assert sum(ln.startswith("| configuration |") for ln in out.splitlines()) == 4 + 1 + 1
     fcn = next(ln for ln in out.split("\nfcn: ")[1].splitlines() if ln.startswith("| T=6"))
-    assert fcn.split("|")[2:5] == [" 6 ", " 8 ", f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} "]
+    assert fcn.split("|")[2:5] == [" 6 ", " 8 ",
+                                   f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} "]
 
 
 def table_cells(out, starts):
     """The cells of the --table lines that start with `starts`, stripped."""
-    return [[c.strip() for c in ln.split("|")[1:-1]] for ln in out.splitlines() if ln.startswith(starts)]
+    return [[c.strip() for c in ln.split("|")[1:-1]]
+            for ln in out.splitlines() if ln.startswith(starts)]
 
 
 def test_configurations_come_in_numeric_order_of_what_varies():
-    runs = [dict(config=dict(model="transformer", pe="stochastic", de=de, seed=seed)) for de in (128, 16, 8, 64)
-            for seed in (1, 0)]
+    runs = [dict(config=dict(model="transformer", pe="stochastic", de=de, seed=seed))
+            for de in (128, 16, 8, 64) for seed in (1, 0)]
     groups = rundirs.configurations(runs)
-    assert [g[0]["config"]["de"] for g in groups] == [8, 16, 64, 128]            # not "128" < "16"
-    assert all([r["config"]["seed"] for r in g] == [0, 1] for g in groups)       # each group by seed
+    assert [g[0]["config"]["de"] for g in groups] == [8, 16, 64, 128]          # not "128" < "16"
+    assert all([r["config"]["seed"] for r in g] == [0, 1] for g in groups)     # each group by seed
 
 
 @pytest.fixture(scope="module")
 def three_seeds(tmp_path_factory):
-    """The tiny figure set in three seeds, 40 steps logged every 5, with sgd/family_floor.json at the
+    """The tiny figure set, three seeds, 40 steps logged every 5, with sgd/family_floor.json at the
     training T=6 and the test T=8 (no row at T=10: a '-'). Tests only read it (or copy it first)."""
     root, threads = tmp_path_factory.mktemp("seeds"), torch.get_num_threads()
     torch.set_num_threads(1)
-    train_tf.main(TINY + ["--steps", "40", "--eval-every", "5", "--test-T", "8", "10", "--n-final", "128",
-                          "--figure-set", "--seed", "0", "1", "2", "--out", str(root)])
+    train_tf.main(TINY + ["--steps", "40", "--eval-every", "5", "--test-T", "8", "10",
+                          "--n-final", "128", "--figure-set", "--seed", "0", "1", "2",
+                          "--out", str(root)])
     torch.set_num_threads(threads)
     rows = [dict(pe=pe, T=T, q=2, d=2, de=8, **dict(zip(("loss", "c", "alpha"), sts.family_floor(
         pe, T, 2, 2, 8, n=512)))) for pe in ("stochastic", "fixed") for T in (6, 8)]
@@ -282,9 +308,10 @@ def npz_losses(run, name):
     return np.load(run / "final_losses.npz")[key].astype(float)
 
 
-def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, tmp_path, capsys, monkeypatch):
+def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, tmp_path, capsys,
+                                                                   monkeypatch):
     import shutil
-    import statistics  # an implementation of the sample standard deviation that plots.py does not use
+    import statistics  # an implementation of the sample std that plots.py does not use
     monkeypatch.setattr(plots, "FORMATS", ("png",))
     sgd, fig = tmp_path / "sgd", tmp_path / "fig"
     shutil.copytree(three_seeds / "sgd", sgd)                       # this test damages its runs
@@ -298,10 +325,11 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, t
     assert sorted(f.name for f in fig.iterdir()) == sorted(f"sgd_{f}.png" for f in FIGURES)
     assert all(f.stat().st_size > 1000 for f in fig.iterdir())
     groups = rundirs.configurations([rundirs.load_run(run, rundirs.Report()) for run in runs])
-    step, y = rundirs.spread(groups[0], "val")                         # the curve: the mean of the three logs
+    step, y = rundirs.spread(groups[0], "val")                         # the mean of the three logs
     logs = [read_log(run) for run in runs]
     assert len(groups) == 1 and list(step) == [r["step"] for r in logs[0]]
-    assert np.allclose(y.mean(0), [statistics.mean(log[i]["val"] for log in logs) for i in range(len(step))])
+    assert np.allclose(y.mean(0), [statistics.mean(log[i]["val"] for log in logs)
+                                   for i in range(len(step))])
 
     def table(expected_status, seeds, se=True):
         capsys.readouterr()
@@ -311,23 +339,29 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, t
         assert done.value.code == expected_status, err
         header, = table_cells(out, "| configuration |")
         row, = table_cells(out, "| fixed PE")
-        assert row[0] == f"fixed PE ({len(seeds)} seeds)" and row[header.index("seeds")] == str(len(seeds))
+        assert (row[0] == f"fixed PE ({len(seeds)} seeds)"
+                and row[header.index("seeds")] == str(len(seeds)))
         for column, key in (("val", ["val"]), ("T=8", ["test_T", "8"]), ("q=1", ["test_q", "1"])):
-            xs, ses = ([get(summaries[seed][part], key) for seed in seeds] for part in ("final", "final_se"))
+            xs, ses = ([get(summaries[seed][part], key) for seed in seeds]
+                       for part in ("final", "final_se"))
             spread = f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
-            assert row[header.index(column)] == spread + (f" [{statistics.mean(ses):.4f}]" if se else " [-]")
+            assert row[header.index(column)] == spread + (f" [{statistics.mean(ses):.4f}]" if se
+                                                          else " [-]")
         return out, err
 
     get = lambda d, key: d[key[0]] if len(key) == 1 else d[key[0]][key[1]]  # noqa: E731
     assert table(0, [0, 1, 2])[1] == ""
-    for run in (sgd / f"{pe}-de8-seed{seed}" for pe in ("fixed", "stochastic") for seed in range(3)):
-        edit_json(run / "summary.json", lambda s: s.pop("final_se"))          # as older runs wrote them
+    for run in (sgd / f"{pe}-de8-seed{seed}"
+                for pe in ("fixed", "stochastic") for seed in range(3)):
+        edit_json(run / "summary.json", lambda s: s.pop("final_se"))  # as older runs wrote them
         (run / "final_losses.npz").unlink()
-    out, _ = table(0, [0, 1, 2], se=False)                                 # '-' where the data is missing
-    assert all(row[2:] == ["0 of 3", "-", "-", "-"] for row in table_cells(out, "| stochastic PE (3 seeds) −"))
-    edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))   # left out of the mean
+    out, _ = table(0, [0, 1, 2], se=False)                           # '-' where the data is missing
+    assert all(row[2:] == ["0 of 3", "-", "-", "-"]
+               for row in table_cells(out, "| stochastic PE (3 seeds) −"))
+    edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))  # out of the mean
     err = table(2, [0, 1], se=False)[1].splitlines()
-    assert len(err) == 1 and "fixed-de8-seed2/summary.json: the run diverged" in err[0] and "mean" in err[0]
+    assert (len(err) == 1 and "fixed-de8-seed2/summary.json: the run diverged" in err[0]
+            and "mean" in err[0])
 
 
 def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds, capsys):
@@ -336,8 +370,8 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds
     rows = table_cells(tables_of(sgd, capsys), "| stochastic PE (3 seeds) − fixed PE (3 seeds) |")
     assert [row[1] for row in rows] == ["val", "T=8", "T=10", "q=1"]
     for _, name, seeds, d_cell, se_cell, lower in rows:
-        diffs = [npz_losses(sgd / f"stochastic-de8-seed{seed}", name) - npz_losses(sgd / f"fixed-de8-seed{seed}", name)
-                 for seed in range(3)]
+        diffs = [npz_losses(sgd / f"stochastic-de8-seed{seed}", name)
+                 - npz_losses(sgd / f"fixed-de8-seed{seed}", name) for seed in range(3)]
         d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(len(x)) for x in diffs]
         assert seeds == "3 of 3" and len(diffs[0]) == 128
         assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
@@ -345,21 +379,23 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds
         assert lower == f"{sum(x < 0 for x in d)} of 3"
 
 
-def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(three_seeds, capsys):
+def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(three_seeds,
+                                                                                    capsys):
     import statistics
     sgd = three_seeds / "sgd"
-    family = {r["pe"]: r for r in json.loads((sgd / "family_floor.json").read_text())["rows"] if r["T"] == 6}
+    family = {r["pe"]: r for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
+              if r["T"] == 6}
     out = tables_of(sgd, capsys)
     W_star, V_star = sts.ground_truth(2, 8)
     for pe, row in family.items():
         diffs = []
         for seed in range(3):
             weights = np.load(sgd / f"{pe}-de8-seed{seed}" / "weights_final.npz")
-            table = sts.PositionalEncoding(pe, 8, 10, seed=seed)          # as train_tf.py: max(T, test T)
+            table = sts.PositionalEncoding(pe, 8, 10, seed=seed)  # as train_tf.py: max(T, test T)
             b = sts.sample_batch(np.random.default_rng(rundirs.EVAL_SEED), 128, 6, 2, 2, table)
             loss = []
             for W, V in ((weights["W"], weights["V"]), (row["c"] * W_star, row["alpha"] * V_star)):
-                scores = np.einsum("ndt,de,ne->nt", b.Z, W, b.z_q)           # softmax(Z^T W z_q) by hand
+                scores = np.einsum("ndt,de,ne->nt", b.Z, W, b.z_q)  # softmax(Z^T W z_q) by hand
                 attention = np.exp(scores - scores.max(1, keepdims=True))
                 f = np.einsum("kd,ndt,nt->nk", V, b.Z, attention / attention.sum(1, keepdims=True))
                 loss.append(0.5 * ((f - b.target) ** 2).sum(1))
@@ -371,18 +407,19 @@ def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequen
                               f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"]
 
 
-def test_plots_draws_and_tabulates_the_length_curve_of_each_seeds_own_c_and_alpha(three_seeds, tmp_path, capsys,
-                                                                                  monkeypatch):
+def test_plots_draws_and_tabulates_the_length_curve_of_each_seeds_own_c_and_alpha(
+        three_seeds, tmp_path, capsys, monkeypatch):
     sgd, drawn = three_seeds / "sgd", {}
     best = {r["T"]: r["loss"] for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
             if r["pe"] == "stochastic"}
-    fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k] for k in "WV"), 2)
-            for seed in range(3)]
-    own = {T: np.mean([sts.family_loss("stochastic", T, 2, 2, 8, c, alpha, n=rundirs.LENGTH_N) for c, alpha in fits])
-           for T in (6, 8, 10)}
+    fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k]
+                             for k in "WV"), 2) for seed in range(3)]
+    own = {T: np.mean([sts.family_loss("stochastic", T, 2, 2, 8, c, alpha, n=rundirs.LENGTH_N)
+                       for c, alpha in fits]) for T in (6, 8, 10)}
 
     def keep(figure, out, name, title):                     # what the length figure draws, no file
-        drawn[name] = [[(ln.get_linestyle(), list(ln.get_ydata())) for ln in ax.lines] for ax in figure.axes]
+        drawn[name] = [[(ln.get_linestyle(), list(ln.get_ydata())) for ln in ax.lines]
+                       for ax in figure.axes]
         plots.plt.close(figure)
         return True
     monkeypatch.setattr(plots, "save", keep)
@@ -390,45 +427,52 @@ def test_plots_draws_and_tabulates_the_length_curve_of_each_seeds_own_c_and_alph
         plots.main([str(sgd), "--out", str(tmp_path)])
     assert done.value.code == 0
     for panel, T in zip(drawn["sgd_length"], (6, 8, 10)):   # val (the training T), then T=8, T=10
-        assert [y for style, y in panel if style == ":"] == [pytest.approx([own[T]] * 2)]       # dotted
-        assert [y for style, y in panel if style == "--"] == ([pytest.approx([best[T]] * 2)] if T in best else [])
-    summaries = [json.loads((sgd / f"stochastic-de8-seed{seed}" / "summary.json").read_text())["final"]
-                 for seed in range(3)]
-    trained = {T: np.mean([s["val"] if T == 6 else s["test_T"][str(T)] for s in summaries]) for T in (6, 8, 10)}
+        assert [y for style, y in panel if style == ":"] == [pytest.approx([own[T]] * 2)]  # dotted
+        assert [y for style, y in panel if style == "--"] == ([pytest.approx([best[T]] * 2)]
+                                                              if T in best else [])
+    summaries = [json.loads((sgd / f"stochastic-de8-seed{seed}" / "summary.json")
+                            .read_text())["final"] for seed in range(3)]
+    trained = {T: np.mean([s["val"] if T == 6 else s["test_T"][str(T)] for s in summaries])
+               for T in (6, 8, 10)}
     out = tables_of(sgd, capsys)
     for T in (8, 10):
         row, = table_cells(out, f"| T={T} | stochastic PE (3 seeds) |")
         share = f"{(own[T] - own[6]) / (trained[T] - trained[6]):.2f}"
         assert row[3:6] == [f"{own[T]:.4f}", f"{best[T]:.4f}" if T in best else "-",
-                            share + (f" / {(best[T] - best[6]) / (trained[T] - trained[6]):.2f}" if T in best
-                                     else " / -")]
+                            share + (f" / {(best[T] - best[6]) / (trained[T] - trained[6]):.2f}"
+                                     if T in best else " / -")]
 
 
 def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_seeds, capsys):
     import statistics
     sgd, slopes = three_seeds / "sgd", []
-    for seed in range(3):                                    # 40 steps: the last half, steps 20 to 40
-        points = [(r["step"], r["test_T"]["8"]) for r in read_log(sgd / f"fixed-de8-seed{seed}") if r["step"] >= 20]
+    for seed in range(3):                                    # 40 steps: the last half, 20 to 40
+        points = [(r["step"], r["test_T"]["8"]) for r in read_log(sgd / f"fixed-de8-seed{seed}")
+                  if r["step"] >= 20]
         slopes.append(np.polyfit(*np.array(points).T, 1)[0] * 1e4)
     row, = table_cells(tables_of(sgd, capsys), "| T=8 | fixed PE (3 seeds) |")
     assert row[-1] == f"{statistics.mean(slopes):.2g} ± {statistics.stdev(slopes):.2g}"
-    log = [dict(step=s, val=1 / (1 + s / 1000) + 0.01 * (s // 1000 % 3)) for s in range(0, 120_001, 1000)]
-    last = np.array([(r["step"], r["val"]) for r in log if r["step"] >= 70_000])   # a paper-length run: 50,000
+    log = [dict(step=s, val=1 / (1 + s / 1000) + 0.01 * (s // 1000 % 3))
+           for s in range(0, 120_001, 1000)]
+    # a paper-length run: the last 50,000 steps
+    last = np.array([(r["step"], r["val"]) for r in log if r["step"] >= 70_000])
     assert rundirs.slope(dict(log=log), "val") == pytest.approx(np.polyfit(*last.T, 1)[0] * 1e4)
 
 
-def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys, monkeypatch):
+def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys,
+                                                          monkeypatch):
     monkeypatch.setattr(plots, "FORMATS", ("png",))
     floor, fig, drawn, save = tmp_path / "floor", tmp_path / "fig", {}, plots.save
-    train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1", "--steps",
-                          "10", "--n-final", "128", "--out", str(floor)])
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1",
+                          "--steps", "10", "--n-final", "128", "--out", str(floor)])
     sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4", "8", "16", "--json",
               str(floor / "family_floor.json")])
-    edit_json(floor / "stochastic-de8-seed1" / "summary.json", lambda s: s.pop("final"))  # its last logged val
+    # its last logged val stands in
+    edit_json(floor / "stochastic-de8-seed1" / "summary.json", lambda s: s.pop("final"))
     written = json.loads((floor / "family_floor.json").read_text())["rows"]
     predicted = {(r["pe"], r["de"]): r["loss"] for r in written}
 
-    def keep(figure, out, name, title):                     # what the floor figure draws, then the file
+    def keep(figure, out, name, title):                     # what the floor figure draws, and saves
         ax = figure.axes[0]
         drawn[name] = ax.get_title(), [(ln.get_label(), ln.get_linestyle(), list(ln.get_xdata()),
                                         list(ln.get_ydata())) for ln in ax.lines]
@@ -445,27 +489,28 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
     assert "trained" in title and "predicted" in title
     assert any(label.startswith("best of W = cW*, V = αV* (predicted)") for label, *_ in lines)
     stochastic = pytest.approx([predicted["stochastic", de] for de in (4, 8, 16)])
-    assert ("--", [4, 8, 16], stochastic) in [tuple(drawing) for _, *drawing in lines]     # its dashed line
+    assert ("--", [4, 8, 16], stochastic) in [tuple(drawing) for _, *drawing in lines]  # dashed
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         plots.main([str(floor), "--table"])
     out, err = capsys.readouterr()
     assert done.value.code == 0 and err == ""
-    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json)", "trained",
-                                           "family at its c, α", "trained − family", "Monte-Carlo se",
-                                           "trained / family"]]
-    rows = table_cells(out, ("| stochastic |", "| fixed |"))              # a row per (pe, d_e), each with a row
+    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json)",
+                                           "trained", "family at its c, α", "trained − family",
+                                           "Monte-Carlo se", "trained / family"]]
+    rows = table_cells(out, ("| stochastic |", "| fixed |"))  # a row per (pe, d_e), each with a row
     assert sorted((pe, int(de)) for pe, de, *_ in rows) == sorted(predicted)
     for pe, de, seeds, best, trained, family, diff, *_ in rows:
         assert seeds == "2 of 2" and best == f"{predicted[pe, int(de)]:.4g}"
         t, f, d = (float(cell.split(" ± ")[0]) for cell in (trained, family, diff))
         assert d == pytest.approx(t - f, abs=2e-4) and trained.count(" ± ") == 1
 
-    (floor / "family_floor.json").write_text('{"rows": [')   # malformed: one line; the rest drawn without it
+    (floor / "family_floor.json").write_text('{"rows": [')  # malformed: one line; the rest is drawn
     capsys.readouterr()
     title, lines = plot(2)
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "floor/family_floor.json: not valid JSON" in err[0] and "predicted" not in title
+    assert (len(err) == 1 and "floor/family_floor.json: not valid JSON" in err[0]
+            and "predicted" not in title)
     assert not any(style == "--" for _, style, *_ in lines)
     with pytest.raises(SystemExit) as done:
         plots.main([str(floor), "--table"])
@@ -475,20 +520,22 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
 
 
 def fake_run(path, pe):
-    """A transformer run directory in train_tf.py's format written by hand (no training): 3 records."""
+    """A transformer run directory in train_tf.py's format, by hand (no training): 3 records."""
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(dict(
-        model="transformer", T=6, q=2, d=2, de=3, pe=pe, seed=0, batch=8, optimizer="sgd", lr=1.0, init="zero",
-        attend="tokens", n_test=8, n_final=16)))
+        model="transformer", T=6, q=2, d=2, de=3, pe=pe, seed=0, batch=8, optimizer="sgd", lr=1.0,
+        init="zero", attend="tokens", n_test=8, n_final=16)))
     log = [dict(step=s, train_loss=0.5 / s if s else None, time=s / 10, lr=1.0, val=0.5 / (1 + s),
-                test_T={"8": 0.6 / (1 + s)}, test_q={"1": 0.9 / (1 + s)}, cos_W=s / 30, cos_V=s / 25,
-                norm_W=s / 10) for s in (0, 10, 20)]
+                test_T={"8": 0.6 / (1 + s)}, test_q={"1": 0.9 / (1 + s)}, cos_W=s / 30,
+                cos_V=s / 25, norm_W=s / 10) for s in (0, 10, 20)]
     (path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     final = dict(val=0.02, test_T={"8": 0.03}, test_q={"1": 0.04})
-    (path / "summary.json").write_text(json.dumps(dict(log[-1], status="finished", seconds=1.0, final=final)))
+    (path / "summary.json").write_text(json.dumps(dict(log[-1], status="finished", seconds=1.0,
+                                                       final=final)))
     rng = np.random.default_rng(0)
     for when in ("init", "final"):
-        np.savez(path / f"weights_{when}.npz", W=rng.standard_normal((5, 5)), V=rng.standard_normal((2, 5)))
+        np.savez(path / f"weights_{when}.npz", W=rng.standard_normal((5, 5)),
+                 V=rng.standard_normal((2, 5)))
 
 
 def edit_json(path, change):
@@ -506,15 +553,17 @@ def insert_line(path, after, line):
     path.write_text("".join(lines[:after] + [line + "\n"] + lines[after:]))
 
 
-FIXED = Path("exp/fixed-de3-seed0")  # the run each case damages; exp/stochastic-de3-seed0 stays whole
+FIXED = Path("exp/fixed-de3-seed0")  # the run each case damages; the stochastic one stays whole
 WHOLE = [f"exp_{f}.png" for f in FIGURES]
-SWEEP = dict(eps=0.3, steps=100, batch=64, seeds=[0], loglog_slope={"fcn": 1.0, "transformer": 0.2}, rows=[
+SWEEP = dict(eps=0.3, steps=100, batch=64, seeds=[0],
+             loglog_slope={"fcn": 1.0, "transformer": 0.2}, rows=[
     dict(model="fcn", T=4, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
-    dict(model="fcn", T=8, params=400, val=0.2, tried=[[16, 0.2]]),                          # no width
+    dict(model="fcn", T=8, params=400, val=0.2, tried=[[16, 0.2]]),    # no width
     dict(model="transformer", T=4, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
-NULLS = ('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'  # a finite cosine, no loss
+# a finite cosine, no loss
+NULLS = ('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'
          '{"step": 10, "train_loss": null, "val": null, "test_q": {"1": null}, "cos_W": 0.5}\n')
-CRITICAL = dict(fits={}, rows=[dict(model="transformer", s=2, T=8),                         # no m_crit
+CRITICAL = dict(fits={}, rows=[dict(model="transformer", s=2, T=8),    # no m_crit
                                dict(model="transformer", s=2, T=16, m_crit=64)])
 
 
@@ -525,7 +574,7 @@ def write_summary(root, folder, name, summary, config=None):
         (root / folder / "config.json").write_text(json.dumps(config))
 
 
-# (what is done to the runs, exit status, the PNGs plots.py must leave, stderr lines, a fragment of one)
+# (damage to the runs, exit status, PNGs plots.py must leave, stderr lines, a fragment of one)
 PLOT_CASES = {
     "a last line cut mid-record is a warning": (
         lambda r: append(r / FIXED / "log.jsonl", '{"step": 30, "val": 0.0'),
@@ -540,8 +589,8 @@ PLOT_CASES = {
         lambda r: edit_json(r / FIXED / "config.json", lambda c: c.pop("de")), 2, WHOLE, 1,
         "fixed-de3-seed0/config.json: no key 'de'"),
     "a diverged run": (
-        lambda r: edit_json(r / FIXED / "summary.json", lambda s: s.update(status="diverged")), 2, WHOLE, 1,
-        "fixed-de3-seed0/summary.json: the run diverged at step 20"),
+        lambda r: edit_json(r / FIXED / "summary.json", lambda s: s.update(status="diverged")),
+        2, WHOLE, 1, "fixed-de3-seed0/summary.json: the run diverged at step 20"),
     "a log of nulls": (
         lambda r: (r / FIXED / "log.jsonl").write_text(NULLS),
         2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: every loss is null"),
@@ -549,8 +598,8 @@ PLOT_CASES = {
         lambda r: (r / FIXED / "weights_final.npz").write_text("not a zip"), 2, WHOLE, 1,
         "fixed-de3-seed0/weights_final.npz: cannot be read"),
     "a sweep.json row without its width": (
-        lambda r: write_summary(r, "sweep", "sweep.json", SWEEP), 2, WHOLE + ["sweep_separation.png"], 1,
-        "sweep/sweep.json: row 2: no key 'width'"),
+        lambda r: write_summary(r, "sweep", "sweep.json", SWEEP),
+        2, WHOLE + ["sweep_separation.png"], 1, "sweep/sweep.json: row 2: no key 'width'"),
     "a critical.json row without m_crit": (
         lambda r: write_summary(r, "bool", "critical.json", CRITICAL, {"grid": [16, 32, 64, 128]}),
         2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1: no key 'm_crit'"),
@@ -559,15 +608,18 @@ PLOT_CASES = {
             dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})), 2, WHOLE, 1,
         "exp/family_floor.json: no row for the runs' (pe, T, q, d)"),
     "nothing drawable: every run diverged": (
-        lambda r: [edit_json(r / "exp" / run / "summary.json", lambda s: s.update(status="diverged"))
-                   for run in ("fixed-de3-seed0", "stochastic-de3-seed0")], 2, [], 3, "nothing drawn"),
+        lambda r: [edit_json(r / "exp" / run / "summary.json",
+                             lambda s: s.update(status="diverged"))
+                   for run in ("fixed-de3-seed0", "stochastic-de3-seed0")],
+        2, [], 3, "nothing drawn"),
 }
 
 
 @pytest.mark.parametrize("case", PLOT_CASES)
-def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path, capsys, monkeypatch, case):
+def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path, capsys,
+                                                                         monkeypatch, case):
     damage, status, pngs, n_lines, fragment = PLOT_CASES[case]
-    monkeypatch.setattr(plots, "FORMATS", ("png",))                   # PDFs are drawn in the test above
+    monkeypatch.setattr(plots, "FORMATS", ("png",))                   # the test above draws PDFs
     for pe in ("stochastic", "fixed"):
         fake_run(tmp_path / "runs" / "exp" / f"{pe}-de3-seed0", pe)
     damage(tmp_path / "runs")
@@ -575,7 +627,8 @@ def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path
         plots.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     err = capsys.readouterr().err.splitlines()
     assert done.value.code == status and len(err) == n_lines, err
-    assert all(line.startswith("plots.py: ") for line in err) and any(fragment in line for line in err), err
+    assert (all(line.startswith("plots.py: ") for line in err)
+            and any(fragment in line for line in err)), err
     assert sorted(f.name for f in (tmp_path / "fig").glob("*.png")) == sorted(pngs)
 
 
@@ -591,10 +644,12 @@ def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
 def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_when_nothing_was_drawn(tmp_path):
     for pe in ("stochastic", "fixed"):
         fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
-    (tmp_path / "exp" / "fixed-de3-seed0" / "log.jsonl").write_text('{"step": 0, "val"')   # cut, nothing intact
-    r = subprocess.run([sys.executable, str(HERE / "plots.py"), "exp", "--formats", "png"], cwd=tmp_path,
-                       capture_output=True, text=True)                       # no --out: runs/figures
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "fixed-de3-seed0/log.jsonl: no intact" in r.stderr
+    # cut, nothing intact
+    (tmp_path / "exp" / "fixed-de3-seed0" / "log.jsonl").write_text('{"step": 0, "val"')
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), "exp", "--formats", "png"],
+                       cwd=tmp_path, capture_output=True, text=True)  # no --out: runs/figures
+    assert (r.returncode == 2 and r.stderr.count("\n") == 1
+            and "fixed-de3-seed0/log.jsonl: no intact" in r.stderr)
     assert (tmp_path / "runs" / "figures" / "exp_training.png").stat().st_size > 1000
     r = subprocess.run([sys.executable, str(HERE / "plots.py"), str(tmp_path / "nothing")],
                        capture_output=True, text=True)
@@ -608,7 +663,7 @@ def test_bool_labels_are_balanced(s):
     _, (_, y), (_, y_test) = train_bool.make_task(T=40, s=s, m=20_000, seed=s)
     for labels in (y, y_test):
         sd = 0.5 / np.sqrt(len(labels))                                 # 0.0035 and 0.005
-        assert abs(labels.mean() - 0.5) < 6 * sd                         # 6 sd: never flakes, seeded anyway
+        assert abs(labels.mean() - 0.5) < 6 * sd                        # 6 sd: never flakes; seeded
 
 
 def test_bool_label_is_the_and_of_exactly_the_relevant_positions():
@@ -624,7 +679,8 @@ def test_bool_label_is_the_and_of_exactly_the_relevant_positions():
 
 
 def test_bool_task_is_fixed_by_the_seed_and_training_sets_are_nested():
-    small, large, other = (train_bool.make_task(50, 3, m, seed) for m, seed in ((10, 1), (40, 1), (10, 2)))
+    small, large, other = (train_bool.make_task(50, 3, m, seed)
+                           for m, seed in ((10, 1), (40, 1), (10, 2)))
     np.testing.assert_array_equal(small[0], large[0])                  # same relevant positions
     np.testing.assert_array_equal(small[2][0], large[2][0])            # same held-out set
     np.testing.assert_array_equal(small[1][0], large[1][0][:10])       # m=10 is a prefix of m=40
@@ -636,7 +692,8 @@ def test_bool_transformer_forward_equals_plain_attention_over_all_tokens():
     net, encode = train_bool.build("transformer", 12, seed=3, device=torch.device("cpu"))
     bits = encode(np.random.default_rng(0).random((9, 12)) < 0.7)
     with torch.no_grad():
-        x = torch.cat([net.content[2].expand(9, 1, -1), net.content[bits]], 1) + net.pos  # (n, T+1, w)
+        # x: (n, T+1, w)
+        x = torch.cat([net.content[2].expand(9, 1, -1), net.content[bits]], 1) + net.pos
         query = net.q(x[:, 0])
         a = torch.softmax(torch.einsum("ntw,nw->nt", net.k(x), query) / net.width ** 0.5, -1)
         plain = net.out(torch.einsum("nt,ntw->nw", a, net.v(x))).squeeze(-1)
@@ -644,7 +701,8 @@ def test_bool_transformer_forward_equals_plain_attention_over_all_tokens():
 
 
 def test_bool_transformer_learns_a_short_and_deterministically(one_thread):
-    first, again = (train_bool.train_one("transformer", 200, 20, 2, 0, torch.device("cpu")) for _ in range(2))
+    first, again = (train_bool.train_one("transformer", 200, 20, 2, 0, torch.device("cpu"))
+                    for _ in range(2))
     assert first["acc"] >= 0.99 and first["train_acc"] == 1.0
     assert first["acc"] == again["acc"] and first["train_loss"] == again["train_loss"]
 
@@ -675,7 +733,8 @@ def test_bool_critical_search_needs_a_majority_of_seeds():
     grid = [10, 20, 40, 80]
     # at m=20 only seeds 0 and 1 of five succeed (a minority); at m=40 seeds 0, 1, 2 (a majority)
     wins = {10: set(), 20: {0, 1}, 40: {0, 1, 2}, 80: {0, 1, 2, 3, 4}}
-    assert train_bool.critical_m(lambda m, T, s, seed: 1.0 if seed in wins[m] else 0.0, 50, 3, grid) == 40
+    assert train_bool.critical_m(lambda m, T, s, seed: 1.0 if seed in wins[m] else 0.0,
+                                 50, 3, grid) == 40
     assert train_bool.critical_m(lambda m, T, s, seed: 0.989, 50, 3, grid) is None  # just below 99%
 
 
@@ -691,7 +750,8 @@ def test_bool_fits_tell_log_from_power_law():
 
 def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
     train_bool.main(["--model", "transformer", "--s", "2", "--T", "8", "16", "32", "--seeds", "1",
-                     "--m-max", "512", "--per-octave", "1", "--device", "cpu", "--out", str(tmp_path)])
+                     "--m-max", "512", "--per-octave", "1", "--device", "cpu",
+                     "--out", str(tmp_path)])
     table = json.loads((tmp_path / "critical.json").read_text())
     assert [(row["model"], row["s"], row["T"]) for row in table["rows"]] == [("transformer", 2, T)
                                                                               for T in (8, 16, 32)]
@@ -700,7 +760,7 @@ def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert {"model", "T", "s", "m", "seed", "acc", "steps"} <= set(log[0])
     assert (tmp_path / "critical.csv").read_text().startswith("model,s,T,m_crit")
-    with pytest.raises(SystemExit) as done:                                  # plots.py draws the table
+    with pytest.raises(SystemExit) as done:                 # plots.py draws the table
         plots.main([str(tmp_path), "--out", str(tmp_path / "fig")])
     assert done.value.code == 0
     assert [f.name for f in (tmp_path / "fig").iterdir()] == [f"{tmp_path.name}_critical.png"]
@@ -725,12 +785,12 @@ def test_bool_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, w
     assert not (tmp_path / "out").exists()                              # nothing written
 
 
-# -------------------------------------------------------------------------------- the README's commands
-CHEAP = {  # flags appended to a README command so that it runs in seconds (argparse: the last value wins)
-    "train_tf": ["--T", "6", "--q", "2", "--de", "8", "--steps", "4", "--eval-every", "2", "--test-T", "8",
-                 "--n-test", "16", "--n-final", "16", "--device", "cpu"],
-    "train_fcn": ["--steps", "4", "--eval-every", "2", "--n-test", "16", "--sweep-T", "6", "--sweep-width", "8",
-                  "--sweep-de", "4", "--device", "cpu"],
+# ---------------------------------------------------------------------------- the README's commands
+CHEAP = {  # flags appended to a README command to run it in seconds (argparse: the last value wins)
+    "train_tf": ["--T", "6", "--q", "2", "--de", "8", "--steps", "4", "--eval-every", "2",
+                 "--test-T", "8", "--n-test", "16", "--n-final", "16", "--device", "cpu"],
+    "train_fcn": ["--steps", "4", "--eval-every", "2", "--n-test", "16", "--sweep-T", "6",
+                  "--sweep-width", "8", "--sweep-de", "4", "--device", "cpu"],
     "train_bool": ["--T", "8", "--s", "2", "--m-max", "32", "--seeds", "1", "--per-octave", "1"],
     "sts": ["--T", "6", "--de", "8", "--steps", "5"],
     "bench": ["--repeats", "1", "--preset", "course"],
@@ -739,48 +799,52 @@ CHEAP = {  # flags appended to a README command so that it runs in seconds (argp
 
 
 def readme_commands():
-    """The python command lines of the README's code blocks, comments cut; the set-up and the test command
-    are what .ci/run runs, and run_course.sh's lines are run by its own test below."""
+    """The python command lines of the README's code blocks, comments cut; the set-up and the test
+    command are what .ci/run runs, and run_course.sh's lines are run by its own test below."""
     blocks = (HERE / "README.md").read_text().split("```")[1::2]
     lines = [line.split("#")[0].split() for block in blocks for line in block.splitlines()]
     return [words[1:] for words in lines if words[:1] == ["python"] and words[1] != "test_sts.py"]
 
 
-def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_what_to_do(tmp_path, monkeypatch,
-                                                                                         capsys, one_thread):
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=HERE,
-                             capture_output=True, text=True).stdout.split()
-    for name in filter(lambda name: (HERE / name).is_file(), tracked):   # a clean checkout: no runs/, no venv
+def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_what_to_do(
+        tmp_path, monkeypatch, capsys, one_thread):
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                             cwd=HERE, capture_output=True, text=True).stdout.split()
+    # a clean checkout: no runs/, no venv
+    for name in filter(lambda name: (HERE / name).is_file(), tracked):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((HERE / name).read_bytes())
     monkeypatch.chdir(tmp_path)
     commands = readme_commands()
-    assert {c[0] for c in commands} == {f"{k}.py" for k in CHEAP}        # every script is in the README
+    assert {c[0] for c in commands} == {f"{k}.py" for k in CHEAP}  # every script is in the README
     for script, *flags in commands:
-        module = {"train_tf": train_tf, "train_fcn": train_fcn, "train_bool": train_bool, "sts": sts,
-                  "bench": __import__("bench"), "plots": plots}[script[:-3]]
-        flags = [{"results/course": "results/course/sgd"}.get(flag, flag) for flag in flags]   # fewer runs
+        module = {"train_tf": train_tf, "train_fcn": train_fcn, "train_bool": train_bool,
+                  "sts": sts, "bench": __import__("bench"), "plots": plots}[script[:-3]]
+        # fewer runs
+        flags = [{"results/course": "results/course/sgd"}.get(flag, flag) for flag in flags]
         with pytest.raises(SystemExit) as done:
             module.main(flags + CHEAP[script[:-3]])
             raise SystemExit(0)                                # a main that returns has finished
         err = capsys.readouterr().err.strip().splitlines()
-        if "--resume" in flags:                                # the run before it finished: nothing to go on from
-            assert done.value.code == 2 and len(err) == 1 and "finished at step 4" in err[0] and "--force" in err[0]
+        if "--resume" in flags:                                # finished before: nothing to resume
+            assert (done.value.code == 2 and len(err) == 1 and "finished at step 4" in err[0]
+                    and "--force" in err[0])
         else:
             assert done.value.code == 0, (script, flags, err[-3:])
 
 
 # ------------------------------------------------------------------------------------- train_fcn.py
 
-FCN_TINY = ["--T", "6", "--q", "2", "--d", "2", "--batch", "64", "--steps", "150", "--eval-every", "50",
-            "--n-test", "512", "--test-q", "1", "--dtype", "float64", "--device", "cpu"]
+FCN_TINY = ["--T", "6", "--q", "2", "--d", "2", "--batch", "64", "--steps", "150",
+            "--eval-every", "50", "--n-test", "512", "--test-q", "1", "--dtype", "float64",
+            "--device", "cpu"]
 
 
 @pytest.mark.parametrize("depth", [1, 3])
 def test_fcn_output_shape_and_parameter_count(depth):
     model = train_fcn.FCN(in_features=36, width=10, depth=depth, out_features=5).double()
     assert model(torch.zeros(7, 36, dtype=torch.float64)).shape == (7, 5)
-    assert train_fcn.n_params(model) == 37 * 10 + (depth - 1) * 11 * 10 + 11 * 5   # weights and biases
+    assert train_fcn.n_params(model) == 37 * 10 + (depth - 1) * 11 * 10 + 11 * 5  # weights, biases
 
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
@@ -790,8 +854,8 @@ def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
     X, idx, _ = streams.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
     assert x.shape == (n, T * d + T)
     tokens, indicator = x[:, :T * d].reshape(n, T, d), x[:, T * d:]
-    np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())              # token i = column x_i of X
-    for k in range(n):                                                        # 1 exactly at the subset
+    np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())          # token i = column x_i of X
+    for k in range(n):                                                    # 1 exactly at the subset
         assert set(np.flatnonzero(indicator[k].numpy())) == set(idx[k].tolist())
     np.testing.assert_allclose(target.numpy(), (tokens * indicator[..., None]).sum(1).numpy() / q)
 
@@ -800,7 +864,8 @@ def test_fcn_search_returns_the_first_width_that_reaches_the_target():
     tried = []
     reach = lambda m: tried.append(m) or m >= 4                                # noqa: E731
     assert train_fcn.search([1, 2, 4, 8], 1, reach) == 2 and tried == [2, 4]
-    assert train_fcn.search([1, 2, 4, 8], None, reach) == 3 and tried == [2, 4, 8]  # a shorter T failed
+    # a shorter T failed
+    assert train_fcn.search([1, 2, 4, 8], None, reach) == 3 and tried == [2, 4, 8]
 
 
 def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path, one_thread):
@@ -808,19 +873,23 @@ def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path
     run = tmp_path / "fcn-T6-m64-depth1-seed0"
     log = read_log(run)
     assert [r["step"] for r in log] == [0, 50, 100, 150]
-    assert set(log[-1]) == {"step", "train_loss", "lr", "time", "val", "test_q"} and set(log[-1]["test_q"]) == {"1"}
-    assert log[-1]["val"] < 0.6 * log[0]["val"]                               # learns, from the same val set
+    assert (set(log[-1]) == {"step", "train_loss", "lr", "time", "val", "test_q"}
+            and set(log[-1]["test_q"]) == {"1"})
+    assert log[-1]["val"] < 0.6 * log[0]["val"]                      # learns, from the same val set
     config = json.loads((run / "config.json").read_text())
-    assert (config["model"], config["width"], config["depth"], config["params"]) == ("fcn", 64, 1, 19 * 64 + 65 * 2)
+    assert (config["model"], config["width"], config["depth"], config["params"]) == (
+        "fcn", 64, 1, 19 * 64 + 65 * 2)
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
 
 def test_train_fcn_stops_a_diverging_run_and_keeps_its_log(tmp_path, capsys, one_thread):
     with pytest.raises(SystemExit) as e:
-        train_fcn.main(FCN_TINY + ["--width", "64", "--optimizer", "sgd", "--lr", "1e4", "--out", str(tmp_path)])
+        train_fcn.main(FCN_TINY + ["--width", "64", "--optimizer", "sgd", "--lr", "1e4",
+                                   "--out", str(tmp_path)])
     assert e.value.code == 1 and "diverging" in capsys.readouterr().err.splitlines()[-1]
     run = tmp_path / "fcn-T6-m64-depth1-seed0"
-    assert read_log(run)[0]["step"] == 0 and json.loads((run / "summary.json").read_text())["status"] == "diverged"
+    assert (read_log(run)[0]["step"] == 0
+            and json.loads((run / "summary.json").read_text())["status"] == "diverged")
 
 
 @pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
@@ -841,28 +910,31 @@ def test_train_fcn_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, fla
     with pytest.raises(SystemExit) as e:
         train_fcn.main(FCN_TINY + flags + ["--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and err.count("\n") == 1 and word in err and err.startswith("train_fcn.py: error:")
+    assert (e.value.code == 2 and err.count("\n") == 1 and word in err
+            and err.startswith("train_fcn.py: error:"))
     assert not (tmp_path / "out").exists()                              # nothing written
 
 
 def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
-    # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 only from width 16 on (measured)
-    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8", "--sweep-width", "8", "16", "64",
-                    "--sweep-de", "4", "8", "--steps", "100", "--batch", "64", "--seed", "0", "1", "--n-test", "64",
-                    "--eval-every", "50", "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
+    # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 from width 16 on (measured)
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8",
+                    "--sweep-width", "8", "16", "64", "--sweep-de", "4", "8", "--steps", "100",
+                    "--batch", "64", "--seed", "0", "1", "--n-test", "64", "--eval-every", "50",
+                    "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
     table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
                                                              for m in ("fcn", "transformer")]
-    for r in table["rows"]:                                  # every row found its width, and it is the first
+    for r in table["rows"]:                                  # each row found its width: the first
         assert r["width"] is not None and r["val"] <= table["eps"] and r["params"] > r["width"]
-        assert r["val"] == pytest.approx(np.mean(r["vals"]), abs=1e-4) and len(r["vals"]) == 2   # both seeds
+        assert (r["val"] == pytest.approx(np.mean(r["vals"]), abs=1e-4)
+                and len(r["vals"]) == 2)                                           # both seeds
         assert r["val_sd"] == pytest.approx(np.std(r["vals"], ddof=1), abs=1e-4) and r["val_sd"] > 0
         assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
-    assert any(len(r["tried"]) >= 2 for r in table["rows"])    # and at least one search went past a miss
-    for r in table["rows"]:                                  # every seed where the mean could still reach eps
+    assert any(len(r["tried"]) >= 2 for r in table["rows"])  # at least one search went past a miss
+    for r in table["rows"]:                                  # every seed while eps is in reach
         for (width, val), k in zip(r["tried"], r["tried_seeds"]):
             assert k == 2 or (r["model"] == "fcn" and k == 1 and val / 2 > table["eps"])
-    with pytest.raises(SystemExit) as done:                 # the search's own run dirs are not drawn
+    with pytest.raises(SystemExit) as done:                 # the search's run dirs are not drawn
         plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
     assert done.value.code == 0
     assert [f.name for f in (tmp_path / "fig").iterdir()] == ["sw_separation.png"]
@@ -870,28 +942,31 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
     with pytest.raises(SystemExit):
         plots.main([str(tmp_path / "sw"), "--table"])
     r = table["rows"][0]
-    assert f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |" in capsys.readouterr().out
+    assert (f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |"
+            in capsys.readouterr().out)
 
 
 def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(tmp_path, one_thread):
-    # eps = 0.1 d/(2q) = 0.083; after 20 steps an FCN is near 0.83, so seed 0 alone puts the mean of two
-    # seeds above eps: seed 1 is never trained, at either width
-    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "--sweep-width", "8", "16", "--sweep-de", "4",
-                    "--steps", "20", "--batch", "32", "--seed", "0", "1", "--n-test", "32", "--eps", "0.1",
-                    "--device", "cpu", "--out", str(tmp_path / "sw")])
+    # eps = 0.1 d/(2q) = 0.083; after 20 steps an FCN is near 0.83, so seed 0 alone puts the mean of
+    # two seeds above eps: seed 1 is never trained, at either width
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "--sweep-width", "8", "16",
+                    "--sweep-de", "4", "--steps", "20", "--batch", "32", "--seed", "0", "1",
+                    "--n-test", "32", "--eps", "0.1", "--device", "cpu",
+                    "--out", str(tmp_path / "sw")])
     fcn = json.loads((tmp_path / "sw" / "sweep.json").read_text())["rows"][0]
-    assert fcn["width"] is None and [w for w, _ in fcn["tried"]] == [8, 16] and fcn["tried_seeds"] == [1, 1]
+    assert (fcn["width"] is None and [w for w, _ in fcn["tried"]] == [8, 16]
+            and fcn["tried_seeds"] == [1, 1])
     assert sorted(p.name for p in (tmp_path / "sw").glob("fcn-*")) == ["fcn-T4-m16-depth1-seed0",
                                                                          "fcn-T4-m8-depth1-seed0"]
 
 
 # ------------------------------------------------------------------------------------ run_course.sh
 def checkout_copy(tmp_path):
-    """A copy of the checkout (its tracked and unignored files, the committed results/ and figures/ among
-    them): run_course.sh writes relative to its own folder, so a write outside OUT shows up in the copy,
-    while the shared checkout's results/ may be growing under a long run."""
-    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=HERE,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
+    """A copy of the checkout (its tracked and unignored files, the committed results/ and figures/
+    among them): run_course.sh writes relative to its own folder, so a write outside OUT shows up in
+    the copy, while the shared checkout's results/ may be growing under a long run."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=HERE, capture_output=True, text=True, check=True).stdout.split("\0")
     repo = tmp_path / "repo"
     for name in filter(lambda name: name and (HERE / name).is_file(), names):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -900,7 +975,7 @@ def checkout_copy(tmp_path):
 
 
 def committed_state(repo):
-    """Every path under results/ and figures/ with its size and mtime, and the checkout's top level."""
+    """Each path under results/ and figures/ with its size and mtime; the checkout's top level."""
     tree = {str(p.relative_to(repo)): (p.stat().st_size, p.stat().st_mtime_ns)
             for folder in ("results", "figures") for p in sorted((repo / folder).rglob("*"))}
     return tree, sorted(p.name for p in repo.iterdir() if p.name != "__pycache__")
@@ -908,23 +983,27 @@ def committed_state(repo):
 
 def run_course(script, *args, **env):
     import os
-    environ = {k: v for k, v in os.environ.items() if k not in ("GALLERY", "RESUME", "QUICK", "TF_FLAGS")}
-    environ.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}", **env)
-    return subprocess.run(["bash", str(script), *map(str, args)], capture_output=True, text=True, env=environ,
-                          timeout=900)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("GALLERY", "RESUME", "QUICK", "TF_FLAGS")}
+    environ.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}",
+                   **env)
+    return subprocess.run(["bash", str(script), *map(str, args)], capture_output=True, text=True,
+                          env=environ, timeout=900)
 
 
 def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
     repo, out = checkout_copy(tmp_path), tmp_path / "out"
     before = committed_state(repo)
     r = run_course(repo / "run_course.sh", out, QUICK="1", TF_FLAGS="--device cpu")
-    assert r.returncode == 0, (r.stderr[-2000:], [log.read_text()[-1500:] for log in out.glob("logs/*")])
-    assert committed_state(repo) == before                     # the gallery and the committed runs untouched
+    assert r.returncode == 0, (r.stderr[-2000:],
+                               [log.read_text()[-1500:] for log in out.glob("logs/*")])
+    assert committed_state(repo) == before  # the gallery and the committed runs untouched
     runs = [f"{folder}/{pe}-de64-seed{s}" for s in range(3) for folder, pes in
-            (("sgd", "stochastic fixed"), ("query", "stochastic fixed"), ("random_init", "stochastic"),
-             ("adam", "stochastic fixed")) for pe in pes.split()]
-    runs += [f"floor/stochastic-de{de}-seed{s}" for s in range(3) for de in (8, 16, 32, 64, 128, 256)]
-    runs += [f"floor/onehot-de12-seed{s}" for s in range(3)]                          # d_e = the longest T
+            (("sgd", "stochastic fixed"), ("query", "stochastic fixed"),
+             ("random_init", "stochastic"), ("adam", "stochastic fixed")) for pe in pes.split()]
+    runs += [f"floor/stochastic-de{de}-seed{s}"
+             for s in range(3) for de in (8, 16, 32, 64, 128, 256)]
+    runs += [f"floor/onehot-de12-seed{s}" for s in range(3)]  # d_e = the longest T
     runs += [f"de_below_T/{pe}-de32-seed{s}" for s in range(3) for pe in ("stochastic", "fixed")]
     for run in runs:
         summary = summary_of(out / run)
@@ -945,23 +1024,26 @@ def test_run_course_quick_paper_predicts_the_floor_at_each_d_e_and_test_length_a
     before = committed_state(repo)
     r = run_course(repo / "run_course.sh", out, "paper", QUICK="1", TF_FLAGS="--device cpu")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert committed_state(repo) == before                     # no figures/paper_*.png without GALLERY=1
-    for run in ("sgd/stochastic", "sgd/fixed", "query/stochastic", "query/fixed", "random_init/stochastic",
-                "adam/stochastic", "adam/fixed"):
+    assert committed_state(repo) == before  # no figures/paper_*.png without GALLERY=1
+    for run in ("sgd/stochastic", "sgd/fixed", "query/stochastic", "query/fixed",
+                "random_init/stochastic", "adam/stochastic", "adam/fixed"):
         assert summary_of(out / f"{run}-de170-seed0")["status"] == "finished"
     floor = json.loads((out / "sgd" / "family_floor.json").read_text())
     assert floor["family"] == "W = c W*, V = alpha V*" and floor["seed"] == 0
-    assert sorted((row["T"], row["de"], row["pe"]) for row in floor["rows"]) == sorted(   # the d_e sweep at the
-        [(8, de, pe) for de in (32, 64, 128, 170, 256, 512) for pe in ("stochastic", "fixed")]   # training T,
-        + [(T, 170, pe) for T in (10, 12) for pe in ("stochastic", "fixed")])            # the test T at 170
+    # the d_e sweep at the training T, the test T at 170
+    assert sorted((row["T"], row["de"], row["pe"]) for row in floor["rows"]) == sorted(
+        [(8, de, pe) for de in (32, 64, 128, 170, 256, 512) for pe in ("stochastic", "fixed")]
+        + [(T, 170, pe) for T in (10, 12) for pe in ("stochastic", "fixed")])
     figures = {p.name for p in (out / "figures").glob("*.png")}
     assert {"sgd_floor.png", "sgd_length.png", "sgd_training.png", "adam_training.png"} <= figures
 
 
-@pytest.mark.parametrize("args, env, word", [(["bogus"], {}, "scale must be course or paper (got bogus)"),
-                                              (["course"], {"QUICK": "yes"}, "QUICK must be 0 or 1"),
-                                              (["paper"], {"GALLERY": "2"}, "GALLERY must be 0 or 1")])
-def test_run_course_bad_input_is_one_line_and_exit_status_2_before_anything_is_written(tmp_path, args, env, word):
+@pytest.mark.parametrize("args, env, word", [
+    (["bogus"], {}, "scale must be course or paper (got bogus)"),
+    (["course"], {"QUICK": "yes"}, "QUICK must be 0 or 1"),
+    (["paper"], {"GALLERY": "2"}, "GALLERY must be 0 or 1")])
+def test_run_course_bad_input_is_one_line_and_exit_status_2_before_anything_is_written(
+        tmp_path, args, env, word):
     r = run_course(HERE / "run_course.sh", tmp_path / "out", *args, **env)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and word in r.stderr
     assert r.stderr.startswith("run_course.sh: error: ") and not (tmp_path / "out").exists()

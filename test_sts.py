@@ -3,9 +3,9 @@
     python test_sts.py        # or: python -m pytest test_sts.py test_torch.py test_scripts.py
 
 This file: the NumPy reference sts.py alone (it runs without torch): the sampler, the encodings, the
-hand-written gradient against finite differences, the ground truth, NumPy training, the family floor.
+hand-written gradient vs finite differences, the ground truth, NumPy training, the family floor.
 test_torch.py: every torch path against sts.py on the same draws. test_scripts.py: the scripts'
-behaviour (the exit contract, plots.py, train_bool.py, train_fcn.py, the README's commands, the lesson).
+behaviour (the exit contract, plots.py, train_bool.py, train_fcn.py, README commands, the lesson).
 Seeded, CPU only. Shared helpers: conftest.py.
 """
 import contextlib
@@ -25,7 +25,7 @@ from conftest import HERE, random_batch, random_weights
 
 matplotlib.use("Agg")  # before the notebook imports pyplot: no windows, plt.show() does nothing
 
-# ---------------------------------------------------------------------------------------- the sampler
+# -------------------------------------------------------------------------------------- the sampler
 def test_sampler_shapes_subset_and_target():
     n, T, q, d, d_e = 64, 12, 3, 5, 7
     pe = sts.PositionalEncoding("stochastic", d_e, T)
@@ -36,17 +36,18 @@ def test_sampler_shapes_subset_and_target():
     for k in range(n):
         assert len(set(idx[k])) == q                                   # q distinct positions
         assert set(np.flatnonzero(mask[k])) == set(idx[k])             # mask and indices agree
-        np.testing.assert_allclose(target[k], Z[k, :d, idx[k]].mean(0))   # the mean of the selected x_i
+        np.testing.assert_allclose(target[k], Z[k, :d, idx[k]].mean(0))   # mean of the selected x_i
         np.testing.assert_allclose(z_q[k, :d], 0)                      # x_query = 0
         np.testing.assert_allclose(z_q[k, d:], Z[k, d:, idx[k]].sum(0))   # sum of the selected p_i
 
 
 def test_each_position_is_chosen_with_frequency_q_over_T():
     n, T, q = 20_000, 10, 3
-    b = sts.sample_batch(np.random.default_rng(2), n, T, q, 1, sts.PositionalEncoding("onehot", T, T))
+    b = sts.sample_batch(np.random.default_rng(2), n, T, q, 1,
+                         sts.PositionalEncoding("onehot", T, T))
     counts = b.mask.sum(0)
-    sd = np.sqrt(n * (q / T) * (1 - q / T))                           # binomial standard deviation: 65
-    assert np.all(np.abs(counts - n * q / T) < 6 * sd)                  # 6 sd: never flakes, seeded anyway
+    sd = np.sqrt(n * (q / T) * (1 - q / T))                           # binomial std dev: 65
+    assert np.all(np.abs(counts - n * q / T) < 6 * sd)                  # 6 sd: never flakes; seeded
     assert np.all(b.mask.sum(1) == q)
 
 
@@ -63,8 +64,9 @@ def test_fixed_pe_is_one_table_reproducible_from_its_seed():
     P = pe(rng, 1, 30)
     np.testing.assert_allclose(np.linalg.norm(P, axis=1), 1.0)        # unit columns
     np.testing.assert_array_equal(pe(rng, 1, 20), P[:, :, :20])       # T uses the first T
-    again, other = (sts.PositionalEncoding("fixed", 8, 30, seed=s)(np.random.default_rng(1), 1, 30) for s in (4, 5))
-    np.testing.assert_array_equal(again, P)                           # a new table from the same seed
+    again, other = (sts.PositionalEncoding("fixed", 8, 30, seed=s)(np.random.default_rng(1), 1, 30)
+                    for s in (4, 5))
+    np.testing.assert_array_equal(again, P)                           # same seed, same table
     assert not np.allclose(other, P)                                  # another seed, another table
     first, later = (sts.sample_batch(rng, 3, 30, 2, 2, pe) for _ in range(2))
     np.testing.assert_array_equal(first.Z[0, 2:], first.Z[2, 2:])     # every sequence shares P,
@@ -118,7 +120,7 @@ def test_ground_truth_direction_solves_the_task_with_onehot_pe():
     T, q, d = 10, 3, 4
     b = random_batch(seed=9, n=512, T=T, q=q, d=d, d_e=T, kind="onehot")
     W_star, V_star = sts.ground_truth(d, T)
-    assert W_star[d:, d:].trace() == T and np.abs(W_star).sum() == T   # identity on the PE block only
+    assert W_star[d:, d:].trace() == T and np.abs(W_star).sum() == T   # identity, PE block only
     assert V_star[:, :d].trace() == d and np.abs(V_star).sum() == d
     losses = [sts.loss(sts.forward(c * W_star, V_star, b.Z, b.z_q)[0], b.target)
               for c in (0, 1, 2, 4, 8, 16)]
@@ -143,8 +145,8 @@ def test_numpy_sgd_learns_to_select_tokens():
     pe = sts.PositionalEncoding("stochastic", d_e, T)
     W, V, losses = sts.train(pe, T, q, d, steps=300, seed=1, progress=False)
     W_star, _ = sts.ground_truth(d, d_e)
-    # With W = 0 attention is uniform, and the best V then maps the mean of all T tokens to the target,
-    # leaving (d/2)(1/q - 1/T) = 0.6. Half of that is out of reach unless attention selects the subset.
+    # With W = 0 attention is uniform and the best V maps the mean of all T tokens to the target,
+    # leaving (d/2)(1/q - 1/T) = 0.6. Half of it is out of reach unless attention picks the subset.
     uniform_attention_floor = d / 2 * (1 / q - 1 / T)
     assert losses[0] == pytest.approx(d / (2 * q), rel=0.2)           # starts at d/(2q) = 0.75
     assert sts.evaluate(W, V, pe, T, q, d) < 0.5 * uniform_attention_floor
@@ -154,17 +156,18 @@ def test_numpy_sgd_learns_to_select_tokens():
 # --------------------------------------------------------------------------------- the family floor
 @pytest.mark.parametrize("kind", ["stochastic", "fixed"])
 def test_family_floor_is_the_models_own_loss_at_its_minimiser_and_beats_a_grid(kind):
-    T, q, d, d_e, n = 10, 2, 3, 12, 400                   # n <= 512: one chunk, so the draws can be replayed
+    T, q, d, d_e, n = 10, 2, 3, 12, 400                   # n <= 512, one chunk: the draws replay
     value, c, alpha = sts.family_floor(kind, T, q, d, d_e, n=n, seed=4)
     pe = sts.PositionalEncoding(kind, d_e, T, seed=4)
     b = sts.sample_batch(sts.stream(4, "data"), n, T, q, d, pe)
     W_star, V_star = sts.ground_truth(d, d_e)
 
-    def model_loss(c, alpha):                             # the transformer itself at W = c W*, V = alpha V*
+    def model_loss(c, alpha):                             # the transformer, W = c W*, V = alpha V*
         return sts.loss(sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)[0], b.target)
     assert model_loss(c, alpha) == pytest.approx(value, rel=1e-9)
-    grid = min(model_loss(cc, aa) for cc in np.geomspace(0.1, 100, 60) for aa in np.linspace(0.5, 2, 31))
-    assert value <= grid * (1 + 1e-6) and value < 0.9 * model_loss(0, 1)   # the search finds the optimum
+    grid = min(model_loss(cc, aa) for cc in np.geomspace(0.1, 100, 60)
+               for aa in np.linspace(0.5, 2, 31))
+    assert value <= grid * (1 + 1e-6) and value < 0.9 * model_loss(0, 1)  # search finds the optimum
 
 
 @pytest.mark.parametrize("kind", ["stochastic", "fixed"])
@@ -175,7 +178,8 @@ def test_family_loss_is_the_models_own_loss_at_c_alpha_on_the_same_draws_at_any_
         pe = sts.PositionalEncoding(kind, d_e, T, seed=6)
         b = sts.sample_batch(sts.stream(6, "data"), n, T, q, d, pe)
         own = sts.loss(sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)[0], b.target)
-        assert sts.family_loss(kind, T, q, d, d_e, c, alpha, n=n, seed=6) == pytest.approx(own, rel=1e-9)
+        assert (sts.family_loss(kind, T, q, d, d_e, c, alpha, n=n, seed=6)
+                == pytest.approx(own, rel=1e-9))
     assert sts.family_fit(c * W_star + 0.1, alpha * V_star, d) == pytest.approx((c + 0.1, alpha))
 
 
@@ -183,16 +187,18 @@ def test_a_random_init_and_a_fixed_table_of_one_seed_come_from_different_streams
     d, d_e, T, seed = 3, 6, 5, 7
     W0 = sts.init_weights(d, d_e, "random", seed, scale=1.0)[0]
     table = sts.PositionalEncoding("fixed", d_e, T, seed).table
-    from_init_numbers = sts.unit_columns(W0.ravel()[:d_e * T].reshape(d_e, T))   # one stream for both would
-    assert not np.allclose(table, from_init_numbers)                             # make these equal
-    np.testing.assert_allclose(table, sts.unit_columns(sts.stream(seed, "table").standard_normal((d_e, T))))
+    # one stream for both would make these equal
+    from_init_numbers = sts.unit_columns(W0.ravel()[:d_e * T].reshape(d_e, T))
+    assert not np.allclose(table, from_init_numbers)
+    np.testing.assert_allclose(
+        table, sts.unit_columns(sts.stream(seed, "table").standard_normal((d_e, T))))
 
 
 def test_family_floor_is_zero_for_orthogonal_pes():
     value, c, _ = sts.family_floor("onehot", 10, 2, 3, 10, n=256)
     assert value < 1e-3 and c > 50                        # exact selection as c grows
 
-# --------------------------------------------------------------------------------- misuse of the lesson
+# ----------------------------------------------------------------------------- misuse of the lesson
 @pytest.mark.parametrize("call, name", [
     (lambda: sts.PositionalEncoding("onehot", 8, 9), "d_e"),
     (lambda: sts.PositionalEncoding("fixed", 8, 8)(np.random.default_rng(0), 1, 9), "T"),
@@ -203,9 +209,9 @@ def test_a_pe_table_too_short_for_the_sequence_is_a_value_error(call, name):
 
 
 # ----------------------------------------------------------------------------- the lesson notebook
-# lesson.ipynb, the teachers' notebook: stored without outputs, and run top to bottom here (no Jupyter) it
-# prints what its text promises: the target, the loss d/(2q) at zero, the gradient check, SGD's cosines,
-# stochastic PEs beating fixed ones at longer lengths, and the trained loss at the predicted floor.
+# lesson.ipynb, the teachers' notebook: stored without outputs; run top to bottom here (no Jupyter),
+# it prints what its text promises: the target, the loss d/(2q) at zero, the gradient check, SGD's
+# cosines, stochastic PEs beating fixed at longer T, and the trained loss at the predicted floor.
 NOTEBOOK = str(HERE / "lesson.ipynb")
 NUMBER = r"[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 
@@ -225,7 +231,7 @@ def vector(text, label):
 
 
 def table(text, header):
-    """{first column: the other columns} for the rows of numbers printed right after the line ending `header`."""
+    """{first column: the rest} of the number rows printed right after the line ending `header`."""
     assert header in text, f"lesson.ipynb printed no table headed {header!r}"
     rows = {}
     for line in text[text.index(header):].splitlines()[1:]:
@@ -238,12 +244,12 @@ def table(text, header):
 
 
 def run_notebook(path):
-    """Execute the code cells in order in one namespace, lines starting with % or ! skipped; return stdout."""
+    """Run the code cells in turn in one namespace, lines starting % or ! skipped; return stdout."""
     with open(path) as fh:
         nb = json.load(fh)
     namespace = {"__name__": "__main__"}
     out, cwd, folder = io.StringIO(), os.getcwd(), os.path.dirname(path)
-    sys.path.insert(0, folder)                      # the notebook imports sts.py from its own folder
+    sys.path.insert(0, folder)                      # the notebook imports sts.py from its folder
     os.chdir(folder)
     try:
         with contextlib.redirect_stdout(out):
@@ -261,14 +267,15 @@ def run_notebook(path):
 
 
 def check_stored(nb):
-    """nbformat 4, a Python 3 kernel, no outputs, and the figure of the closing cell in the repository."""
+    """nbformat 4, a Python 3 kernel, no outputs, the closing cell's figure in the repository."""
     assert nb["nbformat"] == 4
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert code, "lesson.ipynb has no code cells"
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), \
         "lesson.ipynb holds outputs: strip them (Restart & Clear Output, then save)"
-    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", "".join("".join(c["source"]) for c in nb["cells"]))
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)",
+                        "".join("".join(c["source"]) for c in nb["cells"]))
     assert "figures/fcn_sweep_separation.png" in images
     assert all((HERE / p).is_file() for p in images), images
 
@@ -280,27 +287,30 @@ def check_printed(text):
     # 1. the target is the mean of the selected tokens
     target, mean = vector(text, "target STS_q:"), vector(text, "mean of those tokens:")
     assert len(target) == len(mean) == d and max(abs(a - b) for a, b in zip(target, mean)) < 2e-3
-    # 2. the layer written out is sts.forward; the loss at W = V = 0 is d/(2q), within 3 standard errors
+    # 2. the layer by hand is sts.forward; the loss at W = V = 0 is d/(2q), within 3 standard errors
     assert number(text, "max |by hand - sts.forward| over 4 sequences:") < 1e-12
     assert abs(number(text, "d/(2q):") - d / (2 * q)) < 1e-4
     assert abs(number(text, "difference in standard errors:")) < 3
     # 3. sts.backward matches central differences
     assert number(text, "max relative error:") < 1e-6
-    # 4. SGD: the loss falls far below d/(2q); W and V turn toward W* and V*; W's PE block is diagonal
+    # 4. SGD: the loss falls far below d/(2q); W, V turn toward W*, V*; W's PE block is diagonal
     assert number(text, "training loss, mean of the last 100 steps:") < 0.2 * d / (2 * q)
     assert number(text, "cos(W, W*):") > 0.9
     assert number(text, "cos(V, V*):") > 0.9
-    assert number(text, "W's PE block: mean diagonal entry") > 10 * number(text, "mean |off-diagonal entry|")
+    assert (number(text, "W's PE block: mean diagonal entry")
+            > 10 * number(text, "mean |off-diagonal entry|"))
     # 5. length generalisation: fixed wins at T (it fits its positions), stochastic at 2T and 4T
     rows = table(text, "  fixed PE")
     assert set(lengths) <= set(rows), rows
     (s1, f1), (s2, f2), (s4, f4) = (rows[t] for t in lengths)
-    assert f1 < s1, "the fixed-PE model should fit its training length better than the stochastic one"
+    assert f1 < s1, ("the fixed-PE model should fit its training length better than the"
+                     " stochastic one")
     assert s2 < f2 and s4 < f4, "stochastic PE should beat fixed PE at 2T and 4T"
     assert number(text, "cos(W, W*) of the fixed-PE model:") < 0.9
-    # 6. cross-talk about 1/sqrt(d_e); the floor falls with d_e; the trained loss is near the floor and is
-    #    its own family member's loss at every length
-    assert abs(number(text, "std of p_i^T p_j over 10,000 pairs:") / number(text, "1/sqrt(d_e) =") - 1) < 0.05
+    # 6. cross-talk about 1/sqrt(d_e); the floor falls with d_e; the trained loss is near the floor
+    #    and is its own family member's loss at every length
+    assert abs(number(text, "std of p_i^T p_j over 10,000 pairs:")
+               / number(text, "1/sqrt(d_e) =") - 1) < 0.05
     floors = [number(text, f"predicted floor at d_e = {k:>3}:") for k in (16, 64, 256)]
     assert floors[0] > floors[1] > floors[2] > 0
     m = re.search(r"predicted floor \(best c[^)]*\):\s*(" + NUMBER + ")", text)
@@ -309,7 +319,8 @@ def check_printed(text):
     assert floor == floors[1], "the floor at the course d_e is printed twice, alike"
     trained = number(text, "trained loss (sts.evaluate, 2048 sequences):")
     assert trained == s1
-    assert abs(trained / floor - 1) < 0.2, f"trained {trained} is not within 20% of the floor {floor}"
+    assert abs(trained / floor - 1) < 0.2, (f"trained {trained} is not within 20%"
+                                            f" of the floor {floor}")
     assert abs(number(text, "family loss at the trained c, alpha:") / trained - 1) < 0.05
     family = table(text, "family at trained c, alpha")
     for t in lengths:
@@ -329,5 +340,6 @@ def test_the_lesson_notebook_runs_top_to_bottom_and_prints_what_its_text_says():
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([str(HERE / name) for name in ("test_sts.py", "test_torch.py", "test_scripts.py")]
+    sys.exit(pytest.main([str(HERE / name)
+                          for name in ("test_sts.py", "test_torch.py", "test_scripts.py")]
                          + ["-q", *sys.argv[1:]]))

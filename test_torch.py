@@ -1,10 +1,10 @@
 """The parity checks: every faster torch path against the NumPy reference sts.py, on the same draws.
 
 The torch twin of sts.forward (autograd) against sts.backward; the fused step (fused.py) against
-sts.backward for every PE kind, attention variant and chunking; the torch streams (streams.py) against
-sts.sample_batch from the same recorded numbers; whole runs, fused against autograd; runs of one seed
-sharing their draws and every run sharing the validation sets; runs together against apart; a killed
-and resumed run against an uninterrupted one, bit for bit. Seeded, CPU only.
+sts.backward for every PE kind, attention variant and chunking; the torch streams (streams.py)
+against sts.sample_batch from the same recorded numbers; whole runs, fused against autograd; runs of
+one seed sharing their draws and every run sharing the validation sets; runs together against apart;
+a killed and resumed run against an uninterrupted one, bit for bit. Seeded, CPU only.
 """
 import subprocess
 import sys
@@ -39,7 +39,7 @@ def test_torch_autograd_agrees_with_numpy_forward_and_backward(attend):
     dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
 
     Wt, Vt = (torch.tensor(M, requires_grad=True) for M in (W, V))
-    ft = train_tf.forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)   # the torch twin
+    ft = train_tf.forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)  # torch twin
     Lt = sts.loss(ft, torch.tensor(b.target))
     Lt.backward()
     np.testing.assert_allclose(ft.detach().numpy(), f, rtol=1e-6, atol=1e-12)
@@ -51,37 +51,42 @@ def test_torch_autograd_agrees_with_numpy_forward_and_backward(attend):
 
 # ------------------------------------------------------------------------- fused.py: the fused step
 def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
-    """A FusedStep over R runs of one PE kind (half attend the query) with random weights, and its draws."""
+    """A FusedStep over R runs of one PE kind (half attend the query), random weights, its draws."""
     rng = np.random.default_rng(seed)
-    W, V = (torch.tensor(rng.standard_normal(shape) * 0.5) for shape in ((R, d + d_e, d + d_e), (R, d, d + d_e)))
+    W, V = (torch.tensor(rng.standard_normal(shape) * 0.5)
+            for shape in ((R, d + d_e, d + d_e), (R, d, d + d_e)))
     query = torch.tensor([r % 2 == 1 for r in range(R)])
-    table = None if kind == "stochastic" else torch.tensor(
-        sts.PositionalEncoding(kind, d_e, max_len=max(T, d_e) if kind == "fixed" else d_e, seed=seed).table.T.copy())
+    table = None if kind == "stochastic" else torch.tensor(sts.PositionalEncoding(
+        kind, d_e, max_len=max(T, d_e) if kind == "fixed" else d_e, seed=seed).table.T.copy())
     return W, V, query, table, dict(n=n, T=T, q=q, d=d, d_e=d_e, seed=seed)
 
 
 @pytest.mark.parametrize("threads, positions, work, chunks", [
-    (1, 2 ** 15, 1, 1), (2, 2 ** 15, 2 ** 19, 1),   # one thread; too little work to share: one chunk
-    (2, 2 ** 15, 1, 2), (2, 16 * 9, 1, 5)])         # a chunk per thread; at most 16 sequences: the last of 6
+    (1, 2 ** 15, 1, 1), (2, 2 ** 15, 2 ** 19, 1),   # one thread; too little to share: one chunk
+    (2, 2 ** 15, 1, 2), (2, 16 * 9, 1, 5)])         # a chunk per thread; chunks of <= 16 sequences,
+                                                    # the last of 6
 @pytest.mark.parametrize("kind", train_tf.PE_KINDS)
-def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, work, chunks, monkeypatch):
+def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, work,
+                                                                chunks, monkeypatch):
     monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
     monkeypatch.setattr(fused, "THREAD_WORK", work)
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
-    step = fused.FusedStep([(c["seed"], table, list(range(len(W))))], query, d, d_e, torch.device("cpu"),
-                           torch.float64, threads=threads)
+    step = fused.FusedStep([(c["seed"], table, list(range(len(W))))], query, d, d_e,
+                           torch.device("cpu"), torch.float64, threads=threads)
     assert len(step.bounds(n, T)) == chunks
     losses, dW, dV = step(W, V, 7, n, T, q)
-    X, idx, target, G = (a.numpy() for a in streams.draw_batch(streams.words(c["seed"], 7), n, T, q,
-                                                             d, d_e, torch.float64, torch.device("cpu")))
+    X, idx, target, G = (a.numpy() for a in streams.draw_batch(
+        streams.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, torch.device("cpu")))
     mask = np.zeros((n, T))
     np.put_along_axis(mask, idx, 1.0, -1)
     np.testing.assert_allclose(target, sts.sts_target(X, mask), rtol=1e-12)
-    P = sts.unit_columns(G.transpose(0, 2, 1)) if table is None else np.broadcast_to(table[:T].T.numpy(), (n, d_e, T))
+    P = (sts.unit_columns(G.transpose(0, 2, 1)) if table is None
+         else np.broadcast_to(table[:T].T.numpy(), (n, d_e, T)))
     Z, z_q = sts.embed(X, P, mask)
     for r in range(len(W)):
-        f, cache = sts.forward(W[r].numpy(), V[r].numpy(), Z, z_q, "query" if query[r] else "tokens")
+        f, cache = sts.forward(W[r].numpy(), V[r].numpy(), Z, z_q,
+                               "query" if query[r] else "tokens")
         ref_dW, ref_dV = sts.backward(W[r].numpy(), V[r].numpy(), z_q, f, target, cache)
         assert losses[r].item() == pytest.approx(sts.loss(f, target), rel=1e-10)
         np.testing.assert_allclose(dW[r].numpy(), ref_dW, rtol=1e-6, atol=1e-12)
@@ -90,20 +95,22 @@ def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, p
 
 
 def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_the_same_numbers():
-    # record the numbers fused.py draws for one batch, hand them to sts.sample_batch in place of its numpy
-    # generator, and compare: same tokens, subsets, targets and PEs (the torch sampler mirrors sample_batch)
+    # record the numbers fused.py draws for one batch, hand them to sts.sample_batch for its numpy
+    # generator and compare: same tokens, subsets, targets and PEs (the torch sampler mirrors it)
     n, T, q, d, d_e, seed, step = 20, 11, 3, 4, 6, 9, 5
     X, idx, target, G = streams.draw_batch(streams.words(seed, step), n, T, q, d, d_e,
                                          torch.float64, torch.device("cpu"))
     gen, uniforms = torch.Generator(), []
-    for j in range(0, n, streams.DRAW_CHUNK):                 # the uniforms behind the subsets, chunk by chunk
+    for j in range(0, n, streams.DRAW_CHUNK):                 # the subsets' uniforms, by chunk
         gen.manual_seed(streams.mix(seed, streams.TRAIN, step, j // streams.DRAW_CHUNK))
         torch.randn(min(streams.DRAW_CHUNK, n - j), d, T, generator=gen, dtype=torch.float64)
-        uniforms.append(torch.rand(min(streams.DRAW_CHUNK, n - j), T, generator=gen, dtype=torch.float32))
+        uniforms.append(torch.rand(min(streams.DRAW_CHUNK, n - j), T, generator=gen,
+                                   dtype=torch.float32))
 
-    class Recorded:                                          # sample_batch's three draws, in its order
+    class Recorded:                                          # sample_batch's 3 draws, in order
         def __init__(self):
-            self.numbers = [X.numpy(), torch.cat(uniforms).double().numpy(), G.numpy().transpose(0, 2, 1)]
+            self.numbers = [X.numpy(), torch.cat(uniforms).double().numpy(),
+                            G.numpy().transpose(0, 2, 1)]
 
         def standard_normal(self, shape, dtype=None):
             return self._next(shape)
@@ -120,14 +127,15 @@ def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_t
     np.testing.assert_array_equal(b.Z[:, :d], X.numpy())
     np.testing.assert_array_equal(np.sort(b.idx, 1), np.sort(idx.numpy(), 1))
     np.testing.assert_allclose(b.target, target.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(b.Z[:, d:], (G / G.norm(dim=-1, keepdim=True)).mT.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(b.Z[:, d:], (G / G.norm(dim=-1, keepdim=True)).mT.numpy(),
+                               rtol=1e-12)
 
 
 FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
 
 
 def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path):
-    # the figure set: stochastic and fixed PE, attend tokens and query, zero and random init, SGD and Adam
+    # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam
     train_tf.main(FIG_TINY + ["--out", str(tmp_path / "fused")])
     train_tf.main(FIG_TINY + ["--step", "autograd", "--out", str(tmp_path / "autograd")])
     runs = sorted(p.relative_to(tmp_path / "fused") for p in (tmp_path / "fused").glob("*/*-seed0"))
@@ -136,23 +144,26 @@ def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path)
         assert_same_logs(read_log(tmp_path / "fused" / run), read_log(tmp_path / "autograd" / run),
                          ("train_loss", "val", "test_T", "test_q", "cos_W", "cos_V", "norm_W"))
         for part in ("W", "V"):
-            np.testing.assert_allclose(np.load(tmp_path / "fused" / run / "weights_final.npz")[part],
-                                       np.load(tmp_path / "autograd" / run / "weights_final.npz")[part],
-                                       rtol=1e-6, atol=1e-12)
+            np.testing.assert_allclose(
+                np.load(tmp_path / "fused" / run / "weights_final.npz")[part],
+                np.load(tmp_path / "autograd" / run / "weights_final.npz")[part],
+                rtol=1e-6, atol=1e-12)
 
 
 def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares_the_validation_sets():
-    # with W = 0 and V = V* the model outputs the mean of all T tokens: its loss depends on the tokens and
-    # subsets alone, never on the PEs; so runs of one seed must score alike on every training batch, runs
-    # of another seed differently, and every run of every seed alike on every validation set
-    args = train_tf.parse_args(TINY + ["--pe", "stochastic", "fixed", "onehot", "--de", "8", "--seed", "1", "2"])
+    # with W = 0 and V = V* the model outputs the mean of all T tokens: its loss depends on the
+    # tokens and subsets alone, not the PEs; so runs of one seed must score alike on every batch,
+    # runs of another seed differently, and all runs of all seeds alike on every validation set
+    args = train_tf.parse_args(TINY + ["--pe", "stochastic", "fixed", "onehot", "--de", "8",
+                                       "--seed", "1", "2"])
     trainer = train_tf.Trainer(args, 8, torch.device("cpu"))
     for W, V in zip(trainer.W, trainer.V):
         W.zero_()
         V.copy_(trainer.V_star)
     records = trainer.evaluate(64)
     seeds = [spec["seed"] for spec in trainer.specs]
-    losses = trainer.step_fn(torch.stack(trainer.W), torch.stack(trainer.V), 3, 64, 6, 2)[0].tolist()
+    losses = trainer.step_fn(torch.stack(trainer.W), torch.stack(trainer.V),
+                             3, 64, 6, 2)[0].tolist()
     for key in ("val", ("test_T", "8"), ("test_q", "1")):
         value = (lambda rec: rec[key]) if key == "val" else (lambda rec: rec[key[0]][key[1]])
         assert len({value(rec) for rec in records}) == 1, key
@@ -161,10 +172,11 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
 
 
 def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
-    flags = [*TINY, "--steps", "600", "--pe", "stochastic", "fixed", "--optimizer", "adam", "--checkpoint-every",
-             "0.05"]
+    flags = [*TINY, "--steps", "600", "--pe", "stochastic", "fixed", "--optimizer", "adam",
+             "--checkpoint-every", "0.05"]
     train_tf.main(flags + ["--out", str(tmp_path / "whole")])
-    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags, "--out", str(tmp_path / "cut")],
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags,
+                             "--out", str(tmp_path / "cut")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoint, deadline = tmp_path / "cut" / "fixed-de8-seed0" / "checkpoint.pt", time.time() + 60
     while not checkpoint.exists() and time.time() < deadline:
@@ -176,17 +188,19 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
     train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
         whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
-        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # every record, bit for bit
+        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
         for part in ("W", "V"):
-            np.testing.assert_array_equal(np.load(tmp_path / "whole" / run / "weights_final.npz")[part],
-                                          np.load(tmp_path / "cut" / run / "weights_final.npz")[part])
+            np.testing.assert_array_equal(
+                np.load(tmp_path / "whole" / run / "weights_final.npz")[part],
+                np.load(tmp_path / "cut" / run / "weights_final.npz")[part])
 
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
     flags = TINY + ["--optimizer", optimizer]
-    train_tf.main(flags + ["--pe", "stochastic", "fixed", "--seed", "3", "4", "--out", str(tmp_path / "all")])
+    train_tf.main(flags + ["--pe", "stochastic", "fixed", "--seed", "3", "4",
+                           "--out", str(tmp_path / "all")])
     for kind in ("stochastic", "fixed"):
         for seed in ("3", "4"):
             train_tf.main(flags + ["--pe", kind, "--seed", seed, "--out", str(tmp_path / "one")])

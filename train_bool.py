@@ -1,36 +1,37 @@
 """The s-sparse AND of T bits: the critical sample size of a one-head transformer and of an FCN against T.
 
-Edelman, Goel, Kakade, Zhang (ICML 2022) show that one attention head represents a sparse function of a
-length-T input with sample complexity growing like log T, and probe it with the s-sparse AND. This script
-measures it:
+Edelman, Goel, Kakade, Zhang (ICML 2022) show that one attention head represents a sparse function
+of a length-T input with sample complexity growing like log T, and probe it with the s-sparse AND.
+This script measures it:
 
-    python train_bool.py                                   # course scale: 6 min on 2 shared CPU cores
-    python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda --out runs/bool_gpu
-    python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80   # accuracy of each seed, no search
+    python train_bool.py                                   # course scale: 6 min on 2 shared cores
+    python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda \
+        --out runs/bool_gpu
+    python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
 
-The task. T bits i.i.d. Bernoulli(p), p = 2^(-1/s), so that the AND of s of them is 1 with probability 1/2;
-the s relevant positions are drawn from the run's seed and fixed; m training samples, 10^4 held-out ones.
-Seed `seed` gives the relevant positions and the held-out set from numpy.random.default_rng([seed, 0]) and
-the training set from default_rng([seed, 1]) row by row, so a larger m extends the smaller m's training set.
+The task. T bits i.i.d. Bernoulli(p), p = 2^(-1/s), so the AND of s of them is 1 with probability
+1/2; the s relevant positions come from the run's seed, fixed; m training samples, 10^4 held-out
+ones. Seed `seed` gives the relevant positions and the held-out set from default_rng([seed, 0]) and
+the training set from default_rng([seed, 1]) row by row: a larger m extends a smaller m's set.
 
 The transformer. One layer, one head, width w = 32. Token t = 1..T is x_t = e[b_t] + p_t (a learned
 embedding of the bit plus a learned positional embedding), a learned readout token x_0 = r + p_0 is
 prepended, and the logit is a linear readout of the readout token's attention output:
     logit = u . sum_t a_t W_v x_t + c,  a = softmax_t((W_q x_0 + b_q) . (W_k x_t + b_k) / sqrt(w)),
-with biases on the value map too, no residual, no MLP: AND is a threshold of how many relevant bits are 1,
-so attention to the s relevant positions followed by a linear threshold suffices. Only the readout
-token's output is read and there is one layer, so only its query is computed.
+with biases on the value map too, no residual, no MLP: AND is a threshold of how many relevant bits
+are 1, so attention to the s relevant positions followed by a linear threshold suffices. Only the
+readout token's output is read and there is one layer, so only its query is computed.
 
 The FCN: a ReLU MLP with one hidden layer of 128 units on the bits as +-1 (the FCN of train_fcn.py).
 
-Training (both): binary cross-entropy, full-batch Adam on the m training samples, no weight decay, until
-the training loss is below 1e-3 (the set is fit) or the step budget (600) is spent. Parameters are
-initialised from a torch.Generator seeded with the seed (no global RNG state).
+Training (both): binary cross-entropy, full-batch Adam on the m training samples, no weight decay,
+until the training loss is below 1e-3 (the set is fit) or the step budget (600) is spent. Parameters
+are initialised from a torch.Generator seeded with the seed (no global RNG state).
 
-Critical sample size: the smallest m on a log grid (16 ... 4096, 4 points an octave) at which most of the
-seeds (3 of 5) reach >= 99% held-out accuracy, found by galloping up the grid and bisecting; fits of it
-against T: a + b log T and c T^k. Writes under --out: config.json, log.jsonl (one record per trained
-model), critical.json, critical.csv and summary.json.
+Critical sample size: the smallest m on a log grid (16 ... 4096, 4 points an octave) at which most
+of the seeds (3 of 5) reach >= 99% held-out accuracy, found by galloping up the grid and bisecting;
+fits of it against T: a + b log T and c T^k. Writes under --out: config.json, log.jsonl (one record
+per trained model), critical.json, critical.csv and summary.json.
 """
 import csv
 import functools
@@ -49,8 +50,8 @@ from runlog import Stop, ended_by, resolve_device, run_command
 
 MODELS = ("transformer", "fcn")
 # The hyper-parameters of the command line, each declared once: (default, --help, argparse options).
-# The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a second point;
-# m on a log grid with steps of 2^(1/4) ~ 19%.
+# The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot,
+# s = 2 a second point; m on a log grid with steps of 2^(1/4) ~ 19%.
 FLAGS = dict(
     model=(list(MODELS), f"models: {', '.join(MODELS)}", dict(nargs="+", metavar="MODEL")),
     s=([3, 2], "numbers of relevant bits", dict(nargs="+", type=int)),
@@ -59,7 +60,8 @@ FLAGS = dict(
     m_min=(16, "smallest training-set size of the grid", dict(type=int)),
     m_max=(4096, "largest training-set size of the grid", dict(type=int)),
     per_octave=(4, "grid points per doubling of m", dict(type=int)),
-    m=(None, "no search: train every seed at these m and print the accuracies", dict(nargs="+", type=int)),
+    m=(None, "no search: train every seed at these m and print the accuracies",
+       dict(nargs="+", type=int)),
     device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
     threads=(1, "CPU threads of torch (one is fastest for these small tensors)", dict(type=int)),
     out=("runs/bool", "output folder", {}),
@@ -67,9 +69,9 @@ FLAGS = dict(
 )
 PASS_ACC = 0.99              # held-out accuracy that counts as having learned the function
 N_TEST = 10_000              # held-out samples
-# The training budget: the rates and inits at which most seeds learn at every T of the grid (RESULTS.md,
-# "Sparse AND", says what larger rates, widths and positional inits did instead).
-FIT_LOSS = 1e-3              # mean training BCE below which the training set counts as fit; training stops
+# The training budget: the rates and inits at which most seeds learn at every T of the grid
+# (RESULTS.md, "Sparse AND", says what larger rates, widths and positional inits did instead).
+FIT_LOSS = 1e-3              # mean training BCE below which the set counts as fit: training stops
 HPARAMS = {
     "transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
     # a lower rate than the transformer's: at large m a higher one can collapse to a constant output
@@ -77,35 +79,36 @@ HPARAMS = {
 }
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The task
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def check_task(T, s, m=1):
     runlog.require(isinstance(s, (int, np.integer)) and 1 <= s <= T,
-                 f"s must satisfy 1 <= s <= T (got s={s!r}, T={T!r}): pick a smaller s or a longer T")
+                 f"s must satisfy 1 <= s <= T (got s={s!r}, T={T!r}): pick a smaller s"
+                 " or a longer T")
     runlog.require(isinstance(m, (int, np.integer)) and m >= 1, f"m must be >= 1 (got m={m!r})")
 
 
 def sample(rng, n, T, s, relevant):
-    """n rows of T bits, i.i.d. Bernoulli(2^(-1/s)), and their labels AND_{i in relevant} b_i (bool)."""
+    """n rows of T i.i.d. Bernoulli(2^(-1/s)) bits with labels AND_{i in relevant} b_i (bool)."""
     bits = rng.random((n, T)) < 2 ** (-1 / s)
     return bits, bits[:, relevant].all(1)
 
 
 def make_task(T, s, m, seed):
-    """The relevant positions (sorted), the training set and the held-out set of one seed, as numpy."""
+    """The relevant positions (sorted), the training and held-out sets of one seed, as numpy."""
     check_task(T, s, m)
-    fixed = np.random.default_rng([seed, 0])        # apart from the training stream: the same for every m
+    fixed = np.random.default_rng([seed, 0])        # apart from the training stream: same for all m
     relevant = np.sort(fixed.choice(T, s, replace=False))
     test = sample(fixed, N_TEST, T, s, relevant)
     return relevant, sample(np.random.default_rng([seed, 1]), m, T, s, relevant), test
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The models
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 class ReadoutTransformer(torch.nn.Module):
-    """One layer, one head, a readout token, learned positional embeddings; see the module docstring."""
+    """One layer, one head, a readout token, learned positional embeddings (module docstring)."""
 
     def __init__(self, T, width, pos_init, gen):
         super().__init__()
@@ -117,8 +120,8 @@ class ReadoutTransformer(torch.nn.Module):
         self.out = torch.nn.Linear(width, 1)
 
     def forward(self, bits):
-        """Logits (n,) for long bits (n, T). Since x_t = content + position and W_k, W_v are linear, their
-        products are taken once per content row and once per position, not once per token: O(n T w)."""
+        """Logits (n,) for long bits (n, T). As x_t = content + position and W_k, W_v are linear,
+        their products are taken once per content row and per position, not per token: O(n T w)."""
         ids = torch.cat([torch.full_like(bits[:, :1], 2), bits], 1)    # content row of each input
         query = self.q(self.content[2] + self.pos[0]) / self.width ** 0.5
         scores = (self.k(self.pos) @ query)[None] + (self.content @ self.k.weight.T @ query)[ids]
@@ -144,11 +147,12 @@ def build(model, T, seed, device):
         net, encode = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen), lambda b: b.long()
     else:
         net, encode = mlp(T, hp["width"], hp["depth"]), lambda b: 2.0 * b.float() - 1
-    with torch.no_grad():  # PyTorch's default Linear init, U(+-1/sqrt(fan_in)), drawn from our generator
+    with torch.no_grad():  # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator
         for layer in net.modules():
             if isinstance(layer, torch.nn.Linear):
+                bound = layer.in_features ** -0.5
                 for param in (layer.weight, layer.bias):
-                    param.uniform_(-layer.in_features ** -0.5, layer.in_features ** -0.5, generator=gen)
+                    param.uniform_(-bound, bound, generator=gen)
     return net.to(device, torch.float32), lambda x: encode(torch.as_tensor(x, device=device))
 
 
@@ -165,22 +169,23 @@ def train_one(model, m, T, s, seed, device):
         loss.backward()
         optimizer.step()
         value = loss.item()  # one read a step: the stopping rule needs it
-        why = runlog.divergence([value], math.log(2))   # BCE starts at ln 2, the loss of a coin flip
+        why = runlog.divergence([value], math.log(2))  # BCE starts at ln 2, the loss of a coin flip
         if why:
             raise Stop(f"{model} T={T} s={s} m={m} seed={seed} at step {step}: {why}")
         if value < FIT_LOSS:
             break
     with torch.no_grad():
         train_acc = ((net(x).squeeze(-1) > 0).float() == y).float().mean().item()
-        predictions = torch.cat([net(encode(chunk)).squeeze(-1) > 0 for chunk in np.array_split(x_test, 10)])
+        predictions = torch.cat([net(encode(chunk)).squeeze(-1) > 0
+                                 for chunk in np.array_split(x_test, 10)])
     acc = (predictions.cpu().numpy() == y_test).mean().item()
-    return dict(model=model, T=T, s=s, m=m, seed=seed, acc=acc, train_acc=train_acc, train_loss=loss.item(),
-                steps=step, seconds=round(time.time() - t0, 3))
+    return dict(model=model, T=T, s=s, m=m, seed=seed, acc=acc, train_acc=train_acc,
+                train_loss=loss.item(), steps=step, seconds=round(time.time() - t0, 3))
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The critical sample size and the fits
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def m_grid(m_min, m_max, per_octave):
     """Integers from m_min to m_max, spaced 2^(1/per_octave) apart on a log scale."""
     n = int(math.floor(per_octave * math.log2(m_max / m_min) + 1e-9))
@@ -190,10 +195,10 @@ def m_grid(m_min, m_max, per_octave):
 def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
     """The smallest m of `grid` at which most `seeds` reach `threshold`, or None if no m of it does.
 
-    trainer(m, T, s, seed) -> held-out accuracy. Success is taken to be monotone in m: the search gallops
-    up the grid (indices 0, 1, 3, 7, ...) to the first success, then bisects back to the last failure, so
-    it trains at about 2 log2(answer's index) grid points, the cheap small m first. A seed's vote is not
-    trained once the majority is decided.
+    trainer(m, T, s, seed) -> held-out accuracy. Success is taken to be monotone in m: the search
+    gallops up the grid (indices 0, 1, 3, 7, ...) to the first success, then bisects back to the
+    last failure, so it trains at about 2 log2(answer's index) grid points, the cheap small m first.
+    A seed's vote is not trained once the majority is decided.
     """
     need = len(seeds) // 2 + 1
 
@@ -219,13 +224,14 @@ def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
 
 
 def fit_curves(Ts, ms):
-    """Least-squares fits of m against T: m = a + b ln T, and c T^k (a line in ln m against ln T). Both
-    are judged by the root-mean-square residual in samples; None with fewer than 3 points (2 fit exactly)."""
+    """Least-squares fits of m against T: m = a + b ln T and c T^k (a line in ln m against ln T),
+    judged by the RMS residual in samples; None with fewer than 3 points (2 fit exactly)."""
     if len(Ts) < 3:
         return None
     lnT, ms = np.log(np.asarray(Ts, float)), np.asarray(ms, float)
     A = np.stack([np.ones_like(lnT), lnT], 1)
-    (a, b), (lnc, k) = np.linalg.lstsq(A, ms, rcond=None)[0], np.linalg.lstsq(A, np.log(ms), rcond=None)[0]
+    (a, b), (lnc, k) = (np.linalg.lstsq(A, ms, rcond=None)[0],
+                        np.linalg.lstsq(A, np.log(ms), rcond=None)[0])
     rms = {name: float(np.sqrt(np.mean((ms - fit) ** 2)))
            for name, fit in (("log", a + b * lnT), ("power", np.exp(lnc) * np.exp(lnT) ** k))}
     return {"log": dict(a=float(a), b=float(b), rms=rms["log"]),
@@ -233,9 +239,9 @@ def fit_curves(Ts, ms):
             "better": min(rms, key=rms.get), "points": len(Ts)}
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Command line
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     return runlog.argument_parser("train_bool.py", __doc__.split("\n")[0], FLAGS).parse_args(argv)
 
@@ -247,15 +253,16 @@ def check_args(args):
                           f"choose from {', '.join(MODELS)}")
     runlog.require(min(args.seeds, args.per_octave, args.threads) >= 1,
                  "--seeds, --per-octave and --threads must be >= 1")
-    runlog.require(1 <= args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max "
-                                                 f"(got {args.m_min}, {args.m_max})")
+    runlog.require(1 <= args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min "
+                                                 f"<= m-max (got {args.m_min}, {args.m_max})")
     for m in args.m or [args.m_min]:
         for T in args.T:
             for s in args.s:
                 check_task(T, s, m)
     runlog.require_distinct(args, ("T", "s"))
     runlog.check_out(args.out)
-    runlog.require_memory(4 * (N_TEST + max(args.m or [args.m_max])) * max(args.T) * 2, f"--T {max(args.T)}")
+    runlog.require_memory(4 * (N_TEST + max(args.m or [args.m_max])) * max(args.T) * 2,
+                          f"--T {max(args.T)}")
     runlog.check_free(args.out, args.force)
 
 
@@ -264,7 +271,8 @@ def write_results(out, rows, status, t0):
     fits = {}
     for model in dict.fromkeys(r["model"] for r in rows):
         for s in dict.fromkeys(r["s"] for r in rows if r["model"] == model):
-            done = [r for r in rows if r["model"] == model and r["s"] == s and r["m_crit"] is not None]
+            done = [r for r in rows
+                    if r["model"] == model and r["s"] == s and r["m_crit"] is not None]
             fits.setdefault(model, {})[str(s)] = fit_curves([r["T"] for r in done],
                                                             [r["m_crit"] for r in done])
     (out / "critical.json").write_text(json.dumps({"rows": rows, "fits": fits}, indent=2))
@@ -274,8 +282,8 @@ def write_results(out, rows, status, t0):
         writer.writerows({k: r[k] for k in writer.fieldnames} for r in rows)
     summary = dict(status=status, seconds=round(time.time() - t0, 1), rows=rows, fits=fits)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\n{'model':<12}{'s':>3}{'T':>7}{'m_crit':>8}   (smallest m with >= {PASS_ACC:.0%} accuracy on "
-          f"{N_TEST:,} held-out samples in most seeds; None: not within the grid)")
+    print(f"\n{'model':<12}{'s':>3}{'T':>7}{'m_crit':>8}   (smallest m with >= {PASS_ACC:.0%} "
+          f"accuracy on {N_TEST:,} held-out samples in most seeds; None: not within the grid)")
     for r in rows:
         print(f"{r['model']:<12}{r['s']:>3}{r['T']:>7}{str(r['m_crit']):>8}")
     for model, by_s in fits.items():
@@ -293,8 +301,8 @@ def run(args, device):
     runlog.fresh_dir(out)                              # --force: nothing of an old run stays
     seeds = list(range(args.seeds))
     grid = m_grid(args.m_min, args.m_max, args.per_octave)
-    config = dict(vars(args), device=str(device), grid=grid, seeds=seeds, pass_acc=PASS_ACC, n_test=N_TEST,
-                  fit_loss=FIT_LOSS, hparams=HPARAMS)
+    config = dict(vars(args), device=str(device), grid=grid, seeds=seeds, pass_acc=PASS_ACC,
+                  n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     cells = [(model, s, T) for model in args.model for s in args.s for T in args.T]
     rows, status = [], "finished"
@@ -310,8 +318,9 @@ def run(args, device):
             for model, s, T in bar:
                 if args.m:
                     accs = {m: [trainer(model, m, T, s, seed) for seed in seeds] for m in args.m}
-                    bar.write("\n".join(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds {seeds}: "
-                                        + " ".join(f"{acc:.4f}" for acc in a) for m, a in accs.items()))
+                    bar.write("\n".join(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds "
+                                        f"{seeds}: " + " ".join(f"{acc:.4f}" for acc in a)
+                                        for m, a in accs.items()))
                 else:
                     m_crit = critical_m(functools.partial(trainer, model), T, s, grid, seeds)
                     rows.append(dict(model=model, s=s, T=T, m_crit=m_crit))
@@ -329,7 +338,7 @@ def main(argv=None):
     def body():
         check_args(args)
         device = resolve_device(args.device)
-        torch.set_num_threads(args.threads)   # small tensors: a second thread costs more than it saves
+        torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
         run(args, device)
     run_command("train_bool.py", body, "the log and the rows so far are saved")
 

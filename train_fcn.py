@@ -1,24 +1,26 @@
 """Train a fully-connected ReLU network (FCN) on STS_q, and measure the width each model needs as T grows.
 
-    python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, one after another
-    python train_fcn.py --preset course --sweep --out runs/fcn-sweep   # the separation sweep: 5.3 min on 2
-                                                                   # shared CPU cores, tables in RESULTS.md
-    python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 --sweep-width 16 32 64 128 256 512 1024 \
-        2048 4096 8192 16384 --sweep-de 4 8 16 32 64 128 256 512 --device cuda   # longer sequences, a GPU
+    python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, in turn
+    python train_fcn.py --preset course --sweep --out runs/fcn-sweep  # the separation sweep:
+                                                                      # 5.3 min on 2 shared cores,
+                                                                      # tables in RESULTS.md
+    python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 \
+        --sweep-width 16 32 64 128 256 512 1024 2048 4096 8192 16384 \
+        --sweep-de 4 8 16 32 64 128 256 512 --device cuda         # longer sequences, a GPU
 
-The FCN sees vec(X) (the T*d token entries, token by token) concatenated with the subset's indicator
-1_y in {0,1}^T and outputs R^d; the loss is sts.loss, so it starts near d/(2q) like the transformer's.
-Training is online on fused.py's data streams (a fresh batch every step: the very tokens and subsets that
-train_tf.py's runs of the same seed see), and every run writes a directory under --out in train_tf.py's
-format: config.json, log.jsonl (one JSON record per evaluation) and summary.json.
+The FCN sees vec(X) (the T*d token entries, token by token) concatenated with the subset's
+indicator 1_y in {0,1}^T and outputs R^d; the loss is sts.loss, so it starts near d/(2q) like the
+transformer's. Training is online on fused.py's data streams (a fresh batch every step: the very
+tokens and subsets that train_tf.py's runs of the same seed see), and every run writes a directory
+under --out in train_tf.py's format: config.json, log.jsonl (a record per evaluation), summary.json.
 
---sweep: for each T of --sweep-T, the smallest FCN hidden width m (a doubling grid, --sweep-width) and the
-smallest transformer embedding width D = d + d_e (a doubling grid of d_e, --sweep-de, trained in-process
-by fused.py's step) whose final validation loss, averaged over the seeds, is at most --eps * d/(2q), with the
-same budget (--steps x --batch fresh sequences) and optimizer for both. An FCN width stops training seeds
-once those trained prove the mean above the target (a loss is >= 0); each row's "tried" lists [width, mean
-of the seeds trained] and "tried_seeds" how many. Writes sweep.json and sweep.csv under --out, prints the
-table and the log-log slopes of width against T.
+--sweep: for each T of --sweep-T, the smallest FCN hidden width m (a doubling grid, --sweep-width)
+and the smallest transformer embedding width D = d + d_e (a doubling grid of d_e, --sweep-de,
+trained by fused.py's step) whose final validation loss, averaged over the seeds, is at most
+--eps * d/(2q), with the same budget (--steps x --batch fresh sequences) and optimizer for both.
+An FCN width stops training seeds once those trained prove the mean above the target (a loss is
+>= 0); each row's "tried" lists [width, mean of the seeds trained] and "tried_seeds" how many.
+Writes sweep.json and sweep.csv under --out, prints the table and the log-log slopes of width vs T.
 """
 import csv
 import json
@@ -34,24 +36,25 @@ import fused
 import runlog
 import streams
 import sts
-from runlog import ended_by, require_positive, resolve_device, run_command, write_record, write_summary
+from runlog import (ended_by, require_positive, resolve_device, run_command, write_record,
+                    write_summary)
 
-P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default that follows --preset
-# The separation sweep (--sweep). Its budget is short so that the whole grid fits in minutes on 2 CPU cores:
-# the transformer is at its floor by then. eps sits above that floor at the larger d_e of the grid, since
-# random unit PEs never reach 0.
+P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
+# The separation sweep (--sweep). Its budget is short so that the whole grid fits in minutes on 2
+# CPU cores: the transformer is at its floor by then. eps sits above that floor at the larger d_e of
+# the grid, since random unit PEs never reach 0.
 SWEEP = dict(
     sweep_T=[10, 20, 40, 80, 160],               # sequence lengths at course scale
     sweep_width=[2 ** k for k in range(4, 13)],  # FCN hidden widths m: 16 ... 4096
     sweep_de=[2 ** k for k in range(2, 8)],      # transformer PE dimensions d_e: 4 ... 128
-    eps=0.3,                                     # target loss as a fraction of the starting loss d/(2q)
-    steps=1500, batch=256,                       # the budget: 384,000 fresh sequences for either model
+    eps=0.3,                                     # target loss / the starting loss d/(2q)
+    steps=1500, batch=256,                       # the budget: 384,000 fresh sequences per model
     seed=[0, 1, 2],                              # a row's loss is their mean (its spread in val_sd)
     test_q=[], eval_every=1500,                  # one evaluation, at the end
 )
 # The hyper-parameters, each declared once: (default, --help, argparse options). A default P(paper,
 # course) follows --preset; with --sweep, a flag that SWEEP names and the command line does not set
-# takes SWEEP's value instead (the one rule: command line, then SWEEP under --sweep, then the preset).
+# takes SWEEP's value (the rule: command line, then SWEEP under --sweep, then the preset).
 HPARAMS = dict(
     preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
             dict(choices=("paper", "course"))),
@@ -67,8 +70,10 @@ HPARAMS = dict(
     seed=(P([0], [0]), "seeds (data, init); the validation sets are common to every seed",
           dict(nargs="+", type=int)),
     eval_every=(P(500, 100), "steps between evaluations and log records", dict(type=int)),
-    n_test=(P(1024, 1024), "sequences in each validation set, fixed before training", dict(type=int)),
-    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets", dict(nargs="*", type=int)),
+    n_test=(P(1024, 1024), "sequences in each validation set, fixed before training",
+            dict(type=int)),
+    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets",
+            dict(nargs="*", type=int)),
     device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
     dtype=("float32", "floating-point precision", dict(choices=("float32", "float64"))),
     out=("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)", {}),
@@ -86,11 +91,12 @@ TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's
 
 
 class FCN(torch.nn.Module):
-    """ReLU MLP: in_features -> `depth` hidden layers of `width` units -> out_features (PyTorch init)."""
+    """ReLU MLP: in_features -> `depth` hidden layers of `width` -> out_features (PyTorch init)."""
 
     def __init__(self, in_features, width, depth, out_features):
         super().__init__()
-        runlog.require(width >= 1 and depth >= 1, f"--width and --depth must be >= 1 (got {width}, {depth})")
+        runlog.require(width >= 1 and depth >= 1,
+                       f"--width and --depth must be >= 1 (got {width}, {depth})")
         layers, n_in = [], in_features
         for _ in range(depth):
             layers += [torch.nn.Linear(n_in, width), torch.nn.ReLU()]
@@ -106,13 +112,13 @@ def n_params(module):
 
 
 def encode(X, mask):
-    """The FCN input [vec(X); 1_y] (n, T*d + T) from tokens X (n, d, T) and the 0/1 subset mask (n, T)."""
+    """The FCN input [vec(X); 1_y] (n, T*d + T) from tokens X (n, d, T) and the 0/1 mask (n, T)."""
     return torch.cat([X.mT.reshape(len(X), -1), mask], dim=-1)
 
 
 def sample(gen, words, n, T, q, d, dtype):
-    """FCN inputs and targets of the batch `words` = (seed, stream, index) of fused.py's data streams: the
-    very tokens and subsets that train_tf.py's runs of this seed see."""
+    """FCN inputs and targets of the batch `words` = (seed, stream, index) of fused.py's streams:
+    the very tokens and subsets that train_tf.py's runs of this seed see."""
     X, idx, target = streams.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
     return encode(X, mask), target
@@ -125,7 +131,8 @@ def parse_args(argv=None):
         if args.sweep and getattr(args, key) is None:
             setattr(args, key, value)
     runlog.fill_presets(args, HPARAMS, args.preset)
-    args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))  # growing
+    # the grids, growing
+    args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
     if args.lr is None:
         args.lr = FCN_LR[args.optimizer]
     return args
@@ -133,12 +140,13 @@ def parse_args(argv=None):
 
 def check_args(args):
     """Every size positive, q <= every T; ValueError names the flag otherwise."""
-    require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth", "width", "sweep_width",
-                            "sweep_de"))
+    require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth", "width",
+                            "sweep_width", "sweep_de"))
     for name in ("lr", "eps"):
         value = getattr(args, name)
-        runlog.require(0 < value < float("inf"), f"--{name} must be a positive finite number (got {value})")
-    biggest = torch.finfo(getattr(torch, args.dtype)).max              # a rate the weights' dtype can hold
+        runlog.require(0 < value < float("inf"),
+                       f"--{name} must be a positive finite number (got {value})")
+    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
     runlog.require(args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")
     runlog.require_distinct(args, ("T", "width", "seed"))
     runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
@@ -148,12 +156,15 @@ def check_args(args):
         runlog.check_task(T, args.q, args.d)
         for q in args.test_q:
             runlog.check_task(T, q, args.d)
-        widest = max(args.sweep_width if args.sweep else args.width)   # weights, Adam's two moments, activations
-        runlog.require_memory(size * (4 * (T * args.d + T + 1) * widest * args.depth + max(args.batch, args.n_test)
-                                      * (T * args.d + T + 3 * widest)), f"--width {widest} at T={T}")
+        widest = max(args.sweep_width if args.sweep else args.width)
+        runlog.require_memory(                      # weights, Adam's two moments, activations
+            size * (4 * (T * args.d + T + 1) * widest * args.depth
+                    + max(args.batch, args.n_test) * (T * args.d + T + 3 * widest)),
+            f"--width {widest} at T={T}")
         if args.sweep:
             runlog.require(args.force or not (Path(args.out) / "sweep.json").exists(),
-                           f"--out: {args.out} already holds a sweep; pass another --out or --force")
+                           f"--out: {args.out} already holds a sweep;"
+                           " pass another --out or --force")
         else:
             for width in args.width:
                 for seed in args.seed:
@@ -165,28 +176,33 @@ def run_dir(args, T, width, seed):
 
 
 def evaluate(model, sets):
-    """{"val": x, "test_q": {"2": x, ...}}: the loss on each fixed validation set (an FCN has no test_T)."""
+    """{"val": x, "test_q": {"2": x, ...}}: loss on each validation set (an FCN has no test_T)."""
     with torch.no_grad():
-        out = runlog.nest([(name, sts.loss(model(x), target).item()) for name, (x, target) in sets.items()])
+        out = runlog.nest([(name, sts.loss(model(x), target).item())
+                           for name, (x, target) in sets.items()])
     del out["test_T"]
     return out
 
 
 def open_run(args, T, width, seed, device):
-    """A new FCN run's directory and config, its model (initialised from `seed`), optimiser, generator and
-    validation sets (train_tf.py's: the same sequences for every run of every seed)."""
+    """A new FCN run's directory and config, its model (initialised from `seed`), optimiser,
+    generator and validation sets (train_tf.py's: the same sequences for all runs of all seeds)."""
     path = run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     gen = torch.Generator(device)
-    sets = {(group, key): sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0], args.n_test,
-                                 T, q, args.d, args.dtype)
-            for group, key, q in [("val", None, args.q)] + [("test_q", str(q), q) for q in args.test_q]}
-    optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), args.lr)
+    sets = {(group, key): sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0],
+                                 args.n_test, T, q, args.d, args.dtype)
+            for group, key, q in [("val", None, args.q)]
+            + [("test_q", str(q), q) for q in args.test_q]}
+    optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
+        model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
-    config = {k: v for k, v in vars(args).items() if not k.startswith("sweep") and k not in ("force", "out")}
+    config = {k: v for k, v in vars(args).items()
+              if not k.startswith("sweep") and k not in ("force", "out")}
     (path / "config.json").write_text(json.dumps(dict(
-        config, model="fcn", T=T, width=width, seed=seed, params=n_params(model), device=str(device)), indent=2))
+        config, model="fcn", T=T, width=width, seed=seed, params=n_params(model),
+        device=str(device)), indent=2))
     return path, model, optimizer, gen, sets
 
 
@@ -202,15 +218,16 @@ def train(args, T, width, seed, device, progress=True):
         for step in range(args.steps + 1):
             if step % args.eval_every == 0 or step == args.steps:
                 train_loss = loss_sum.item() / since if since else None
-                rec = dict(step=step, train_loss=train_loss, lr=args.lr, time=round(time.time() - t0, 3),
-                           **evaluate(model, sets))
+                rec = dict(step=step, train_loss=train_loss, lr=args.lr,
+                           time=round(time.time() - t0, 3), **evaluate(model, sets))
                 # the FCN's random init starts above d/(2q), far below the divergence threshold
                 write_record(log, rec, path.name, [rec["val"], train_loss], start_loss)
                 bar.set_postfix(val=f"{rec['val']:.4f}")
                 loss_sum, since = 0.0, 0
             if step == args.steps:
                 break
-            x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q, args.d, args.dtype)
+            x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q, args.d,
+                               args.dtype)
             optimizer.zero_grad()
             loss = sts.loss(model(x), target)
             loss.backward()
@@ -225,37 +242,40 @@ def train(args, T, width, seed, device, progress=True):
         log.close()
         write_summary(path, status, step, time.time() - t0, rec)
         if progress:
-            print(f"{path}: {status} at step {step}; last evaluated at step {rec.get('step')} on {args.n_test} "
-                  f"sequences per set: val {rec.get('val', float('nan')):.4f}"
+            print(f"{path}: {status} at step {step}; last evaluated at step {rec.get('step')} "
+                  f"on {args.n_test} sequences per set: val {rec.get('val', float('nan')):.4f}"
                   + "".join(f", q={k} {v:.4f}" for k, v in rec.get("test_q", {}).items()))
     return rec
 
 
 def transformer_vals(args, T, d_e, device):
-    """The sweep's transformer, one run per seed trained side by side: fused.py's step from the zero init
-    with Adam, the FCN's budget, on the same draws (seed, stream TRAIN) as the FCN; the final loss of each
-    seed on its validation set (NaN where a run diverges)."""
+    """The sweep's transformer, one run per seed trained side by side: fused.py's step from the zero
+    init with Adam, the FCN's budget, on the same draws (seed, stream TRAIN) as the FCN; the
+    final loss of each seed on its validation set (NaN where a run diverges)."""
     dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
-    step = fused.FusedStep([(seed, None, [r]) for r, seed in enumerate(args.seed)], torch.zeros(R, dtype=torch.bool,
-                           device=device), args.d, d_e, device, dtype, threads=1)   # one thread (see sweep)
-    W, V = torch.zeros(R, D, D, dtype=dtype, device=device), torch.zeros(R, args.d, D, dtype=dtype, device=device)
-    optimizer = torch.optim.Adam([W, V], lr=TF_LR)       # Adam is per entry: the runs stay independent
+    step = fused.FusedStep([(seed, None, [r]) for r, seed in enumerate(args.seed)],
+                           torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
+                           dtype, threads=1)                        # one thread (see sweep)
+    W, V = (torch.zeros(R, D, D, dtype=dtype, device=device),
+            torch.zeros(R, args.d, D, dtype=dtype, device=device))
+    optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
     for t in range(args.steps):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
-    return step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True).double().mean(0).tolist()
+    per_sequence = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
+    return per_sequence.double().mean(0).tolist()
 
 
 def slope(rows):
-    """Least-squares slope of log(width) against log(T) over the rows (T) that reached the target."""
+    """Least-squares slope of log(width) against log(T) over the rows that reached the target."""
     pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
     return float(np.polyfit(*zip(*pts), 1)[0]) if len(pts) >= 2 else None
 
 
 def search(grid, first, reached):
-    """Index of the first size in grid[first:] that reaches the target, or None. The loss is taken to fall
-    with width, so the first success is the smallest; first=None means a shorter T failed at every width,
-    so only the largest is trained, to measure that it fails here too."""
+    """Index of the first size in grid[first:] that reaches the target, or None. The loss is taken
+    to fall with width, so the first success is the smallest; first=None means a shorter T failed at
+    every width, so only the largest is trained, to measure that it fails here too."""
     for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
         if reached(grid[k]):
             return k
@@ -263,20 +283,20 @@ def search(grid, first, reached):
 
 
 def sweep(args, device):
-    """For each T the smallest width of each model whose seed-mean final val loss is <= eps * d/(2q);
-    each search starts at the previous T's answer (a longer sequence is taken to need no less width)."""
+    """For each T the smallest width of each model whose seed-mean final val loss is <= eps d/(2q);
+    each search starts at the last T's answer (a longer sequence is taken to need no less width)."""
     eps = args.eps * args.d / (2 * args.q)
     out, rows = Path(args.out), []
     first = {"fcn": 0, "transformer": 0}
     bar = tqdm(total=2 * len(args.sweep_T), desc="sweep (T, model)", dynamic_ncols=True)
-    # one thread: on 2 shared cores torch's second thread cost more than it saved at every size timed
+    # one thread: on 2 shared cores torch's second thread cost more than it saved at each size timed
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
 
     def reached(model, T, size, row):
         bar.set_postfix(T=T, model=model, size=size)
-        if model == "fcn":  # seed by seed: losses are >= 0, so once the seeds so far put the mean of all
-            vals = []       # above eps the width has failed, and the other seeds are not trained
+        if model == "fcn":  # seed by seed: losses are >= 0, so once the seeds so far put the mean
+            vals = []       # of all above eps the width has failed; the other seeds are not trained
             for seed in args.seed:
                 vals.append(train(args, T, size, seed, device, progress=False)["val"])
                 if not sum(vals) / len(args.seed) <= eps:
@@ -284,25 +304,25 @@ def sweep(args, device):
             width, params = size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
         else:
             vals = transformer_vals(args, T, size, device)
-            width, params = args.d + size, (args.d + size) * (2 * args.d + size)  # W (D x D), V (d x D)
+            width, params = args.d + size, (args.d + size) * (2 * args.d + size)  # D x D + d x D
         val = float(np.mean(vals))
         row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
         row["tried_seeds"].append(len(vals))                         # how many those were
         if val <= eps:                      # the spread: the seeds' sample standard deviation
             spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-            row.update(width=width, params=params, val=round(val, 4), val_sd=spread and round(spread, 4),
-                       vals=[round(v, 4) for v in vals])
+            row.update(width=width, params=params, val=round(val, 4),
+                       val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals])
         return val <= eps
 
     for T in args.sweep_T:
         for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
-            row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None, vals=None, tried=[],
-                       tried_seeds=[])
+            row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None, vals=None,
+                       tried=[], tried_seeds=[])
             first[model] = search(grid, first[model], lambda size: reached(model, T, size, row))
             rows.append(row)
             bar.update()
             fits = {m: slope([r for r in rows if r["model"] == m]) for m in first}
-            (out / "sweep.json").write_text(json.dumps(dict(  # rewritten after every cell: Ctrl-C keeps it
+            (out / "sweep.json").write_text(json.dumps(dict(  # rewritten each cell: Ctrl-C keeps it
                 eps=eps, eps_fraction=args.eps, steps=args.steps, batch=args.batch, seeds=args.seed,
                 fcn_lr=args.lr, fcn_optimizer=args.optimizer, fcn_depth=args.depth, tf_lr=TF_LR,
                 tf_optimizer="adam", tf_pe="stochastic", rows=rows, loglog_slope=fits), indent=2))
@@ -315,15 +335,19 @@ def sweep(args, device):
 def write_table(args, rows, fits, eps):
     """sweep.csv, and the table and the slopes on stdout."""
     with open(Path(args.out) / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val", "val_sd"], extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val", "val_sd"],
+                           extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after {args.steps} "
-          f"steps of {args.batch} (seeds {args.seed}); FCN: hidden width m; transformer: D = d + d_e")
-    print(f"{'model':<12}{'T':>5}{'width':>7}{'params':>10}{'val':>8}{'+-':>8}   tried [width, val]")
+    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after "
+          f"{args.steps} steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
+          f" transformer: D = d + d_e")
+    print(f"{'model':<12}{'T':>5}{'width':>7}{'params':>10}{'val':>8}{'+-':>8}"
+          "   tried [width, val]")
     for r in rows:
         print(f"{r['model']:<12}{r['T']:>5}{r['width'] or '>max':>7}{r['params'] or '-':>10}"
-              f"{r['val'] if r['val'] is not None else '-':>8}{r['val_sd'] or '':>8}   {r['tried']}")
+              f"{r['val'] if r['val'] is not None else '-':>8}{r['val_sd'] or '':>8}"
+              f"   {r['tried']}")
     print("log-log slope of width against T (over the T that reached eps): " + ", ".join(
         f"{m} {s:.2f}" if s is not None else f"{m} (fewer than 2 points)" for m, s in fits.items()))
 

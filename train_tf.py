@@ -1,17 +1,17 @@
 """Train the one-layer transformer of sts.py on STS_q in PyTorch: the paper's experiments, CPU or CUDA.
 
-    python train_tf.py --preset course                        # course scale (T=20), ~1 min on 2 CPUs
-    python train_tf.py --pe stochastic --device cuda          # the paper's run (T=200, d_e=170, 100k steps)
-    python train_tf.py --preset course --pe stochastic fixed --seed 0 1 --out runs/fig2   # 4 runs at once
-    python train_tf.py --figure-set --out runs/paper          # Figures 1-5 at the paper's scale: 7 runs
+    python train_tf.py --preset course                        # course scale (T=20), ~1 min, 2 CPUs
+    python train_tf.py --pe stochastic --device cuda          # paper: T=200, d_e=170, 100k steps
+    python train_tf.py --preset course --pe stochastic fixed --seed 0 1 --out runs/fig2  # 4 runs
+    python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Several values of --pe and --seed (or --figure-set's seven runs) train side by side in one process and
-share each step's draws (streams.py); several values of --de train one after another. Each run writes a
-directory under --out: config.json, log.jsonl (one record per evaluation), weights_init.npz,
+Several values of --pe and --seed (or --figure-set's seven runs) train side by side in one process
+and share each step's draws (streams.py); several values of --de train one after another. Each run
+writes a directory under --out: config.json, log.jsonl (a record per evaluation), weights_init.npz,
 weights_final.npz, final_losses.npz (each final validation sequence's loss), summary.json and
-checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autograd through a torch twin
-of sts.forward on the same draws (--step autograd, the reference; the tests check that the two agree).
+checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autograd through a torch
+twin of sts.forward on the same draws (--step autograd, the reference; tests check the two agree).
 """
 import itertools
 import json
@@ -28,39 +28,46 @@ import streams
 import sts
 
 PE_KINDS = ("onehot", "fixed", "stochastic")
-P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default that follows --preset
-# The hyper-parameters, each declared once: (default, --help, argparse options). --help and config.json
-# come from here. "paper" is the paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1
-# annealed to 1/3 at 50k of 100k steps). "course" is a tenth of the length and of the steps, about a minute
-# on 2 CPU cores; its d_e = 64 > T because the loss floor of random PEs at d_e = 16 would hide every effect.
+P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
+# The hyper-parameters, each declared once as (default, --help, argparse options), for --help and
+# config.json. "paper" is the paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1
+# annealed to 1/3 at 50k of 100k steps). "course" is a tenth of the length and steps, about a minute
+# on 2 CPU cores; its d_e = 64 > T as random PEs' loss floor at d_e = 16 would hide every effect.
 # None: derived from the other flags in resolve(), and written into config.json.
 HPARAMS = dict(
     preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
             dict(choices=("paper", "course"))),
     pe=(["stochastic"], "positional encodings to train", dict(nargs="+", choices=PE_KINDS)),
-    seed=([0], "seeds (data, init, fixed PE table); every seed is scored on the same validation sets",
-          dict(nargs="+", type=int)),
-    figure_set=(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe", dict(action="store_true")),
+    seed=([0], "seeds (data, init, fixed PE table); every seed is scored on the same"
+               " validation sets", dict(nargs="+", type=int)),
+    figure_set=(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe",
+                dict(action="store_true")),
     T=(P(200, 20), "training sequence length", dict(type=int)),
     q=(P(3, 3), "subset size", dict(type=int)),
     d=(P(5, 5), "token dimension", dict(type=int)),
-    de=(P([170], [64]), "PE dimension d_e, several for a sweep (--pe onehot alone: the longest length)",
-        dict(nargs="+", type=int)),
+    de=(P([170], [64]), "PE dimension d_e, several for a sweep"
+                        " (--pe onehot alone: the longest length)", dict(nargs="+", type=int)),
     batch=(P(256, 256), "fresh sequences per step, n", dict(type=int)),
     steps=(P(100_000, 10_000), "training steps", dict(type=int)),
     optimizer=("sgd", "plain SGD (the theory) or Adam", dict(choices=("sgd", "adam"))),
     lr=(None, "learning rate [sgd 1, adam 0.01]", dict(type=float)),
-    anneal_at=(None, "step from which lr is multiplied by --anneal-factor [half the steps]", dict(type=int)),
+    anneal_at=(None, "step from which lr is multiplied by --anneal-factor [half the steps]",
+               dict(type=int)),
     anneal_factor=(P(1 / 3, 1 / 3), "lr multiplier from --anneal-at on", dict(type=float)),
-    init=("zero", "zero (the theorems) or random Gaussian (Figure 3)", dict(choices=("zero", "random"))),
+    init=("zero", "zero (the theorems) or random Gaussian (Figure 3)",
+          dict(choices=("zero", "random"))),
     init_scale=(0.01, "std of the entries of a random init", dict(type=float)),
-    attend=("tokens", "attend over Z, or over [Z, z_q] (Figure 1)", dict(choices=("tokens", "query"))),
+    attend=("tokens", "attend over Z, or over [Z, z_q] (Figure 1)",
+            dict(choices=("tokens", "query"))),
     test_T=(P([250, 300, 350, 400], [25, 30, 35, 40]), "lengths of the length-generalisation sets",
             dict(nargs="*", type=int)),
-    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets", dict(nargs="*", type=int)),
-    n_test=(P(1024, 512), "sequences in each validation set evaluated during training", dict(type=int)),
-    n_final=(P(4096, 4096), "sequences in each set of the final evaluation (summary.json's 'final' and its "
-             "standard errors 'final_se'; the --n-test sets are its first part)", dict(type=int)),
+    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets",
+            dict(nargs="*", type=int)),
+    n_test=(P(1024, 512), "sequences in each validation set evaluated during training",
+            dict(type=int)),
+    n_final=(P(4096, 4096), "sequences in each set of the final evaluation (summary.json's 'final'"
+             " and its standard errors 'final_se'; the --n-test sets are its first part)",
+             dict(type=int)),
     eval_every=(P(500, 100), "steps between evaluations and log records", dict(type=int)),
     step=("fused", "fused: fused.py's hand-written step; autograd: the reference",
           dict(choices=("fused", "autograd"))),
@@ -70,17 +77,21 @@ HPARAMS = dict(
     checkpoint_every=(300.0, "seconds between checkpoints (at evaluations)", dict(type=float)),
     out=("runs/tf", "parent folder of the run directories", {}),
     force=(False, "replace run directories that already hold a run", dict(action="store_true")),
-    resume=(False, "go on from the runs' checkpoints (same flags otherwise)", dict(action="store_true")),
+    resume=(False, "go on from the runs' checkpoints (same flags otherwise)",
+            dict(action="store_true")),
 )
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
 # --figure-set: the paper's Figures 1-5 in one process, per seed; folder -> the runs' settings
 FIGURE_SET = {
     "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
-    "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],  # as the paper ran
+    # as the paper ran
+    "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],
     "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
-    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],   # Figure 5
+    # Figure 5
+    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],
 }
-RUN_KEYS = ("pe", "seed", "attend", "init", "init_scale", "optimizer", "lr", "anneal_at", "anneal_factor")
+RUN_KEYS = ("pe", "seed", "attend", "init", "init_scale", "optimizer", "lr", "anneal_at",
+            "anneal_factor")
 
 
 def parse_args(argv=None):
@@ -97,21 +108,24 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    """Everything that can be checked before training: sizes, rates, lengths, memory, run directories.
+    """Everything checkable before training: sizes, rates, lengths, memory, run directories.
     ValueError names the flag and the fix otherwise."""
-    runlog.require_positive(args, ("T", "q", "d", "batch", "steps", "n_test", "n_final", "eval_every",
-                                   "threads"))
+    runlog.require_positive(args, ("T", "q", "d", "batch", "steps", "n_test", "n_final",
+                                   "eval_every", "threads"))
     runlog.require_distinct(args, ("pe", "seed", "de"))
     runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
     runlog.require(args.anneal_at >= 0, f"--anneal-at must be >= 0 (got {args.anneal_at})")
     for name in ("lr", "init_scale", "anneal_factor", "checkpoint_every"):
         value = getattr(args, name)
-        runlog.require(value is None or 0 < value < float("inf"), f"--{name.replace('_', '-')} must be a "
-                                                                 f"positive finite number (got {value})")
-    biggest = torch.finfo(getattr(torch, args.dtype)).max              # a rate the weights' dtype can hold
-    runlog.require(args.lr is None or args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")
-    runlog.require(args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final})")
-    runlog.require(not (args.resume and args.force), "--resume and --force exclude each other; pick one")
+        runlog.require(value is None or 0 < value < float("inf"),
+                       f"--{name.replace('_', '-')} must be a positive finite number (got {value})")
+    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
+    runlog.require(args.lr is None or args.lr < biggest,
+                   f"--lr must be below {biggest:.3g} in {args.dtype}")
+    runlog.require(args.n_final >= args.n_test,
+                   f"--n-final must be >= --n-test (got {args.n_final})")
+    runlog.require(not (args.resume and args.force),
+                   "--resume and --force exclude each other; pick one")
     for T in [args.T, *args.test_T]:
         runlog.check_task(T, args.q, args.d)
     for q in args.test_q:
@@ -121,24 +135,25 @@ def check_args(args):
     for d_e in args.de:
         runlog.check_task(args.T, args.q, args.d, d_e)
         if "onehot" in args.pe and not args.figure_set:
-            runlog.require(d_e >= T_max, f"--de: onehot PE needs d_e >= the largest length {T_max} (got "
-                                         f"d_e={d_e}); raise --de or use --pe fixed/stochastic")
+            runlog.require(d_e >= T_max, f"--de: onehot PE needs d_e >= the largest length "
+                           f"{T_max} (got d_e={d_e}); raise --de or use --pe fixed/stochastic")
         specs = run_specs(args, d_e)
-        runlog.require_memory(step_bytes(args, len(specs), d_e, T_max), f"--T {args.T}/--test-T, --batch "
-                              f"{args.batch}, --n-final {args.n_final} and --de {d_e}")
+        runlog.require_memory(step_bytes(args, len(specs), d_e, T_max), f"--T {args.T}/--test-T, "
+                              f"--batch {args.batch}, --n-final {args.n_final} and --de {d_e}")
         for spec in specs:
             runlog.check_free(spec["dir"], args.force, args.resume)
 
 
 def step_bytes(args, R, d_e, T_max):
     """About the most memory, in bytes, that a step or an evaluation of R runs holds at once."""
-    n, D, size = max(args.batch, args.n_final), args.d + d_e, torch.finfo(getattr(torch, args.dtype)).bits // 8
-    if args.step == "autograd":   # P and Z, the mask and the gradient's copies, and each run's C and its grad
+    n, D, size = (max(args.batch, args.n_final), args.d + d_e,
+                  torch.finfo(getattr(torch, args.dtype)).bits // 8)
+    if args.step == "autograd":   # P, Z, the mask, the gradient's copies, each run's C and its grad
         return size * n * T_max * D * (4 + 2 * R)
-    chunk = max(fused.CHUNK_POSITIONS, streams.DRAW_CHUNK * T_max)    # positions of a thread's chunk
-    tokens = n * T_max * (args.d + 4)                   # X, the subset's order and index, for the whole batch
-    per_thread = 3 * chunk * (d_e + R * (args.d + 2))   # G, pass 1 ([u; V_e] p_i) and pass 2, with temporaries
-    weights = 3 * R * D * D + R * n * (2 * D + args.d)  # W, its grad and Adam's moments; per-sequence sums
+    chunk = max(fused.CHUNK_POSITIONS, streams.DRAW_CHUNK * T_max)  # positions of a thread's chunk
+    tokens = n * T_max * (args.d + 4)                   # X, the subset order and index, whole batch
+    per_thread = 3 * chunk * (d_e + R * (args.d + 2))   # G, both passes' buffers, with temporaries
+    weights = 3 * R * D * D + R * n * (2 * D + args.d)  # W, grad, Adam's moments; per-sequence sums
     return size * (tokens + args.threads * per_thread + weights)
 
 
@@ -147,8 +162,9 @@ def run_specs(args, d_e):
     base = {k: getattr(args, k) for k in ("attend", "init", "init_scale", "optimizer", "anneal_at",
                                           "anneal_factor")}
     if args.figure_set:
-        grid = [(folder, dict(base, **{**dict(optimizer="sgd", attend="tokens", init="zero"), **change}), seed)
-                for seed in args.seed for folder, changes in FIGURE_SET.items() for change in changes]
+        plain = dict(optimizer="sgd", attend="tokens", init="zero")
+        grid = [(folder, dict(base, **{**plain, **change}), seed) for seed in args.seed
+                for folder, changes in FIGURE_SET.items() for change in changes]
     else:
         grid = [("", dict(base, pe=pe), seed) for pe, seed in itertools.product(args.pe, args.seed)]
     specs = []
@@ -160,14 +176,14 @@ def run_specs(args, d_e):
 
 
 def validation_sets(args):
-    """Every fixed validation set as (group, key, T, q): "val" (the training T and q), "test_T" (longer
-    lengths) and "test_q" (other subset sizes); each is drawn from the VAL streams of its (T, q)."""
+    """Every fixed validation set as (group, key, T, q): "val" (the training T and q), "test_T"
+    (longer lengths) and "test_q" (other subset sizes), each from the VAL streams of its (T, q)."""
     return ([("val", None, args.T, args.q)] + [("test_T", str(T), T, args.q) for T in args.test_T]
             + [("test_q", str(q), args.T, q) for q in args.test_q])
 
 
 def pe_tables(specs, d_e, max_len, dtype, device):
-    """The runs that share their PEs, as fused.FusedStep's parts: (seed, table or None, run indices)."""
+    """The runs sharing PEs, as fused.FusedStep's parts: (seed, table or None, run indices)."""
     parts = {}
     for r, spec in enumerate(specs):
         parts.setdefault((spec["seed"], spec["pe"]), []).append(r)
@@ -182,13 +198,13 @@ def pe_tables(specs, d_e, max_len, dtype, device):
 
 
 def embed(X, P, mask):
-    """sts.embed in torch: Z = [X; P] (n, D, T) and the query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
+    """sts.embed in torch: Z = [X; P] (n, D, T) and query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
     s = (P * mask[:, None, :]).sum(-1)
     return torch.cat([X, P], -2), torch.cat([torch.zeros_like(X[:, :, 0]), s], -1)
 
 
 def forward(W, V, Z, z_q, attend="tokens"):
-    """sts.forward in torch, line for line; autograd gives the backward pass (the reference path)."""
+    """sts.forward in torch, line for line; autograd gives the backward pass (the reference)."""
     C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)   # keys = values
     u = z_q @ W.mT                                  # u = W z_q
     a = torch.einsum("...ndt,...nd->...nt", C, u)   # a_i = c_i^T W z_q
@@ -198,10 +214,11 @@ def forward(W, V, Z, z_q, attend="tokens"):
 
 
 class Reference:
-    """The autograd step on the draws fused.FusedStep makes: builds P, Z and z_q and runs sts.forward."""
+    """The autograd step on fused.FusedStep's draws: builds P, Z and z_q and runs sts.forward."""
 
     def __init__(self, parts, query, d, d_e, device, dtype):
-        self.parts, self.query, self.d, self.d_e, self.device, self.dtype = parts, query, d, d_e, device, dtype
+        self.parts, self.query, self.d, self.d_e = parts, query, d, d_e
+        self.device, self.dtype = device, dtype
 
     def __call__(self, W, V, index, n, T, q, val=False):
         grad = not val
@@ -209,15 +226,17 @@ class Reference:
         losses = [None] * W.shape[0]
         with torch.set_grad_enabled(grad):
             for seed, table, runs in self.parts:
-                X, idx, target, G = streams.draw_batch(streams.words(seed, index, val), n, T, q, self.d, self.d_e,
-                                                     self.dtype, self.device)
-                P = (G / G.norm(dim=-1, keepdim=True)).mT if table is None else table[:T].T.expand(n, -1, -1)
+                X, idx, target, G = streams.draw_batch(streams.words(seed, index, val), n, T, q,
+                                                     self.d, self.d_e, self.dtype, self.device)
+                P = ((G / G.norm(dim=-1, keepdim=True)).mT if table is None
+                     else table[:T].T.expand(n, -1, -1))
                 mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
                 Z, z_q = embed(X, P, mask)
                 for r in runs:
                     attend = "query" if self.query[r] else "tokens"
-                    err = forward(W[r], V[r], Z, z_q, attend) - target        # 1/2 ||f - y||^2 per sequence
-                    losses[r] = 0.5 * (err * err).sum(-1) if val else 0.5 * (err * err).sum(-1).mean()
+                    err = forward(W[r], V[r], Z, z_q, attend) - target
+                    losses[r] = (0.5 * (err * err).sum(-1) if val  # 1/2 ||f - y||^2 per sequence
+                                 else 0.5 * (err * err).sum(-1).mean())
             if not grad:
                 return torch.stack(losses, 1).detach()             # each sequence's loss (n, R)
             losses = torch.stack(losses)
@@ -237,23 +256,27 @@ class Trainer:
         query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
         parts = pe_tables(self.specs, d_e, max_len, self.dtype, device)
         if args.step == "fused":
-            self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads)
+            self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype,
+                                           args.threads)
         else:
             self.step_fn = Reference(parts, query, args.d, d_e, device, self.dtype)
-        inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"]) for s in self.specs]
+        inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
+                 for s in self.specs]
         self.W = [torch.tensor(W0, dtype=self.dtype, device=device) for W0, _ in inits]
         self.V = [torch.tensor(V0, dtype=self.dtype, device=device) for _, V0 in inits]
-        self.optimizers = [(torch.optim.SGD if s["optimizer"] == "sgd" else torch.optim.Adam)([W, V], lr=s["lr"])
-                           for s, W, V in zip(self.specs, self.W, self.V)]
+        self.optimizers = [(torch.optim.SGD if s["optimizer"] == "sgd" else torch.optim.Adam)(
+                               [W, V], lr=s["lr"]) for s, W, V in zip(self.specs, self.W, self.V)]
         self.W_star, self.V_star = (torch.as_tensor(M, dtype=self.dtype, device=device)
                                     for M in sts.ground_truth(args.d, d_e))
 
     def train_step(self, step):
-        """One step of every run on the batch `step`; returns the per-run training losses (on device)."""
+        """One step of every run on batch `step`; returns each run's training loss (on device)."""
         a = self.args
         for spec, opt in zip(self.specs, self.optimizers):
-            opt.param_groups[0]["lr"] = sts.learning_rate(step, spec["lr"], spec["anneal_at"], spec["anneal_factor"])
-        losses, dW, dV = self.step_fn(torch.stack(self.W), torch.stack(self.V), step, a.batch, a.T, a.q)
+            opt.param_groups[0]["lr"] = sts.learning_rate(step, spec["lr"], spec["anneal_at"],
+                                                          spec["anneal_factor"])
+        losses, dW, dV = self.step_fn(torch.stack(self.W), torch.stack(self.V),
+                                      step, a.batch, a.T, a.q)
         for r, opt in enumerate(self.optimizers):
             self.W[r].grad, self.V[r].grad = dW[r], dV[r]
             opt.step()
@@ -261,38 +284,41 @@ class Trainer:
 
     @torch.no_grad()
     def sequence_losses(self, n):
-        """Each run's loss on each sequence of the first n of every validation set: [((group, key), (n, R))]."""
+        """Each run's loss on each of the first n sequences per set: [((group, key), (n, R))]."""
         W, V = torch.stack(self.W), torch.stack(self.V)
-        return [((group, key), self.step_fn(W, V, streams.val_index(T, q), n, T, q, val=True).double())
+        return [((group, key),
+                 self.step_fn(W, V, streams.val_index(T, q), n, T, q, val=True).double())
                 for group, key, T, q in self.sets]
 
     @torch.no_grad()
     def evaluate(self, n):
-        """Per run: the loss on every validation set of n sequences, cos(W, W*), cos(V, V*), ||W||."""
+        """Per run: the loss on every set of n sequences, cos(W, W*), cos(V, V*), ||W||."""
         W, V = torch.stack(self.W), torch.stack(self.V)
         losses = [(name, x.mean(0).tolist()) for name, x in self.sequence_losses(n)]
         cos_W, cos_V = sts.cosine(W, self.W_star).tolist(), sts.cosine(V, self.V_star).tolist()
         norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
-        return [dict(runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
-                for r in range(len(self.specs))]
+        return [dict(runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r],
+                     cos_V=cos_V[r], norm_W=norm_W[r]) for r in range(len(self.specs))]
 
     def final_evaluation(self, n):
-        """Per run: the mean loss on each validation set of n sequences and its Monte-Carlo standard error
-        (std / sqrt n) for summary.json; each sequence's loss goes to final_losses.npz, for paired
-        differences between runs (every run of every seed is scored on the same sequences)."""
+        """Per run: the mean loss on each validation set of n sequences and its Monte-Carlo standard
+        error (std / sqrt n) for summary.json; each sequence's loss goes to final_losses.npz for
+        paired differences between runs (all runs of all seeds see the same sequences)."""
         losses = self.sequence_losses(n)
         out = []
         for r, spec in enumerate(self.specs):
-            np.savez(spec["dir"] / "final_losses.npz", **{"_".join(filter(None, name)): x[:, r].float().cpu().numpy()
-                                                          for name, x in losses})
-            out.append(dict(final=runlog.nest([(name, x[:, r].mean().item()) for name, x in losses]),
-                            final_se=runlog.nest([(name, x[:, r].std().item() / n ** 0.5) for name, x in losses]),
-                            n_final=n))
+            np.savez(spec["dir"] / "final_losses.npz",
+                     **{"_".join(filter(None, name)): x[:, r].float().cpu().numpy()
+                        for name, x in losses})
+            out.append(dict(
+                final=runlog.nest([(name, x[:, r].mean().item()) for name, x in losses]),
+                final_se=runlog.nest([(name, x[:, r].std().item() / n ** 0.5)
+                                      for name, x in losses]), n_final=n))
         return out
 
     def config(self, spec):
-        keep = {k: v for k, v in vars(self.args).items() if k not in ("pe", "seed", "de", "force", "out",
-                                                                      "resume", "figure_set")}
+        keep = {k: v for k, v in vars(self.args).items()
+                if k not in ("pe", "seed", "de", "force", "out", "resume", "figure_set")}
         return dict(keep, **{k: spec[k] for k in RUN_KEYS}, de=self.d_e, device=str(self.device),
                     model="transformer")
 
@@ -301,7 +327,7 @@ class Trainer:
             np.savez(spec["dir"] / name, W=W.cpu().numpy(), V=V.cpu().numpy())
 
     def open_runs(self):
-        """Create the run directories (or reopen them with --resume); returns the first step to train."""
+        """Create (or with --resume reopen) the run directories; returns the first step to train."""
         a = self.args
         if not a.resume:
             for spec in self.specs:
@@ -314,33 +340,36 @@ class Trainer:
         for spec in self.specs:
             old = json.loads((spec["dir"] / "config.json").read_text())
             new = json.loads(json.dumps(self.config(spec)))
-            changed = [k for k in new if k not in ("checkpoint_every", "threads") and old.get(k) != new[k]]
-            runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s config.json in "
-                                      f"{', '.join(changed)}; resume with the run's own flags")
+            changed = [k for k in new
+                       if k not in ("checkpoint_every", "threads") and old.get(k) != new[k]]
+            runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
+                           f"config.json in {', '.join(changed)}; resume with the run's own flags")
             states.append(runlog.load_checkpoint(spec["dir"]))
-        runlog.require(len({s["step"] for s in states}) == 1, "--resume: the runs' checkpoints are at different "
-                                                             "steps; resume them one by one")
+        runlog.require(len({s["step"] for s in states}) == 1, "--resume: the runs' checkpoints are "
+                       "at different steps; resume them one by one")
         self.logs = []
         for spec, state, W, V, opt in zip(self.specs, states, self.W, self.V, self.optimizers):
             W.copy_(state["W"]), V.copy_(state["V"])
             opt.load_state_dict(state["optimizer"])
             log = open(spec["dir"] / "log.jsonl", "r+")
-            log.truncate(state["log_bytes"])             # records after the checkpoint are written again
+            log.truncate(state["log_bytes"])  # records after the checkpoint are written again
             log.seek(state["log_bytes"])
             self.logs.append(log)
         return states[0]["step"], states[0]["seconds"]
 
     def checkpoint(self, step, seconds):
         for spec, log, W, V, opt in zip(self.specs, self.logs, self.W, self.V, self.optimizers):
-            runlog.save_checkpoint(spec["dir"], dict(step=step, seconds=seconds, W=W, V=V, log_bytes=log.tell(),
+            runlog.save_checkpoint(spec["dir"], dict(step=step, seconds=seconds, W=W, V=V,
+                                                     log_bytes=log.tell(),
                                                      optimizer=opt.state_dict()))
 
 
 def evaluate_and_log(tr, step, train_loss, t0, status):
-    """Evaluate every run on its --n-test sets and log the records of those still running; a run whose loss
-    diverges stops alone (its summary says so). Returns the records."""
+    """Evaluate every run on its --n-test sets and log the records of those still running; a run
+    whose loss diverges stops alone (its summary says so). Returns the records."""
     records = [dict(step=step, train_loss=train_loss[r], time=round(time.time() - t0, 3),
-                    lr=tr.optimizers[r].param_groups[0]["lr"], **rec) for r, rec in enumerate(tr.evaluate(tr.args.n_test))]
+                    lr=tr.optimizers[r].param_groups[0]["lr"], **rec)
+               for r, rec in enumerate(tr.evaluate(tr.args.n_test))]
     for r, rec in enumerate(records):
         if status[r] != "running":
             continue
@@ -356,19 +385,22 @@ def evaluate_and_log(tr, step, train_loss, t0, status):
 
 
 def report(spec, status, step, rec):
-    """The closing line of a run: how it ended, its last evaluation, and the final numbers with their
+    """The closing line of a run: how it ended, its last evaluation and the final numbers with their
     standard errors and set size (those the README quotes)."""
-    sets = lambda r: [("val", r.get("val"))] + [(f"{g[5:]}={k}", v) for g in ("test_T", "test_q")   # noqa: E731
+    sets = lambda r: [("val", r.get("val"))] + [(f"{g[5:]}={k}", v)  # noqa: E731
+                                                 for g in ("test_T", "test_q")
                                                  for k, v in r.get(g, {}).items()]
     text = f"{spec['dir']}: {status} at step {step}"
     if "final" in rec:
         se = dict(sets(rec["final_se"]))
-        return text + f"; final loss on {rec['n_final']} sequences per set (± its standard error): " + ", ".join(
-            f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"]))
+        return (text + f"; final loss on {rec['n_final']} sequences per set"
+                f" (± its standard error): "
+                + ", ".join(f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])))
     if "step" not in rec:
         return text + "; no evaluation was made"
-    return text + f"; last evaluated at step {rec['step']} on {rec.get('n_test', '?')} sequences per set: " + \
-        ", ".join(f"{name} {x:.4f}" for name, x in sets(rec)) + f", cos(W,W*) {rec['cos_W']:.3f}"
+    return (text + f"; last evaluated at step {rec['step']} on {rec.get('n_test', '?')} sequences"
+            f" per set: " + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec))
+            + f", cos(W,W*) {rec['cos_W']:.3f}")
 
 
 def train(args, d_e, device):
@@ -383,10 +415,12 @@ def train(args, d_e, device):
     bar = tqdm(total=args.steps, initial=first, desc=f"d_e={d_e} x{R} runs", dynamic_ncols=True)
     try:
         for step in range(first, args.steps + 1):
-            if (step % args.eval_every == 0 or step == args.steps) and not (step == first and args.resume):
+            if ((step % args.eval_every == 0 or step == args.steps)
+                    and not (step == first and args.resume)):
                 train_loss = (loss_sum / since).tolist() if since else [None] * R
                 records = evaluate_and_log(tr, step, train_loss, t0, status)
-                bar.set_postfix_str(f"{name}: val {records[0]['val']:.4f}, cos_W {records[0]['cos_W']:.3f}")
+                bar.set_postfix_str(f"{name}: val {records[0]['val']:.4f},"
+                                    f" cos_W {records[0]['cos_W']:.3f}")
                 loss_sum.zero_()
                 since = 0
                 if time.time() - last_checkpoint > args.checkpoint_every and step < args.steps:
@@ -410,13 +444,15 @@ def train(args, d_e, device):
             log.close()
             if status[r] == "running":
                 runlog.write_summary(spec["dir"], done, step, time.time() - t0, rec)
-            print(report(spec, status[r] if status[r] != "running" else done, step, dict(rec, n_test=args.n_test)))
+            print(report(spec, status[r] if status[r] != "running" else done, step,
+                         dict(rec, n_test=args.n_test)))
     if "diverged" in status:
-        raise runlog.Stop(f"{status.count('diverged')} of {R} runs diverged (see their summary.json)")
+        raise runlog.Stop(f"{status.count('diverged')} of {R} runs diverged"
+                          " (see their summary.json)")
     return records
 
 
-CPU_MS = (27.6, 2.7)   # bench.py on the 2-core CPU at the paper's scale: ms a step for one run, and per more run
+CPU_MS = (27.6, 2.7)   # bench.py, 2-core CPU, paper scale: ms a step for one run, and per more run
 
 
 def main(argv=None):
@@ -426,13 +462,14 @@ def main(argv=None):
         check_args(args)
         device = runlog.resolve_device(args.device)
         if device.type == "cpu" and args.step == "fused":
-            torch.set_num_threads(1)       # the step's own threads share the cores; torch's would compete
-        if args.steps * args.T * max(args.de) > 10 ** 8 and device.type == "cpu":   # say what it costs
+            torch.set_num_threads(1)  # the step's threads share the cores; torch's would compete
+        if args.steps * args.T * max(args.de) > 10 ** 8 and device.type == "cpu":  # say the cost
             runs = len(run_specs(args, args.de[0]))
             minutes = args.steps * (CPU_MS[0] + CPU_MS[1] * (runs - 1)) / 6e4
-            print(f"train_tf.py: {args.steps:,} steps of {runs} run(s) at T={args.T}, d_e={max(args.de)} on the "
-                  f"CPU: about {minutes:.0f} minutes per d_e on 2 cores at the paper's scale (the progress bar "
-                  f"keeps the estimate); --preset course takes about a minute")
+            print(f"train_tf.py: {args.steps:,} steps of {runs} run(s) at T={args.T}, "
+                  f"d_e={max(args.de)} on the CPU: about {minutes:.0f} minutes per d_e on 2 cores "
+                  f"at the paper's scale (the progress bar keeps the estimate); --preset course "
+                  f"takes about a minute")
         for d_e in args.de:
             train(args, d_e, device)
     runlog.run_command("train_tf.py", body)
