@@ -27,25 +27,26 @@ done
 MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
 TF="python train_tf.py --preset $SCALE ${TF_FLAGS:-}"
 FIGS=$OUT/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
-Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_FCN="" Q_BOOL=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_FCN="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
 if [ "${QUICK:-0}" = 1 ]; then
   Q_TF="--steps 20 --eval-every 10 --n-test 64 --n-final 64 --T 8 --test-T 10 12"
   Q_FLOOR="--T 8 10 12"       # course: the family's floor at the quick runs' lengths (every --de of the line)
   Q_DE="--T 8" Q_LONG="--T 10 12"   # paper: the d_e sweep at the training T, the test lengths at d_e = 170
   Q_FCN="--steps 20 --eval-every 20 --n-test 64 --seed 0 --sweep-T 6 8 --sweep-width 8 16 --sweep-de 4 8"
   Q_BOOL="--T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
+  Q_PLOTS="--formats png"     # a PDF doubles the drawing time
 fi
 
 if [ "$SCALE" = paper ]; then
   mkdir -p "$OUT/logs"
-  $TF --figure-set --seed $SEEDS $MODE --out "$OUT" $Q_TF       # Figures 1-5: the six runs in one process, on shared draws
+  $TF --figure-set --seed $SEEDS $MODE --out "$OUT" $Q_TF       # Figures 1-5: the seven runs in one process, on shared draws
   # the floor random PEs allow: against d_e at T=200 (the floor figure), and at the test lengths for d_e=170
   # (the length figure); every (T, d_e) pair in one call would cost ~4x as long; the two merged into one file
   python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json "$OUT/logs/floor_de.json" $Q_DE
   python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json "$OUT/logs/floor_T.json" $Q_LONG
   python -c 'import json, sys; from pathlib import Path; import runlog; a, b = (json.loads(Path(p).read_text()) for p in sys.argv[1:3]); runlog.write_json(Path(sys.argv[3]), dict(a, rows=a["rows"] + b["rows"]))' \
     "$OUT/logs/floor_de.json" "$OUT/logs/floor_T.json" "$OUT/sgd/family_floor.json"
-  python plots.py "$OUT" --out "$OUT/figures"
+  python plots.py "$OUT" --out "$OUT/figures" $Q_PLOTS
   if [ "${GALLERY:-0}" = 1 ]; then
     for f in "$OUT"/figures/*.png; do cp "$f" "figures/paper_$(basename "$f")"; done
   fi
@@ -67,6 +68,7 @@ lane_a() {
 lane_b() {
   $TF --de 256 --seed $SEEDS --force --out "$OUT/floor" $Q_TF                 # ours: the floor's largest d_e
   python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json" $Q_FLOOR  # its prediction
+  python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json "$OUT/sgd/family_floor.json" $Q_FLOOR  # and at the test lengths
   python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep" $Q_FCN   # ours: width FCN vs transformer
   python train_bool.py --force --out "$OUT/bool" $Q_BOOL                              # Edelman et al.: sparse-AND critical m
 }
@@ -92,4 +94,4 @@ if [ $status != 0 ]; then
   echo "run_course.sh: error: a lane failed (exit $status); its log: $OUT/logs/" >&2
   exit $status
 fi
-python plots.py "$OUT" --out "$FIGS"
+python plots.py "$OUT" --out "$FIGS" $Q_PLOTS
