@@ -304,7 +304,7 @@ def figure_separation(summary, out, name):
 
 def figure_critical(summary, config, out, name):
     """Edelman et al.: the critical sample size of the s-sparse AND against T (log x), transformer
-    vs FCN, with both fits (a + b ln T solid, c T^k dotted) where they lie within the axes; a T
+    vs FCN, with both fits (a + b ln T solid, c T^k dotted) where they lie near their own points; a T
     beyond the grid is an open triangle at its top."""
     fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
     top = max(config["grid"])
@@ -324,7 +324,8 @@ def figure_critical(summary, config, out, name):
             T = np.geomspace(done[:, 0].min(), done[:, 0].max(), 200)
             for y, ls in ((fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-"),
                           (fit["power"]["c"] * T ** fit["power"]["k"], ":")):
-                ax.plot(T, np.where((y >= lo) & (y <= hi), y, np.nan), ls, color=f"C{i}", lw=0.8)
+                near = (y >= done[:, 1].min() / 1.5) & (y <= done[:, 1].max() * 1.5)  # by its own points
+                ax.plot(T, np.where(near, y, np.nan), ls, color=f"C{i}", lw=0.8)
     ax.plot([], [], "k-", lw=0.8, label="fit a + b ln T")
     ax.plot([], [], "k:", lw=0.8, label="fit c T^k")
     if any(r["m_crit"] is None for r in summary["rows"]):
