@@ -12,9 +12,7 @@ Each round times one step of every path in turn, so that the machine's drift hit
   fused        train_tf.py's default step for one run (fused.py)
   figure-set   train_tf.py --figure-set: the 7 runs of Figures 1-5 sharing one draw per step
   floor        the step's 8.7 M PE Gaussians alone, on the fused step's chunks and threads
-and each trick of the fused step against its plainer form (one run): `normalised` scales G by
-1/|g_i| in place (G.mul_(r)) instead of folding 1/|g_i| into the small vectors; `chunk 2^13` and
-`chunk 2^17` cut the batch in chunks of at most that many positions, not 2^15; `1 thread` uses one.
+  1 thread     the fused step on one worker thread instead of two
 """
 import resource
 import statistics
@@ -22,7 +20,6 @@ import time
 
 import torch
 
-import fused
 import runlog
 import train_tf
 
@@ -61,31 +58,12 @@ def eager_step(device, dtype):
     return step
 
 
-class Normalised(fused.FusedStep):
-    """The fused step with P = G / |g| made in place, the plainer form of folding 1/|g_i| in."""
-
-    def draws(self, *args):
-        for runs, G, r, tokens in super().draws(*args):
-            yield runs, G.mul_(r[..., None]), torch.ones_like(r), tokens
-
-
-def trainer_step(flags, device, step_class=None, **constants):
-    """One training step of train_tf.py's Trainer for these flags (no run directory written), with
-    fused.py's module constants set as given while it runs."""
+def trainer_step(flags, device):
+    """One training step of train_tf.py's Trainer for these flags (no run directory written)."""
     args = train_tf.parse_args(["--preset", SCALE["preset"], "--device", device.type, *flags])
     tr = train_tf.Trainer(args, SCALE["d_e"], device)
-    if step_class:
-        tr.step_fn.__class__ = step_class
     counter = iter(range(10 ** 9))
-
-    def step():
-        saved = {k: getattr(fused, k) for k in constants}
-        for k, v in constants.items():
-            setattr(fused, k, v)
-        tr.train_step(next(counter))
-        for k, v in saved.items():
-            setattr(fused, k, v)
-    return step, tr
+    return lambda: tr.train_step(next(counter)), tr
 
 
 def paths(device):
@@ -102,10 +80,7 @@ def paths(device):
            "figure-set": (trainer_step(["--figure-set"], device)[0], 1),
            "floor": (lambda: tr.step_fn.floor(next(counter), SCALE["n"], SCALE["T"]), 1)}
     if device.type == "cpu":
-        out.update({"normalised": (trainer_step(one_run, device, Normalised)[0], 1),
-                    "chunk 2^13": (trainer_step(one_run, device, CHUNK_POSITIONS=2 ** 13)[0], 1),
-                    "chunk 2^17": (trainer_step(one_run, device, CHUNK_POSITIONS=2 ** 17)[0], 1),
-                    "1 thread": (trainer_step([*one_run, "--threads", "1"], device)[0], 1)})
+        out["1 thread"] = (trainer_step([*one_run, "--threads", "1"], device)[0], 1)
     return out
 
 

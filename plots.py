@@ -4,40 +4,21 @@
     python plots.py results/course --out figures # the committed gallery is written only when named
     python plots.py results/paper --table        # the numbers as Markdown tables instead
 
-Runs are drawn by config["model"]. A folder of transformer runs (an experiment, such as
---figure-set's sgd/ query/ random_init/ adam/) gives, as its runs allow: NAME_training (Figure 1:
-loss, 1/loss, cosines), NAME_length (Figures 2, 4-top: loss at longer T), NAME_qtest (Figure
-4-bottom), NAME_weights (Figure 3: W and V at init and at the end, a colour scale each, the trained
-W's symmetric-log so that its diagonal does not wash out the rest), or with three d_e or more
-NAME_floor (final loss against d_e); Figure 5 is adam/'s. The folder's family_floor.json (sts.py
---floor --json: the best loss of W = c W*, V = alpha V*, at the training T and maybe longer ones)
-adds that prediction to NAME_floor, dashed, and with three predicted d_e or more gives fewer trained
-d_e a NAME_floor; on NAME_length, for stochastic PE, a dashed line at the family's best loss at each
-length and a dotted one at its loss at the run's own c, alpha (sts.family_fit; mean over seeds).
-A folder of FCN runs gives NAME_fcn_training, a sweep.json (train_fcn.py) NAME_separation, a
-critical.json (train_bool.py) NAME_critical (the run directories below them are the search's own).
-Every figure has a settings title and one legend, below its axes.
+A folder of transformer runs (an experiment) gives NAME_training (Figure 1: loss, 1/loss, cosines),
+NAME_length (Figures 2, 4-top), NAME_qtest (4-bottom), NAME_weights (3: the lowest seed), or with
+three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. Its family_floor.json
+(sts.py --floor --json) adds the best of W = c W*, V = alpha V*, dashed: on NAME_floor (three
+predicted d_e draw it for fewer trained ones) and, for stochastic PE, on NAME_length with a dotted
+line at the runs' own c, alpha. FCN runs give NAME_fcn_training, a sweep.json NAME_separation, a
+critical.json NAME_critical (the run directories below it are its search's). Runs agreeing apart
+from PER_SEED are one configuration: the seeds' mean, a band from the lowest to the highest seed.
+--table prints rundirs.py's tables, each caption saying what its cells are ('-': data missing).
 
-Seeds: the runs of a folder whose config.json agree apart from PER_SEED are one configuration,
-drawn as the mean over its seeds with a band from the lowest to the highest seed (at the steps every
-seed logged), the legend giving the count; NAME_weights shows its lowest seed.
-
---table prints per folder the tables of rundirs.py, each caption saying what its cells are: each
-configuration's final losses, "mean ± s [se]" (s: the sample standard deviation over the seeds,
-all scored on the same sequences; se: the mean Monte-Carlo standard error of one run); stochastic
-minus fixed PE, paired sequence by sequence (final_losses.npz); with a family_floor.json, trained
-against the family on the same sequences; at each length, the trained loss, the family's
-predictions of it (stochastic PE) and the slope of the logged loss (still falling?). '-': data
-missing (older runs have no final_se or final_losses.npz, a running one no weights_final.npz).
-
-What cannot be drawn is said on one line of stderr naming the file, and the rest is still drawn.
-Skipped, and exit status 2 at the end: a run whose config.json lacks a key its figures need, whose
-summary says it diverged, or whose losses are all null; a log line that is not a JSON object with a
-"step"; a sweep.json or critical.json row without a key its figure reads; unreadable weights; a
-family_floor.json that is malformed or has no row for the runs' (pe, T, q, d). A warning only,
-exit status 0: a log whose last line was cut mid-record, as a run killed mid-write leaves it or as
-a log still being written reads; its intact records are everything the run finished. Nothing drawn
-at all: exit status 2. A skipped run is left out of its configuration's mean and count.
+What cannot be drawn is one line of stderr naming the file, and the rest is still drawn. Exit
+status 2 for a skip (a config.json without a key its figures need, a diverged run, losses all null,
+a log line that is no JSON object with a "step", a summary row without a key, unreadable weights, a
+bad family_floor.json) or when nothing is drawn; 0 when a log's last line was cut mid-record (a
+warning: its intact records are drawn). A skipped run is left out of its configuration's mean.
 """
 import argparse
 import sys
@@ -50,9 +31,8 @@ import numpy as np
 
 import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length,
-                     length_curves, load_prediction, load_run, load_summary, search_config,
-                     set_names, spread, table, table_floor, table_length, table_paired,
-                     table_summary, value, weights)
+                     length_curves, load_prediction, load_run, load_summary, set_names, spread,
+                     table, table_floor, table_length, table_paired, table_summary, value, weights)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -67,13 +47,12 @@ FORMATS = ("png", "pdf")
 
 
 def curve(ax, group, groups, name, f=lambda y: y, **kw):
-    """A configuration's `name` against the step: the mean over its seeds and, for more than one, a
-    band from the lowest to the highest seed; f (such as 1/y) applied to the three."""
+    """`name` against the step: the seeds' mean, a band from lowest to highest; f (1/y) on each."""
     step, y = spread(group, name)
-    kw.setdefault("color", color(group, groups))
-    ax.plot(step, f(y.mean(0)), **kw)
+    col = color(group, groups)
+    ax.plot(step, f(y.mean(0)), color=col, **kw)
     if len(group) > 1:
-        ax.fill_between(step, f(y.min(0)), f(y.max(0)), color=kw["color"], alpha=0.2, lw=0)
+        ax.fill_between(step, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
 
 
 def color(group, groups):
@@ -83,8 +62,7 @@ def color(group, groups):
 
 
 def save(fig, out, name, title):
-    """The settings title, wrapped to the figure's width; one legend below the axes, each label
-    once, so that it hides no curve; the files."""
+    """The title, wrapped; one legend below the axes, so that it hides no curve; the files."""
     width = fig.get_figwidth()
     fig.suptitle(textwrap.fill(title, int(width * 17)), fontsize=8)
     entries = {}
@@ -126,9 +104,7 @@ def figure_training(runs, out, name):
 
 
 def figure_tests(runs, out, name, group, suffix, curves=None):
-    """Figures 2 and 4 (and the FCN's curves): the loss on the training-(T, q) validation set and
-    on each set of `group` ("T" or "q") against the step, a panel each, panels without a finite
-    value left out; curves (rundirs.length_curves) adds the family's predictions."""
+    """Figures 2, 4 (and the FCN's): a panel per finite set of `group` ("T", "q"), the family's."""
     groups = configurations(runs)
     names = [n for n in ["val", *set_names(runs, group)]
              if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
@@ -144,7 +120,7 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
             own, best = (curves or {}).get(g[0]["path"], {}).get(length(key, c), (None, None))
             for y, ls, text in ((best, "--", f"best of W = cW*, V = αV* ({FLOOR})"),
                                 (own, ":", "W = cW*, V = αV* at the trained c, α (seeds' mean)")):
-                if y is not None and np.isfinite(y):    # the family's predictions at this length
+                if y is not None and np.isfinite(y):
                     ax.axhline(y, color=color(g, groups), ls=ls, lw=0.9, label=text)
         trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"
         ax.set(xlabel="step", yscale="log",
@@ -154,9 +130,7 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
 
 
 def figure_weights(runs, out, name, report):
-    """Figure 3: W and V at initialisation and at the end, token/PE block borders drawn, a colour
-    scale each; a row per configuration (two at most): its lowest seed. Unreadable weights: the run
-    is skipped."""
+    """Figure 3: W and V at init and at the end, a row per configuration (two at most)."""
     rows, groups = [], configurations(runs)
     for run in [g[0] for g in groups[:2]]:
         pair = report.attempt(lambda r: [weights(r, w) for w in ("init", "final")], run,
@@ -177,9 +151,8 @@ def figure_weights(runs, out, name, report):
 
 
 def heat(ax, M, d, title, symlog):
-    """A weight matrix with its token | PE borders and its own colour scale; symmetric-log for a
-    trained W, linear up to its largest entry off the PE diagonal, so that the diagonal far above
-    the rest does not wash it out."""
+    """A weight matrix, its token | PE borders, its own colour scale: for a trained W symmetric-log,
+    linear up to its largest entry off the PE diagonal, which would otherwise wash the rest out."""
     vmax = np.abs(M).max() or 1.0                     # an all-zero init: a scale all the same
     off = np.abs(M - np.diag(np.r_[np.zeros(d), np.diag(M)[d:]])).max() if symlog else vmax
     rest = min(max(off, vmax / 1e3), vmax)            # the largest entry off the PE diagonal
@@ -196,26 +169,12 @@ def heat(ax, M, d, title, symlog):
     ax.figure.colorbar(im, ax=ax, shrink=0.8).set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
 
 
-def floor_points(runs):
-    """{pe: {d_e: [each seed's floor]}}: the final validation loss from summary.json (n_final
-    sequences) where a run has one, else the mean of its last 5 logged records (n_test each); a
-    null or zero loss, which a log axis cannot show, left out."""
-    by_pe = defaultdict(lambda: defaultdict(list))
-    for run in runs:
-        s = run["summary"]
-        floor = value(s["final"], "val") if "final" in s else np.mean([value(r, "val")
-                                                                      for r in run["log"][-5:]])
-        if floor > 0:
-            by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    return by_pe
-
-
-def floor_trained(ax, pe, points, low):
-    """A PE's floors against d_e, the mean over seeds with a band from the lowest to the highest
-    seed; below `low`, an open triangle at `low`."""
-    de = np.array(sorted(points), float)
+def floor_lines(ax, pe, points, guess, low):
+    """A PE's floors against d_e: trained ({d_e: seeds' floors}), the seeds' mean, solid, with a
+    band; predicted ([(d_e, loss)]), dashed, open squares; below `low` a triangle at `low`."""
+    de, col = np.array(sorted(points), float), COLORS.get(pe, "k")
     seeds = [points[x] for x in sorted(points)]
-    mean, n, col = np.array([np.mean(f) for f in seeds]), max(map(len, seeds)), COLORS.get(pe, "k")
+    mean, n = np.array([np.mean(f) for f in seeds]), max(map(len, seeds))
     many = f", {n} seeds" if n > 1 else ""
     text = (f"slope {np.polyfit(np.log(de), np.log(mean), 1)[0]:.2f}{many}" if len(de) > 1
             else f"d_e={int(de[0])}{many}: {mean[0]:.2g}")
@@ -224,27 +183,26 @@ def floor_trained(ax, pe, points, low):
     if n > 1:
         ax.fill_between(de, *(np.maximum(list(map(f, seeds)), low) for f in (min, max)), color=col,
                         alpha=0.2)
-    return list(mean)
-
-
-def floor_predicted(ax, pe, guess, low):
-    """A PE's predicted floors, [(d_e, loss)] at the training T: dashed, open squares; below `low`,
-    an open triangle at `low`."""
     if not guess:
-        return []
+        return list(mean)
     x, y = np.array(guess, float).T
-    shown, col = np.maximum(y, low), COLORS.get(pe, "k")
+    shown = np.maximum(y, low)
     ax.loglog(x, shown, "--", color=col, lw=0.8)
     for marker, at in (("s", y >= low), ("v", y < low)):
         ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
-    return list(y)
+    return list(mean) + list(y)
 
 
 def figure_floor(runs, out, name, predicted):
-    """The in-distribution loss floor against d_e (floor_points), trained (solid) and predicted
-    from family_floor.json (dashed); what lies below a third of the random PEs' lowest (onehot's
-    ~0) is drawn at that height, so that it does not stretch the axis."""
-    by_pe, T = floor_points(runs), runs[0]["config"]["T"]
+    """The loss floor against d_e, trained and predicted; what lies below a third of the random
+    PEs' lowest (onehot's ~0) is drawn at that height, so that it does not stretch the axis."""
+    by_pe, T = defaultdict(lambda: defaultdict(list)), runs[0]["config"]["T"]
+    for run in runs:  # the final validation loss, else the mean of the last 5 logged
+        s = run["summary"]
+        floor = value(s["final"], "val") if "final" in s else np.mean([value(r, "val")
+                                                                      for r in run["log"][-5:]])
+        if floor > 0:  # a null or zero loss, which a log axis cannot show, is left out
+            by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
     if not by_pe:
         raise Skip(f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not drawn")
     guess = {pe: sorted((k[4], r["loss"]) for k, r in predicted.items() if k[:2] == (pe, T))
@@ -253,8 +211,7 @@ def figure_floor(runs, out, name, predicted):
     scale = [x for pe in by_pe if pe != "onehot" for x in trained[pe] + [y for _, y in guess[pe]]]
     low = min([x for x in scale if x > 0] or sum(trained.values(), [])) / 3
     fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.5 * PANEL[1]))
-    shown = [x for pe in sorted(by_pe) for x in floor_trained(ax, pe, by_pe[pe], low)
-             + floor_predicted(ax, pe, guess[pe], low)]
+    shown = [x for pe in sorted(by_pe) for x in floor_lines(ax, pe, by_pe[pe], guess[pe], low)]
     if any(guess.values()):  # one legend entry for every PE's prediction
         ax.plot([], [], "ks--", mfc="none", ms=4, lw=0.8,
                 label="best of W = cW*, V = αV* (predicted)")
@@ -272,25 +229,21 @@ def figure_floor(runs, out, name, predicted):
 
 
 def figure_separation(summary, out, name):
-    """Ours: the smallest width reaching the target loss against T, log-log, for the FCN (hidden
-    width m) and the transformer (D = d + d_e), with the least-squares slopes; and the same in
-    parameters. A T where no width of the grid reached the target: an open triangle at the
-    largest tried."""
+    """Ours: the smallest width (and parameters) reaching the target loss against T, FCN vs ours."""
     fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.2, PANEL[1] * 1.3))
     for model, col in (("fcn", "C1"), ("transformer", "C0")):
         rows = [r for r in summary["rows"] if r["model"] == model]
         done = [r for r in rows if r["width"] is not None]
         slope = (summary.get("loglog_slope") or {}).get(model)
-        for ax, key in zip(axes, ("width", "params")):
-            if done:
-                T, y = np.array([(r["T"], r[key]) for r in done], float).T
-                ax.loglog(T, y, "o-", color=col, label=f"{model} (slope {slope:.2f})"
-                          if slope is not None else model)
-            failed = [(r["T"], max(w for w, _ in r["tried"])) for r in rows
-                      if r["width"] is None and r["tried"]]
-            if failed and key == "width":
-                ax.loglog(*np.array(failed, float).T, "^", mfc="none", color=col,
-                          label=f"{model}: not reached (largest tried)")
+        for ax, key in zip(axes, ("width", "params")) if done else ():
+            T, y = np.array([(r["T"], r[key]) for r in done], float).T
+            ax.loglog(T, y, "o-", color=col, label=f"{model} (slope {slope:.2f})"
+                      if slope is not None else model)
+        failed = [(r["T"], max(w for w, _ in r["tried"])) for r in rows
+                  if r["width"] is None and r["tried"]]
+        if failed:
+            axes[0].loglog(*np.array(failed, float).T, "^", mfc="none", color=col,
+                           label=f"{model}: not reached (largest tried)")
     Ts = sorted({r["T"] for r in summary["rows"]})
     for ax in axes:
         ax.set_xticks(Ts, [str(T) for T in Ts])
@@ -302,35 +255,33 @@ def figure_separation(summary, out, name):
                 f" sequences, seeds {summary['seeds']}; slope: least squares, log width on log T")
 
 
-def figure_critical(summary, config, out, name):
-    """Edelman et al.: the critical sample size of the s-sparse AND against T (log x), transformer
-    vs FCN, with both fits (a + b ln T solid, c T^k dotted) where they lie near their own points; a T
-    beyond the grid is an open triangle at its top."""
+def figure_critical(summary, out, name):
+    """Edelman et al.: the s-sparse AND's critical sample size against T, the fits near the data."""
     fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
+    config, rows = summary["config"], summary["rows"]
     top = max(config["grid"])
-    reached = [r["m_crit"] for r in summary["rows"] if r["m_crit"] is not None]
+    reached = [r["m_crit"] for r in rows if r["m_crit"] is not None]
     lo, hi = min(reached + [top]) / 1.5, top * 1.5   # the data's range, fits clipped to it
-    keys = list(dict.fromkeys((r["model"], r["s"]) for r in summary["rows"]))
-    for i, (model, s) in enumerate(keys):
-        rows = [r for r in summary["rows"] if (r["model"], r["s"]) == (model, s)]
-        done = np.array([(r["T"], r["m_crit"]) for r in rows if r["m_crit"] is not None],
+    for i, (model, s) in enumerate(dict.fromkeys((r["model"], r["s"]) for r in rows)):
+        mine = [r for r in rows if (r["model"], r["s"]) == (model, s)]
+        done = np.array([(r["T"], r["m_crit"]) for r in mine if r["m_crit"] is not None],
                         float).reshape(-1, 2)
         fit = (summary.get("fits") or {}).get(model, {}).get(str(s))
         ax.semilogx(*done.T, "o", color=f"C{i}", label=f"{model}, s={s}"
                     + (f", fits better: {fit['better']}" if fit else ""))
-        beyond = [r["T"] for r in rows if r["m_crit"] is None]
+        beyond = [r["T"] for r in mine if r["m_crit"] is None]
         ax.semilogx(beyond, [top] * len(beyond), "^", mfc="none", color=f"C{i}")
         if fit:
             T = np.geomspace(done[:, 0].min(), done[:, 0].max(), 200)
             for y, ls in ((fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-"),
                           (fit["power"]["c"] * T ** fit["power"]["k"], ":")):
-                near = (y >= done[:, 1].min() / 1.5) & (y <= done[:, 1].max() * 1.5)  # by its own points
+                near = (y >= done[:, 1].min() / 1.5) & (y <= done[:, 1].max() * 1.5)
                 ax.plot(T, np.where(near, y, np.nan), ls, color=f"C{i}", lw=0.8)
     ax.plot([], [], "k-", lw=0.8, label="fit a + b ln T")
     ax.plot([], [], "k:", lw=0.8, label="fit c T^k")
-    if any(r["m_crit"] is None for r in summary["rows"]):
+    if len(reached) < len(rows):
         ax.plot([], [], "k^", mfc="none", label=f"not reached by m = {top} (the grid's largest)")
-    Ts = sorted({r["T"] for r in summary["rows"]})
+    Ts = sorted({r["T"] for r in rows})
     ax.set_xticks(Ts, [str(T) for T in Ts])
     ax.minorticks_off()
     ax.set(xlabel="sequence length T (bits)", ylabel="critical training-set size m", yscale="log",
@@ -341,20 +292,20 @@ def figure_critical(summary, config, out, name):
                 f" {config.get('n_test', '?')}" + (f"; {hp}" if hp else ""))
 
 
-def draw_summary(path, out, report):
-    """The figure (or, with out=None, the Markdown table) of one sweep.json or critical.json."""
-    summary, name = load_summary(path, report), path.parent.name
-    if out is None:
-        return table_summary(path, summary)
-    if path.name == "sweep.json":
-        return figure_separation(summary, out, name)
-    return figure_critical(summary, search_config(path), out, name)
-
-
 def draw(name, runs, out, report, predicted):
-    """Every figure an experiment's runs allow; one that cannot be drawn is reported, the others
-    still are."""
+    """Every figure an experiment's runs allow (one that cannot be drawn is reported), or with
+    out=None every table of rundirs.py."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
+    if out is None:
+        for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
+            report.drawn += 1
+            table(name, [r for r in runs if r["config"]["model"] == model])
+        if tf:
+            table_paired(name, tf)
+            table_length(name, tf, predicted)
+        if predicted:
+            table_floor(name, tf, predicted)
+        return
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
     predicted_de = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
@@ -372,17 +323,13 @@ def draw(name, runs, out, report, predicted):
         report.drawn += bool(report.attempt(*job))
 
 
-def tabulate(name, runs, predicted, report):
-    """Every table of an experiment's runs (rundirs.py)."""
-    for model in dict.fromkeys(r["config"]["model"] for r in runs):
-        report.drawn += 1
-        table(name, [r for r in runs if r["config"]["model"] == model])  # one table per model
-    tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    if tf:
-        table_paired(name, tf)
-        table_length(name, tf, predicted)
-    if predicted:
-        table_floor(name, tf, predicted)
+def draw_summary(path, out, report):
+    """The figure (or, with out=None, the Markdown table) of one sweep.json or critical.json."""
+    summary = load_summary(path, report)
+    if out is None:
+        return table_summary(path, summary)
+    figure = figure_separation if path.name == "sweep.json" else figure_critical
+    return figure(summary, out, path.parent.name)
 
 
 def main(argv=None):
@@ -408,9 +355,7 @@ def main(argv=None):
                                 for d in dirs) if run]
         predicted = (runs and (folder / FLOOR).exists()
                      and report.attempt(load_prediction, folder, runs) or {})
-        if runs and args.table:
-            tabulate(folder.name, runs, predicted, report)
-        elif runs:
+        if runs:
             draw(folder.name, runs, out, report, predicted)
     for path in summaries:
         report.drawn += bool(report.attempt(draw_summary, path, out, report))

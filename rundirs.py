@@ -1,8 +1,7 @@
 """What the training scripts leave on disk, read for plots.py: run directories and summaries, runs
-grouped into configurations over seeds, and the Markdown tables of `plots.py --table` (its docstring
-says what each holds, which problem is a warning and which a skip) with the NumPy evaluations behind
-them (sts.py, no torch). What cannot be read raises Skip, whose message names the file and says why;
-a Report collects those lines for plots.py's stderr.
+grouped into configurations over seeds, and the Markdown tables of `plots.py --table` with the NumPy
+evaluations behind them (sts.py, no torch). What cannot be read raises Skip, whose message names the
+file and says why; a Report collects those lines for plots.py's stderr.
 """
 import json
 import math
@@ -21,7 +20,7 @@ NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer"
 SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"),
                             ("model", "T", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m_crit"))}
-GROUPS = {"test_T": "T", "test_q": "q"}  # a record's nested validation sets, one letter each
+GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
 VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends: first
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every")  # seeds may differ here
 FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor; row keys
@@ -37,22 +36,18 @@ class Skip(Exception):
 
 
 class Report(list):
-    """The stderr lines, warnings and skips, and how much was drawn; a throwaway
-    Report().attempt(job) is job() or None, what a table shows as '-'."""
+    """The stderr lines and how much was drawn; Report().attempt(job) is job() or None ('-')."""
     drawn = 0
 
-    def warn(self, message):
-        self.append(f"plots.py: warning: {message}")
-
-    def skip(self, message):
-        self.append(f"plots.py: skipped: {message}")
+    def say(self, kind, message):
+        self.append(f"plots.py: {kind}: {message}")
 
     def attempt(self, job, *args, then=""):
         """job(*args), or None with its Skip reported (and `then`, what follows from it)."""
         try:
             return job(*args)
         except Skip as e:
-            self.skip(f"{e}{then}")
+            self.say("skipped", f"{e}{then}")
 
 
 def read(path, parse=json.loads):
@@ -73,28 +68,29 @@ def need_keys(obj, keys, where):
 
 
 def read_log(path, report):
-    """The records of a log.jsonl (plots.py's docstring: which line is a warning, which a skip)."""
+    """The records of a log.jsonl; a last line cut mid-record (a run killed mid-write, a log still
+    being written) is left out with a warning, a line that is no record skipped."""
     lines = [(i, line) for i, line in enumerate(read(path, str.splitlines), 1) if line.strip()]
     records, cut = [], None
     for i, line in lines:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            if i == lines[-1][0]:  # the last line: cut mid-record
+            if i == lines[-1][0]:
                 cut = i
                 continue
             record = line
         if (not isinstance(record, dict) or not isinstance(record.get("step"), int)
                 or not all(isinstance(record.get(g, {}), dict) for g in GROUPS)):
-            report.skip(f"{path}: line {i} is not a record (a JSON object with a step):"
-                        f" {line[:40]}")
+            report.say("skipped", f"{path}: line {i} is not a record (a JSON object with a step):"
+                       f" {line[:40]}")
         else:
             records.append(record)
     if not records:
         raise Skip(f"{path}: no intact record (the run logged nothing)")
     if cut:
-        report.warn(f"{path}: line {cut} cut mid-record, left out; drawing the {len(records)}"
-                    " intact records")
+        report.say("warning", f"{path}: line {cut} cut mid-record, left out; drawing the"
+                   f" {len(records)} intact records")
     return records
 
 
@@ -119,34 +115,36 @@ def load_run(path, report):
 
 
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]} and the summary files (SUMMARIES) below `paths`."""
+    """{experiment folder: [run directories]}, and the summary files below `paths` (SUMMARIES)."""
     experiments, summaries = defaultdict(list), []
     for p in map(Path, paths):
-        if not p.exists():
-            report.skip(f"{p}: no such file or directory")
-            continue
         found = sorted(f for name in SUMMARIES for f in p.rglob(name))
-        summaries += found
-        inside = lambda d: any(f.parent in (d, *d.parents) for f in found)  # noqa: E731
+        searches = {f.parent for f in found}
         one = not found and ((p / "log.jsonl").exists() or (p / "config.json").exists())
         dirs = [p] if one else sorted({f.parent for name in ("config.json", "log.jsonl")
-                                       for f in p.rglob(name) if not inside(f.parent)})
-        if not dirs and not found:
-            report.skip(f"{p}: holds no run directory (no config.json or log.jsonl below it)")
+                                       for f in p.rglob(name) if not searches & {*f.parents}})
+        if not p.exists() or (not dirs and not found):
+            report.say("skipped", f"{p}: no such file or directory" if not p.exists() else
+                       f"{p}: holds no run directory (no config.json or log.jsonl below it)")
+        summaries += found
         for d in dirs:
             experiments[d.parent].append(d)
     return experiments, summaries
 
 
 def load_summary(path, report):
-    """A sweep.json or critical.json, keeping the rows that hold every key its figure reads."""
+    """A sweep.json or critical.json, its rows that hold every key its figure reads; a critical.json
+    with the "config" beside it (the "grid" of sample sizes its search tried)."""
     head, row_keys = SUMMARIES[path.name]
     summary = need_keys(read(path), ("rows", *head), path)
     rows = [report.attempt(need_keys, row, row_keys, f"{path}: row {i}")
             for i, row in enumerate(summary["rows"], 1)]
     if not any(rows):
         raise Skip(f"{path}: no complete row; rerun the search that writes it")
-    return dict(summary, rows=[row for row in rows if row])
+    config = path.parent / "config.json"
+    return dict(summary, rows=[row for row in rows if row], **(
+        {"config": need_keys(read(config), ["grid"], config)} if path.name == "critical.json"
+        else {}))
 
 
 def load_prediction(folder, runs):
@@ -179,7 +177,6 @@ def value(record, name):
 
 
 def setting(config, leave=PER_SEED):
-    """What a configuration is: its config.json apart from the keys in `leave`."""
     return repr(sorted(kv for kv in config.items() if kv[0] not in leave))
 
 
@@ -208,8 +205,7 @@ def set_names(runs, group):
 
 
 def length(name, config):
-    """The sequence length of a validation set: "val" is the training T, "T=250" 250."""
-    return config["T"] if name == "val" else int(name[2:])
+    return config["T"] if name == "val" else int(name[2:])  # "val" is at the training T
 
 
 def label(group, groups):
@@ -281,8 +277,7 @@ def weights(run, when="final"):
 
 
 def slope(run, name):
-    """The least-squares slope of the logged `name` per 10k steps over the last WINDOW steps (the
-    last half of a shorter run)."""
+    """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
     last = run["log"][-1]["step"]
     xy = np.array([(r["step"], value(r, name)) for r in run["log"]
                    if r["step"] >= last - min(WINDOW, last / 2)], float).reshape(-1, 2)
@@ -291,7 +286,7 @@ def slope(run, name):
 
 
 def family_pair(run, row):
-    """Each sequence's loss (2, n), trained and at W = c W*, V = alpha V* (the row's), on the same
+    """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
     EVAL_SEED sequences; a fixed-PE run with its own table, built as train_tf.py builds it."""
     c = run["config"]
     pe = sts.PositionalEncoding(c["pe"], c["de"], max([c["T"], *c.get("test_T", [])]), c["seed"])
@@ -419,7 +414,7 @@ def table_summary(path, summary):
     """The Markdown table of one sweep.json (train_fcn.py) or critical.json (train_bool.py)."""
     if path.name == "critical.json":
         return markdown(f"{path.parent.name}: critical m (None: beyond the grid, max"
-                        f" {max(search_config(path)['grid'])})", ["model", "s", "T", "m_crit"],
+                        f" {max(summary['config']['grid'])})", ["model", "s", "T", "m_crit"],
                         [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
     return markdown(f"{path.parent.name}: smallest width with seed-mean val loss <="
@@ -430,7 +425,3 @@ def table_summary(path, summary):
                       r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}"]
                      for r in summary["rows"]])
 
-
-def search_config(path):
-    """The config.json beside a critical.json, with the "grid" of sample sizes its search tried."""
-    return need_keys(read(path.parent / "config.json"), ["grid"], path.parent / "config.json")

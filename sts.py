@@ -35,9 +35,7 @@ def stream(seed, purpose):
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
 
 
-# --------------------------------------------------------------------------------------------------
-# The task
-# --------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------- The task
 def unit_columns(G):
     """Scale each column (axis -2 holds coordinates) to unit norm: a Gaussian column so scaled is
     uniform on the unit sphere."""
@@ -96,9 +94,7 @@ def embed(X, P, mask):
     return Z, z_q
 
 
-# --------------------------------------------------------------------------------------------------
-# The model: forward pass, loss, hand-written backward pass
-# --------------------------------------------------------------------------------------------------
+# --------------------------------------- The model: forward pass, loss, hand-written backward pass
 def softmax(a):
     """Softmax over the last axis, shifted by the max so that exp never overflows."""
     e = np.exp(a - a.max(axis=-1, keepdims=True))
@@ -135,9 +131,7 @@ def backward(W, V, z_q, f, target, cache):
     return dW, dV
 
 
-# --------------------------------------------------------------------------------------------------
-# Ground truth, initialisation, online SGD
-# --------------------------------------------------------------------------------------------------
+# -------------------------------------------------------- Ground truth, initialisation, online SGD
 def ground_truth(d, d_e):
     """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only) and V* = [I_d, 0] (token block only)."""
     W_star = np.zeros((d + d_e, d + d_e))
@@ -186,9 +180,7 @@ def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
     return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
 
 
-# --------------------------------------------------------------------------------------------------
-# The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
-# --------------------------------------------------------------------------------------------------
+# -------------------- The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
 def family_draws(kind, T, q, d, d_e, n=4096, seed=0):
     """n sequences as the family sees them: scores c p_i^T s (s = sum_{j in y} p_j), output alpha
     X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P."""
@@ -240,9 +232,7 @@ def family_fit(W, V, d):
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
 
-# --------------------------------------------------------------------------------------------------
-# The demo
-# --------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------- The demo
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
     tests = (T, 2 * T, 4 * T)
@@ -282,9 +272,8 @@ def main(argv=None):
         floor=(False, "print the best loss of W = c W*, V = alpha V* (family_floor) for stochastic"
                       " and fixed PE at each --T and --de, and exit", dict(action="store_true")),
         json=(None, "with --floor: also write the rows to this file (plots.py draws them)", {}))
-    p = runlog.argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.",
-                               flags)
-    args = p.parse_args(argv)
+    args = runlog.argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.",
+                                  flags).parse_args(argv)
 
     def body():
         runlog.require_positive(args, ("T", "q", "d", "de", "steps"))
@@ -293,9 +282,9 @@ def main(argv=None):
                        f"--lr must be a positive finite number (got {args.lr})")
         for T in args.T:
             runlog.check_task(T, args.q, args.d)
+        runlog.require(args.floor or len(args.T) == len(args.de) == 1,
+                       "--T and --de take one value without --floor")
         if not args.floor:
-            runlog.require(len(args.T) == len(args.de) == 1,
-                           "--T and --de take one value without --floor")
             rows = demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr, args.seed)
             why = runlog.divergence([r[1] for r in rows], args.d / (2 * args.q))   # train losses
             if why:

@@ -39,7 +39,7 @@ def test_torch_autograd_agrees_with_numpy_forward_and_backward(attend):
     dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
 
     Wt, Vt = (torch.tensor(M, requires_grad=True) for M in (W, V))
-    ft = train_tf.forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)  # torch twin
+    ft = fused.forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)  # torch twin
     Lt = sts.loss(ft, torch.tensor(b.target))
     Lt.backward()
     np.testing.assert_allclose(ft.detach().numpy(), f, rtol=1e-6, atol=1e-12)

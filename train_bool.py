@@ -1,40 +1,28 @@
 """The s-sparse AND of T bits: the critical sample size of a one-head transformer and of an FCN against T.
 
-Edelman, Goel, Kakade, Zhang (ICML 2022) show that one attention head represents a sparse function
-of a length-T input with sample complexity growing like log T, and probe it with the s-sparse AND.
-This script measures it:
+Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function of T
+inputs from a sample size growing like log T. This script measures it on the s-sparse AND:
 
     python train_bool.py                                   # course scale: 6 min on 2 shared cores
     python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda \
         --out runs/bool_gpu
     python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
 
-The task. T bits i.i.d. Bernoulli(p), p = 2^(-1/s), so the AND of s of them is 1 with probability
-1/2; the s relevant positions come from the run's seed, fixed; m training samples, 10^4 held-out
-ones. Seed `seed` gives the relevant positions and the held-out set from default_rng([seed, 0]) and
-the training set from default_rng([seed, 1]) row by row: a larger m extends a smaller m's set.
+The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with probability
+1/2. Seed k draws the s relevant positions and 10^4 held-out samples from default_rng([k, 0]), and
+the m training samples from default_rng([k, 1]) row by row: a larger m extends a smaller m's set.
+The models: a one-layer, one-head transformer of width 32 that reads the logit from a readout
+token's attention output (ReadoutTransformer), and a ReLU MLP with one hidden layer of 128 units on
+the bits as +-1 (the FCN of train_fcn.py). Both: binary cross-entropy, full-batch Adam until the
+training loss is below 1e-3 or 600 steps, initialised from a generator seeded with the seed.
 
-The transformer. One layer, one head, width w = 32. Token t = 1..T is x_t = e[b_t] + p_t (a learned
-embedding of the bit plus a learned positional embedding), a learned readout token x_0 = r + p_0 is
-prepended, and the logit is a linear readout of the readout token's attention output:
-    logit = u . sum_t a_t W_v x_t + c,  a = softmax_t((W_q x_0 + b_q) . (W_k x_t + b_k) / sqrt(w)),
-with biases on the value map too, no residual, no MLP: AND is a threshold of how many relevant bits
-are 1, so attention to the s relevant positions followed by a linear threshold suffices. Only the
-readout token's output is read and there is one layer, so only its query is computed.
-
-The FCN: a ReLU MLP with one hidden layer of 128 units on the bits as +-1 (the FCN of train_fcn.py).
-
-Training (both): binary cross-entropy, full-batch Adam on the m training samples, no weight decay,
-until the training loss is below 1e-3 (the set is fit) or the step budget (600) is spent. Parameters
-are initialised from a torch.Generator seeded with the seed (no global RNG state).
-
-Critical sample size: the smallest m on a log grid (16 ... 4096, 4 points an octave) at which most
-of the seeds (3 of 5) reach >= 99% held-out accuracy, found by galloping up the grid and bisecting;
-fits of it against T: a + b log T and c T^k. Writes under --out: config.json, log.jsonl (one record
-per trained model), critical.json, critical.csv and summary.json.
+The critical sample size: the smallest m on a log grid (16 ... 4096, 4 points an octave) at which
+most seeds (3 of 5) reach >= 99% held-out accuracy, and its fits against T: a + b log T and c T^k.
+Writes config.json, log.jsonl (a record per trained model), critical.json/csv and summary.json.
 """
 import csv
 import functools
+import itertools
 import json
 import math
 import time
@@ -49,11 +37,11 @@ import runlog
 from runlog import Stop, ended_by, resolve_device, run_command
 
 MODELS = ("transformer", "fcn")
-# The hyper-parameters of the command line, each declared once: (default, --help, argparse options).
-# The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot,
-# s = 2 a second point; m on a log grid with steps of 2^(1/4) ~ 19%.
+# The flags, each declared once: (default, --help, argparse options). The course-scale grid: T
+# spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a second point; m steps ~ 19%.
 FLAGS = dict(
-    model=(list(MODELS), f"models: {', '.join(MODELS)}", dict(nargs="+", metavar="MODEL")),
+    model=(list(MODELS), f"models: {', '.join(MODELS)}",
+           dict(nargs="+", choices=MODELS, metavar="MODEL")),
     s=([3, 2], "numbers of relevant bits", dict(nargs="+", type=int)),
     T=([50, 100, 200, 500], "sequence lengths (a log-spaced range)", dict(nargs="+", type=int)),
     seeds=(5, "seeds 0..k-1; success needs a strict majority of them (3 of 5)", dict(type=int)),
@@ -79,13 +67,9 @@ HPARAMS = {
 }
 
 
-# --------------------------------------------------------------------------------------------------
-# The task
-# --------------------------------------------------------------------------------------------------
 def check_task(T, s, m=1):
-    runlog.require(isinstance(s, (int, np.integer)) and 1 <= s <= T,
-                 f"s must satisfy 1 <= s <= T (got s={s!r}, T={T!r}): pick a smaller s"
-                 " or a longer T")
+    runlog.require(isinstance(s, (int, np.integer)) and 1 <= s <= T, f"s must satisfy 1 <= s <= T "
+                   f"(got s={s!r}, T={T!r}): pick a smaller s or a longer T")
     runlog.require(isinstance(m, (int, np.integer)) and m >= 1, f"m must be >= 1 (got m={m!r})")
 
 
@@ -104,11 +88,11 @@ def make_task(T, s, m, seed):
     return relevant, sample(np.random.default_rng([seed, 1]), m, T, s, relevant), test
 
 
-# --------------------------------------------------------------------------------------------------
-# The models
-# --------------------------------------------------------------------------------------------------
 class ReadoutTransformer(torch.nn.Module):
-    """One layer, one head, a readout token, learned positional embeddings (module docstring)."""
+    """One layer, one head, width w, no residual, no MLP. Token t = 1..T is x_t = e[b_t] + p_t
+    (learned bit and positional embeddings), a readout token x_0 = r + p_0 is prepended, and
+    logit = u . sum_t a_t W_v x_t + c, a = softmax_t((W_q x_0 + b_q) . (W_k x_t + b_k) / sqrt(w)).
+    AND thresholds how many relevant bits are 1: attending to them, a linear threshold suffices."""
 
     def __init__(self, T, width, pos_init, gen):
         super().__init__()
@@ -132,10 +116,9 @@ class ReadoutTransformer(torch.nn.Module):
 
 
 def mlp(n_in, width, depth):
-    """ReLU MLP: n_in -> `depth` hidden layers of `width` units -> one logit."""
     layers = []
-    for k in range(depth):
-        layers += [torch.nn.Linear(n_in if k == 0 else width, width), torch.nn.ReLU()]
+    for fan_in in [n_in] + [width] * (depth - 1):
+        layers += [torch.nn.Linear(fan_in, width), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
 
 
@@ -148,11 +131,10 @@ def build(model, T, seed, device):
     else:
         net, encode = mlp(T, hp["width"], hp["depth"]), lambda b: 2.0 * b.float() - 1
     with torch.no_grad():  # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator
-        for layer in net.modules():
-            if isinstance(layer, torch.nn.Linear):
-                bound = layer.in_features ** -0.5
-                for param in (layer.weight, layer.bias):
-                    param.uniform_(-bound, bound, generator=gen)
+        for layer in filter(lambda module: isinstance(module, torch.nn.Linear), net.modules()):
+            bound = layer.in_features ** -0.5
+            for param in (layer.weight, layer.bias):
+                param.uniform_(-bound, bound, generator=gen)
     return net.to(device, torch.float32), lambda x: encode(torch.as_tensor(x, device=device))
 
 
@@ -183,9 +165,6 @@ def train_one(model, m, T, s, seed, device):
                 train_loss=loss.item(), steps=step, seconds=round(time.time() - t0, 3))
 
 
-# --------------------------------------------------------------------------------------------------
-# The critical sample size and the fits
-# --------------------------------------------------------------------------------------------------
 def m_grid(m_min, m_max, per_octave):
     """Integers from m_min to m_max, spaced 2^(1/per_octave) apart on a log scale."""
     n = int(math.floor(per_octave * math.log2(m_max / m_min) + 1e-9))
@@ -193,22 +172,18 @@ def m_grid(m_min, m_max, per_octave):
 
 
 def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
-    """The smallest m of `grid` at which most `seeds` reach `threshold`, or None if no m of it does.
-
-    trainer(m, T, s, seed) -> held-out accuracy. Success is taken to be monotone in m: the search
-    gallops up the grid (indices 0, 1, 3, 7, ...) to the first success, then bisects back to the
-    last failure, so it trains at about 2 log2(answer's index) grid points, the cheap small m first.
-    A seed's vote is not trained once the majority is decided.
-    """
+    """The smallest m of `grid` at which most `seeds` reach `threshold` (trainer(m, T, s, seed) ->
+    held-out accuracy), or None. Success is taken to be monotone in m: the search gallops up the
+    grid (indices 0, 1, 3, 7, ...) to the first success, then bisects back to the last failure, so
+    it trains at about 2 log2(answer's index) grid points, the cheap small m first; a seed's vote
+    is not trained once the majority is decided."""
     need = len(seeds) // 2 + 1
 
     def passes(m):
         wins = losses = 0
         for seed in seeds:
-            if trainer(m, T, s, seed) >= threshold:
-                wins += 1
-            else:
-                losses += 1
+            won = trainer(m, T, s, seed) >= threshold
+            wins, losses = wins + won, losses + (not won)
             if wins >= need or losses > len(seeds) - need:
                 return wins >= need
 
@@ -239,26 +214,16 @@ def fit_curves(Ts, ms):
             "better": min(rms, key=rms.get), "points": len(Ts)}
 
 
-# --------------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     return runlog.argument_parser("train_bool.py", __doc__.split("\n")[0], FLAGS).parse_args(argv)
 
 
 def check_args(args):
-    """ValueError naming the flag for any bad input, before anything is written."""
-    bad = [m for m in args.model if m not in MODELS]
-    runlog.require(not bad, f"--model: unknown model {bad[0] if bad else ''!r}; "
-                          f"choose from {', '.join(MODELS)}")
-    runlog.require(min(args.seeds, args.per_octave, args.threads) >= 1,
-                 "--seeds, --per-octave and --threads must be >= 1")
+    runlog.require_positive(args, ("seeds", "per_octave", "threads"))
     runlog.require(1 <= args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min "
-                                                 f"<= m-max (got {args.m_min}, {args.m_max})")
-    for m in args.m or [args.m_min]:
-        for T in args.T:
-            for s in args.s:
-                check_task(T, s, m)
+                                                  f"<= m-max (got {args.m_min}, {args.m_max})")
+    for m, T, s in itertools.product(args.m or [args.m_min], args.T, args.s):
+        check_task(T, s, m)
     runlog.require_distinct(args, ("T", "s"))
     runlog.check_out(args.out)
     runlog.require_memory(4 * (N_TEST + max(args.m or [args.m_max])) * max(args.T) * 2,
@@ -269,12 +234,11 @@ def check_args(args):
 def write_results(out, rows, status, t0):
     """critical.json (for plots.py), critical.csv, summary.json; print the table and the fits."""
     fits = {}
-    for model in dict.fromkeys(r["model"] for r in rows):
-        for s in dict.fromkeys(r["s"] for r in rows if r["model"] == model):
-            done = [r for r in rows
-                    if r["model"] == model and r["s"] == s and r["m_crit"] is not None]
-            fits.setdefault(model, {})[str(s)] = fit_curves([r["T"] for r in done],
-                                                            [r["m_crit"] for r in done])
+    for r in rows:                                     # a fit per model and s, over its T reached
+        done = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])
+                and o["m_crit"] is not None]
+        fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves([o["T"] for o in done],
+                                                                  [o["m_crit"] for o in done])
     (out / "critical.json").write_text(json.dumps({"rows": rows, "fits": fits}, indent=2))
     with open(out / "critical.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["model", "s", "T", "m_crit"])
@@ -288,11 +252,10 @@ def write_results(out, rows, status, t0):
         print(f"{r['model']:<12}{r['s']:>3}{r['T']:>7}{str(r['m_crit']):>8}")
     for model, by_s in fits.items():
         for s, fit in by_s.items():
-            log, power = (fit or {}).get("log"), (fit or {}).get("power")
             print(f"{model} s={s}: " + ("fewer than 3 points, no fit" if fit is None else
-                  f"a + b ln T = {log['a']:.1f} + {log['b']:.1f} ln T (rms {log['rms']:.1f}); "
-                  f"c T^k = {power['c']:.2f} T^{power['k']:.3f} (rms {power['rms']:.1f}); "
-                  f"better: {fit['better']}"))
+                  "a + b ln T = {a:.1f} + {b:.1f} ln T (rms {rms:.1f}); ".format(**fit["log"])
+                  + "c T^k = {c:.2f} T^{k:.3f} (rms {rms:.1f}); ".format(**fit["power"])
+                  + f"better: {fit['better']}"))
     print(f"{status} in {summary['seconds']} s; written to {out}/")
 
 
@@ -304,13 +267,12 @@ def run(args, device):
     config = dict(vars(args), device=str(device), grid=grid, seeds=seeds, pass_acc=PASS_ACC,
                   n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    cells = [(model, s, T) for model in args.model for s in args.s for T in args.T]
+    cells = list(itertools.product(args.model, args.s, args.T))
     rows, status = [], "finished"
     with open(out / "log.jsonl", "w") as log, tqdm(cells, desc="grid", dynamic_ncols=True) as bar:
         def trainer(model, m, T, s, seed):
             record = train_one(model, m, T, s, seed, device)
-            log.write(json.dumps(record) + "\n")
-            log.flush()
+            runlog.append_record(log, record)               # flushed: Ctrl-C keeps it
             bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{record['acc']:.3f}")
             return record["acc"]
 

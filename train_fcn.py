@@ -1,28 +1,19 @@
 """Train a fully-connected ReLU network (FCN) on STS_q, and measure the width each model needs as T grows.
 
     python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, in turn
-    python train_fcn.py --preset course --sweep --out runs/fcn-sweep  # the separation sweep:
-                                                                      # 5.3 min on 2 shared cores,
-                                                                      # tables in RESULTS.md
+    python train_fcn.py --preset course --sweep --out runs/fcn-sweep  # the separation sweep
     python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 \
         --sweep-width 16 32 64 128 256 512 1024 2048 4096 8192 16384 \
         --sweep-de 4 8 16 32 64 128 256 512 --device cuda         # longer sequences, a GPU
 
-The FCN sees vec(X) (the T*d token entries, token by token) concatenated with the subset's
-indicator 1_y in {0,1}^T and outputs R^d; the loss is sts.loss, so it starts near d/(2q) like the
-transformer's. Training is online on fused.py's data streams (a fresh batch every step: the very
-tokens and subsets that train_tf.py's runs of the same seed see), and every run writes a directory
-under --out in train_tf.py's format: config.json, log.jsonl (a record per evaluation), summary.json.
-
---sweep: for each T of --sweep-T, the smallest FCN hidden width m (a doubling grid, --sweep-width)
-and the smallest transformer embedding width D = d + d_e (a doubling grid of d_e, --sweep-de,
-trained by fused.py's step) whose final validation loss, averaged over the seeds, is at most
---eps * d/(2q), with the same budget (--steps x --batch fresh sequences) and optimizer for both.
-An FCN width stops training seeds once those trained prove the mean above the target (a loss is
->= 0); each row's "tried" lists [width, mean of the seeds trained] and "tried_seeds" how many.
-Writes sweep.json and sweep.csv under --out, prints the table and the log-log slopes of width vs T.
+The FCN maps [vec(X); 1_y] (the tokens, then the subset's indicator) to R^d under sts.loss, online
+on the very batches that train_tf.py's runs of its seed see; each run writes a directory in
+train_tf.py's format. --sweep: for each T, the smallest FCN hidden width m and transformer width
+D = d + d_e (fused.py's step) whose seed-mean final validation loss is <= --eps * d/(2q), on the
+same budget; it writes sweep.json and sweep.csv, and prints the table and the log-log slopes.
 """
 import csv
+import itertools
 import json
 import math
 import time
@@ -36,13 +27,11 @@ import fused
 import runlog
 import streams
 import sts
-from runlog import (ended_by, require_positive, resolve_device, run_command, write_record,
-                    write_summary)
+from runlog import ended_by, resolve_device, run_command, write_record, write_summary
 
 P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
-# The separation sweep (--sweep). Its budget is short so that the whole grid fits in minutes on 2
-# CPU cores: the transformer is at its floor by then. eps sits above that floor at the larger d_e of
-# the grid, since random unit PEs never reach 0.
+# The separation sweep (--sweep): a budget short enough for the grid to take minutes on 2 CPU cores,
+# with the transformer at its floor by then; eps sits above the floor that random unit PEs leave.
 SWEEP = dict(
     sweep_T=[10, 20, 40, 80, 160],               # sequence lengths at course scale
     sweep_width=[2 ** k for k in range(4, 13)],  # FCN hidden widths m: 16 ... 4096
@@ -52,9 +41,8 @@ SWEEP = dict(
     seed=[0, 1, 2],                              # a row's loss is their mean (its spread in val_sd)
     test_q=[], eval_every=1500,                  # one evaluation, at the end
 )
-# The hyper-parameters, each declared once: (default, --help, argparse options). A default P(paper,
-# course) follows --preset; with --sweep, a flag that SWEEP names and the command line does not set
-# takes SWEEP's value (the rule: command line, then SWEEP under --sweep, then the preset).
+# The hyper-parameters, each declared once: (default, --help, argparse options). A flag's value is
+# the command line's, else SWEEP's under --sweep, else its default (P(paper, course): --preset's).
 HPARAMS = dict(
     preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
             dict(choices=("paper", "course"))),
@@ -90,85 +78,58 @@ FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
 
 
-class FCN(torch.nn.Module):
-    """ReLU MLP: in_features -> `depth` hidden layers of `width` -> out_features (PyTorch init)."""
-
-    def __init__(self, in_features, width, depth, out_features):
-        super().__init__()
-        runlog.require(width >= 1 and depth >= 1,
-                       f"--width and --depth must be >= 1 (got {width}, {depth})")
-        layers, n_in = [], in_features
-        for _ in range(depth):
-            layers += [torch.nn.Linear(n_in, width), torch.nn.ReLU()]
-            n_in = width
-        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(n_in, out_features))
-
-    def forward(self, x):
-        return self.net(x)
+def FCN(in_features, width, depth, out_features):  # noqa: N802  named as the model it builds
+    layers = []
+    for n_in in [in_features] + [width] * (depth - 1):
+        layers += [torch.nn.Linear(n_in, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(width, out_features))
 
 
 def n_params(module):
     return sum(p.numel() for p in module.parameters())
 
 
-def encode(X, mask):
-    """The FCN input [vec(X); 1_y] (n, T*d + T) from tokens X (n, d, T) and the 0/1 mask (n, T)."""
-    return torch.cat([X.mT.reshape(len(X), -1), mask], dim=-1)
-
-
 def sample(gen, words, n, T, q, d, dtype):
-    """FCN inputs and targets of the batch `words` = (seed, stream, index) of fused.py's streams:
-    the very tokens and subsets that train_tf.py's runs of this seed see."""
+    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of the batch `words` = (seed, stream,
+    index) of fused.py's streams: the very tokens and subsets that train_tf.py's runs see."""
     X, idx, target = streams.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
-    return encode(X, mask), target
+    return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
 
 
 def parse_args(argv=None):
-    """The flags; each one left unset takes SWEEP's value under --sweep, else the preset's."""
     args = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], HPARAMS).parse_args(argv)
-    for key, value in SWEEP.items():
-        if args.sweep and getattr(args, key) is None:
-            setattr(args, key, value)
+    if args.sweep:
+        vars(args).update({k: v for k, v in SWEEP.items() if getattr(args, k) is None})
     runlog.fill_presets(args, HPARAMS, args.preset)
-    # the grids, growing
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
-    if args.lr is None:
-        args.lr = FCN_LR[args.optimizer]
+    args.lr = FCN_LR[args.optimizer] if args.lr is None else args.lr
     return args
 
 
 def check_args(args):
-    """Every size positive, q <= every T; ValueError names the flag otherwise."""
-    require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth", "width",
-                            "sweep_width", "sweep_de"))
+    runlog.require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth",
+                                   "width", "sweep_width", "sweep_de"))
     for name in ("lr", "eps"):
-        value = getattr(args, name)
-        runlog.require(0 < value < float("inf"),
-                       f"--{name} must be a positive finite number (got {value})")
-    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
-    runlog.require(args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")
+        runlog.require(0 < getattr(args, name) < float("inf"),
+                       f"--{name} must be a positive finite number (got {getattr(args, name)})")
+    finfo = torch.finfo(getattr(torch, args.dtype))  # a rate the weights' dtype can hold
+    runlog.require(args.lr < finfo.max, f"--lr must be below {finfo.max:.3g} in {args.dtype}")
     runlog.require_distinct(args, ("T", "width", "seed"))
     runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
     runlog.check_out(args.out)
-    size = torch.finfo(getattr(torch, args.dtype)).bits // 8
+    widest = max(args.sweep_width if args.sweep else args.width)
     for T in (args.sweep_T if args.sweep else args.T):
-        runlog.check_task(T, args.q, args.d)
-        for q in args.test_q:
+        for q in [args.q, *args.test_q]:
             runlog.check_task(T, q, args.d)
-        widest = max(args.sweep_width if args.sweep else args.width)
         runlog.require_memory(                      # weights, Adam's two moments, activations
-            size * (4 * (T * args.d + T + 1) * widest * args.depth
-                    + max(args.batch, args.n_test) * (T * args.d + T + 3 * widest)),
+            finfo.bits // 8 * (4 * (T * args.d + T + 1) * widest * args.depth
+                               + max(args.batch, args.n_test) * (T * args.d + T + 3 * widest)),
             f"--width {widest} at T={T}")
-        if args.sweep:
-            runlog.require(args.force or not (Path(args.out) / "sweep.json").exists(),
-                           f"--out: {args.out} already holds a sweep;"
-                           " pass another --out or --force")
-        else:
-            for width in args.width:
-                for seed in args.seed:
-                    runlog.check_free(run_dir(args, T, width, seed), args.force)
+        runlog.require(not args.sweep or args.force or not (Path(args.out) / "sweep.json").exists(),
+                       f"--out: {args.out} already holds a sweep; pass another --out or --force")
+        for width, seed in [] if args.sweep else itertools.product(args.width, args.seed):
+            runlog.check_free(run_dir(args, T, width, seed), args.force)
 
 
 def run_dir(args, T, width, seed):
@@ -176,40 +137,33 @@ def run_dir(args, T, width, seed):
 
 
 def evaluate(model, sets):
-    """{"val": x, "test_q": {"2": x, ...}}: loss on each validation set (an FCN has no test_T)."""
     with torch.no_grad():
-        out = runlog.nest([(name, sts.loss(model(x), target).item())
-                           for name, (x, target) in sets.items()])
-    del out["test_T"]
-    return out
+        losses = {name: sts.loss(model(x), target).item() for name, (x, target) in sets.items()}
+    return dict(val=losses.pop("val"), test_q=losses)
 
 
 def open_run(args, T, width, seed, device):
-    """A new FCN run's directory and config, its model (initialised from `seed`), optimiser,
-    generator and validation sets (train_tf.py's: the same sequences for all runs of all seeds)."""
+    """A new run's directory and config; its model, optimiser, generator and validation sets."""
     path = run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     gen = torch.Generator(device)
-    sets = {(group, key): sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0],
-                                 args.n_test, T, q, args.d, args.dtype)
-            for group, key, q in [("val", None, args.q)]
-            + [("test_q", str(q), q) for q in args.test_q]}
+    subsets = {"val": args.q, **{str(q): q for q in args.test_q}}
+    sets = {name: sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0],
+                         args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
-    config = {k: v for k, v in vars(args).items()
-              if not k.startswith("sweep") and k not in ("force", "out")}
-    (path / "config.json").write_text(json.dumps(dict(
-        config, model="fcn", T=T, width=width, seed=seed, params=n_params(model),
-        device=str(device)), indent=2))
+    config = dict({k: v for k, v in vars(args).items() if not k.startswith("sweep")
+                   and k not in ("force", "out")}, model="fcn", T=T, width=width, seed=seed,
+                  params=n_params(model), device=str(device))
+    (path / "config.json").write_text(json.dumps(config, indent=2))
     return path, model, optimizer, gen, sets
 
 
 def train(args, T, width, seed, device, progress=True):
     """One FCN run: write its directory, return its final evaluation record."""
     path, model, optimizer, gen, sets = open_run(args, T, width, seed, device)
-    start_loss = args.d / (2 * args.q)
     loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
     bar = tqdm(total=args.steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
                disable=not progress, leave=False)
@@ -221,7 +175,7 @@ def train(args, T, width, seed, device, progress=True):
                 rec = dict(step=step, train_loss=train_loss, lr=args.lr,
                            time=round(time.time() - t0, 3), **evaluate(model, sets))
                 # the FCN's random init starts above d/(2q), far below the divergence threshold
-                write_record(log, rec, path.name, [rec["val"], train_loss], start_loss)
+                write_record(log, rec, path.name, [rec["val"], train_loss], args.d / 2 / args.q)
                 bar.set_postfix(val=f"{rec['val']:.4f}")
                 loss_sum, since = 0.0, 0
             if step == args.steps:
@@ -249,15 +203,13 @@ def train(args, T, width, seed, device, progress=True):
 
 
 def transformer_vals(args, T, d_e, device):
-    """The sweep's transformer, one run per seed trained side by side: fused.py's step from the zero
-    init with Adam, the FCN's budget, on the same draws (seed, stream TRAIN) as the FCN; the
-    final loss of each seed on its validation set (NaN where a run diverges)."""
+    """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
+    Adam on the FCN's budget and draws; each seed's final validation loss (NaN if it diverges)."""
     dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
     step = fused.FusedStep([(seed, None, [r]) for r, seed in enumerate(args.seed)],
                            torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
                            dtype, threads=1)                        # one thread (see sweep)
-    W, V = (torch.zeros(R, D, D, dtype=dtype, device=device),
-            torch.zeros(R, args.d, D, dtype=dtype, device=device))
+    W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
     for t in range(args.steps):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
@@ -273,9 +225,8 @@ def slope(rows):
 
 
 def search(grid, first, reached):
-    """Index of the first size in grid[first:] that reaches the target, or None. The loss is taken
-    to fall with width, so the first success is the smallest; first=None means a shorter T failed at
-    every width, so only the largest is trained, to measure that it fails here too."""
+    """Index of the first size in grid[first:] that reaches the target (the loss is taken to fall
+    with width), or None; first=None (a shorter T failed at every width): try only the largest."""
     for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
         if reached(grid[k]):
             return k
@@ -285,8 +236,8 @@ def search(grid, first, reached):
 def sweep(args, device):
     """For each T the smallest width of each model whose seed-mean final val loss is <= eps d/(2q);
     each search starts at the last T's answer (a longer sequence is taken to need no less width)."""
-    eps = args.eps * args.d / (2 * args.q)
-    out, rows = Path(args.out), []
+    eps, out, rows = args.eps * args.d / (2 * args.q), Path(args.out), []
+    out.mkdir(parents=True, exist_ok=True)
     first = {"fcn": 0, "transformer": 0}
     bar = tqdm(total=2 * len(args.sweep_T), desc="sweep (T, model)", dynamic_ncols=True)
     # one thread: on 2 shared cores torch's second thread cost more than it saved at each size timed
@@ -329,11 +280,9 @@ def sweep(args, device):
     bar.close()
     torch.set_num_threads(threads)
     write_table(args, rows, fits, eps)
-    return rows, fits
 
 
 def write_table(args, rows, fits, eps):
-    """sweep.csv, and the table and the slopes on stdout."""
     with open(Path(args.out) / "sweep.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val", "val_sd"],
                            extrasaction="ignore")
@@ -359,13 +308,9 @@ def main(argv=None):
         check_args(args)
         device = resolve_device(args.device)
         if args.sweep:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            sweep(args, device)
-        else:
-            for T in args.T:
-                for width in args.width:
-                    for seed in args.seed:
-                        train(args, T, width, seed, device)
+            return sweep(args, device)
+        for T, width, seed in itertools.product(args.T, args.width, args.seed):
+            train(args, T, width, seed, device)
     run_command("train_fcn.py", body, "the logs so far are saved")
 
 

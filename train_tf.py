@@ -10,7 +10,7 @@ Several values of --pe and --seed (or --figure-set's seven runs) train side by s
 and share each step's draws (streams.py); several values of --de train one after another. Each run
 writes a directory under --out: config.json, log.jsonl (a record per evaluation), weights_init.npz,
 weights_final.npz, final_losses.npz (each final validation sequence's loss), summary.json and
-checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autograd through a torch
+checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autograd through its torch
 twin of sts.forward on the same draws (--step autograd, the reference; tests check the two agree).
 """
 import itertools
@@ -197,53 +197,6 @@ def pe_tables(specs, d_e, max_len, dtype, device):
     return out
 
 
-def embed(X, P, mask):
-    """sts.embed in torch: Z = [X; P] (n, D, T) and query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
-    s = (P * mask[:, None, :]).sum(-1)
-    return torch.cat([X, P], -2), torch.cat([torch.zeros_like(X[:, :, 0]), s], -1)
-
-
-def forward(W, V, Z, z_q, attend="tokens"):
-    """sts.forward in torch, line for line; autograd gives the backward pass (the reference)."""
-    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)   # keys = values
-    u = z_q @ W.mT                                  # u = W z_q
-    a = torch.einsum("...ndt,...nd->...nt", C, u)   # a_i = c_i^T W z_q
-    s = torch.softmax(a, -1)                        # attention weights
-    h = torch.einsum("...ndt,...nt->...nd", C, s)   # h = C s
-    return h @ V.mT                                 # f = V h
-
-
-class Reference:
-    """The autograd step on fused.FusedStep's draws: builds P, Z and z_q and runs sts.forward."""
-
-    def __init__(self, parts, query, d, d_e, device, dtype):
-        self.parts, self.query, self.d, self.d_e = parts, query, d, d_e
-        self.device, self.dtype = device, dtype
-
-    def __call__(self, W, V, index, n, T, q, val=False):
-        grad = not val
-        W, V = W.detach().requires_grad_(grad), V.detach().requires_grad_(grad)
-        losses = [None] * W.shape[0]
-        with torch.set_grad_enabled(grad):
-            for seed, table, runs in self.parts:
-                X, idx, target, G = streams.draw_batch(streams.words(seed, index, val), n, T, q,
-                                                     self.d, self.d_e, self.dtype, self.device)
-                P = ((G / G.norm(dim=-1, keepdim=True)).mT if table is None
-                     else table[:T].T.expand(n, -1, -1))
-                mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
-                Z, z_q = embed(X, P, mask)
-                for r in runs:
-                    attend = "query" if self.query[r] else "tokens"
-                    err = forward(W[r], V[r], Z, z_q, attend) - target
-                    losses[r] = (0.5 * (err * err).sum(-1) if val  # 1/2 ||f - y||^2 per sequence
-                                 else 0.5 * (err * err).sum(-1).mean())
-            if not grad:
-                return torch.stack(losses, 1).detach()             # each sequence's loss (n, R)
-            losses = torch.stack(losses)
-            losses.sum().backward()
-        return losses.detach(), W.grad, V.grad
-
-
 class Trainer:
     """The runs of one d_e: weights, optimisers, the step, evaluation, files."""
 
@@ -258,8 +211,8 @@ class Trainer:
         if args.step == "fused":
             self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype,
                                            args.threads)
-        else:
-            self.step_fn = Reference(parts, query, args.d, d_e, device, self.dtype)
+        else:   # the autograd reference on the same draws
+            self.step_fn = fused.Reference(parts, query, args.d, d_e, device, self.dtype)
         inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
                  for s in self.specs]
         self.W = [torch.tensor(W0, dtype=self.dtype, device=device) for W0, _ in inits]
