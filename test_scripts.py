@@ -991,6 +991,7 @@ def run_course(script, *args, **env):
                           env=environ, timeout=900)
 
 
+@pytest.mark.slow   # run by `python test_sts.py --all` (CI)
 def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
     repo, out = checkout_copy(tmp_path), tmp_path / "out"
     before = committed_state(repo)
@@ -1019,6 +1020,7 @@ def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
     assert {"floor_floor.png", "fcn_sweep_separation.png", "bool_critical.png"} <= figures
 
 
+@pytest.mark.slow   # run by `python test_sts.py --all` (CI)
 def test_run_course_quick_paper_predicts_the_floor_at_each_d_e_and_test_length_and_writes_only_under_out(tmp_path):
     repo, out = checkout_copy(tmp_path), tmp_path / "out"
     before = committed_state(repo)
