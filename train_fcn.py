@@ -91,7 +91,7 @@ def n_params(module):
 
 def sample(gen, words, n, T, q, d, dtype):
     """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of the batch `words` = (seed, stream,
-    index) of fused.py's streams: the very tokens and subsets that train_tf.py's runs see."""
+    index) of streams.py: the very tokens and subsets that train_tf.py's runs see."""
     X, idx, target = streams.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
     return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
