@@ -126,10 +126,8 @@ def check_args(args):
                    f"--n-final must be >= --n-test (got {args.n_final})")
     runlog.require(not (args.resume and args.force),
                    "--resume and --force exclude each other; pick one")
-    for T in [args.T, *args.test_T]:
-        runlog.check_task(T, args.q, args.d)
-    for q in args.test_q:
-        runlog.check_task(args.T, q, args.d)
+    for T, q in [(T, args.q) for T in [args.T, *args.test_T]] + [(args.T, q) for q in args.test_q]:
+        runlog.check_task(T, q, args.d)
     runlog.check_out(args.out)
     T_max = max([args.T, *args.test_T])
     for d_e in args.de:
@@ -167,12 +165,9 @@ def run_specs(args, d_e):
                 for folder, changes in FIGURE_SET.items() for change in changes]
     else:
         grid = [("", dict(base, pe=pe), seed) for pe, seed in itertools.product(args.pe, args.seed)]
-    specs = []
-    for folder, spec, seed in grid:
-        spec = dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]])
-        spec["dir"] = Path(args.out) / folder / f"{spec['pe']}-de{d_e}-seed{seed}"
-        specs.append(spec)
-    return specs
+    return [dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]],
+                 dir=Path(args.out) / folder / f"{spec['pe']}-de{d_e}-seed{seed}")
+            for folder, spec, seed in grid]
 
 
 def validation_sets(args):
@@ -187,14 +182,10 @@ def pe_tables(specs, d_e, max_len, dtype, device):
     parts = {}
     for r, spec in enumerate(specs):
         parts.setdefault((spec["seed"], spec["pe"]), []).append(r)
-    out = []
-    for (seed, kind), runs in parts.items():
-        table = None
-        if kind != "stochastic":
-            table = torch.as_tensor(sts.PositionalEncoding(kind, d_e, max_len, seed).table.T.copy(),
-                                    dtype=dtype, device=device)
-        out.append((seed, table, runs))
-    return out
+    table = lambda kind, seed: torch.as_tensor(  # noqa: E731  (T_max, d_e) unit rows
+        sts.PositionalEncoding(kind, d_e, max_len, seed).table.T.copy(), dtype=dtype, device=device)
+    return [(seed, None if kind == "stochastic" else table(kind, seed), runs)
+            for (seed, kind), runs in parts.items()]
 
 
 class Trainer:
