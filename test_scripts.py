@@ -100,12 +100,19 @@ def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_pa
     train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
     run = tmp_path / "stochastic-de8-seed0"
     assert summary_of(run)["status"] == "finished"
+    started = time.time_ns()
     proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY,
                              "--steps", "10000000", "--force", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while not ((run / "log.jsonl").exists() and (run / "log.jsonl").read_text().count("\n") >= 2
-               and not (run / "summary.json").exists()) and time.time() < deadline:
+
+    def logging():  # two records in the new run's log, written after the old run's files went
+        try:
+            log = run / "log.jsonl"
+            return log.stat().st_mtime_ns > started and log.read_text().count("\n") >= 2
+        except FileNotFoundError:
+            return False
+    while not logging() and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
