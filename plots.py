@@ -292,20 +292,22 @@ def figure_critical(summary, out, name):
                 f" {config.get('n_test', '?')}" + (f"; {hp}" if hp else ""))
 
 
-def draw(name, runs, out, report, predicted):
-    """Every figure an experiment's runs allow (one that cannot be drawn is reported), or with
-    out=None every table of rundirs.py."""
+def tabulate(name, runs, report, predicted):
+    """Every table of rundirs.py that an experiment's runs allow."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    if out is None:
-        for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
-            report.drawn += 1
-            table(name, [r for r in runs if r["config"]["model"] == model])
-        if tf:
-            table_paired(name, tf)
-            table_length(name, tf, predicted)
-        if predicted:
-            table_floor(name, tf, predicted)
-        return
+    for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
+        report.drawn += 1
+        table(name, [r for r in runs if r["config"]["model"] == model])
+    if tf:
+        table_paired(name, tf)
+        table_length(name, tf, predicted)
+    if predicted:
+        table_floor(name, tf, predicted)
+
+
+def draw(name, runs, out, report, predicted):
+    """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
+    tf = [r for r in runs if r["config"]["model"] == "transformer"]
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
     predicted_de = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
@@ -355,7 +357,9 @@ def main(argv=None):
                                 for d in dirs) if run]
         predicted = (runs and (folder / FLOOR).exists()
                      and report.attempt(load_prediction, folder, runs) or {})
-        if runs:
+        if runs and out is None:
+            tabulate(folder.name, runs, report, predicted)
+        elif runs:
             draw(folder.name, runs, out, report, predicted)
     for path in summaries:
         report.drawn += bool(report.attempt(draw_summary, path, out, report))
