@@ -13,6 +13,10 @@ HERE = Path(__file__).parent
 TINY = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", "--batch", "64", "--steps", "20",
         "--eval-every", "10", "--test-T", "8", "--test-q", "1", "--n-test", "64", "--n-final", "64",
         "--dtype", "float64", "--device", "cpu"]
+# an FCN run small enough for a test (train_fcn.py)
+FCN_TINY = ["--T", "6", "--q", "2", "--d", "2", "--batch", "64", "--steps", "150",
+            "--eval-every", "50", "--n-test", "512", "--test-q", "1", "--dtype", "float64",
+            "--device", "cpu"]
 
 
 def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):

@@ -1,0 +1,451 @@
+"""plots.py and rundirs.py (test_sts.py runs this file too): every figure and table from tiny runs,
+three seeds as mean and spread, the paired, family and length tables, and one line on stderr for
+each thing that cannot be drawn. Seeded, CPU only.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import plots
+import rundirs
+import sts
+import train_fcn
+import train_tf
+from conftest import FCN_TINY, HERE, TINY, read_log
+
+
+FIGURES = ("training", "length", "qtest", "weights")  # what an experiment of transformer runs gives
+
+
+def test_plots_draws_every_figure_and_table_from_tiny_runs(tmp_path, one_thread, capsys):
+    train_tf.main(TINY + ["--n-final", "256", "--figure-set", "--out", str(tmp_path / "set")])
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--steps", "10",
+                          "--out", str(tmp_path / "floor")])
+    train_fcn.main(FCN_TINY + ["--steps", "20", "--eval-every", "10", "--width", "8", "--out",
+                               str(tmp_path / "fcn")])
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "set" / "sgd"), str(tmp_path / "floor"), str(tmp_path / "fcn"),
+                    "--out", str(tmp_path / "fig"), "--formats", "png", "pdf"])
+    assert done.value.code == 0
+    expected = [*(f"sgd_{f}" for f in FIGURES), "floor_floor", "fcn_fcn_training"]
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == sorted(
+        f"{n}.{e}" for n in expected for e in ("pdf", "png"))
+    assert all(f.stat().st_size > 1000 for f in (tmp_path / "fig").iterdir())
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:                 # every experiment: set, floor, FCN
+        plots.main([str(tmp_path), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == ""
+    lines = out.split("\nsgd: ")[1].splitlines()           # the sgd table: final numbers (n=256)
+    header = [h.strip()
+              for h in next(ln for ln in lines if ln.startswith("| configuration |")).split("|")]
+    row = [c.strip() for c in next(ln for ln in lines if ln.startswith("| fixed PE |")).split("|")]
+    summary = json.loads(
+        (tmp_path / "set" / "sgd" / "fixed-de8-seed0" / "summary.json").read_text())
+    final, se = summary["final"], summary["final_se"]       # one seed: the mean alone, and its se
+    assert row[header.index("val")] == f"{final['val']:.4f} [{se['val']:.4f}]"
+    assert row[header.index("T=8")] == f"{final['test_T']['8']:.4f} [{se['test_T']['8']:.4f}]"
+    # 4 set folders, the floor, the FCN
+    assert sum(ln.startswith("| configuration |") for ln in out.splitlines()) == 4 + 1 + 1
+    fcn = next(ln for ln in out.split("\nfcn: ")[1].splitlines() if ln.startswith("| T=6"))
+    assert fcn.split("|")[2:5] == [" 6 ", " 8 ",
+                                   f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} "]
+
+
+def table_cells(out, starts):
+    """The cells of the --table lines that start with `starts`, stripped."""
+    return [[c.strip() for c in ln.split("|")[1:-1]]
+            for ln in out.splitlines() if ln.startswith(starts)]
+
+
+def test_configurations_come_in_numeric_order_of_what_varies():
+    runs = [dict(config=dict(model="transformer", pe="stochastic", de=de, seed=seed))
+            for de in (128, 16, 8, 64) for seed in (1, 0)]
+    groups = rundirs.configurations(runs)
+    assert [g[0]["config"]["de"] for g in groups] == [8, 16, 64, 128]          # not "128" < "16"
+    assert all([r["config"]["seed"] for r in g] == [0, 1] for g in groups)     # each group by seed
+
+
+@pytest.fixture(scope="module")
+def three_seeds(tmp_path_factory):
+    """The tiny figure set, three seeds, 40 steps logged every 5, with sgd/family_floor.json at the
+    training T=6 and the test T=8 (no row at T=10: a '-'). Tests only read it (or copy it first)."""
+    root, threads = tmp_path_factory.mktemp("seeds"), torch.get_num_threads()
+    torch.set_num_threads(1)
+    train_tf.main(TINY + ["--steps", "40", "--eval-every", "5", "--test-T", "8", "10",
+                          "--n-final", "128", "--figure-set", "--seed", "0", "1", "2",
+                          "--out", str(root)])
+    torch.set_num_threads(threads)
+    rows = [dict(pe=pe, T=T, q=2, d=2, de=8, **dict(zip(("loss", "c", "alpha"), sts.family_floor(
+        pe, T, 2, 2, 8, n=512)))) for pe in ("stochastic", "fixed") for T in (6, 8)]
+    (root / "sgd" / "family_floor.json").write_text(json.dumps({"rows": rows}))
+    return root
+
+
+def tables_of(folder, capsys):
+    """plots.py --table's output for a folder (exit status 0, nothing on stderr)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(folder), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == "", err
+    return out
+
+
+def npz_losses(run, name):
+    key = name if name == "val" else f"test_{name[0]}_{name[2:]}"          # "T=8": "test_T_8"
+    return np.load(run / "final_losses.npz")[key].astype(float)
+
+
+def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, tmp_path, capsys,
+                                                                   monkeypatch):
+    import shutil
+    import statistics  # an implementation of the sample std that plots.py does not use
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    sgd, fig = tmp_path / "sgd", tmp_path / "fig"
+    shutil.copytree(three_seeds / "sgd", sgd)                       # this test damages its runs
+    (sgd / "family_floor.json").unlink()
+    runs = [sgd / f"fixed-de8-seed{seed}" for seed in range(3)]
+    summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
+    assert len({s["final"]["test_T"]["8"] for s in summaries}) == 3     # the seeds differ: a spread
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--out", str(fig)])
+    assert done.value.code == 0
+    assert sorted(f.name for f in fig.iterdir()) == sorted(f"sgd_{f}.png" for f in FIGURES)
+    assert all(f.stat().st_size > 1000 for f in fig.iterdir())
+    groups = rundirs.configurations([rundirs.load_run(run, rundirs.Report()) for run in runs])
+    step, y = rundirs.spread(groups[0], "val")                         # the mean of the three logs
+    logs = [read_log(run) for run in runs]
+    assert len(groups) == 1 and list(step) == [r["step"] for r in logs[0]]
+    assert np.allclose(y.mean(0), [statistics.mean(log[i]["val"] for log in logs)
+                                   for i in range(len(step))])
+
+    def table(expected_status, seeds, se=True):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(sgd), "--table"])
+        out, err = capsys.readouterr()
+        assert done.value.code == expected_status, err
+        header, = table_cells(out, "| configuration |")
+        row, = table_cells(out, "| fixed PE")
+        assert (row[0] == f"fixed PE ({len(seeds)} seeds)"
+                and row[header.index("seeds")] == str(len(seeds)))
+        for column, key in (("val", ["val"]), ("T=8", ["test_T", "8"]), ("q=1", ["test_q", "1"])):
+            xs, ses = ([get(summaries[seed][part], key) for seed in seeds]
+                       for part in ("final", "final_se"))
+            spread = f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
+            assert row[header.index(column)] == spread + (f" [{statistics.mean(ses):.4f}]" if se
+                                                          else " [-]")
+        return out, err
+
+    get = lambda d, key: d[key[0]] if len(key) == 1 else d[key[0]][key[1]]  # noqa: E731
+    assert table(0, [0, 1, 2])[1] == ""
+    for run in (sgd / f"{pe}-de8-seed{seed}"
+                for pe in ("fixed", "stochastic") for seed in range(3)):
+        edit_json(run / "summary.json", lambda s: s.pop("final_se"))  # as older runs wrote them
+        (run / "final_losses.npz").unlink()
+    out, _ = table(0, [0, 1, 2], se=False)                           # '-' where the data is missing
+    assert all(row[2:] == ["0 of 3", "-", "-", "-"]
+               for row in table_cells(out, "| stochastic PE (3 seeds) −"))
+    edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))  # out of the mean
+    err = table(2, [0, 1], se=False)[1].splitlines()
+    assert (len(err) == 1 and "fixed-de8-seed2/summary.json: the run diverged" in err[0]
+            and "mean" in err[0])
+
+
+def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds, capsys):
+    import statistics
+    sgd = three_seeds / "sgd"
+    rows = table_cells(tables_of(sgd, capsys), "| stochastic PE (3 seeds) − fixed PE (3 seeds) |")
+    assert [row[1] for row in rows] == ["val", "T=8", "T=10", "q=1"]
+    for _, name, seeds, d_cell, se_cell, lower in rows:
+        diffs = [npz_losses(sgd / f"stochastic-de8-seed{seed}", name)
+                 - npz_losses(sgd / f"fixed-de8-seed{seed}", name) for seed in range(3)]
+        d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(len(x)) for x in diffs]
+        assert seeds == "3 of 3" and len(diffs[0]) == 128
+        assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
+        assert se_cell == f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"
+        assert lower == f"{sum(x < 0 for x in d)} of 3"
+
+
+def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(three_seeds,
+                                                                                    capsys):
+    import statistics
+    sgd = three_seeds / "sgd"
+    family = {r["pe"]: r for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
+              if r["T"] == 6}
+    out = tables_of(sgd, capsys)
+    W_star, V_star = sts.ground_truth(2, 8)
+    for pe, row in family.items():
+        diffs = []
+        for seed in range(3):
+            weights = np.load(sgd / f"{pe}-de8-seed{seed}" / "weights_final.npz")
+            table = sts.PositionalEncoding(pe, 8, 10, seed=seed)  # as train_tf.py: max(T, test T)
+            b = sts.sample_batch(np.random.default_rng(rundirs.EVAL_SEED), 128, 6, 2, 2, table)
+            loss = []
+            for W, V in ((weights["W"], weights["V"]), (row["c"] * W_star, row["alpha"] * V_star)):
+                scores = np.einsum("ndt,de,ne->nt", b.Z, W, b.z_q)  # softmax(Z^T W z_q) by hand
+                attention = np.exp(scores - scores.max(1, keepdims=True))
+                f = np.einsum("kd,ndt,nt->nk", V, b.Z, attention / attention.sum(1, keepdims=True))
+                loss.append(0.5 * ((f - b.target) ** 2).sum(1))
+            diffs.append(loss[0] - loss[1])
+        d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(128) for x in diffs]
+        cells, = table_cells(out, f"| {pe} | 8 |")
+        assert cells[2:4] == ["3 of 3", f"{row['loss']:.4g}"]
+        assert cells[6:8] == [f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}",
+                              f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"]
+
+
+def test_plots_draws_and_tabulates_the_length_curve_of_each_seeds_own_c_and_alpha(
+        three_seeds, tmp_path, capsys, monkeypatch):
+    sgd, drawn = three_seeds / "sgd", {}
+    best = {r["T"]: r["loss"] for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
+            if r["pe"] == "stochastic"}
+    fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k]
+                             for k in "WV"), 2) for seed in range(3)]
+    own = {T: np.mean([sts.family_loss("stochastic", T, 2, 2, 8, c, alpha, n=rundirs.LENGTH_N)
+                       for c, alpha in fits]) for T in (6, 8, 10)}
+
+    def keep(figure, out, name, title):                     # what the length figure draws, no file
+        drawn[name] = [[(ln.get_linestyle(), list(ln.get_ydata())) for ln in ax.lines]
+                       for ax in figure.axes]
+        plots.plt.close(figure)
+        return True
+    monkeypatch.setattr(plots, "save", keep)
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--out", str(tmp_path)])
+    assert done.value.code == 0
+    for panel, T in zip(drawn["sgd_length"], (6, 8, 10)):   # val (the training T), then T=8, T=10
+        assert [y for style, y in panel if style == ":"] == [pytest.approx([own[T]] * 2)]  # dotted
+        assert [y for style, y in panel if style == "--"] == ([pytest.approx([best[T]] * 2)]
+                                                              if T in best else [])
+    summaries = [json.loads((sgd / f"stochastic-de8-seed{seed}" / "summary.json")
+                            .read_text())["final"] for seed in range(3)]
+    trained = {T: np.mean([s["val"] if T == 6 else s["test_T"][str(T)] for s in summaries])
+               for T in (6, 8, 10)}
+    out = tables_of(sgd, capsys)
+    for T in (8, 10):
+        row, = table_cells(out, f"| T={T} | stochastic PE (3 seeds) |")
+        share = f"{(own[T] - own[6]) / (trained[T] - trained[6]):.2f}"
+        assert row[3:6] == [f"{own[T]:.4f}", f"{best[T]:.4f}" if T in best else "-",
+                            share + (f" / {(best[T] - best[6]) / (trained[T] - trained[6]):.2f}"
+                                     if T in best else " / -")]
+
+
+def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_seeds, capsys):
+    import statistics
+    sgd, slopes = three_seeds / "sgd", []
+    for seed in range(3):                                    # 40 steps: the last half, 20 to 40
+        points = [(r["step"], r["test_T"]["8"]) for r in read_log(sgd / f"fixed-de8-seed{seed}")
+                  if r["step"] >= 20]
+        slopes.append(np.polyfit(*np.array(points).T, 1)[0] * 1e4)
+    row, = table_cells(tables_of(sgd, capsys), "| T=8 | fixed PE (3 seeds) |")
+    assert row[-1] == f"{statistics.mean(slopes):.2g} ± {statistics.stdev(slopes):.2g}"
+    log = [dict(step=s, val=1 / (1 + s / 1000) + 0.01 * (s // 1000 % 3))
+           for s in range(0, 120_001, 1000)]
+    # a paper-length run: the last 50,000 steps
+    last = np.array([(r["step"], r["val"]) for r in log if r["step"] >= 70_000])
+    assert rundirs.slope(dict(log=log), "val") == pytest.approx(np.polyfit(*last.T, 1)[0] * 1e4)
+
+
+def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys,
+                                                          monkeypatch):
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    floor, fig, drawn, save = tmp_path / "floor", tmp_path / "fig", {}, plots.save
+    train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1",
+                          "--steps", "10", "--n-final", "128", "--out", str(floor)])
+    sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4", "8", "16", "--json",
+              str(floor / "family_floor.json")])
+    # its last logged val stands in
+    edit_json(floor / "stochastic-de8-seed1" / "summary.json", lambda s: s.pop("final"))
+    written = json.loads((floor / "family_floor.json").read_text())["rows"]
+    predicted = {(r["pe"], r["de"]): r["loss"] for r in written}
+
+    def keep(figure, out, name, title):                     # what the floor figure draws, and saves
+        ax = figure.axes[0]
+        drawn[name] = ax.get_title(), [(ln.get_label(), ln.get_linestyle(), list(ln.get_xdata()),
+                                        list(ln.get_ydata())) for ln in ax.lines]
+        return save(figure, out, name, title)
+    monkeypatch.setattr(plots, "save", keep)
+
+    def plot(status):
+        (fig / "floor_floor.png").unlink(missing_ok=True)
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(floor), "--out", str(fig)])
+        assert done.value.code == status and (fig / "floor_floor.png").stat().st_size > 1000
+        return drawn.pop("floor_floor")
+    title, lines = plot(0)
+    assert "trained" in title and "predicted" in title
+    assert any(label.startswith("best of W = cW*, V = αV* (predicted)") for label, *_ in lines)
+    stochastic = pytest.approx([predicted["stochastic", de] for de in (4, 8, 16)])
+    assert ("--", [4, 8, 16], stochastic) in [tuple(drawing) for _, *drawing in lines]  # dashed
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(floor), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and err == ""
+    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json)",
+                                           "trained", "family at its c, α", "trained − family",
+                                           "Monte-Carlo se", "trained / family"]]
+    rows = table_cells(out, ("| stochastic |", "| fixed |"))  # a row per (pe, d_e), each with a row
+    assert sorted((pe, int(de)) for pe, de, *_ in rows) == sorted(predicted)
+    for pe, de, seeds, best, trained, family, diff, *_ in rows:
+        assert seeds == "2 of 2" and best == f"{predicted[pe, int(de)]:.4g}"
+        t, f, d = (float(cell.split(" ± ")[0]) for cell in (trained, family, diff))
+        assert d == pytest.approx(t - f, abs=2e-4) and trained.count(" ± ") == 1
+
+    (floor / "family_floor.json").write_text('{"rows": [')  # malformed: one line; the rest is drawn
+    capsys.readouterr()
+    title, lines = plot(2)
+    err = capsys.readouterr().err.splitlines()
+    assert (len(err) == 1 and "floor/family_floor.json: not valid JSON" in err[0]
+            and "predicted" not in title)
+    assert not any(style == "--" for _, style, *_ in lines)
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(floor), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and len(err.splitlines()) == 1 and "family_floor.json" in err
+    assert len(table_cells(out, "| configuration |")) == 1 and table_cells(out, "| pe |") == []
+
+
+def fake_run(path, pe):
+    """A transformer run directory in train_tf.py's format, by hand (no training): 3 records."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(dict(
+        model="transformer", T=6, q=2, d=2, de=3, pe=pe, seed=0, batch=8, optimizer="sgd", lr=1.0,
+        init="zero", attend="tokens", n_test=8, n_final=16)))
+    log = [dict(step=s, train_loss=0.5 / s if s else None, time=s / 10, lr=1.0, val=0.5 / (1 + s),
+                test_T={"8": 0.6 / (1 + s)}, test_q={"1": 0.9 / (1 + s)}, cos_W=s / 30,
+                cos_V=s / 25, norm_W=s / 10) for s in (0, 10, 20)]
+    (path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    final = dict(val=0.02, test_T={"8": 0.03}, test_q={"1": 0.04})
+    (path / "summary.json").write_text(json.dumps(dict(log[-1], status="finished", seconds=1.0,
+                                                       final=final)))
+    rng = np.random.default_rng(0)
+    for when in ("init", "final"):
+        np.savez(path / f"weights_{when}.npz", W=rng.standard_normal((5, 5)),
+                 V=rng.standard_normal((2, 5)))
+
+
+def edit_json(path, change):
+    obj = json.loads(path.read_text())
+    change(obj)
+    path.write_text(json.dumps(obj))
+
+
+def append(path, text):
+    path.write_text(path.read_text() + text)
+
+
+def insert_line(path, after, line):
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:after] + [line + "\n"] + lines[after:]))
+
+
+FIXED = Path("exp/fixed-de3-seed0")  # the run each case damages; the stochastic one stays whole
+WHOLE = [f"exp_{f}.png" for f in FIGURES]
+SWEEP = dict(eps=0.3, steps=100, batch=64, seeds=[0],
+             loglog_slope={"fcn": 1.0, "transformer": 0.2}, rows=[
+    dict(model="fcn", T=4, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
+    dict(model="fcn", T=8, params=400, val=0.2, tried=[[16, 0.2]]),    # no width
+    dict(model="transformer", T=4, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
+# a finite cosine, no loss
+NULLS = ('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'
+         '{"step": 10, "train_loss": null, "val": null, "test_q": {"1": null}, "cos_W": 0.5}\n')
+CRITICAL = dict(fits={}, rows=[dict(model="transformer", s=2, T=8),    # no m_crit
+                               dict(model="transformer", s=2, T=16, m_crit=64)])
+
+
+def write_summary(root, folder, name, summary, config=None):
+    (root / folder).mkdir()
+    (root / folder / name).write_text(json.dumps(summary))
+    if config is not None:
+        (root / folder / "config.json").write_text(json.dumps(config))
+
+
+# (damage to the runs, exit status, PNGs plots.py must leave, stderr lines, a fragment of one)
+PLOT_CASES = {
+    "a last line cut mid-record is a warning": (
+        lambda r: append(r / FIXED / "log.jsonl", '{"step": 30, "val": 0.0'),
+        0, WHOLE, 1, "fixed-de3-seed0/log.jsonl: line 4 cut mid-record"),
+    "a line that is JSON but not an object": (
+        lambda r: insert_line(r / FIXED / "log.jsonl", 1, "42"),
+        2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: line 2 is not a record"),
+    "config.json {}": (
+        lambda r: (r / FIXED / "config.json").write_text("{}"), 2, WHOLE, 1,
+        "fixed-de3-seed0/config.json: no key 'model'"),
+    "config.json without d_e": (
+        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.pop("de")), 2, WHOLE, 1,
+        "fixed-de3-seed0/config.json: no key 'de'"),
+    "a diverged run": (
+        lambda r: edit_json(r / FIXED / "summary.json", lambda s: s.update(status="diverged")),
+        2, WHOLE, 1, "fixed-de3-seed0/summary.json: the run diverged at step 20"),
+    "a log of nulls": (
+        lambda r: (r / FIXED / "log.jsonl").write_text(NULLS),
+        2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: every loss is null"),
+    "unreadable weights": (
+        lambda r: (r / FIXED / "weights_final.npz").write_text("not a zip"), 2, WHOLE, 1,
+        "fixed-de3-seed0/weights_final.npz: cannot be read"),
+    "a sweep.json row without its width": (
+        lambda r: write_summary(r, "sweep", "sweep.json", SWEEP),
+        2, WHOLE + ["sweep_separation.png"], 1, "sweep/sweep.json: row 2: no key 'width'"),
+    "a critical.json row without m_crit": (
+        lambda r: write_summary(r, "bool", "critical.json", CRITICAL, {"grid": [16, 32, 64, 128]}),
+        2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1: no key 'm_crit'"),
+    "a family_floor.json for another T": (
+        lambda r: (r / "exp" / "family_floor.json").write_text(json.dumps({"rows": [
+            dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})), 2, WHOLE, 1,
+        "exp/family_floor.json: no row for the runs' (pe, T, q, d)"),
+    "nothing drawable: every run diverged": (
+        lambda r: [edit_json(r / "exp" / run / "summary.json",
+                             lambda s: s.update(status="diverged"))
+                   for run in ("fixed-de3-seed0", "stochastic-de3-seed0")],
+        2, [], 3, "nothing drawn"),
+}
+
+
+@pytest.mark.parametrize("case", PLOT_CASES)
+def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path, capsys,
+                                                                         monkeypatch, case):
+    damage, status, pngs, n_lines, fragment = PLOT_CASES[case]
+    monkeypatch.setattr(plots, "FORMATS", ("png",))                   # the test above draws PDFs
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "runs" / "exp" / f"{pe}-de3-seed0", pe)
+    damage(tmp_path / "runs")
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
+    err = capsys.readouterr().err.splitlines()
+    assert done.value.code == status and len(err) == n_lines, err
+    assert (all(line.startswith("plots.py: ") for line in err)
+            and any(fragment in line for line in err)), err
+    assert sorted(f.name for f in (tmp_path / "fig").glob("*.png")) == sorted(pngs)
+
+
+def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
+    fake_run(tmp_path / "run", "fixed")
+    append(tmp_path / "run" / "log.jsonl", '{"step": 30, "val"')
+    report = rundirs.Report()
+    assert [r["step"] for r in rundirs.load_run(tmp_path / "run", report)["log"]] == [0, 10, 20]
+    assert len(report) == 1 and report[0].startswith("plots.py: warning: ")
+    assert "line 4 cut mid-record" in report[0]
+
+
+def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_when_nothing_was_drawn(tmp_path):
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
+    # cut, nothing intact
+    (tmp_path / "exp" / "fixed-de3-seed0" / "log.jsonl").write_text('{"step": 0, "val"')
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), "exp", "--formats", "png"],
+                       cwd=tmp_path, capture_output=True, text=True)  # no --out: runs/figures
+    assert (r.returncode == 2 and r.stderr.count("\n") == 1
+            and "fixed-de3-seed0/log.jsonl: no intact" in r.stderr)
+    assert (tmp_path / "runs" / "figures" / "exp_training.png").stat().st_size > 1000
+    r = subprocess.run([sys.executable, str(HERE / "plots.py"), str(tmp_path / "nothing")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 2 and "nothing: no such file" in r.stderr
+    assert r.stderr.splitlines()[1].startswith("plots.py: error: nothing drawn")
