@@ -12,7 +12,7 @@ predicted d_e draw it for fewer trained ones) and, for stochastic PE, on NAME_le
 line at the runs' own c, alpha. FCN runs give NAME_fcn_training, a sweep.json NAME_separation, a
 critical.json NAME_critical (the run directories below it are its search's). Runs agreeing apart
 from PER_SEED are one configuration: the seeds' mean, a band from the lowest to the highest seed.
---table prints rundirs.py's tables, each caption saying what its cells are ('-': data missing).
+--table prints tables.py's tables, each caption saying what its cells are ('-': data missing).
 
 What cannot be drawn is one line of stderr naming the file, and the rest is still drawn. Exit
 status 2 for a skip (a config.json without a key its figures need, a diverged run, losses all null,
@@ -31,8 +31,8 @@ import numpy as np
 
 import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length,
-                     length_curves, load_prediction, load_run, load_summary, set_names, spread,
-                     table, table_floor, table_length, table_paired, table_summary, value, weights)
+                     load_prediction, load_run, load_summary, set_names, spread, value, weights)
+from tables import length_curves, table, table_floor, table_length, table_paired, table_summary
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -293,7 +293,7 @@ def figure_critical(summary, out, name):
 
 
 def tabulate(name, runs, report, predicted):
-    """Every table of rundirs.py that an experiment's runs allow."""
+    """Every table of tables.py that an experiment's runs allow."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
     for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
         report.drawn += 1

@@ -65,6 +65,25 @@ def write_summary(path, status, step, seconds, record):
                                            stopped_at=step, seconds=round(seconds, 1)))
 
 
+def closing_line(path, status, step, rec, n_test):
+    """A run's last line: how it ended, and its final numbers with their standard errors and set
+    size (those the README quotes), else its last evaluation on n_test sequences per set."""
+    sets = lambda r: [("val", r.get("val"))] + [(f"{g[5:]}={k}", v)  # noqa: E731
+                                                 for g in ("test_T", "test_q")
+                                                 for k, v in r.get(g, {}).items()]
+    text = f"{path}: {status} at step {step}"
+    if "final" in rec:
+        se = dict(sets(rec["final_se"]))
+        return (text + f"; final loss on {rec['n_final']} sequences per set"
+                f" (± its standard error): "
+                + ", ".join(f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])))
+    if "step" not in rec:
+        return text + "; no evaluation was made"
+    return (text + f"; last evaluated at step {rec['step']} on {n_test} sequences per set: "
+            + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec))
+            + (f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""))
+
+
 def divergence(losses, start_loss):
     """Why a run must stop (a loss NaN or above DIVERGED times the starting loss d/(2q)), or None;
     a None in `losses` is a loss not measured (no training step since the last record)."""

@@ -1,6 +1,6 @@
-"""plots.py and rundirs.py (test_sts.py runs this file too): every figure and table from tiny runs,
-three seeds as mean and spread, the paired, family and length tables, and one line on stderr for
-each thing that cannot be drawn. Seeded, CPU only.
+"""plots.py, rundirs.py and tables.py (test_sts.py runs this file too): every figure and table from
+tiny runs, three seeds as mean and spread, the paired, family and length tables, and one line on
+stderr for each thing that cannot be drawn. Seeded, CPU only.
 """
 import json
 import subprocess
@@ -13,6 +13,7 @@ import torch
 
 import plots
 import rundirs
+import tables
 import sts
 import train_fcn
 import train_tf
@@ -186,7 +187,7 @@ def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequen
         for seed in range(3):
             weights = np.load(sgd / f"{pe}-de8-seed{seed}" / "weights_final.npz")
             table = sts.PositionalEncoding(pe, 8, 10, seed=seed)  # as train_tf.py: max(T, test T)
-            b = sts.sample_batch(np.random.default_rng(rundirs.EVAL_SEED), 128, 6, 2, 2, table)
+            b = sts.sample_batch(np.random.default_rng(tables.EVAL_SEED), 128, 6, 2, 2, table)
             loss = []
             for W, V in ((weights["W"], weights["V"]), (row["c"] * W_star, row["alpha"] * V_star)):
                 scores = np.einsum("ndt,de,ne->nt", b.Z, W, b.z_q)  # softmax(Z^T W z_q) by hand
@@ -208,7 +209,7 @@ def test_plots_draws_and_tabulates_the_length_curve_of_each_seeds_own_c_and_alph
             if r["pe"] == "stochastic"}
     fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k]
                              for k in "WV"), 2) for seed in range(3)]
-    own = {T: np.mean([sts.family_loss("stochastic", T, 2, 2, 8, c, alpha, n=rundirs.LENGTH_N)
+    own = {T: np.mean([sts.family_loss("stochastic", T, 2, 2, 8, c, alpha, n=tables.LENGTH_N)
                        for c, alpha in fits]) for T in (6, 8, 10)}
 
     def keep(figure, out, name, title):                     # what the length figure draws, no file
@@ -250,7 +251,7 @@ def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_
            for s in range(0, 120_001, 1000)]
     # a paper-length run: the last 50,000 steps
     last = np.array([(r["step"], r["val"]) for r in log if r["step"] >= 70_000])
-    assert rundirs.slope(dict(log=log), "val") == pytest.approx(np.polyfit(*last.T, 1)[0] * 1e4)
+    assert tables.slope(dict(log=log), "val") == pytest.approx(np.polyfit(*last.T, 1)[0] * 1e4)
 
 
 def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, capsys,

@@ -1,7 +1,7 @@
 """The scripts' behaviour (test_sts.py runs this file too): the exit contract (divergence, SIGTERM
 and Ctrl-C, strict JSON, one bad-input table per script and one shell check for all), run
-directories, train_bool.py, train_fcn.py, the README's commands, run_course.sh (plots.py and
-rundirs.py: test_plots.py). Seeded, CPU only.
+directories, train_bool.py, train_fcn.py, the README's commands, run_course.sh (plots.py,
+rundirs.py and tables.py: test_plots.py). Seeded, CPU only.
 """
 import json
 import signal

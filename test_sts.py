@@ -8,7 +8,7 @@ This file: the NumPy reference sts.py alone (it runs without torch): the sampler
 hand-written gradient vs finite differences, the ground truth, NumPy training, the family floor.
 test_torch.py: every torch path against sts.py on the same draws. test_scripts.py: the scripts'
 behaviour (the exit contract, train_bool.py, train_fcn.py, README commands, run_course.sh).
-test_plots.py: every figure and table of plots.py and rundirs.py, and what they skip.
+test_plots.py: every figure and table (plots.py, rundirs.py, tables.py), what they skip.
 Seeded, CPU only. Shared helpers: conftest.py.
 """
 import contextlib

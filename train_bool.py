@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import runlog
-from runlog import Stop, ended_by, resolve_device, run_command
 
 MODELS = ("transformer", "fcn")
 # The flags, each declared once: (default, --help, argparse options). The course-scale grid: T
@@ -153,7 +152,7 @@ def train_one(model, m, T, s, seed, device):
         value = loss.item()  # one read a step: the stopping rule needs it
         why = runlog.divergence([value], math.log(2))  # BCE starts at ln 2, the loss of a coin flip
         if why:
-            raise Stop(f"{model} T={T} s={s} m={m} seed={seed} at step {step}: {why}")
+            raise runlog.Stop(f"{model} T={T} s={s} m={m} seed={seed} at step {step}: {why}")
         if value < FIT_LOSS:
             break
     with torch.no_grad():
@@ -287,7 +286,7 @@ def run(args, device):
                     m_crit = critical_m(functools.partial(trainer, model), T, s, grid, seeds)
                     rows.append(dict(model=model, s=s, T=T, m_crit=m_crit))
         except BaseException as error:
-            status = ended_by(error)
+            status = runlog.ended_by(error)
             raise
         finally:
             if not args.m:
@@ -299,10 +298,10 @@ def main(argv=None):
 
     def body():
         check_args(args)
-        device = resolve_device(args.device)
+        device = runlog.resolve_device(args.device)
         torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
         run(args, device)
-    run_command("train_bool.py", body, "the log and the rows so far are saved")
+    runlog.run_command("train_bool.py", body, "the log and the rows so far are saved")
 
 
 if __name__ == "__main__":

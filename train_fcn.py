@@ -27,7 +27,6 @@ import fused
 import runlog
 import streams
 import sts
-from runlog import ended_by, resolve_device, run_command, write_record, write_summary
 
 P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
 # The separation sweep (--sweep): a budget short enough for the grid to take minutes on 2 CPU cores,
@@ -175,7 +174,8 @@ def train(args, T, width, seed, device, progress=True):
                 rec = dict(step=step, train_loss=train_loss, lr=args.lr,
                            time=round(time.time() - t0, 3), **evaluate(model, sets))
                 # the FCN's random init starts above d/(2q), far below the divergence threshold
-                write_record(log, rec, path.name, [rec["val"], train_loss], args.d / 2 / args.q)
+                runlog.write_record(log, rec, path.name, [rec["val"], train_loss],
+                                    args.d / 2 / args.q)
                 bar.set_postfix(val=f"{rec['val']:.4f}")
                 loss_sum, since = 0.0, 0
             if step == args.steps:
@@ -189,16 +189,14 @@ def train(args, T, width, seed, device, progress=True):
             loss_sum, since = loss_sum + loss.detach(), since + 1
             bar.update()
     except BaseException as error:
-        status = ended_by(error)
+        status = runlog.ended_by(error)
         raise
     finally:
         bar.close()
         log.close()
-        write_summary(path, status, step, time.time() - t0, rec)
+        runlog.write_summary(path, status, step, time.time() - t0, rec)
         if progress:
-            print(f"{path}: {status} at step {step}; last evaluated at step {rec.get('step')} "
-                  f"on {args.n_test} sequences per set: val {rec.get('val', float('nan')):.4f}"
-                  + "".join(f", q={k} {v:.4f}" for k, v in rec.get("test_q", {}).items()))
+            print(runlog.closing_line(path, status, step, rec, args.n_test))
     return rec
 
 
@@ -306,12 +304,12 @@ def main(argv=None):
 
     def body():
         check_args(args)
-        device = resolve_device(args.device)
+        device = runlog.resolve_device(args.device)
         if args.sweep:
             return sweep(args, device)
         for T, width, seed in itertools.product(args.T, args.width, args.seed):
             train(args, T, width, seed, device)
-    run_command("train_fcn.py", body, "the logs so far are saved")
+    runlog.run_command("train_fcn.py", body, "the logs so far are saved")
 
 
 if __name__ == "__main__":

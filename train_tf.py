@@ -328,25 +328,6 @@ def evaluate_and_log(tr, step, train_loss, t0, status):
     return records
 
 
-def report(spec, status, step, rec):
-    """The closing line of a run: how it ended, its last evaluation and the final numbers with their
-    standard errors and set size (those the README quotes)."""
-    sets = lambda r: [("val", r.get("val"))] + [(f"{g[5:]}={k}", v)  # noqa: E731
-                                                 for g in ("test_T", "test_q")
-                                                 for k, v in r.get(g, {}).items()]
-    text = f"{spec['dir']}: {status} at step {step}"
-    if "final" in rec:
-        se = dict(sets(rec["final_se"]))
-        return (text + f"; final loss on {rec['n_final']} sequences per set"
-                f" (± its standard error): "
-                + ", ".join(f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])))
-    if "step" not in rec:
-        return text + "; no evaluation was made"
-    return (text + f"; last evaluated at step {rec['step']} on {rec.get('n_test', '?')} sequences"
-            f" per set: " + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec))
-            + f", cos(W,W*) {rec['cos_W']:.3f}")
-
-
 def train(args, d_e, device):
     """Train the runs of one d_e; write their directories; return their final evaluation records."""
     tr = Trainer(args, d_e, device)
@@ -388,8 +369,8 @@ def train(args, d_e, device):
             log.close()
             if status[r] == "running":
                 runlog.write_summary(spec["dir"], done, step, time.time() - t0, rec)
-            print(report(spec, status[r] if status[r] != "running" else done, step,
-                         dict(rec, n_test=args.n_test)))
+            print(runlog.closing_line(spec["dir"], status[r] if status[r] != "running" else done,
+                                      step, rec, args.n_test))
     if "diverged" in status:
         raise runlog.Stop(f"{status.count('diverged')} of {R} runs diverged"
                           " (see their summary.json)")

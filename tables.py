@@ -1,0 +1,196 @@
+"""The numbers behind `plots.py --table`: each configuration's losses over its seeds, stochastic
+minus fixed PE on the same sequences, trained models against the ground-truth family W = c W*,
+V = alpha V* (sts.py's NumPy evaluations, no torch) and each length's share of the rise; printed as
+Markdown tables whose captions say what each cell is ('-': data missing).
+"""
+import math
+
+import numpy as np
+
+import sts
+from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
+                     finite, label, length, npz, set_names, setting, value, weights)
+
+# trained and family models are scored on one common set of sequences; chunks keep memory small
+EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
+LENGTH_N = 1024  # sequences per sts.family_loss in the length table: its cost grows with T, d_e
+WINDOW = 50_000  # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
+
+
+def fmt(x, spec=".4f"):
+    return f"{x:{spec}}" if finite(x) else "-"
+
+
+def mean(xs):
+    ok = [x for x in map(float, xs) if math.isfinite(x)]
+    return float(np.mean(ok)) if ok else NAN
+
+
+def mean_sd(xs, spec=".4f"):
+    """A cell: "mean ± s" of the finite xs (s: sample standard deviation), "(k of n)" if some."""
+    ok = [x for x in map(float, xs) if math.isfinite(x)]
+    sd = f" ± {np.std(ok, ddof=1):{spec}}" if len(ok) > 1 else ""
+    return fmt(mean(ok), spec) + sd + f" ({len(ok)} of {len(xs)})" * (0 < len(ok) < len(xs))
+
+
+def paired(a, b):
+    """mean(a - b) over the sequences both scored, and its Monte-Carlo se std(a - b) / sqrt(n)."""
+    n = min(len(a), len(b))
+    diff = np.asarray(a[:n], float) - b[:n]
+    return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else NAN
+
+
+def over_seeds(pairs):
+    """Cells of per-seed (d, se): d's mean ± s over the seeds, the mean's se sqrt(sum se^2) / k."""
+    se = math.sqrt(sum(s * s for _, s in pairs)) / len(pairs) if pairs else NAN
+    return [mean_sd([d for d, _ in pairs]), fmt(se)]
+
+
+def slope(run, name):
+    """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
+    last = run["log"][-1]["step"]
+    xy = np.array([(r["step"], value(r, name)) for r in run["log"]
+                   if r["step"] >= last - min(WINDOW, last / 2)], float).reshape(-1, 2)
+    xy = xy[np.isfinite(xy[:, 1])]
+    return float(np.polyfit(*xy.T, 1)[0] * 1e4) if len(xy) > 2 else NAN
+
+
+def family_pair(run, row):
+    """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
+    EVAL_SEED sequences; a fixed-PE run with its own table, built as train_tf.py builds it."""
+    c = run["config"]
+    pe = sts.PositionalEncoding(c["pe"], c["de"], max([c["T"], *c.get("test_T", [])]), c["seed"])
+    W_star, V_star = sts.ground_truth(c["d"], c["de"])
+    models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
+    rng, n, out = np.random.default_rng(EVAL_SEED), min(c.get("n_final", EVAL_N), EVAL_N), []
+    for lo in range(0, n, CHUNK):
+        b = sts.sample_batch(rng, min(CHUNK, n - lo), c["T"], c["q"], c["d"], pe)
+        out.append([sts.loss(sts.forward(W, V, b.Z, b.z_q, c["attend"])[0][:, None],
+                             b.target[:, None]) for W, V in models])  # each a batch of one
+    return np.concatenate(out, axis=1)
+
+
+def length_curves(groups, predicted):
+    """{first run's path: {T: (own, best)}} of the stochastic-PE configurations, with a FLOOR: own,
+    the seeds' mean of sts.family_loss at their sts.family_fit; best, FLOOR's loss at T or None."""
+    curves = {}
+    for g in [g for g in groups if predicted and g[0]["config"]["pe"] == "stochastic"]:
+        c = g[0]["config"]
+        fits = [sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
+                if w]
+        key = lambda T: ("stochastic", T, c["q"], c["d"], c["de"])  # noqa: E731
+        curves[g[0]["path"]] = {T: (mean([sts.family_loss(*key(T), *f, n=LENGTH_N) for f in fits]),
+                                    predicted.get(key(T), {}).get("loss"))
+                                for T in (length(k, c) for k in ["val", *set_names(g, "T")])}
+    return curves
+
+
+# ------------------------------------------------------------------------------------------- tables
+def markdown(caption, header, rows):
+    print(f"\n{caption}\n")
+    for cells in [header, ["---"] * len(header), *rows]:
+        print("| " + " | ".join(map(str, cells)) + " |")
+    return True
+
+
+def table(name, runs):
+    """A configuration a row: its losses and last cosines over its seeds. Runs of one model."""
+    c, groups = runs[0]["config"], configurations(runs)
+    final = any("final" in r["summary"] for r in runs)
+    names = ["val", *set_names(runs, "T"), *set_names(runs, "q")]
+    cos = [k for k in ("cos_W", "cos_V") if any(k in r["log"][-1] for r in runs)]
+    shape, rows = ["T", "width", "params"] if c["model"] == "fcn" else [], []
+    for g in groups:
+        steps, se = [r["log"][-1]["step"] for r in g], [r["summary"].get("final_se", {}) for r in g]
+        cells = [mean_sd([value(r["end"], k) for r in g])
+                 + f" [{fmt(mean(value(s, k) for s in se))}]" * final for k in names]
+        rows.append([label(g, groups), *(g[0]["config"].get(k, "-") for k in shape), len(g),
+                     "-".join(map(str, sorted({min(steps), max(steps)}))), *cells,
+                     *(mean_sd([value(r["log"][-1], k) for r in g]) for k in cos)])
+    markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
+        f" [se] of the final evaluation (n = {c.get('n_final')} sequences a set, the same for every"
+        " run; se: the mean Monte-Carlo standard error of one run)" if final else "") + ", s the"
+        " sample standard deviation; without a final evaluation, the last logged record (n ="
+        f" {c.get('n_test')}). cos: the last record.",
+        ["configuration", *shape, "seeds", "step", *names, *cos], rows)
+
+
+def table_paired(name, runs):
+    """Stochastic minus fixed PE per sequence, for configurations agreeing apart from the PE."""
+    groups, key = configurations(runs), lambda g: setting(g[0]["config"], (*PER_SEED, "pe"))
+    fixed, rows = {key(g): g for g in groups if g[0]["config"]["pe"] == "fixed"}, []
+    losses = lambda r: {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in (  # noqa: E731
+        Report().attempt(npz, r, "final_losses") or {}).items()}  # "test_T_8" is "T=8"; {}: none
+    for sto in [g for g in groups if g[0]["config"]["pe"] == "stochastic" and key(g) in fixed]:
+        seeds = {r["config"]["seed"]: losses(r) for r in fixed[key(sto)]}
+        per = [(losses(r), seeds[r["config"]["seed"]]) for r in sto if r["config"]["seed"] in seeds]
+        for k in ["val", *set_names(sto, "T"), *set_names(sto, "q")]:
+            d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
+            rows.append([f"{label(sto, groups)} − {label(fixed[key(sto)], groups)}", k,
+                         f"{len(d)} of {len(per)}", *over_seeds(d),
+                         f"{sum(x < 0 for x, _ in d)} of {len(d)}" if d else "-"])
+    if rows:
+        markdown(f"{name}: stochastic minus fixed PE on the same sequences (final_losses.npz). Per"
+                 " seed d = mean(l_stochastic - l_fixed) and its se std/√n; over the seeds, d's"
+                 " mean ± s (the sample standard deviation) and Monte-Carlo se √(Σ se²)/k;"
+                 " '-': no final_losses.npz.",
+                 ["stochastic − fixed", "set", "seeds", "d: mean ± s", "Monte-Carlo se",
+                  "stochastic lower in"], rows)
+
+
+def table_floor(name, runs, predicted):
+    """Trained models against the family W = c W*, V = alpha V* at FLOOR's best c, alpha."""
+    rows = []
+    for g in sorted(configurations(runs), key=lambda g: [g[0]["config"][k] for k in ("pe", "de")]):
+        c = g[0]["config"]
+        row = predicted.get(tuple(c[k] for k in PREDICTED), {})
+        both = [x for x in (Report().attempt(family_pair, run, row) for run in g) if x is not None
+                ] if finite(row.get("c")) and finite(row.get("alpha")) else []
+        t, f = [x[0].mean() for x in both], [x[1].mean() for x in both]
+        rows.append([c["pe"], c["de"], f"{len(both)} of {len(g)}", fmt(row.get("loss"), ".4g"),
+                     mean_sd(t), mean_sd(f), *over_seeds([paired(*x) for x in both]),
+                     fmt(mean(t) / mean(f), ".3g")])
+    markdown(f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
+             f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
+             " deviation), trained − family paired, its Monte-Carlo se √(Σ se²)/k.",
+             ["pe", "d_e", "seeds", f"family best ({FLOOR})", "trained", "family at its c, α",
+              "trained − family", "Monte-Carlo se", "trained / family"], rows)
+
+
+def table_length(name, runs, predicted):
+    """At each length, a configuration's loss, its predictions, its slope (still falling?)."""
+    groups, names = configurations(runs), ["val", *set_names(runs, "T")]
+    curves, rows = length_curves(groups, predicted), []
+    for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
+        T0, curve = g[0]["config"]["T"], curves.get(g[0]["path"], {})
+        T, trained = length(k, g[0]["config"]), [value(r["end"], k) for r in g]
+        rise = mean(trained) - mean(value(r["end"], "val") for r in g)
+        shares = [fmt((curve[T][i] - curve[T0][i]) / rise, ".2f") if k != "val" and curve
+                  and finite(curve[T][i]) and finite(curve[T0][i]) else "-" for i in (0, 1)]
+        rows.append([f"T={T}", label(g, groups), mean_sd(trained), *map(fmt, curve.get(T, "--")),
+                     " / ".join(shares), mean_sd([slope(r, k) for r in g], ".2g")])
+    if rows:
+        markdown(f"{name}: at each length (T={groups[0][0]['config']['T']}: as trained), the"
+                 " final loss, mean ± s (the sample standard deviation) over the seeds; stochastic"
+                 " PE: W = c W*, V = α V* at each seed's own c, α (sts.family_fit; the seeds'"
+                 f" mean) and the family's best ({FLOOR}), with each one's rise from the training"
+                 " T over the trained rise; the slope of the logged loss over the last"
+                 f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
+                 ["at length", "configuration", "trained", "at own c, α", "family best",
+                  "share of the rise: own / best", "slope per 10k steps"], rows)
+
+
+def table_summary(path, summary):
+    """The Markdown table of one sweep.json (train_fcn.py) or critical.json (train_bool.py)."""
+    if path.name == "critical.json":
+        return markdown(f"{path.parent.name}: critical m (None: beyond the grid, max"
+                        f" {max(summary['config']['grid'])})", ["model", "s", "T", "m_crit"],
+                        [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
+    sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
+    return markdown(f"{path.parent.name}: smallest width with seed-mean val loss <="
+                    f" {summary['eps']:.4f}, {summary['steps']} steps of {summary['batch']}, seeds"
+                    f" {summary['seeds']}", ["model", "T", "width", "params", "val (mean ± s)"],
+                    [[r["model"], r["T"], r["width"] or "> %s" % max((w for w, _ in r["tried"]),
+                                                                   default="?"),
+                      r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}"]
+                     for r in summary["rows"]])
