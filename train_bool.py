@@ -62,7 +62,7 @@ FIT_LOSS = 1e-3              # mean training BCE below which the set counts as f
 HPARAMS = {
     "transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
     # a lower rate than the transformer's: at large m a higher one can collapse to a constant output
-    "fcn": dict(width=128, depth=1, lr=3e-3, steps=600),
+    "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
 }
 
 
@@ -114,13 +114,6 @@ class ReadoutTransformer(torch.nn.Module):
         return self.out(h).squeeze(-1)
 
 
-def mlp(n_in, width, depth):
-    layers = []
-    for fan_in in [n_in] + [width] * (depth - 1):
-        layers += [torch.nn.Linear(fan_in, width), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
-
-
 def build(model, T, seed, device):
     """A model and its input encoding, initialised from a generator seeded with `seed` alone."""
     gen = torch.Generator().manual_seed(seed)
@@ -128,7 +121,9 @@ def build(model, T, seed, device):
     if model == "transformer":
         net, encode = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen), lambda b: b.long()
     else:
-        net, encode = mlp(T, hp["width"], hp["depth"]), lambda b: 2.0 * b.float() - 1
+        net = torch.nn.Sequential(torch.nn.Linear(T, hp["width"]), torch.nn.ReLU(),
+                                  torch.nn.Linear(hp["width"], 1))
+        encode = lambda b: 2.0 * b.float() - 1  # noqa: E731  the bits as +-1
     with torch.no_grad():  # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator
         for layer in filter(lambda module: isinstance(module, torch.nn.Linear), net.modules()):
             bound = layer.in_features ** -0.5
