@@ -84,6 +84,21 @@ def paths(device):
     return out
 
 
+def time_paths(steps, repeats, device):
+    """{name: ms of each timed round}: a step of every path per round, after 2 untimed rounds."""
+    times = {name: [] for name in steps}
+    for round_ in range(repeats + 2):
+        for name, (step, threads) in steps.items():
+            torch.set_num_threads(threads)
+            sync(device)
+            t0 = time.perf_counter()
+            step()
+            sync(device)
+            if round_ >= 2:
+                times[name].append(1e3 * (time.perf_counter() - t0))
+    return times
+
+
 def main(argv=None):
     flags = dict(device=("cpu", "where to time the steps", dict(choices=("cpu", "cuda"))),
                  repeats=(15, "timed rounds (after 2 untimed warm-up rounds)", dict(type=int)),
@@ -97,17 +112,7 @@ def main(argv=None):
     def body():
         runlog.require_positive(args, ("repeats",))
         device = runlog.resolve_device(args.device)
-        steps = paths(device)
-        times = {name: [] for name in steps}
-        for round_ in range(args.repeats + 2):
-            for name, (step, threads) in steps.items():
-                torch.set_num_threads(threads)
-                sync(device)
-                t0 = time.perf_counter()
-                step()
-                sync(device)
-                if round_ >= 2:
-                    times[name].append(1e3 * (time.perf_counter() - t0))
+        times = time_paths(paths(device), args.repeats, device)
         med = {name: statistics.median(t) for name, t in times.items()}
         print(f"ms per step at T={SCALE['T']}, d_e={SCALE['d_e']}, n={SCALE['n']} on {device.type} "
               f"({args.repeats} interleaved rounds): "

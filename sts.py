@@ -255,9 +255,19 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     return rows
 
 
+def floors(Ts, q, d, des, seed=0):
+    """family_floor of stochastic and fixed PE at every T and d_e, printed; the rows for --json."""
+    rows = []
+    for T, d_e, kind in [(T, d_e, k) for T in Ts for d_e in des for k in ("stochastic", "fixed")]:
+        value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
+        rows.append(dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha))
+        print(f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
+              f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+    return rows
+
+
 def main(argv=None):
     """Command line: the demo, or with --floor the family floor per --T, --de (rows to --json)."""
-    import itertools
     from pathlib import Path
 
     import runlog                                   # scripts' flags, one-line errors and exit codes
@@ -290,13 +300,7 @@ def main(argv=None):
             if why:
                 raise runlog.Stop(why)
             return
-        rows = []
-        for T, d_e, kind in itertools.product(args.T, args.de, ("stochastic", "fixed")):
-            value, c, alpha = family_floor(kind, T, args.q, args.d, d_e, seed=args.seed)
-            rows.append(dict(pe=kind, T=T, q=args.q, d=args.d, de=d_e, loss=value, c=c,
-                             alpha=alpha))
-            print(f"{kind}: T={T} q={args.q} d={args.d} d_e={d_e}: best loss {value:.4f}"
-                  f" at c={c:.3g}, alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+        rows = floors(args.T, args.q, args.d, args.de, args.seed)
         if args.json:
             runlog.write_json(Path(args.json), dict(family="W = c W*, V = alpha V*", sequences=4096,
                                                      seed=args.seed, rows=rows))

@@ -231,6 +231,21 @@ def search(grid, first, reached):
     return None
 
 
+def seed_vals(args, model, T, size, device, eps):
+    """(width, parameters, final val losses of the seeds) of a model at one size: the transformer's
+    seeds side by side; the FCN's seed by seed, stopping once the seeds so far put the mean of all
+    above eps (losses are >= 0, so the size has failed whatever the other seeds would give)."""
+    if model == "transformer":
+        return (args.d + size, (args.d + size) * (2 * args.d + size),  # D x D + d x D
+                transformer_vals(args, T, size, device))
+    vals = []
+    for seed in args.seed:
+        vals.append(train(args, T, size, seed, device, progress=False)["val"])
+        if not sum(vals) / len(args.seed) <= eps:
+            break
+    return size, n_params(FCN(T * args.d + T, size, args.depth, args.d)), vals
+
+
 def sweep(args, device):
     """For each T the smallest width of each model whose seed-mean final val loss is <= eps d/(2q);
     each search starts at the last T's answer (a longer sequence is taken to need no less width)."""
@@ -244,16 +259,7 @@ def sweep(args, device):
 
     def reached(model, T, size, row):
         bar.set_postfix(T=T, model=model, size=size)
-        if model == "fcn":  # seed by seed: losses are >= 0, so once the seeds so far put the mean
-            vals = []       # of all above eps the width has failed; the other seeds are not trained
-            for seed in args.seed:
-                vals.append(train(args, T, size, seed, device, progress=False)["val"])
-                if not sum(vals) / len(args.seed) <= eps:
-                    break
-            width, params = size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
-        else:
-            vals = transformer_vals(args, T, size, device)
-            width, params = args.d + size, (args.d + size) * (2 * args.d + size)  # D x D + d x D
+        width, params, vals = seed_vals(args, model, T, size, device, eps)
         val = float(np.mean(vals))
         row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
         row["tried_seeds"].append(len(vals))                         # how many those were

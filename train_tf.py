@@ -307,6 +307,17 @@ class Trainer:
                                                      log_bytes=log.tell(),
                                                      optimizer=opt.state_dict()))
 
+    def close(self, status, done, step, seconds, records):
+        """Final weights, a summary for each run still running (`done`: how it ended), and every
+        run's closing line."""
+        self.save_weights("weights_final.npz")
+        for spec, log, rec, state in zip(self.specs, self.logs, records, status):
+            log.close()
+            if state == "running":
+                runlog.write_summary(spec["dir"], done, step, seconds, rec)
+            print(runlog.closing_line(spec["dir"], done if state == "running" else state, step,
+                                      rec, self.args.n_test))
+
 
 def evaluate_and_log(tr, step, train_loss, t0, status):
     """Evaluate every run on its --n-test sets and log the records of those still running; a run
@@ -364,13 +375,7 @@ def train(args, d_e, device):
         raise
     finally:
         bar.close()
-        tr.save_weights("weights_final.npz")
-        for r, (spec, log, rec) in enumerate(zip(tr.specs, tr.logs, records)):
-            log.close()
-            if status[r] == "running":
-                runlog.write_summary(spec["dir"], done, step, time.time() - t0, rec)
-            print(runlog.closing_line(spec["dir"], status[r] if status[r] != "running" else done,
-                                      step, rec, args.n_test))
+        tr.close(status, done, step, time.time() - t0, records)
     if "diverged" in status:
         raise runlog.Stop(f"{status.count('diverged')} of {R} runs diverged"
                           " (see their summary.json)")
