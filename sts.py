@@ -21,6 +21,7 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
 NumPy only (tqdm for the progress bar), read top to bottom: task, PEs, model, hand-written backward,
 SGD, the floor, demo. Pasted into a notebook cell it defines all and runs nothing; call demo(...).
 """
+import itertools
 from collections import namedtuple
 
 import numpy as np
@@ -258,7 +259,7 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
 def floors(Ts, q, d, des, seed=0):
     """family_floor of stochastic and fixed PE at every T and d_e, printed; the rows for --json."""
     rows = []
-    for T, d_e, kind in [(T, d_e, k) for T in Ts for d_e in des for k in ("stochastic", "fixed")]:
+    for T, d_e, kind in itertools.product(Ts, des, ("stochastic", "fixed")):
         value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
         rows.append(dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha))
         print(f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"

@@ -1,14 +1,14 @@
-"""The project's tests, in four files; this one runs them all:
+"""The project's tests, in five files; this one runs them all:
 
     python test_sts.py        # the quick suite, about a minute on 2 cores
     python test_sts.py --all  # and the slow end-to-end tests (run_course.sh, the notebook), as CI
-                              # does; the same as pytest on the four files
+                              # does; the same as pytest on the five files
 
 This file: the NumPy reference sts.py alone (it runs without torch): the sampler, the encodings, the
 hand-written gradient vs finite differences, the ground truth, NumPy training, the family floor.
 test_torch.py: every torch path against sts.py on the same draws. test_scripts.py: the scripts'
-behaviour (the exit contract, train_bool.py, train_fcn.py, README commands, run_course.sh).
-test_plots.py: every figure and table (plots.py, rundirs.py, tables.py), what they skip.
+behaviour (the exit contract, README commands, run_course.sh). test_baselines.py: train_bool.py
+and train_fcn.py. test_plots.py: every figure and table (plots.py, rundirs.py, tables.py), what they skip.
 Seeded, CPU only. Shared helpers: conftest.py.
 """
 import contextlib
@@ -341,7 +341,8 @@ def test_the_lesson_notebook_runs_top_to_bottom_and_prints_what_its_text_says():
 
 if __name__ == "__main__":   # --all: the slow end-to-end tests too (run_course.sh, the notebook)
     every = "--all" in sys.argv[1:]
-    files = ("test_sts.py", "test_torch.py", "test_scripts.py", "test_plots.py")
+    files = ("test_sts.py", "test_torch.py", "test_scripts.py", "test_baselines.py",
+             "test_plots.py")
     sys.exit(pytest.main([str(HERE / name) for name in files]
                          + ["-q", *([] if every else ["-m", "not slow"])]
                          + [a for a in sys.argv[1:] if a != "--all"]))

@@ -1,0 +1,266 @@
+"""The two baselines (test_sts.py runs this file too): train_bool.py, the s-sparse AND of Edelman
+et al. (its task, its transformer, the critical-size search and the fits), and train_fcn.py, the
+FCN on STS_q (its input, its runs, the width search and the sweep), each with its bad input.
+Seeded, CPU only.
+"""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import plots
+import streams
+import train_bool
+import train_fcn
+from conftest import FCN_TINY, read_log
+
+
+# ------------------------------------------------------------------------------------ train_bool.py
+@pytest.mark.parametrize("s", [1, 2, 3, 5])
+def test_bool_labels_are_balanced(s):
+    _, (_, y), (_, y_test) = train_bool.make_task(T=40, s=s, m=20_000, seed=s)
+    for labels in (y, y_test):
+        sd = 0.5 / np.sqrt(len(labels))                                 # 0.0035 and 0.005
+        assert abs(labels.mean() - 0.5) < 6 * sd                        # 6 sd: never flakes; seeded
+
+
+def test_bool_label_is_the_and_of_exactly_the_relevant_positions():
+    T, s = 30, 3
+    relevant, (bits, y), (bits_test, y_test) = train_bool.make_task(T, s, m=3000, seed=7)
+    assert len(set(relevant)) == s and all(0 <= i < T for i in relevant)
+    for x, labels in ((bits, y), (bits_test, y_test)):
+        np.testing.assert_array_equal(labels, np.all([x[:, i] for i in relevant], axis=0))
+        for i in relevant:                                              # every relevant bit matters
+            assert (np.delete(x[:, relevant], list(relevant).index(i), 1).all(1) != labels).any()
+        for j in set(range(T)) - set(relevant):                         # and no other bit does
+            assert (x[:, list(relevant) + [j]].all(1) != labels).any()
+
+
+def test_bool_task_is_fixed_by_the_seed_and_training_sets_are_nested():
+    small, large, other = (train_bool.make_task(50, 3, m, seed)
+                           for m, seed in ((10, 1), (40, 1), (10, 2)))
+    np.testing.assert_array_equal(small[0], large[0])                  # same relevant positions
+    np.testing.assert_array_equal(small[2][0], large[2][0])            # same held-out set
+    np.testing.assert_array_equal(small[1][0], large[1][0][:10])       # m=10 is a prefix of m=40
+    assert len(small[2][0]) == train_bool.N_TEST
+    assert not np.array_equal(small[0], other[0]) and not np.array_equal(small[1][0], other[1][0])
+
+
+def test_bool_transformer_forward_equals_plain_attention_over_all_tokens():
+    net, encode = train_bool.build("transformer", 12, seed=3, device=torch.device("cpu"))
+    bits = encode(np.random.default_rng(0).random((9, 12)) < 0.7)
+    with torch.no_grad():
+        # x: (n, T+1, w)
+        x = torch.cat([net.content[2].expand(9, 1, -1), net.content[bits]], 1) + net.pos
+        query = net.q(x[:, 0])
+        a = torch.softmax(torch.einsum("ntw,nw->nt", net.k(x), query) / net.width ** 0.5, -1)
+        plain = net.out(torch.einsum("nt,ntw->nw", a, net.v(x))).squeeze(-1)
+        np.testing.assert_allclose(net(bits).numpy(), plain.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_bool_transformer_learns_a_short_and_deterministically(one_thread):
+    first, again = (train_bool.train_one("transformer", 200, 20, 2, 0, torch.device("cpu"))
+                    for _ in range(2))
+    assert first["acc"] >= 0.99 and first["train_acc"] == 1.0
+    assert first["acc"] == again["acc"] and first["train_loss"] == again["train_loss"]
+
+
+def test_bool_m_grid_is_log_spaced():
+    grid = train_bool.m_grid(16, 4096, 4)
+    assert grid[0] == 16 and grid[-1] == 4096 and len(grid) == 33 and grid[4] == 32
+    assert np.allclose(np.diff(np.log(grid)), np.log(2) / 4, atol=0.03)
+
+
+@pytest.mark.parametrize("noisy_seed", [None, 0, 4])
+def test_bool_critical_search_finds_the_known_threshold(noisy_seed):
+    grid = train_bool.m_grid(10, 1000, 3)
+    calls = []
+
+    def stand_in(m, T, s, seed):           # learns from m_true on; one seed may always fail
+        calls.append(m)
+        return 0.995 if m >= m_true and seed != noisy_seed else 0.6
+
+    for m_true in range(1, grid[-1] + 2):
+        calls.clear()
+        expected = next((m for m in grid if m >= m_true), None)
+        assert train_bool.critical_m(stand_in, 100, 3, grid) == expected, m_true
+        assert len(set(calls)) <= 2 * np.log2(len(grid)) + 2             # galloping + bisection
+
+
+def test_bool_critical_search_needs_a_majority_of_seeds():
+    grid = [10, 20, 40, 80]
+    # at m=20 only seeds 0 and 1 of five succeed (a minority); at m=40 seeds 0, 1, 2 (a majority)
+    wins = {10: set(), 20: {0, 1}, 40: {0, 1, 2}, 80: {0, 1, 2, 3, 4}}
+    assert train_bool.critical_m(lambda m, T, s, seed: 1.0 if seed in wins[m] else 0.0,
+                                 50, 3, grid) == 40
+    assert train_bool.critical_m(lambda m, T, s, seed: 0.989, 50, 3, grid) is None  # just below 99%
+
+
+def test_bool_fits_tell_log_from_power_law():
+    Ts = np.array([50, 100, 200, 500, 1000])
+    log_fit = train_bool.fit_curves(Ts, 10 + 20 * np.log(Ts))
+    assert log_fit["better"] == "log" and log_fit["log"]["rms"] < 1e-9
+    assert log_fit["log"]["a"] == pytest.approx(10) and log_fit["log"]["b"] == pytest.approx(20)
+    power_fit = train_bool.fit_curves(Ts, 3 * Ts ** 0.7)
+    assert power_fit["better"] == "power" and power_fit["power"]["k"] == pytest.approx(0.7)
+    assert train_bool.fit_curves([50, 100], [40, 50]) is None
+
+
+def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
+    train_bool.main(["--model", "transformer", "--s", "2", "--T", "8", "16", "32", "--seeds", "1",
+                     "--m-max", "512", "--per-octave", "1", "--device", "cpu",
+                     "--out", str(tmp_path)])
+    table = json.loads((tmp_path / "critical.json").read_text())
+    assert [(row["model"], row["s"], row["T"]) for row in table["rows"]] == [("transformer", 2, T)
+                                                                              for T in (8, 16, 32)]
+    assert all(row["m_crit"] in train_bool.m_grid(16, 512, 1) for row in table["rows"])
+    assert set(table["fits"]["transformer"]["2"]) == {"log", "power", "better", "points"}
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert {"model", "T", "s", "m", "seed", "acc", "steps"} <= set(log[0])
+    assert (tmp_path / "critical.csv").read_text().startswith("model,s,T,m_crit")
+    with pytest.raises(SystemExit) as done:                 # plots.py draws the table
+        plots.main([str(tmp_path), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    assert [f.name for f in (tmp_path / "fig").iterdir()] == [f"{tmp_path.name}_critical.png"]
+
+
+@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
+    (["--s", "9", "--T", "8"], "got s=9"),
+    (["--s", "0"], "got s=0"),
+    (["--m", "0"], "got m=0"),
+    (["--m-min", "0"], "--m-min"),
+    (["--model", "transformer", "rnn"], "'rnn'"),
+    (["--device", "cuda"], "--device cuda"),
+    (["--T", "8", "8"], "--T lists a value twice"),
+])
+def test_bool_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
+    if word == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as done:
+        train_bool.main([*flags, "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and out == "" and err.count("\n") == 1 and word in err
+    assert not (tmp_path / "out").exists()                              # nothing written
+
+
+# ------------------------------------------------------------------------------------- train_fcn.py
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_fcn_output_shape_and_parameter_count(depth):
+    model = train_fcn.FCN(in_features=36, width=10, depth=depth, out_features=5).double()
+    assert model(torch.zeros(7, 36, dtype=torch.float64)).shape == (7, 5)
+    assert train_fcn.n_params(model) == 37 * 10 + (depth - 1) * 11 * 10 + 11 * 5  # weights, biases
+
+
+def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
+    n, T, q, d = 50, 9, 4, 3
+    words = streams.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
+    x, target = train_fcn.sample(torch.Generator(), words, n, T, q, d, "float64")
+    X, idx, _ = streams.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
+    assert x.shape == (n, T * d + T)
+    tokens, indicator = x[:, :T * d].reshape(n, T, d), x[:, T * d:]
+    np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())          # token i = column x_i of X
+    for k in range(n):                                                    # 1 exactly at the subset
+        assert set(np.flatnonzero(indicator[k].numpy())) == set(idx[k].tolist())
+    np.testing.assert_allclose(target.numpy(), (tokens * indicator[..., None]).sum(1).numpy() / q)
+
+
+def test_fcn_search_returns_the_first_width_that_reaches_the_target():
+    tried = []
+    reach = lambda m: tried.append(m) or m >= 4                                # noqa: E731
+    assert train_fcn.search([1, 2, 4, 8], 1, reach) == 2 and tried == [2, 4]
+    # a shorter T failed
+    assert train_fcn.search([1, 2, 4, 8], None, reach) == 3 and tried == [2, 4, 8]
+
+
+def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path, one_thread):
+    train_fcn.main(FCN_TINY + ["--width", "64", "--out", str(tmp_path)])
+    run = tmp_path / "fcn-T6-m64-depth1-seed0"
+    log = read_log(run)
+    assert [r["step"] for r in log] == [0, 50, 100, 150]
+    assert (set(log[-1]) == {"step", "train_loss", "lr", "time", "val", "test_q"}
+            and set(log[-1]["test_q"]) == {"1"})
+    assert log[-1]["val"] < 0.6 * log[0]["val"]                      # learns, from the same val set
+    config = json.loads((run / "config.json").read_text())
+    assert (config["model"], config["width"], config["depth"], config["params"]) == (
+        "fcn", 64, 1, 19 * 64 + 65 * 2)
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+
+
+def test_train_fcn_stops_a_diverging_run_and_keeps_its_log(tmp_path, capsys, one_thread):
+    with pytest.raises(SystemExit) as e:
+        train_fcn.main(FCN_TINY + ["--width", "64", "--optimizer", "sgd", "--lr", "1e4",
+                                   "--out", str(tmp_path)])
+    assert e.value.code == 1 and "diverging" in capsys.readouterr().err.splitlines()[-1]
+    run = tmp_path / "fcn-T6-m64-depth1-seed0"
+    assert (read_log(run)[0]["step"] == 0
+            and json.loads((run / "summary.json").read_text())["status"] == "diverged")
+
+
+@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
+    (["--q", "7"], "got q=7"),
+    (["--width", "64", "0"], "--width must"),
+    (["--optimizer", "adamw"], "--optimizer"),
+    (["--device", "cuda"], "--device cuda"),
+    (["--sweep", "--sweep-T", "1"], "T=1"),
+    (["--lr", "0"], "--lr must be a positive finite"),
+    (["--sweep", "--steps", "0"], "--steps must be >= 1"),
+    (["--width", "1000000000"], "GiB of memory"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
+])
+def test_train_fcn_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
+    if word == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as e:
+        train_fcn.main(FCN_TINY + flags + ["--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert (e.value.code == 2 and err.count("\n") == 1 and word in err
+            and err.startswith("train_fcn.py: error:"))
+    assert not (tmp_path / "out").exists()                              # nothing written
+
+
+def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
+    # eps = 0.8 d/(2q): 100 steps reach it at every T, the FCN at T=8 from width 16 on (measured)
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "8",
+                    "--sweep-width", "8", "16", "64", "--sweep-de", "4", "8", "--steps", "100",
+                    "--batch", "64", "--seed", "0", "1", "--n-test", "64", "--eval-every", "50",
+                    "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
+    table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
+                                                             for m in ("fcn", "transformer")]
+    for r in table["rows"]:                                  # each row found its width: the first
+        assert r["width"] is not None and r["val"] <= table["eps"] and r["params"] > r["width"]
+        assert (r["val"] == pytest.approx(np.mean(r["vals"]), abs=1e-4)
+                and len(r["vals"]) == 2)                                           # both seeds
+        assert r["val_sd"] == pytest.approx(np.std(r["vals"], ddof=1), abs=1e-4) and r["val_sd"] > 0
+        assert all(val > table["eps"] for m, val in r["tried"] if m < r["width"])
+    assert any(len(r["tried"]) >= 2 for r in table["rows"])  # at least one search went past a miss
+    for r in table["rows"]:                                  # every seed while eps is in reach
+        for (width, val), k in zip(r["tried"], r["tried_seeds"]):
+            assert k == 2 or (r["model"] == "fcn" and k == 1 and val / 2 > table["eps"])
+    with pytest.raises(SystemExit) as done:                 # the search's run dirs are not drawn
+        plots.main([str(tmp_path / "sw"), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0
+    assert [f.name for f in (tmp_path / "fig").iterdir()] == ["sw_separation.png"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path / "sw"), "--table"])
+    r = table["rows"][0]
+    assert (f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |"
+            in capsys.readouterr().out)
+
+
+def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(tmp_path, one_thread):
+    # eps = 0.1 d/(2q) = 0.083; after 20 steps an FCN is near 0.83, so seed 0 alone puts the mean of
+    # two seeds above eps: seed 1 is never trained, at either width
+    train_fcn.main(["--preset", "course", "--sweep", "--sweep-T", "4", "--sweep-width", "8", "16",
+                    "--sweep-de", "4", "--steps", "20", "--batch", "32", "--seed", "0", "1",
+                    "--n-test", "32", "--eps", "0.1", "--device", "cpu",
+                    "--out", str(tmp_path / "sw")])
+    fcn = json.loads((tmp_path / "sw" / "sweep.json").read_text())["rows"][0]
+    assert (fcn["width"] is None and [w for w, _ in fcn["tried"]] == [8, 16]
+            and fcn["tried_seeds"] == [1, 1])
+    assert sorted(p.name for p in (tmp_path / "sw").glob("fcn-*")) == ["fcn-T4-m16-depth1-seed0",
+                                                                         "fcn-T4-m8-depth1-seed0"]
