@@ -68,8 +68,9 @@ def chunk_backward(err, n, cache):
 class FusedStep:
     """Losses (and gradients) of R runs on a batch, each chunk drawn once for the runs sharing it.
 
-    parts: runs sharing PEs, as (seed, table, run indices): table None for stochastic PEs, or a
-    (T_max, d_e) tensor of unit rows (fixed, onehot). query: (R,) bool, which runs attend [Z, z_q].
+    parts: runs sharing PEs, as (seed, kind, table, run indices): kind "stochastic" (table None),
+    or a (L, d_e) tensor of unit rows, whose first T rows are used (fixed, onehot) or T of the L in
+    order, drawn per sequence (randomized). query: (R,) bool, which runs attend [Z, z_q].
     """
 
     def __init__(self, parts, query, d, d_e, device, dtype, threads=2):
@@ -110,17 +111,18 @@ class FusedStep:
         stream; the PEs of every part share a buffer, so a part is used before the next is drawn."""
         gen, buf = self.thread_tools((hi - lo) * T * self.d_e)
         tokens = {}
-        for seed, table, runs in self.parts:
+        for seed, kind, table, runs in self.parts:
             token_words, pe_words = streams.words(seed, index, val)
             if token_words not in tokens:
                 tokens[token_words] = streams.draw_tokens(gen, token_words, lo, hi, T, q, self.d,
                                                           self.dtype)
-            if table is None:
+            if kind == "stochastic":
                 G = streams.draw_pe(gen, pe_words, lo, hi, T, self.d_e, buf)
                 r = torch.linalg.vector_norm(G, dim=-1).reciprocal_()  # 1/|g_i|
-            else:
-                G, r = table[:T].expand(hi - lo, -1, -1), torch.ones(hi - lo, T, dtype=self.dtype,
-                                                                     device=self.device)
+            else:                                                  # rows of a table: |p_i| = 1
+                G = (table[streams.draw_positions(gen, pe_words, lo, hi, T, len(table))]
+                     if kind == "randomized" else table[:T].expand(hi - lo, -1, -1))
+                r = torch.ones(hi - lo, T, dtype=self.dtype, device=self.device)
             yield runs, G, r, tokens[token_words]
 
     def __call__(self, W, V, index, n, T, q, val=False):
@@ -157,7 +159,7 @@ class FusedStep:
         def work(chunks):
             for lo, hi in chunks:
                 gen, buf = self.thread_tools((hi - lo) * T * self.d_e)
-                for seed, _, _ in (part for part in self.parts if part[1] is None):
+                for seed, _, _, _ in (part for part in self.parts if part[1] == "stochastic"):
                     streams.draw_pe(gen, streams.words(seed, index)[1], lo, hi, T, self.d_e, buf)
         self.each_thread(n, T, work)
 
@@ -192,11 +194,17 @@ class Reference:
         W, V = W.detach().requires_grad_(grad), V.detach().requires_grad_(grad)
         losses = [None] * W.shape[0]
         with torch.set_grad_enabled(grad):
-            for seed, table, runs in self.parts:
-                X, idx, target, G = streams.draw_batch(streams.words(seed, index, val), n, T, q,
-                                                     self.d, self.d_e, self.dtype, self.device)
-                P = ((G / G.norm(dim=-1, keepdim=True)).mT if table is None
-                     else table[:T].T.expand(n, -1, -1))
+            for seed, kind, table, runs in self.parts:
+                batch_words = streams.words(seed, index, val)
+                X, idx, target, G = streams.draw_batch(batch_words, n, T, q, self.d, self.d_e,
+                                                       self.dtype, self.device)
+                if kind == "stochastic":
+                    P = (G / G.norm(dim=-1, keepdim=True)).mT
+                elif kind == "randomized":
+                    P = table[streams.draw_positions(torch.Generator(self.device), batch_words[1],
+                                                     0, n, T, len(table))].mT
+                else:
+                    P = table[:T].T.expand(n, -1, -1)
                 mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
                 Z, z_q = embed(X, P, mask)
                 for r in runs:

@@ -221,7 +221,7 @@ def require_memory(nbytes, what):
 def require_distinct(args, keys):
     """A flag given the same value twice would train (and write) one run twice."""
     for key in keys:
-        values = getattr(args, key)
+        values = getattr(args, key) or []                  # None: a flag not in use
         require(len(set(values)) == len(values),
                 f"--{key.replace('_', '-')} lists a value twice (got {values}); give each once")
 

@@ -61,6 +61,18 @@ def draw_pe(gen, pe_words, lo, hi, T, d_e, out):
     return G
 
 
+def draw_positions(gen, pe_words, lo, hi, T, L):
+    """Randomized PE: T distinct positions (c, T) of a table of L for sequences lo..hi, uniform
+    and in increasing order (sts.PositionalEncoding("randomized")'s draw), from the PE stream."""
+    positions = []
+    for j in range(lo, hi, DRAW_CHUNK):
+        gen.manual_seed(mix(*pe_words, j // DRAW_CHUNK))
+        uniform = torch.rand(min(j + DRAW_CHUNK, hi) - j, L, generator=gen, device=gen.device,
+                             dtype=torch.float32)
+        positions.append(uniform.argsort(-1)[:, :T].sort(-1).values)   # the first T, in order
+    return torch.cat(positions)
+
+
 def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
     """The whole batch of `batch_words` (words(...)): X (n, d, T), idx (n, q), target (n, d), raw PE
     Gaussians G (n, T, d_e), as the fused step draws them; for the reference step and the tests."""

@@ -8,7 +8,9 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     X = [x_1 ... x_T] (d x T), x_i ~ N(0, I_d);  y a uniform q-subset of {1..T};
     STS_q(X, y) = (1/q) sum_{i in y} x_i, the target;
     P = [p_1 ... p_T] (d_e x T) positional encodings: onehot (p_i = e_i), fixed (uniform on the unit
-    sphere, drawn once) or stochastic (uniform on the unit sphere, drawn afresh for every sequence);
+    sphere, drawn once), stochastic (uniform on the unit sphere, drawn afresh for every sequence) or
+    randomized (Ruoss et al. 2023: a fixed table of L >= T such vectors, each sequence using T
+    distinct positions of it drawn afresh, in order; L = T is fixed PE, L -> infinity stochastic);
     Z = [X; P] (D x T), the query z_q = [0_d; sum_{i in y} p_i];
     the model f = V Z softmax(Z^T W z_q), W (D x D), V (d x D); "attend query" uses [Z, z_q], not Z
     (the paper's Figure 1); the loss L = 1/2 E ||f - STS_q||^2 (a sum over the d coordinates:
@@ -46,7 +48,9 @@ def unit_columns(G):
 class PositionalEncoding:
     """p_1 ... p_T in R^{d_e}: onehot (p_i = e_i, needs d_e >= max_len), fixed (uniform on the unit
     sphere, drawn once from the seed's table stream for each position up to max_len: a run of length
-    T uses the first T) or stochastic (uniform on the unit sphere, drawn afresh per sequence)."""
+    T uses the first T), stochastic (uniform on the unit sphere, drawn afresh per sequence) or
+    randomized (fixed's table of L = max_len positions; each sequence takes T distinct positions of
+    it, uniformly at random, in increasing order: with L = T exactly fixed PE)."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
         if kind == "onehot" and d_e < max_len:
@@ -54,15 +58,19 @@ class PositionalEncoding:
         self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
-        elif kind == "fixed":
+        elif kind in ("fixed", "randomized"):
             self.table = unit_columns(stream(seed, "table").standard_normal((d_e, max_len)))
 
     def __call__(self, rng, n, T, dtype="float64"):
         """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
         if self.kind == "stochastic":
             return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
-        if T > self.table.shape[1]:
-            raise ValueError(f"T={T} exceeds the PE table's {self.table.shape[1]} positions")
+        L = self.table.shape[1]
+        if T > L:
+            raise ValueError(f"T={T} exceeds the PE table's {L} positions")
+        if self.kind == "randomized":                # T of the L positions, uniform, in order
+            positions = np.sort(np.argsort(rng.random((n, L)), axis=-1)[:, :T], axis=-1)
+            return self.table[:, positions].transpose(1, 0, 2).astype(dtype, copy=False)
         return self.table[None, :, :T].astype(dtype, copy=False)
 
 
@@ -182,10 +190,11 @@ def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
 
 
 # -------------------- The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
-def family_draws(kind, T, q, d, d_e, n=4096, seed=0):
+def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None):
     """n sequences as the family sees them: scores c p_i^T s (s = sum_{j in y} p_j), output alpha
-    X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P."""
-    rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, T, seed)
+    X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P.
+    positions: the table's size L of randomized PE (default T)."""
+    rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
     X, scores, target = [], [], []
     for lo in range(0, n, 512):                      # chunks: P at n = 4096, T = 200 would not fit
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
@@ -201,18 +210,18 @@ def family_output(draws, c):
     return np.einsum("ndt,nt->nd", X, softmax(c * scores))
 
 
-def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0):
+def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
     """The loss of W = c W*, V = alpha V* at any T, q, d_e (Monte Carlo, n sequences): what a model
     of the ground-truth direction, with its scale c and gain alpha, scores at another T or q."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed)
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
-def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4):
+def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None):
     """min over (c, alpha) of family_loss on the same n sequences: the floor a model of the
     ground-truth direction cannot beat. The best alpha at c is E<g, y> / E||g||^2 (least squares,
     g = family_output); c from a golden-section search over log c. Returns (loss, c, alpha)."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed)
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
 
     def best(log_c):
         g = family_output(draws, np.exp(log_c))

@@ -170,6 +170,9 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--T", "1000000000"], "GiB of memory"),
     (["--batch", "100000000"], "GiB of memory"),
     (["--pe", "onehot", "--de", "64", "7"], "onehot PE needs d_e >= the largest length 8"),
+    (["--pe", "randomized", "--positions", "7"], "--positions: randomized PE needs L >= the longest"),
+    (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
+    (["--pe", "randomized", "--positions", "16", "16"], "--positions lists a value twice"),
 ]
 
 

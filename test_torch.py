@@ -56,8 +56,9 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     W, V = (torch.tensor(rng.standard_normal(shape) * 0.5)
             for shape in ((R, d + d_e, d + d_e), (R, d, d + d_e)))
     query = torch.tensor([r % 2 == 1 for r in range(R)])
+    L = {"fixed": max(T, d_e), "onehot": d_e, "randomized": 3 * T}.get(kind)   # table positions
     table = None if kind == "stochastic" else torch.tensor(sts.PositionalEncoding(
-        kind, d_e, max_len=max(T, d_e) if kind == "fixed" else d_e, seed=seed).table.T.copy())
+        kind, d_e, max_len=L, seed=seed).table.T.copy())
     return W, V, query, table, dict(n=n, T=T, q=q, d=d, d_e=d_e, seed=seed)
 
 
@@ -72,7 +73,7 @@ def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, p
     monkeypatch.setattr(fused, "THREAD_WORK", work)
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
-    step = fused.FusedStep([(c["seed"], table, list(range(len(W))))], query, d, d_e,
+    step = fused.FusedStep([(c["seed"], kind, table, list(range(len(W))))], query, d, d_e,
                            torch.device("cpu"), torch.float64, threads=threads)
     assert len(step.bounds(n, T)) == chunks
     losses, dW, dV = step(W, V, 7, n, T, q)
@@ -83,6 +84,11 @@ def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, p
     np.testing.assert_allclose(target, sts.sts_target(X, mask), rtol=1e-12)
     P = (sts.unit_columns(G.transpose(0, 2, 1)) if table is None
          else np.broadcast_to(table[:T].T.numpy(), (n, d_e, T)))
+    if kind == "randomized":          # each sequence's T positions of the table's L, from its stream
+        positions = streams.draw_positions(torch.Generator(), streams.words(c["seed"], 7)[1], 0, n,
+                                           T, len(table)).numpy()
+        assert np.all(np.diff(positions, axis=1) > 0) and positions.max() >= T   # ordered, beyond T
+        P = table.numpy()[positions].transpose(0, 2, 1)
     Z, z_q = sts.embed(X, P, mask)
     for r in range(len(W)):
         f, cache = sts.forward(W[r].numpy(), V[r].numpy(), Z, z_q,
@@ -129,6 +135,45 @@ def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_t
     np.testing.assert_allclose(b.target, target.numpy(), rtol=1e-12)
     np.testing.assert_allclose(b.Z[:, d:], (G / G.norm(dim=-1, keepdim=True)).mT.numpy(),
                                rtol=1e-12)
+
+
+def test_the_torch_positions_are_sts_randomized_pe_from_the_same_numbers():
+    # sts.PositionalEncoding("randomized") given the uniforms that streams.draw_positions draws
+    # must pick the same positions: P is its table's columns at them, in increasing order
+    n, T, L, d_e, words = 20, 5, 12, 4, streams.words(3, 9)[1]
+    positions = streams.draw_positions(torch.Generator(), words, 0, n, T, L).numpy()
+    gen, uniforms = torch.Generator(), []
+    for j in range(0, n, streams.DRAW_CHUNK):
+        gen.manual_seed(streams.mix(*words, j // streams.DRAW_CHUNK))
+        uniforms.append(torch.rand(min(streams.DRAW_CHUNK, n - j), L, generator=gen,
+                                   dtype=torch.float32))
+
+    class Recorded:
+        def random(self, shape):
+            assert shape == (n, L)
+            return torch.cat(uniforms).double().numpy()
+
+    pe = sts.PositionalEncoding("randomized", d_e, L, seed=3)
+    np.testing.assert_array_equal(pe(Recorded(), n, T), pe.table[:, positions].transpose(1, 0, 2))
+    fixed = sts.PositionalEncoding("fixed", d_e, T, seed=3)          # L = T: every position, in order
+    every = sts.PositionalEncoding("randomized", d_e, T, seed=3)(np.random.default_rng(0), n, T)
+    np.testing.assert_array_equal(every, np.broadcast_to(fixed(None, n, T), (n, d_e, T)))
+
+
+def test_randomized_pe_with_L_equal_to_T_trains_exactly_as_fixed_pe(tmp_path):
+    # the same seed, tokens and table: the weights and every logged number agree bit for bit
+    flags = TINY + ["--test-T", "--seed", "2", "--optimizer", "adam"]
+    train_tf.main(flags + ["--pe", "fixed", "--out", str(tmp_path / "fixed")])
+    train_tf.main(flags + ["--pe", "randomized", "--positions", "6", "--out", str(tmp_path / "L")])
+    fixed, randomized = (tmp_path / "fixed" / "fixed-de8-seed2",
+                         tmp_path / "L" / "randomized-L6-de8-seed2")
+    logs = [read_log(run) for run in (fixed, randomized)]
+    for record in logs[0] + logs[1]:
+        del record["time"]                                             # wall clock: differs
+    assert len(logs[0]) == 3 and logs[0] == logs[1]
+    for name in ("weights_final.npz", "final_losses.npz"):
+        with np.load(fixed / name) as a, np.load(randomized / name) as b:
+            assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
 
 
 FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]

@@ -204,7 +204,7 @@ def transformer_vals(args, T, d_e, device):
     """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
     Adam on the FCN's budget and draws; each seed's final validation loss (NaN if it diverges)."""
     dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
-    step = fused.FusedStep([(seed, None, [r]) for r, seed in enumerate(args.seed)],
+    step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
                            torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
                            dtype, threads=1)                        # one thread (see sweep)
     W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))

@@ -27,7 +27,7 @@ import runlog
 import streams
 import sts
 
-PE_KINDS = ("onehot", "fixed", "stochastic")
+PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")
 P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
 # The hyper-parameters, each declared once as (default, --help, argparse options), for --help and
 # config.json. "paper" is the paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1
@@ -38,6 +38,9 @@ HPARAMS = dict(
     preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
             dict(choices=("paper", "course"))),
     pe=(["stochastic"], "positional encodings to train", dict(nargs="+", choices=PE_KINDS)),
+    positions=(None, "randomized PE: the table's size L, several for a sweep; each sequence uses"
+                     " T of its L positions in order [the longest length]",
+               dict(nargs="+", type=int)),
     seed=([0], "seeds (data, init, fixed PE table); every seed is scored on the same"
                " validation sets", dict(nargs="+", type=int)),
     figure_set=(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe",
@@ -90,8 +93,8 @@ FIGURE_SET = {
     # Figure 5
     "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],
 }
-RUN_KEYS = ("pe", "seed", "attend", "init", "init_scale", "optimizer", "lr", "anneal_at",
-            "anneal_factor")
+RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimizer", "lr",
+            "anneal_at", "anneal_factor")
 
 
 def parse_args(argv=None):
@@ -104,6 +107,8 @@ def parse_args(argv=None):
         args.de = [max([args.T, *args.test_T])]
     if args.anneal_at is None:
         args.anneal_at = args.steps // 2
+    if args.positions is None and "randomized" in args.pe:
+        args.positions = [max([args.T, *args.test_T])]
     return args
 
 
@@ -112,7 +117,7 @@ def check_args(args):
     ValueError names the flag and the fix otherwise."""
     runlog.require_positive(args, ("T", "q", "d", "batch", "steps", "n_test", "n_final",
                                    "eval_every", "threads"))
-    runlog.require_distinct(args, ("pe", "seed", "de"))
+    runlog.require_distinct(args, ("pe", "seed", "de", "positions"))
     runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
     runlog.require(args.anneal_at >= 0, f"--anneal-at must be >= 0 (got {args.anneal_at})")
     for name in ("lr", "init_scale", "anneal_factor", "checkpoint_every"):
@@ -130,6 +135,12 @@ def check_args(args):
         runlog.check_task(T, q, args.d)
     runlog.check_out(args.out)
     T_max = max([args.T, *args.test_T])
+    if args.positions is not None:
+        runlog.require("randomized" in args.pe and not args.figure_set,
+                       "--positions sets randomized PE's table; add --pe randomized or drop it")
+        runlog.require(min(args.positions) >= T_max, f"--positions: randomized PE needs L >= the "
+                       f"longest length {T_max} (--T, --test-T; got {min(args.positions)}); raise "
+                       f"--positions or drop the longer --test-T")
     for d_e in args.de:
         runlog.check_task(args.T, args.q, args.d, d_e)
         if "onehot" in args.pe and not args.figure_set:
@@ -157,16 +168,21 @@ def step_bytes(args, R, d_e, T_max):
 
 def run_specs(args, d_e):
     """The runs of one d_e: each a dict of RUN_KEYS and its directory."""
-    base = {k: getattr(args, k) for k in ("attend", "init", "init_scale", "optimizer", "anneal_at",
-                                          "anneal_factor")}
+    base = dict({k: getattr(args, k) for k in ("attend", "init", "init_scale", "optimizer",
+                                               "anneal_at", "anneal_factor")}, positions=None)
     if args.figure_set:
         plain = dict(optimizer="sgd", attend="tokens", init="zero")
         grid = [(folder, dict(base, **{**plain, **change}), seed) for seed in args.seed
                 for folder, changes in FIGURE_SET.items() for change in changes]
     else:
-        grid = [("", dict(base, pe=pe), seed) for pe, seed in itertools.product(args.pe, args.seed)]
+        pes = [(pe, L) for pe in args.pe
+               for L in (args.positions if pe == "randomized" else [None])]
+        grid = [("", dict(base, pe=pe, positions=L), seed)
+                for (pe, L), seed in itertools.product(pes, args.seed)]
     return [dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]],
-                 dir=Path(args.out) / folder / f"{spec['pe']}-de{d_e}-seed{seed}")
+                 dir=Path(args.out) / folder / (spec["pe"] + (f"-L{spec['positions']}"
+                                                              if spec["positions"] else "")
+                                                + f"-de{d_e}-seed{seed}"))
             for folder, spec, seed in grid]
 
 
@@ -178,14 +194,16 @@ def validation_sets(args):
 
 
 def pe_tables(specs, d_e, max_len, dtype, device):
-    """The runs sharing PEs, as fused.FusedStep's parts: (seed, table or None, run indices)."""
+    """The runs sharing PEs, as fused.FusedStep's parts: (seed, kind, table or None, run indices);
+    a randomized PE's table has its L positions, the others' the longest length's."""
     parts = {}
     for r, spec in enumerate(specs):
-        parts.setdefault((spec["seed"], spec["pe"]), []).append(r)
-    table = lambda kind, seed: torch.as_tensor(  # noqa: E731  (T_max, d_e) unit rows
-        sts.PositionalEncoding(kind, d_e, max_len, seed).table.T.copy(), dtype=dtype, device=device)
-    return [(seed, None if kind == "stochastic" else table(kind, seed), runs)
-            for (seed, kind), runs in parts.items()]
+        parts.setdefault((spec["seed"], spec["pe"], spec["positions"]), []).append(r)
+    table = lambda kind, seed, L: torch.as_tensor(  # noqa: E731  (L, d_e) unit rows
+        sts.PositionalEncoding(kind, d_e, L or max_len, seed).table.T.copy(), dtype=dtype,
+        device=device)
+    return [(seed, kind, None if kind == "stochastic" else table(kind, seed, L), runs)
+            for (seed, kind, L), runs in parts.items()]
 
 
 class Trainer:
@@ -262,7 +280,8 @@ class Trainer:
 
     def config(self, spec):
         keep = {k: v for k, v in vars(self.args).items()
-                if k not in ("pe", "seed", "de", "force", "out", "resume", "figure_set")}
+                if k not in ("pe", "positions", "seed", "de", "force", "out", "resume",
+                             "figure_set")}
         return dict(keep, **{k: spec[k] for k in RUN_KEYS}, de=self.d_e, device=str(self.device),
                     model="transformer")
 
