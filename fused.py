@@ -120,8 +120,12 @@ class FusedStep:
                 G = streams.draw_pe(gen, pe_words, lo, hi, T, self.d_e, buf)
                 r = torch.linalg.vector_norm(G, dim=-1).reciprocal_()  # 1/|g_i|
             else:                                                  # rows of a table: |p_i| = 1
-                G = (table[streams.draw_positions(gen, pe_words, lo, hi, T, len(table))]
-                     if kind == "randomized" else table[:T].expand(hi - lo, -1, -1))
+                if kind == "randomized":   # gathered into the buffer: a fresh tensor costs faults
+                    positions = streams.draw_positions(gen, pe_words, lo, hi, T, len(table))
+                    G = torch.index_select(table, 0, positions.view(-1), out=buf[
+                        :(hi - lo) * T * self.d_e].view(-1, self.d_e)).view(hi - lo, T, -1)
+                else:
+                    G = table[:T].expand(hi - lo, -1, -1)
                 r = torch.ones(hi - lo, T, dtype=self.dtype, device=self.device)
             yield runs, G, r, tokens[token_words]
 
