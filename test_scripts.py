@@ -189,6 +189,33 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_p
     assert not (tmp_path / "out").exists() and time.time() - t0 < 10         # refused up front
 
 
+def test_evaluate_rescores_saved_runs_on_their_own_sets_bit_for_bit_and_extends_them(tmp_path,
+                                                                                      capsys):
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "randomized", "--positions", "9",
+                          "--seed", "0", "1", "--out", str(tmp_path / "runs")])
+    runs = sorted((tmp_path / "runs").iterdir())
+    saved = {p: (np.load(p / "final_losses.npz"), json.loads((p / "summary.json").read_text()))
+             for p in runs}
+    train_tf.main(["--evaluate", *map(str, runs), "--n-final", "64", "--dtype", "float64",
+                   "--device", "cpu"])                         # training's own 64: the same numbers
+    for p in runs:
+        assert json.loads((p / "summary.json").read_text()) == saved[p][1]
+        with np.load(p / "final_losses.npz") as now:
+            assert all(np.array_equal(now[k], saved[p][0][k]) for k in saved[p][0].files)
+    train_tf.main(["--evaluate", *map(str, runs), "--n-final", "200", "--dtype", "float64",
+                   "--device", "cpu"])                         # more: the 64 are its first part
+    for p in runs:
+        summary = json.loads((p / "summary.json").read_text())
+        assert summary["n_final"] == 200 and summary["status"] == "finished"
+        with np.load(p / "final_losses.npz") as now:
+            assert all(np.array_equal(now[k][:64], saved[p][0][k]) and len(now[k]) == 200
+                       for k in saved[p][0].files)
+    assert "6 run(s) rescored on 200 sequences" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:                    # not a run: one line, status 2
+        train_tf.main(["--evaluate", str(tmp_path), "--device", "cpu"])
+    assert done.value.code == 2 and "--evaluate: " in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("script", ["train_tf", "train_fcn", "train_bool", "plots"])
 def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
     blocker = tmp_path / "a_file"

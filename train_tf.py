@@ -13,6 +13,7 @@ weights_final.npz, final_losses.npz (each final validation sequence's loss), sum
 checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autograd through its torch
 twin of sts.forward on the same draws (--step autograd, the reference; tests check the two agree).
 """
+import argparse
 import itertools
 import json
 import time
@@ -82,6 +83,10 @@ HPARAMS = dict(
     force=(False, "replace run directories that already hold a run", dict(action="store_true")),
     resume=(False, "go on from the runs' checkpoints (same flags otherwise)",
             dict(action="store_true")),
+    evaluate=(None, "no training: score these run directories' final weights on the first"
+                    " --n-final sequences of each common validation set, and rewrite their"
+                    " final_losses.npz and summary.json's final, final_se, n_final",
+              dict(nargs="+", metavar="DIR")),
 )
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
 # --figure-set: the paper's Figures 1-5 in one process, per seed; folder -> the runs' settings
@@ -209,10 +214,10 @@ def pe_tables(specs, d_e, max_len, dtype, device):
 class Trainer:
     """The runs of one d_e: weights, optimisers, the step, evaluation, files."""
 
-    def __init__(self, args, d_e, device):
+    def __init__(self, args, d_e, device, specs=None):
         self.args, self.d_e, self.device = args, d_e, device
         self.dtype = getattr(torch, args.dtype)
-        self.specs = run_specs(args, d_e)
+        self.specs = specs or run_specs(args, d_e)
         self.sets = validation_sets(args)
         max_len = max([args.T, *args.test_T])
         query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
@@ -401,6 +406,40 @@ def train(args, d_e, device):
     return records
 
 
+SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # runs scored together agree on these
+
+
+def rescore(args, device):
+    """--evaluate: each run's final weights on the common validation sets, runs that agree on SHARED
+    side by side (each with its own PE table); rewrites their finals."""
+    configs = {}
+    for path in map(Path, args.evaluate):
+        try:
+            config = json.loads((path / "config.json").read_text())
+            runlog.require(config.get("model") == "transformer" and (path / "summary.json").exists()
+                           and (path / "weights_final.npz").exists(), "not a finished run")
+        except (OSError, ValueError, AttributeError) as e:
+            raise ValueError(f"--evaluate: {path}: {e}; name directories of finished"
+                             " train_tf.py runs") from None
+        configs[path] = config
+    for key in {tuple(json.dumps(c[k]) for k in SHARED) for c in configs.values()}:
+        group = [(p, c) for p, c in configs.items() if tuple(json.dumps(c[k]) for k in SHARED) == key]
+        like = argparse.Namespace(**{**vars(args), **{k: group[0][1][k] for k in SHARED}})
+        tr = Trainer(like, like.de, device, [dict({k: c.get(k) for k in RUN_KEYS}, dir=p)
+                                             for p, c in group])
+        for (path, _), W, V in zip(group, tr.W, tr.V):
+            with np.load(path / "weights_final.npz") as saved:
+                W.copy_(torch.as_tensor(saved["W"])), V.copy_(torch.as_tensor(saved["V"]))
+        t0 = time.time()
+        for (path, _), final in zip(group, tr.final_evaluation(args.n_final)):
+            summary = json.loads((path / "summary.json").read_text())
+            runlog.write_json(path / "summary.json", dict(summary, **final))
+            print(runlog.closing_line(path, "rescored", summary["stopped_at"], dict(
+                summary, **final), args.n_test))
+        print(f"train_tf.py: {len(group)} run(s) rescored on {args.n_final} sequences per set in"
+              f" {time.time() - t0:.0f} s; final_losses.npz and summary.json rewritten")
+
+
 CPU_MS = (27.6, 2.7)   # bench.py, 2-core CPU, paper scale: ms a step for one run, and per more run
 
 
@@ -408,10 +447,14 @@ def main(argv=None):
     args = parse_args(argv)
 
     def body():
-        check_args(args)
+        if not args.evaluate:
+            check_args(args)
         device = runlog.resolve_device(args.device)
         if device.type == "cpu" and args.step == "fused":
             torch.set_num_threads(1)  # the step's threads share the cores; torch's would compete
+        if args.evaluate:
+            runlog.require_positive(args, ("n_final", "threads"))
+            return rescore(args, device)
         if args.steps * args.T * max(args.de) > 10 ** 8 and device.type == "cpu":  # say the cost
             runs = len(run_specs(args, args.de[0]))
             minutes = args.steps * (CPU_MS[0] + CPU_MS[1] * (runs - 1)) / 6e4
