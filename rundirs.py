@@ -20,9 +20,10 @@ SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"),
                             ("model", "T", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m_crit"))}
 GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
-VARYING = ("pe", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends: first
-PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every")  # seeds may differ here
-# ("compile": a flag since removed, in the configs of the paper's seed 0)
+VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
+PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
+# seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
+# n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
 FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor; row keys
 NAN = float("nan")
 

@@ -59,7 +59,8 @@ def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
     EVAL_SEED sequences; a fixed-PE run with its own table, built as train_tf.py builds it."""
     c = run["config"]
-    pe = sts.PositionalEncoding(c["pe"], c["de"], max([c["T"], *c.get("test_T", [])]), c["seed"])
+    longest = c.get("positions") or max([c["T"], *c.get("test_T", [])])   # the table's positions
+    pe = sts.PositionalEncoding(c["pe"], c["de"], longest, c["seed"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
     rng, n, out = np.random.default_rng(EVAL_SEED), min(c.get("n_final", EVAL_N), EVAL_N), []
@@ -107,8 +108,10 @@ def table(name, runs):
         rows.append([label(g, groups), *(g[0]["config"].get(k, "-") for k in shape), len(g),
                      "-".join(map(str, sorted({min(steps), max(steps)}))), *cells,
                      *(mean_sd([value(r["log"][-1], k) for r in g]) for k in cos)])
+    sizes = sorted({r["summary"].get("n_final") for r in runs} - {None})
     markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
-        f" [se] of the final evaluation (n = {c.get('n_final')} sequences a set, the same for every"
+        f" [se] of the final evaluation (n = {'/'.join(map(str, sizes))} sequences a set, the"
+        " same sequences for every"
         " run; se: the mean Monte-Carlo standard error of one run)" if final else "") + ", s the"
         " sample standard deviation; without a final evaluation, the last logged record (n ="
         f" {c.get('n_test')}). cos: the last record.",
@@ -116,26 +119,32 @@ def table(name, runs):
 
 
 def table_paired(name, runs):
-    """Stochastic minus fixed PE per sequence, for configurations agreeing apart from the PE."""
-    groups, key = configurations(runs), lambda g: setting(g[0]["config"], (*PER_SEED, "pe"))
-    fixed, rows = {key(g): g for g in groups if g[0]["config"]["pe"] == "fixed"}, []
+    """Each PE minus fixed PE, and randomized minus stochastic PE, on the same sequences, for
+    configurations agreeing apart from the PE: every seed's difference with its se, and the count
+    of seeds beyond 2 se on each side."""
+    groups, key = configurations(runs), lambda g: setting(g[0]["config"],
+                                                         (*PER_SEED, "pe", "positions"))
     losses = lambda r: {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in (  # noqa: E731
         Report().attempt(npz, r, "final_losses") or {}).items()}  # "test_T_8" is "T=8"; {}: none
-    for sto in [g for g in groups if g[0]["config"]["pe"] == "stochastic" and key(g) in fixed]:
-        seeds = {r["config"]["seed"]: losses(r) for r in fixed[key(sto)]}
-        per = [(losses(r), seeds[r["config"]["seed"]]) for r in sto if r["config"]["seed"] in seeds]
-        for k in ["val", *set_names(sto, "T"), *set_names(sto, "q")]:
+    rows = []
+    for ref, g in [(ref, g) for ref in ("fixed", "stochastic") for g in groups
+                   if g[0]["config"]["pe"] not in ("fixed", ref, "onehot")]:
+        base = next((b for b in groups if b[0]["config"]["pe"] == ref and key(b) == key(g)), None)
+        seeds = {r["config"]["seed"]: losses(r) for r in base or []}
+        per = [(losses(r), seeds[r["config"]["seed"]]) for r in g if r["config"]["seed"] in seeds]
+        for k in ["val", *set_names(g, "T"), *set_names(g, "q")] if per else []:
             d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
-            rows.append([f"{label(sto, groups)} − {label(fixed[key(sto)], groups)}", k,
-                         f"{len(d)} of {len(per)}", *over_seeds(d),
-                         f"{sum(x < 0 for x, _ in d)} of {len(d)}" if d else "-"])
+            rows.append([f"{label(g, groups)} − {label(base, groups)}", k, f"{len(d)} of {len(per)}",
+                         ", ".join(f"{x:+.4f} ± {se:.4f}" for x, se in d) or "-", *over_seeds(d),
+                         f"{sum(x < -2 * se for x, se in d)} / {sum(x > 2 * se for x, se in d)}"
+                         if d else "-"])
     if rows:
-        markdown(f"{name}: stochastic minus fixed PE on the same sequences (final_losses.npz). Per"
-                 " seed d = mean(l_stochastic - l_fixed) and its se std/√n; over the seeds, d's"
-                 " mean ± s (the sample standard deviation) and Monte-Carlo se √(Σ se²)/k;"
-                 " '-': no final_losses.npz.",
-                 ["stochastic − fixed", "set", "seeds", "d: mean ± s", "Monte-Carlo se",
-                  "stochastic lower in"], rows)
+        markdown(f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed"
+                 " d = mean(l_a - l_b) and its Monte-Carlo se std/√n; over the seeds, d's mean ± s"
+                 " (the sample standard deviation) and the Monte-Carlo se of that mean √(Σ se²)/k;"
+                 " beyond 2 se: the seeds with d < -2 se (a lower) / d > 2 se (a higher).",
+                 ["a − b", "set", "seeds", "each seed: d ± se", "d: mean ± s", "Monte-Carlo se",
+                  "beyond 2 se: lower / higher"], rows)
 
 
 def table_floor(name, runs, predicted):

@@ -151,7 +151,7 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, t
         edit_json(run / "summary.json", lambda s: s.pop("final_se"))  # as older runs wrote them
         (run / "final_losses.npz").unlink()
     out, _ = table(0, [0, 1, 2], se=False)                           # '-' where the data is missing
-    assert all(row[2:] == ["0 of 3", "-", "-", "-"]
+    assert all(row[2:] == ["0 of 3", "-", "-", "-", "-"]
                for row in table_cells(out, "| stochastic PE (3 seeds) −"))
     edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))  # out of the mean
     err = table(2, [0, 1], se=False)[1].splitlines()
@@ -164,14 +164,16 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds
     sgd = three_seeds / "sgd"
     rows = table_cells(tables_of(sgd, capsys), "| stochastic PE (3 seeds) − fixed PE (3 seeds) |")
     assert [row[1] for row in rows] == ["val", "T=8", "T=10", "q=1"]
-    for _, name, seeds, d_cell, se_cell, lower in rows:
+    for _, name, seeds, each, d_cell, se_cell, beyond in rows:
         diffs = [npz_losses(sgd / f"stochastic-de8-seed{seed}", name)
                  - npz_losses(sgd / f"fixed-de8-seed{seed}", name) for seed in range(3)]
         d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(len(x)) for x in diffs]
         assert seeds == "3 of 3" and len(diffs[0]) == 128
+        assert each == ", ".join(f"{x:+.4f} ± {s:.4f}" for x, s in zip(d, se))
         assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
         assert se_cell == f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"
-        assert lower == f"{sum(x < 0 for x in d)} of 3"
+        assert beyond == (f"{sum(x < -2 * s for x, s in zip(d, se))}"
+                          f" / {sum(x > 2 * s for x, s in zip(d, se))}")
 
 
 def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(three_seeds,
