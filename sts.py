@@ -190,15 +190,21 @@ def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
 
 
 # -------------------- The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
-def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None):
+def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None):
     """n sequences as the family sees them: scores c p_i^T s (s = sum_{j in y} p_j), output alpha
     X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P.
-    positions: the table's size L of randomized PE (default T)."""
+    positions: the table's size L of randomized PE (default T). ridge: score a table's PEs through
+    M = (P_L P_L^T + ridge I)^+ instead of I, p_i^T M s: W's PE block can learn its table's
+    cross-talk, and M undoes it (at ridge 0 and L <= d_e exactly: p_i^T M p_j = [i = j])."""
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
+    if ridge is not None and pe.table is None:
+        raise ValueError(f"ridge needs a PE table (fixed, randomized, onehot), not {kind!r}")
+    M = np.eye(d_e) if ridge is None else np.linalg.pinv(pe.table @ pe.table.T
+                                                          + ridge * np.eye(d_e))       # (d_e, d_e)
     X, scores, target = [], [], []
     for lo in range(0, n, 512):                      # chunks: P at n = 4096, T = 200 would not fit
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
-        scores.append(np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:]))    # p_i^T s  (m, T)
+        scores.append(np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:] @ M))  # p_i^T M s (m, T)
         X.append(b.Z[:, :d])
         target.append(b.target)
     return np.concatenate(X), np.concatenate(scores), np.concatenate(target)
@@ -217,11 +223,12 @@ def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
-def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None):
+def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
     """min over (c, alpha) of family_loss on the same n sequences: the floor a model of the
     ground-truth direction cannot beat. The best alpha at c is E<g, y> / E||g||^2 (least squares,
-    g = family_output); c from a golden-section search over log c. Returns (loss, c, alpha)."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
+    g = family_output); c from a golden-section search over log c. Returns (loss, c, alpha).
+    With a ridge, the floor of W = c [[0, 0], [0, M]] (family_draws), a table's own family."""
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
 
     def best(log_c):
         g = family_output(draws, np.exp(log_c))
@@ -234,6 +241,16 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None):
         lo, hi = (lo, b) if best(a)[0] < best(b)[0] else (a, hi)
     value, alpha = best((lo + hi) / 2)
     return float(value), float(np.exp((lo + hi) / 2)), float(alpha)
+
+
+def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
+                ridges=(None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)):
+    """The least family_floor over ridge = r L / d_e (L/d_e: P_L P_L^T's mean eigenvalue), r in
+    ridges (None: M = I, the ground-truth family): what a W that learns its table's cross-talk can
+    reach with a fixed or randomized table. Returns (loss, c, alpha, r)."""
+    L = positions or T
+    return min(family_floor(kind, T, q, d, d_e, n, seed, positions=positions,
+                            ridge=None if r is None else r * L / d_e) + (r,) for r in ridges)
 
 
 def family_fit(W, V, d):

@@ -200,6 +200,27 @@ def test_family_floor_is_zero_for_orthogonal_pes():
     value, c, _ = sts.family_floor("onehot", 10, 2, 3, 10, n=256)
     assert value < 1e-3 and c > 50                        # exact selection as c grows
 
+
+def test_a_table_of_at_most_d_e_positions_is_undone_exactly_by_its_ridge_0_family():
+    # L <= d_e table rows are independent: M = (P P^T)^+ gives p_i^T M s = [i in y], an exact
+    # selection, so the table's family has no floor, at every length up to L
+    T, q, d, d_e, L, n = 6, 2, 3, 12, 10, 64
+    X, scores, _ = sts.family_draws("randomized", T, q, d, d_e, n=n, seed=1, positions=L, ridge=0)
+    pe = sts.PositionalEncoding("randomized", d_e, L, seed=1)
+    b = sts.sample_batch(sts.stream(1, "data"), n, T, q, d, pe)
+    np.testing.assert_allclose(scores, b.mask, atol=1e-9)
+    assert sts.table_floor("randomized", 9, q, d, d_e, n=256, positions=L)[0] < 1e-3
+
+
+def test_a_long_table_learned_beats_the_ground_truth_family_and_stochastic_pes_have_no_table():
+    # L > d_e: no exact selection, but a ridge M still beats M = I on the same sequences
+    T, q, d, d_e, L = 10, 3, 3, 12, 24
+    plain = sts.family_floor("randomized", T, q, d, d_e, n=512, positions=L)
+    best = sts.table_floor("randomized", T, q, d, d_e, n=512, positions=L)
+    assert best[0] < 0.9 * plain[0] and best[3] is not None and best[0] > 1e-3
+    with pytest.raises(ValueError, match="ridge needs a PE table"):
+        sts.family_floor("stochastic", T, q, d, d_e, n=64, ridge=0.1)
+
 # ----------------------------------------------------------------------------- misuse of the lesson
 @pytest.mark.parametrize("call, name", [
     (lambda: sts.PositionalEncoding("onehot", 8, 9), "d_e"),
