@@ -31,7 +31,8 @@ import numpy as np
 
 import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length,
-                     load_prediction, load_run, load_summary, set_names, spread, value, weights)
+                     load_prediction, load_run, load_summary, read, set_names, spread, value,
+                     weights)
 from tables import length_curves, table, table_floor, table_length, table_paired, table_summary
 
 matplotlib.use("Agg")
@@ -292,6 +293,49 @@ def figure_critical(summary, out, name):
                 f" {config.get('n_test', '?')}" + (f"; {hp}" if hp else ""))
 
 
+def figure_positions(runs, out, name):
+    """Randomized PE against its table's size L (log axis): the final loss at each length, a colour
+    per set; fixed PE drawn at L = T, stochastic PE (L -> infinity) at the right; bars: the seeds'
+    lowest to highest. The runs' table_floor.json (sts.py --floor --positions) adds, dashed, the
+    best loss at T of a W that learns its table's cross-talk (sts.table_floor)."""
+    groups, c = configurations(runs), runs[0]["config"]
+    of = lambda pe: [g for g in groups if g[0]["config"]["pe"] == pe]  # noqa: E731
+    Ls = sorted(g[0]["config"]["positions"] for g in of("randomized"))
+    far = Ls[-1] * 4                                               # where L -> infinity is drawn
+    at = lambda g: {"fixed": c["T"], "stochastic": far}.get(g[0]["config"]["pe"],  # noqa: E731
+                                                            g[0]["config"]["positions"])
+    fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.4 * PANEL[1]))
+    names = ["val", *set_names(runs, "T")]
+    for key, col in zip(names, plt.cm.viridis(np.linspace(0, 0.85, len(names)))):
+        for pe, marker, ls in (("randomized", "o", "-"), ("fixed", "x", ""),
+                               ("stochastic", "s", "")):
+            pts = sorted((at(g), [value(r["end"], key) for r in g]) for g in of(pe))
+            pts = np.array([(x, np.mean(y), min(y), max(y)) for x, y in pts
+                            if np.isfinite(y).all()])
+            if len(pts):
+                ax.errorbar(pts[:, 0], pts[:, 1], yerr=[pts[:, 1] - pts[:, 2],
+                                                        pts[:, 3] - pts[:, 1]],
+                            color=col, marker=marker, ls=ls, ms=3.5, capsize=2, lw=1)
+        ax.plot([], [], color=col, label="val (T=%s, as trained)" % c["T"] if key == "val" else key)
+    prediction = runs[0]["path"].parent / "table_floor.json"
+    if prediction.exists():
+        rows = [r for r in read(prediction)["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"]
+        pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in rows), float)
+        ax.plot(pts[:, 0], pts[:, 1], "k--", lw=0.9,
+                label="best of a W that learns its table, at T")
+        ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*, at T")
+    for pe, marker in (("randomized", "o"), ("fixed", "x"), ("stochastic", "s")):
+        ax.plot([], [], "k" + marker, ms=3.5, label={"randomized": "randomized PE, L positions",
+                                                     "fixed": "fixed PE (L = T)",
+                                                     "stochastic": "stochastic PE (L → ∞)"}[pe])
+    ax.set(xscale="log", yscale="log", xlabel="positions in the table, L",
+           ylabel="final loss ½‖f − y‖²", title="loss at each length against L")
+    ax.set_xticks([c["T"], *Ls, far], [*map(str, [c["T"], *Ls]), "∞"])
+    ax.minorticks_off()
+    return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
+                " sets")
+
+
 def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
@@ -311,7 +355,9 @@ def draw(name, runs, out, report, predicted):
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
     predicted_de = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
-    if len({r["config"]["de"] for r in tf}) >= 3:
+    if len({r["config"].get("positions") for r in tf} - {None}) >= 2:
+        jobs.append((figure_positions, tf, out, name))
+    elif len({r["config"]["de"] for r in tf}) >= 3:
         jobs.append((figure_floor, tf, out, name, predicted))
     elif tf:
         curves = length_curves(configurations(tf), predicted)
