@@ -8,6 +8,7 @@ This module knows nothing of the models and imports torch only where a checkpoin
 (plots.py uses it without torch).
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -109,17 +110,80 @@ def write_record(log, record, run_name, losses, start_loss):
                    f"{why.replace('loss', 'loss at step ' + str(record['step']), 1)}")
 
 
-def save_checkpoint(path, state):
-    """checkpoint.pt, written atomically: a kill at any moment leaves the previous one whole."""
+def write_bytes(path, data):
+    """A file written atomically: a kill at any moment leaves the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(file, state):
+    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole."""
     import torch
-    tmp = path / "checkpoint.pt.tmp"
+    tmp = file.with_name(file.name + ".tmp")
     torch.save(state, tmp)
-    os.replace(tmp, path / "checkpoint.pt")
+    os.replace(tmp, file)
 
 
-def load_checkpoint(path):
+def load_checkpoint(file):
+    """A checkpoint; one that cannot be read is bad input naming the file."""
     import torch
-    return torch.load(path / "checkpoint.pt", weights_only=False)
+    try:
+        return torch.load(file, weights_only=False)
+    except Exception as e:                # torch raises many kinds for a truncated or foreign file
+        raise ValueError(f"--resume: {file} is not a readable checkpoint ({type(e).__name__});"
+                         " delete it and rerun with --force") from None
+
+
+def read_config(path):
+    """A run directory's config.json as a dict; a missing or malformed one is bad input."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path / 'config.json'}: cannot be read ({type(e).__name__}); rerun"
+                         " the run with --force") from None
+    require(isinstance(config, dict), f"{path / 'config.json'}: not a JSON object; rerun the run"
+            " with --force")
+    return config
+
+
+class Signals:
+    """Ctrl-C and SIGTERM noted, not raised, while a loop runs: the loop calls stop() where its
+    state is whole (checkpointed), which raises KeyboardInterrupt or Terminated. A second signal
+    before that raises at once."""
+
+    def __enter__(self):
+        self.caught = None
+        self.before = {s: signal.signal(s, self.note) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def note(self, signum, frame):
+        if self.caught:
+            self.stop()
+        self.caught = signum
+
+    def stop(self):
+        if self.caught:
+            raise KeyboardInterrupt() if self.caught == signal.SIGINT else Terminated()
+
+    def __exit__(self, *error):
+        for s, handler in self.before.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def lock(out):
+    """One writer per --out: an exclusive lock on OUT/.lock while the block runs (the kernel drops
+    it when the process dies, SIGKILL too). A second writer is bad input, and writes nothing."""
+    import fcntl
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with open(Path(out) / ".lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"--out: another process is writing {out} (it holds {out}/.lock);"
+                             " wait for it to end, or give another --out") from None
+        yield
 
 
 def require(ok, message):
@@ -188,13 +252,12 @@ def run_state(path):
         return "with no summary (still running, or killed)"
 
 
-def check_free(path, force, resume=False):
-    """Before any training: a directory holding a run is refused unless --force (or, for a run with
-    a checkpoint, --resume); --resume needs a checkpoint. The message says what is there."""
+def check_free(path, force, resume=False, can_resume=False):
+    """Before any training: a directory holding a run is refused unless --force (or, for a run
+    whose job has a checkpoint, --resume); --resume needs one. The message says what is there."""
     path = Path(path)
     # an empty log holds none
     held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
-    can_resume = (path / "checkpoint.pt").exists()
     require(not resume or can_resume, f"--resume: {path} has no checkpoint to go on from (it is "
             f"{run_state(path) if held else 'empty'}); run without --resume,"
             " with --force to redo it")

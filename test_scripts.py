@@ -48,7 +48,7 @@ def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every
         tmp_path):
     train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--seed", "0", "1", "--n-final", "96",
                           "--out", str(tmp_path)])
-    runs = sorted(tmp_path.iterdir())
+    runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())   # .lock beside them
     assert len(runs) == 4
     for run in runs:
         summary = json.loads((run / "summary.json").read_text())
@@ -125,6 +125,24 @@ def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_pa
     assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
 
 
+def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_nothing(tmp_path,
+                                                                                   capsys):
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--de", "8", "16",
+                             "--steps", "10000000", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log, deadline = tmp_path / "stochastic-de8-seed0" / "log.jsonl", time.time() + 60
+    while not log.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(SystemExit) as done:                        # a d_e the first will reach
+        train_tf.main(TINY + ["--de", "16", "--force", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "another process is writing" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and proc.poll() is None
+    proc.terminate()
+    assert proc.wait(timeout=60) == 143
+
+
 def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path,
                                                                                     monkeypatch):
     def interrupted(self, n):
@@ -170,7 +188,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--T", "1000000000"], "GiB of memory"),
     (["--batch", "100000000"], "GiB of memory"),
     (["--pe", "onehot", "--de", "64", "7"], "onehot PE needs d_e >= the largest length 8"),
-    (["--pe", "randomized", "--positions", "7"], "--positions: randomized PE needs L >= the longest"),
+    (["--pe", "randomized", "--positions", "7"], "randomized PE needs L >= the longest"),
     (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
     (["--pe", "randomized", "--positions", "16", "16"], "--positions lists a value twice"),
 ]
@@ -193,7 +211,7 @@ def test_evaluate_rescores_saved_runs_on_their_own_sets_bit_for_bit_and_extends_
                                                                                       capsys):
     train_tf.main(TINY + ["--pe", "stochastic", "fixed", "randomized", "--positions", "9",
                           "--seed", "0", "1", "--out", str(tmp_path / "runs")])
-    runs = sorted((tmp_path / "runs").iterdir())
+    runs = sorted(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
     saved = {p: (np.load(p / "final_losses.npz"), json.loads((p / "summary.json").read_text()))
              for p in runs}
     train_tf.main(["--evaluate", *map(str, runs), "--n-final", "64", "--dtype", "float64",

@@ -6,6 +6,8 @@ against sts.sample_batch from the same recorded numbers; whole runs, fused again
 one seed sharing their draws and every run sharing the validation sets; runs together against apart;
 a killed and resumed run against an uninterrupted one, bit for bit. Seeded, CPU only.
 """
+import json
+import signal
 import subprocess
 import sys
 import time
@@ -223,11 +225,15 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
     proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags,
                              "--out", str(tmp_path / "cut")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    checkpoint, deadline = tmp_path / "cut" / "fixed-de8-seed0" / "checkpoint.pt", time.time() + 60
-    while not checkpoint.exists() and time.time() < deadline:
+    deadline, step = time.time() + 60, 0
+
+    while step == 0 and time.time() < deadline:                       # a checkpoint past step 0
         time.sleep(0.05)
+        step = max([torch.load(f, weights_only=False)["step"]            # one file for the job,
+                    for f in (tmp_path / "cut").glob("checkpoint-*.pt")], default=0)  # renamed whole
     proc.kill()                                                        # SIGKILL: no handler runs
     proc.wait()
+    checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
     step = torch.load(checkpoint, weights_only=False)["step"]
     assert 0 < step < 600 and not (tmp_path / "cut" / "fixed-de8-seed0" / "summary.json").exists()
     train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
@@ -239,6 +245,38 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
                 np.load(tmp_path / "whole" / run / "weights_final.npz")[part],
                 np.load(tmp_path / "cut" / run / "weights_final.npz")[part])
 
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_job_stopped_by_sigterm_or_ctrl_c_between_evaluations_resumes_bit_for_bit(tmp_path,
+                                                                                    sig):
+    # a scheduler's preemption: the job checkpoints where it stands (mid-way between two
+    # evaluations, the training-loss sums included), every run gets a summary, --resume goes on
+    flags = [*TINY, "--steps", "3000", "--eval-every", "7", "--pe", "stochastic", "fixed",
+             "--optimizer", "adam", "--checkpoint-every", "1e9"]        # no timed checkpoint
+    train_tf.main(flags + ["--out", str(tmp_path / "whole")])
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags,
+                             "--out", str(tmp_path / "cut")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log, deadline = tmp_path / "cut" / "fixed-de8-seed0" / "log.jsonl", time.time() + 60
+    while (not log.exists() or log.read_text().count("\n") < 3) and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == (143 if sig == signal.SIGTERM else 130)
+    checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
+    assert 14 <= torch.load(checkpoint, weights_only=False)["step"] < 3000
+    assert all(json.loads((tmp_path / "cut" / run / "summary.json").read_text())["status"]
+               in ("terminated", "interrupted") for run in ("stochastic-de8-seed0",
+                                                            "fixed-de8-seed0"))
+    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
+        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
+        for name in ("weights_final.npz", "final_losses.npz"):
+            with np.load(tmp_path / "whole" / run / name) as a, \
+                    np.load(tmp_path / "cut" / run / name) as b:
+                assert all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert not list((tmp_path / "cut").glob("checkpoint-*.pt"))       # finished: none left
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

@@ -14,6 +14,7 @@ checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autogra
 twin of sts.forward on the same draws (--step autograd, the reference; tests check the two agree).
 """
 import argparse
+import hashlib
 import itertools
 import json
 import time
@@ -154,8 +155,16 @@ def check_args(args):
         specs = run_specs(args, d_e)
         runlog.require_memory(step_bytes(args, len(specs), d_e, T_max), f"--T {args.T}/--test-T, "
                               f"--batch {args.batch}, --n-final {args.n_final} and --de {d_e}")
+
+
+def check_runs(args):
+    """Under --out's lock, before any training: every run directory of every d_e is free (or,
+    with --resume, its job has a checkpoint)."""
+    for d_e in args.de:
+        specs = run_specs(args, d_e)
+        job = job_checkpoint(args, specs, d_e)
         for spec in specs:
-            runlog.check_free(spec["dir"], args.force, args.resume)
+            runlog.check_free(spec["dir"], args.force, args.resume, job.exists())
 
 
 def step_bytes(args, R, d_e, T_max):
@@ -295,115 +304,136 @@ class Trainer:
             np.savez(spec["dir"] / name, W=W.cpu().numpy(), V=V.cpu().numpy())
 
     def open_runs(self):
-        """Create (or with --resume reopen) the run directories; returns the first step to train."""
-        a = self.args
+        """Create (or with --resume restore from the job's checkpoint) the run directories and the
+        training state; returns the first step to train and the seconds already spent."""
+        a, R = self.args, len(self.specs)
+        self.status, self.records = ["running"] * R, [{} for _ in range(R)]  # diverged: stops alone
+        self.loss_sum, self.since = torch.zeros(R, dtype=self.dtype, device=self.device), 0
+        self.file = job_checkpoint(a, self.specs, self.d_e)
         if not a.resume:
+            self.file.unlink(missing_ok=True)              # an old job's state must not resume
             for spec in self.specs:
                 runlog.fresh_dir(spec["dir"])              # --force: nothing of the old run stays
-                (spec["dir"] / "config.json").write_text(json.dumps(self.config(spec), indent=2))
+                runlog.write_json(spec["dir"] / "config.json", self.config(spec))
             self.save_weights("weights_init.npz")
             self.logs = [open(spec["dir"] / "log.jsonl", "w") for spec in self.specs]
             return 0, 0.0
-        states = []
+        state = runlog.load_checkpoint(self.file)
         for spec in self.specs:
-            old = json.loads((spec["dir"] / "config.json").read_text())
+            old = runlog.read_config(spec["dir"])
             new = json.loads(json.dumps(self.config(spec)))
-            changed = [k for k in new
-                       if k not in ("checkpoint_every", "threads") and old.get(k) != new[k]]
+            changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
+                       and old.get(k) != new[k]]
             runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
                            f"config.json in {', '.join(changed)}; resume with the run's own flags")
-            states.append(runlog.load_checkpoint(spec["dir"]))
-        runlog.require(len({s["step"] for s in states}) == 1, "--resume: the runs' checkpoints are "
-                       "at different steps; resume them one by one")
         self.logs = []
-        for spec, state, W, V, opt in zip(self.specs, states, self.W, self.V, self.optimizers):
-            W.copy_(state["W"]), V.copy_(state["V"])
-            opt.load_state_dict(state["optimizer"])
-            log = open(spec["dir"] / "log.jsonl", "r+")
-            log.truncate(state["log_bytes"])  # records after the checkpoint are written again
-            log.seek(state["log_bytes"])
-            self.logs.append(log)
-        return states[0]["step"], states[0]["seconds"]
+        for spec, run, W, V, opt in zip(self.specs, state["runs"], self.W, self.V, self.optimizers):
+            W.copy_(run["W"]), V.copy_(run["V"])
+            opt.load_state_dict(run["optimizer"])
+            runlog.write_bytes(spec["dir"] / "log.jsonl", run["log"])  # the log as checkpointed
+            self.logs.append(open(spec["dir"] / "log.jsonl", "a"))
+        self.status, self.records, self.since = state["status"], state["records"], state["since"]
+        self.loss_sum.copy_(state["loss_sum"])
+        return state["step"], state["seconds"]
 
     def checkpoint(self, step, seconds):
-        for spec, log, W, V, opt in zip(self.specs, self.logs, self.W, self.V, self.optimizers):
-            runlog.save_checkpoint(spec["dir"], dict(step=step, seconds=seconds, W=W, V=V,
-                                                     log_bytes=log.tell(),
-                                                     optimizer=opt.state_dict()))
+        """The whole job's state at `step` in one file, one atomic rename: a kill at any moment
+        leaves the previous checkpoint or this one, whole."""
+        for log in self.logs:
+            log.flush()
+        runs = [dict(dir=spec["dir"].name, W=W, V=V, optimizer=opt.state_dict(),
+                     log=(spec["dir"] / "log.jsonl").read_bytes())
+                for spec, W, V, opt in zip(self.specs, self.W, self.V, self.optimizers)]
+        runlog.save_checkpoint(self.file, dict(step=step, seconds=seconds, runs=runs,
+                                               status=self.status, records=self.records,
+                                               loss_sum=self.loss_sum, since=self.since))
 
-    def close(self, status, done, step, seconds, records):
-        """Final weights, a summary for each run still running (`done`: how it ended), and every
-        run's closing line."""
-        self.save_weights("weights_final.npz")
-        for spec, log, rec, state in zip(self.specs, self.logs, records, status):
+    def close(self, done, step, seconds):
+        """A summary for each run still running (`done`: how it ended), then the final weights (a
+        summary is never missing where the weights are), every run's closing line."""
+        for spec, log, rec, state in zip(self.specs, self.logs, self.records, self.status):
             log.close()
             if state == "running":
                 runlog.write_summary(spec["dir"], done, step, seconds, rec)
-            print(runlog.closing_line(spec["dir"], done if state == "running" else state, step,
-                                      rec, self.args.n_test))
+        self.save_weights("weights_final.npz")
+        for spec, rec, state in zip(self.specs, self.records, self.status):
+            print(runlog.closing_line(spec["dir"], done if state == "running" else state,
+                                      step if state == "running" else rec["step"], rec,
+                                      self.args.n_test))
 
 
-def evaluate_and_log(tr, step, train_loss, t0, status):
+def job_checkpoint(args, specs, d_e):
+    """The file of a job's checkpoint in --out, named by its runs: the same flags find it again."""
+    names = "\n".join(str(spec["dir"].relative_to(args.out)) for spec in specs)
+    return Path(args.out) / f"checkpoint-de{d_e}-{hashlib.sha1(names.encode()).hexdigest()[:10]}.pt"
+
+
+def evaluate_and_log(tr, step, t0):
     """Evaluate every run on its --n-test sets and log the records of those still running; a run
-    whose loss diverges stops alone (its summary says so). Returns the records."""
+    whose loss diverges stops alone (its summary says so)."""
+    train_loss = (tr.loss_sum / tr.since).tolist() if tr.since else [None] * len(tr.specs)
     records = [dict(step=step, train_loss=train_loss[r], time=round(time.time() - t0, 3),
                     lr=tr.optimizers[r].param_groups[0]["lr"], **rec)
                for r, rec in enumerate(tr.evaluate(tr.args.n_test))]
+    tr.loss_sum.zero_()
+    tr.since = 0
     for r, rec in enumerate(records):
-        if status[r] != "running":
+        if tr.status[r] != "running":
             continue
+        tr.records[r] = rec
         runlog.append_record(tr.logs[r], rec)
         why = runlog.divergence([rec["val"], train_loss[r]], tr.args.d / (2 * tr.args.q))
         if why:
-            status[r] = "diverged"
+            tr.status[r] = "diverged"
             tqdm.write(f"train_tf.py: run {tr.specs[r]['dir']} stopped at step {step}: {why}")
             runlog.write_summary(tr.specs[r]["dir"], "diverged", step, time.time() - t0, rec)
-    if "running" not in status:
+    if "running" not in tr.status:
         raise runlog.Stop("every run diverged; lower --lr")
-    return records
 
 
 def train(args, d_e, device):
-    """Train the runs of one d_e; write their directories; return their final evaluation records."""
+    """Train the runs of one d_e; write their directories; return their final evaluation records.
+    Ctrl-C and SIGTERM are taken between steps: the job checkpoints, then ends (130, 143)."""
     tr = Trainer(args, d_e, device)
     first, seconds_before = tr.open_runs()
-    R = len(tr.specs)
-    status = ["running"] * R                                 # a diverged run stops alone
-    records, loss_sum, since = [{}] * R, torch.zeros(R, dtype=tr.dtype, device=device), 0
     t0, last_checkpoint, step = time.time() - seconds_before, time.time(), first
     name = f"{tr.specs[0]['dir'].parent.name}/{tr.specs[0]['dir'].name}".lstrip("/")
-    bar = tqdm(total=args.steps, initial=first, desc=f"d_e={d_e} x{R} runs", dynamic_ncols=True)
+    bar = tqdm(total=args.steps, initial=first, desc=f"d_e={d_e} x{len(tr.specs)} runs",
+               dynamic_ncols=True)
     try:
-        for step in range(first, args.steps + 1):
-            if ((step % args.eval_every == 0 or step == args.steps)
-                    and not (step == first and args.resume)):
-                train_loss = (loss_sum / since).tolist() if since else [None] * R
-                records = evaluate_and_log(tr, step, train_loss, t0, status)
-                bar.set_postfix_str(f"{name}: val {records[0]['val']:.4f},"
-                                    f" cos_W {records[0]['cos_W']:.3f}")
-                loss_sum.zero_()
-                since = 0
-                if time.time() - last_checkpoint > args.checkpoint_every and step < args.steps:
-                    tr.checkpoint(step, time.time() - t0)
+        with runlog.Signals() as signals:
+            for step in range(first, args.steps + 1):
+                if ((step % args.eval_every == 0 or step == args.steps)
+                        and not (step == first and args.resume)):
+                    evaluate_and_log(tr, step, t0)
+                    bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
+                                        f" cos_W {tr.records[0]['cos_W']:.3f}")
+                if (signals.caught or step == args.steps
+                        or time.time() - last_checkpoint > args.checkpoint_every):
+                    tr.checkpoint(step, time.time() - t0)      # the state before step `step`
                     last_checkpoint = time.time()
-            if step == args.steps:
-                break
-            loss_sum += tr.train_step(step)
-            since += 1
-            bar.update()
-        for rec, fin in zip(records, tr.final_evaluation(args.n_final)):
-            rec.update(fin)
+                    signals.stop()                              # raises if one was caught
+                if step == args.steps:
+                    break
+                tr.loss_sum += tr.train_step(step)
+                tr.since += 1
+                bar.update()
+        for r, final in enumerate(tr.final_evaluation(args.n_final)):
+            if tr.status[r] == "running":
+                tr.records[r].update(final)
         done = "finished"
     except BaseException as error:
         done = runlog.ended_by(error)
         raise
     finally:
         bar.close()
-        tr.close(status, done, step, time.time() - t0, records)
-    if "diverged" in status:
-        raise runlog.Stop(f"{status.count('diverged')} of {R} runs diverged"
+        tr.close(done, step, time.time() - t0)
+    if done == "finished":
+        tr.file.unlink()                                        # nothing left to resume
+    if "diverged" in tr.status:
+        raise runlog.Stop(f"{tr.status.count('diverged')} of {len(tr.specs)} runs diverged"
                           " (see their summary.json)")
-    return records
+    return tr.records
 
 
 SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # runs scored together agree on these
@@ -422,8 +452,9 @@ def rescore(args, device):
             raise ValueError(f"--evaluate: {path}: {e}; name directories of finished"
                              " train_tf.py runs") from None
         configs[path] = config
-    for key in {tuple(json.dumps(c[k]) for k in SHARED) for c in configs.values()}:
-        group = [(p, c) for p, c in configs.items() if tuple(json.dumps(c[k]) for k in SHARED) == key]
+    shared = lambda c: tuple(json.dumps(c[k]) for k in SHARED)  # noqa: E731
+    for key in {shared(c) for c in configs.values()}:
+        group = [(p, c) for p, c in configs.items() if shared(c) == key]
         like = argparse.Namespace(**{**vars(args), **{k: group[0][1][k] for k in SHARED}})
         tr = Trainer(like, like.de, device, [dict({k: c.get(k) for k in RUN_KEYS}, dir=p)
                                              for p, c in group])
@@ -462,8 +493,11 @@ def main(argv=None):
                   f"d_e={max(args.de)} on the CPU: about {minutes:.0f} minutes per d_e on 2 cores "
                   f"at the paper's scale (the progress bar keeps the estimate); --preset course "
                   f"takes about a minute")
-        for d_e in args.de:
-            train(args, d_e, device)
+        check_runs(args)                        # bad input writes nothing: before the lock,
+        with runlog.lock(args.out):
+            check_runs(args)                    # and under it: another writer may have been first
+            for d_e in args.de:
+                train(args, d_e, device)
     runlog.run_command("train_tf.py", body)
 
 
