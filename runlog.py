@@ -253,17 +253,22 @@ def run_state(path):
 
 
 def check_free(path, force, resume=False, can_resume=False):
-    """Before any training: a directory holding a run is refused unless --force (or, for a run
-    whose job has a checkpoint, --resume); --resume needs one. The message says what is there."""
+    """Before any training: a directory holding a run is refused unless --force, or --resume where
+    its job has a checkpoint or it finished (can_resume); --resume starts an empty one afresh.
+    The message says what is there."""
     path = Path(path)
     # an empty log holds none
     held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
-    require(not resume or can_resume, f"--resume: {path} has no checkpoint to go on from (it is "
-            f"{run_state(path) if held else 'empty'}); run without --resume,"
-            " with --force to redo it")
+    require(not (resume and held) or can_resume, f"--resume: {path} has no checkpoint to go on"
+            f" from (it is {run_state(path)}); rerun it with --force")
     require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass"
             f" --force to redo it{', --resume to go on from its checkpoint' if can_resume else ''},"
             " or another --out")
+
+
+def finished(path):
+    """Whether a run directory's summary says it finished."""
+    return run_state(path).startswith("finished ")
 
 
 def fresh_dir(path):

@@ -252,6 +252,18 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
             in capsys.readouterr().out)
 
 
+def test_train_fcn_sweep_refuses_to_overwrite_fcn_runs_already_in_its_out(tmp_path, capsys):
+    train_fcn.main(FCN_TINY + ["--steps", "50", "--width", "8", "--out", str(tmp_path)])
+    run = tmp_path / "fcn-T6-m8-depth1-seed0"
+    before = (run / "log.jsonl").read_bytes()
+    with pytest.raises(SystemExit) as done:                 # a sweep over that T and width
+        train_fcn.main(FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "16",
+                                   "--sweep-de", "4", "--seed", "0", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and f"{run} holds a run" in err
+    assert (run / "log.jsonl").read_bytes() == before and not (tmp_path / "sweep.json").exists()
+
+
 def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(tmp_path, one_thread):
     # eps = 0.1 d/(2q) = 0.083; after 20 steps an FCN is near 0.83, so seed 0 alone puts the mean of
     # two seeds above eps: seed 1 is never trained, at either width

@@ -125,6 +125,24 @@ def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_pa
     assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
 
 
+def test_resume_starts_what_never_started_leaves_what_finished_and_refuses_a_run_it_cannot_resume(
+        tmp_path, capsys):
+    train_tf.main(TINY + ["--out", str(tmp_path / "plain")])
+    train_tf.main(TINY + ["--resume", "--out", str(tmp_path / "new")])      # nothing there: starts
+    run = "stochastic-de8-seed0"
+    timeless = lambda path: [dict(r, time=0) for r in read_log(path / run)]  # noqa: E731
+    assert timeless(tmp_path / "new") == timeless(tmp_path / "plain")
+    before = (tmp_path / "new" / run / "summary.json").read_bytes()
+    train_tf.main(TINY + ["--resume", "--out", str(tmp_path / "new")])      # finished: left alone
+    assert "every run finished already" in capsys.readouterr().out
+    assert (tmp_path / "new" / run / "summary.json").read_bytes() == before
+    summary = json.loads(before)                                # killed before any checkpoint
+    (tmp_path / "new" / run / "summary.json").write_text(json.dumps(dict(summary, status="failed")))
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--resume", "--out", str(tmp_path / "new")])
+    assert done.value.code == 2 and "has no checkpoint to go on from" in capsys.readouterr().err
+
+
 def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_nothing(tmp_path,
                                                                                    capsys):
     proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--de", "8", "16",
@@ -177,7 +195,6 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--pe", "onehot", "--de", "4"], "onehot PE needs d_e"),
     (["--device", "cuda"], "--device cuda"),
     (["--lr", "nan"], "--lr must be a positive finite"),
-    (["--resume"], "has no checkpoint to go on from"),
     (["--seed", "0", "0"], "--seed lists a value twice"),
     (["--seed", "-1"], "--seed must be >= 0"),
     (["--anneal-at", "-5"], "--anneal-at must be >= 0"),
@@ -318,10 +335,10 @@ def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_wha
         with pytest.raises(SystemExit) as done:
             module.main(flags + CHEAP[script[:-3]])
             raise SystemExit(0)                                # a main that returns has finished
-        err = capsys.readouterr().err.strip().splitlines()
+        out, err = capsys.readouterr()
+        err = err.strip().splitlines()
         if "--resume" in flags:                                # finished before: nothing to resume
-            assert (done.value.code == 2 and len(err) == 1 and "finished at step 4" in err[0]
-                    and "--force" in err[0])
+            assert done.value.code == 0 and "every run finished already" in out
         else:
             assert done.value.code == 0, (script, flags, err[-3:])
 

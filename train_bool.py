@@ -295,7 +295,9 @@ def main(argv=None):
         check_args(args)
         device = runlog.resolve_device(args.device)
         torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
-        run(args, device)
+        with runlog.lock(args.out):
+            check_args(args)                  # again: another writer may have been first
+            run(args, device)
     runlog.run_command("train_bool.py", body, "the log and the rows so far are saved")
 
 

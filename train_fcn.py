@@ -127,7 +127,8 @@ def check_args(args):
             f"--width {widest} at T={T}")
         runlog.require(not args.sweep or args.force or not (Path(args.out) / "sweep.json").exists(),
                        f"--out: {args.out} already holds a sweep; pass another --out or --force")
-        for width, seed in [] if args.sweep else itertools.product(args.width, args.seed):
+        for width, seed in itertools.product(args.sweep_width if args.sweep else args.width,
+                                             args.seed):     # every run a sweep may write
             runlog.check_free(run_dir(args, T, width, seed), args.force)
 
 
@@ -311,10 +312,12 @@ def main(argv=None):
     def body():
         check_args(args)
         device = runlog.resolve_device(args.device)
-        if args.sweep:
-            return sweep(args, device)
-        for T, width, seed in itertools.product(args.T, args.width, args.seed):
-            train(args, T, width, seed, device)
+        with runlog.lock(args.out):
+            check_args(args)                    # again: another writer may have been first
+            if args.sweep:
+                return sweep(args, device)
+            for T, width, seed in itertools.product(args.T, args.width, args.seed):
+                train(args, T, width, seed, device)
     runlog.run_command("train_fcn.py", body, "the logs so far are saved")
 
 

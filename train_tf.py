@@ -164,7 +164,8 @@ def check_runs(args):
         specs = run_specs(args, d_e)
         job = job_checkpoint(args, specs, d_e)
         for spec in specs:
-            runlog.check_free(spec["dir"], args.force, args.resume, job.exists())
+            runlog.check_free(spec["dir"], args.force, args.resume,
+                              job.exists() or runlog.finished(spec["dir"]))
 
 
 def step_bytes(args, R, d_e, T_max):
@@ -394,6 +395,12 @@ def evaluate_and_log(tr, step, t0):
 def train(args, d_e, device):
     """Train the runs of one d_e; write their directories; return their final evaluation records.
     Ctrl-C and SIGTERM are taken between steps: the job checkpoints, then ends (130, 143)."""
+    specs = run_specs(args, d_e)
+    if args.resume and not job_checkpoint(args, specs, d_e).exists():
+        if all(runlog.finished(spec["dir"]) for spec in specs):
+            print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
+            return []
+        args = argparse.Namespace(**dict(vars(args), resume=False))   # none started: start
     tr = Trainer(args, d_e, device)
     first, seconds_before = tr.open_runs()
     t0, last_checkpoint, step = time.time() - seconds_before, time.time(), first
@@ -408,7 +415,7 @@ def train(args, d_e, device):
                     evaluate_and_log(tr, step, t0)
                     bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
                                         f" cos_W {tr.records[0]['cos_W']:.3f}")
-                if (signals.caught or step == args.steps
+                if (signals.caught or step in (first, args.steps)
                         or time.time() - last_checkpoint > args.checkpoint_every):
                     tr.checkpoint(step, time.time() - t0)      # the state before step `step`
                     last_checkpoint = time.time()
