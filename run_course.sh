@@ -25,7 +25,7 @@ for flag in QUICK GALLERY RESUME; do
   case ${!flag:-0} in 0|1) ;; *) echo "run_course.sh: error: $flag must be 0 or 1 (got ${!flag})" >&2; exit 2 ;; esac
 done
 MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
-TF="python train_tf.py --preset $SCALE ${TF_FLAGS:-}"
+TF="python train_tf.py --preset $SCALE --n-final 32768 ${TF_FLAGS:-}"   # finals on 32,768 common sequences a set
 FIGS=$OUT/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
 Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_FCN="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
 if [ "${QUICK:-0}" = 1 ]; then
@@ -37,16 +37,28 @@ if [ "${QUICK:-0}" = 1 ]; then
   Q_PLOTS="--formats png"     # a PDF doubles the drawing time
 fi
 
+child=
+in_turn() { "$@" & child=$!; wait $child; }   # in the background, so that a signal reaches the trap at once
+forward() {   # Ctrl-C (130) or SIGTERM (143): the run under way checkpoints and writes its summaries; then exit
+  trap - INT TERM
+  [ -z "$child" ] || { kill -"$1" $child 2>/dev/null || true; wait $child || true; }
+  echo "run_course.sh: stopped; the runs' summaries say where, RESUME=1 goes on" >&2
+  exit "$2"
+}
 if [ "$SCALE" = paper ]; then
   mkdir -p "$OUT/logs"
-  $TF --figure-set --seed $SEEDS $MODE --out "$OUT" $Q_TF       # Figures 1-5: the seven runs in one process, on shared draws
+  trap 'forward INT 130' INT
+  trap 'forward TERM 143' TERM
+  in_turn $TF --figure-set --seed $SEEDS $MODE --out "$OUT" $Q_TF   # Figures 1-5: the seven runs in one process, on shared draws
+  # randomized PE (Ruoss et al. 2023): tables of L = 400 (the longest test length) and 1,600 positions
+  in_turn $TF --pe randomized --positions 400 1600 --seed $SEEDS $MODE --out "$OUT/randomized" $Q_TF
   # the floor random PEs allow: against d_e at T=200 (the floor figure), and at the test lengths for d_e=170
   # (the length figure); every (T, d_e) pair in one call would cost ~4x as long; the two merged into one file
-  python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json "$OUT/logs/floor_de.json" $Q_DE
-  python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json "$OUT/logs/floor_T.json" $Q_LONG
+  in_turn python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json "$OUT/logs/floor_de.json" $Q_DE
+  in_turn python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json "$OUT/logs/floor_T.json" $Q_LONG
   python -c 'import json, sys; from pathlib import Path; import runlog; a, b = (json.loads(Path(p).read_text()) for p in sys.argv[1:3]); runlog.write_json(Path(sys.argv[3]), dict(a, rows=a["rows"] + b["rows"]))' \
     "$OUT/logs/floor_de.json" "$OUT/logs/floor_T.json" "$OUT/sgd/family_floor.json"
-  python plots.py "$OUT" --out "$OUT/figures" $Q_PLOTS
+  in_turn python plots.py "$OUT" --out "$OUT/figures" $Q_PLOTS
   if [ "${GALLERY:-0}" = 1 ]; then
     for f in "$OUT"/figures/*.png; do cp "$f" "figures/paper_$(basename "$f")"; done
   fi
@@ -57,16 +69,19 @@ fi
 # on its own), balanced by their measured times (about 18 min each); each lane's output goes to OUT/logs/.
 lane_a() {
   # Figures 1-5: SGD stochastic + fixed (sgd/), attend query (query/), random init (random_init/), Adam (adam/)
-  $TF --figure-set --seed $SEEDS --force --out "$OUT" $Q_TF
+  $TF --figure-set --seed $SEEDS $MODE --out "$OUT" $Q_TF
   # ours: the loss floor against d_e (d_e = 64 is the figure set's sgd/ stochastic run, the same configuration:
-  # copied, not trained twice; 256 runs in lane b)
-  $TF --de 8 16 32 128 --seed $SEEDS --force --out "$OUT/floor" $Q_TF
+  # copied, not trained twice); one writer per folder, so every run of floor/ is in this lane
+  $TF --de 8 16 32 128 256 --seed $SEEDS $MODE --out "$OUT/floor" $Q_TF
   for s in $SEEDS; do rm -rf "$OUT/floor/stochastic-de64-seed$s"; cp -r "$OUT/sgd/stochastic-de64-seed$s" "$OUT/floor/"; done
-  $TF --pe onehot --seed $SEEDS --force --out "$OUT/floor" $Q_TF              #   and its zero-floor reference
-  $TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS --force --out "$OUT/de_below_T" $Q_TF  # q_test, d_e < T
+  $TF --pe onehot --seed $SEEDS $MODE --out "$OUT/floor" $Q_TF              #   and its zero-floor reference
 }
 lane_b() {
-  $TF --de 256 --seed $SEEDS --force --out "$OUT/floor" $Q_TF                 # ours: the floor's largest d_e
+  $TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS $MODE --out "$OUT/de_below_T" $Q_TF  # q_test, d_e < T
+  for opt in sgd adam; do   # randomized PE: tables of L = 2T ... 16T positions, and L = T (no longer test lengths)
+    $TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out "$OUT/randomized/$opt" $Q_TF
+    $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out "$OUT/randomized/$opt" $Q_TF
+  done
   python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json" $Q_FLOOR  # its prediction
   python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json "$OUT/sgd/family_floor.json" $Q_FLOOR  # and at the test lengths
   python train_fcn.py --preset course --sweep --force --out "$OUT/fcn_sweep" $Q_FCN   # ours: width FCN vs transformer
@@ -82,6 +97,7 @@ stop() {   # Ctrl-C (exit 130) or SIGTERM (143): stop both lanes and the run eac
   kill $A $B 2>/dev/null || true
   [ -z "$runs" ] || kill -TERM $runs 2>/dev/null || true
   wait
+  while [ -n "$runs" ] && kill -0 $runs 2>/dev/null; do sleep 0.2; done   # the runs are the lanes' children
   echo "run_course.sh: stopped; the runs' summaries say where" >&2
   exit "$1"
 }
@@ -94,4 +110,9 @@ if [ $status != 0 ]; then
   echo "run_course.sh: error: a lane failed (exit $status); its log: $OUT/logs/" >&2
   exit $status
 fi
+for opt in sgd adam; do   # stochastic and fixed PE beside randomized PE: the figure set's runs, copied
+  for s in $SEEDS; do for pe in stochastic fixed; do
+    rm -rf "$OUT/randomized/$opt/$pe-de64-seed$s"; cp -r "$OUT/$opt/$pe-de64-seed$s" "$OUT/randomized/$opt/"
+  done; done
+done
 python plots.py "$OUT" --out "$FIGS" $Q_PLOTS

@@ -390,6 +390,8 @@ def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
              for s in range(3) for de in (8, 16, 32, 64, 128, 256)]
     runs += [f"floor/onehot-de12-seed{s}" for s in range(3)]  # d_e = the longest T
     runs += [f"de_below_T/{pe}-de32-seed{s}" for s in range(3) for pe in ("stochastic", "fixed")]
+    runs += [f"randomized/{opt}/{pe}-de64-seed{s}" for opt in ("sgd", "adam") for s in range(3)
+             for pe in ("stochastic", "fixed", *(f"randomized-L{L}" for L in (20, 40, 80, 160, 320)))]
     for run in runs:
         summary = summary_of(out / run)
         assert summary["status"] == "finished" and summary["step"] == 20, run
@@ -401,7 +403,8 @@ def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
     figures = {p.name for p in (out / "figures").glob("*.png")}
     assert {f"{name}_{kind}.png" for name in ("sgd", "query", "random_init", "adam", "de_below_T")
             for kind in ("training", "length", "qtest", "weights")} <= figures
-    assert {"floor_floor.png", "fcn_sweep_separation.png", "bool_critical.png"} <= figures
+    assert {"floor_floor.png", "fcn_sweep_separation.png", "bool_critical.png",
+            "sgd_positions.png", "adam_positions.png"} <= figures
 
 
 @pytest.mark.slow   # run by `python test_sts.py --all` (CI)
