@@ -31,8 +31,8 @@ import numpy as np
 
 import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length,
-                     load_prediction, load_run, load_summary, read, set_names, spread, value,
-                     weights)
+                     load_prediction, load_run, load_summary, read, set_names, spread, unique,
+                     value, weights)
 from tables import length_curves, table, table_floor, table_length, table_paired, table_summary
 
 matplotlib.use("Agg")
@@ -398,9 +398,9 @@ def main(argv=None):
     if out and (experiments or summaries):
         out.mkdir(parents=True, exist_ok=True)
     for folder, dirs in sorted(experiments.items()):
-        runs = [run for run in (report.attempt(load_run, d, report, then="; the run is left out (of"
-                                               " its configuration's mean over seeds too)")
-                                for d in dirs) if run]
+        runs = unique([run for run in (report.attempt(load_run, d, report, then="; the run is left"
+                                                      " out (of its configuration's mean too)")
+                                       for d in dirs) if run], report)
         predicted = (runs and (folder / FLOOR).exists()
                      and report.attempt(load_prediction, folder, runs) or {})
         if runs and out is None:

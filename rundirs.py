@@ -5,6 +5,7 @@ stderr.
 """
 import json
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -111,22 +112,45 @@ def load_run(path, report):
                 end=summary.get("final") or log[-1])   # the final numbers, or the last logged
 
 
+def below(folder, names):
+    """The regular files called one of `names` at or below `folder`, symlinked folders followed."""
+    return sorted(Path(top) / name for top, _, files in os.walk(folder, followlinks=True)
+                  for name in names if name in files and (Path(top) / name).is_file())
+
+
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]}, and the summary files below `paths` (SUMMARIES)."""
-    experiments, summaries = defaultdict(list), []
+    """{experiment folder: [run directories]}, and the summary files below `paths` (SUMMARIES);
+    a directory reached twice (a path given twice, a symlink) counts once."""
+    experiments, summaries, seen = defaultdict(list), [], set()
     for p in map(Path, paths):
-        found = sorted(f for name in SUMMARIES for f in p.rglob(name))
+        found = below(p, SUMMARIES)
         searches = {f.parent for f in found}
-        one = not found and ((p / "log.jsonl").exists() or (p / "config.json").exists())
-        dirs = [p] if one else sorted({f.parent for name in ("config.json", "log.jsonl")
-                                       for f in p.rglob(name) if not searches & {*f.parents}})
+        one = not found and ((p / "log.jsonl").is_file() or (p / "config.json").is_file())
+        dirs = [p] if one else sorted({f.parent for f in below(p, ("config.json", "log.jsonl"))
+                                       if not searches & {*f.parents}})
         if not p.exists() or (not dirs and not found):
             report.say("skipped", f"{p}: no such file or directory" if not p.exists() else
                        f"{p}: holds no run directory (no config.json or log.jsonl below it)")
-        summaries += found
+        summaries += [f for f in found if f.resolve() not in seen]
         for d in dirs:
-            experiments[d.parent].append(d)
+            if d.resolve() not in seen:
+                experiments[d.parent].append(d)
+            seen |= {d.resolve(), *(f.resolve() for f in found)}
     return experiments, summaries
+
+
+def unique(runs, report):
+    """The runs with one per configuration and seed: a second (a backup copy, say) is left out and
+    reported, so that no seed counts twice in a mean or its spread."""
+    kept = {}
+    for run in runs:
+        key = (setting(run["config"]), run["config"].get("seed"))
+        if key in kept:
+            report.say("skipped", f"{run['path']}: the same configuration and seed as"
+                       f" {kept[key]['path']}; left out, so that the seed counts once")
+        else:
+            kept[key] = run
+    return list(kept.values())
 
 
 def load_summary(path, report):

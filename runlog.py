@@ -192,12 +192,13 @@ def require(ok, message):
         raise ValueError(message)
 
 
-def check_task(T, q, d, d_e=1):
-    """The task's sizes are positive integers and the subset fits the sequence: 1 <= q <= T."""
-    for name, value in (("T", T), ("d", d), ("d_e", d_e)):
-        require(value >= 1, f"--{name.replace('_', '')} must be a positive integer (got {value})")
-    require(1 <= q <= T,
-            f"--q must satisfy 1 <= q <= T (got q={q}, T={T}): pick a smaller q or a longer T")
+def check_task(T, q, d, d_e=1, flags=("T", "q")):
+    """The task's sizes are positive integers and the subset fits the sequence: 1 <= q <= T.
+    flags: the flags that gave T and q (a test set's are --test-T, --test-q)."""
+    for name, value in ((flags[0], T), ("d", d), ("de", d_e)):
+        require(value >= 1, f"--{name} must be a positive integer (got {value})")
+    require(1 <= q <= T, f"--{flags[1]} must satisfy 1 <= q <= T (got q={q}, T={T}, --{flags[0]}):"
+            " pick a smaller q or a longer T")
 
 
 def fail(program, error):

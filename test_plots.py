@@ -159,6 +159,23 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, t
             and "mean" in err[0])
 
 
+def test_a_run_reached_twice_or_copied_counts_once_and_a_symlinked_one_is_read(three_seeds,
+                                                                             tmp_path, capsys):
+    import shutil
+    sgd = tmp_path / "sgd"
+    for seed in range(2):
+        shutil.copytree(three_seeds / "sgd" / f"fixed-de8-seed{seed}", sgd / f"fixed-de8-seed{seed}")
+    shutil.copytree(sgd / "fixed-de8-seed0", sgd / "fixed-de8-seed0.bak")    # a backup copy
+    (sgd / "fixed-de8-seed2").symlink_to(three_seeds / "sgd" / "fixed-de8-seed2")
+    with pytest.raises(SystemExit) as done:                    # the folder named twice, too
+        plots.main([str(sgd), str(sgd / "fixed-de8-seed1"), "--table"])
+    out, err = capsys.readouterr()
+    row, = table_cells(out, "| fixed PE")
+    assert row[0] == "fixed PE (3 seeds)" and row[1] == "3"           # 0, 1 and the symlinked 2
+    assert done.value.code == 2 and err.count("the same configuration and seed") == 1
+    assert "fixed-de8-seed0" in err and "counts once" in err
+
+
 def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds, capsys):
     import statistics
     sgd = three_seeds / "sgd"

@@ -119,8 +119,8 @@ def check_args(args):
     runlog.check_out(args.out)
     widest = max(args.sweep_width if args.sweep else args.width)
     for T in (args.sweep_T if args.sweep else args.T):
-        for q in [args.q, *args.test_q]:
-            runlog.check_task(T, q, args.d)
+        for q, flag in [(args.q, "q"), *((q, "test-q") for q in args.test_q)]:
+            runlog.check_task(T, q, args.d, flags=("sweep-T" if args.sweep else "T", flag))
         runlog.require_memory(                      # weights, Adam's two moments, activations
             finfo.bits // 8 * (4 * (T * args.d + T + 1) * widest * args.depth
                                + max(args.batch, args.n_test) * (T * args.d + T + 3 * widest)),

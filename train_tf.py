@@ -137,8 +137,11 @@ def check_args(args):
                    f"--n-final must be >= --n-test (got {args.n_final})")
     runlog.require(not (args.resume and args.force),
                    "--resume and --force exclude each other; pick one")
-    for T, q in [(T, args.q) for T in [args.T, *args.test_T]] + [(args.T, q) for q in args.test_q]:
-        runlog.check_task(T, q, args.d)
+    runlog.check_task(args.T, args.q, args.d)
+    for T in args.test_T:
+        runlog.check_task(T, args.q, args.d, flags=("test-T", "q"))
+    for q in args.test_q:
+        runlog.check_task(args.T, q, args.d, flags=("T", "test-q"))
     runlog.check_out(args.out)
     T_max = max([args.T, *args.test_T])
     if args.positions is not None:
