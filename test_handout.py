@@ -1,5 +1,6 @@
-"""sts.py as a course uses it (test_sts.py runs this file too): copied alone into an empty folder,
-pasted into a notebook cell, run with IPython's %run, and called with a typo. NumPy only, seconds.
+"""What a course and a newcomer meet first (test_sts.py runs this file too): sts.py copied alone
+into an empty folder, pasted into a notebook cell, run with IPython's %run, called with a typo; the
+figures' one colour legend. No torch; seconds.
 """
 import builtins
 import subprocess
@@ -103,3 +104,39 @@ def test_a_typo_is_a_one_line_value_error_naming_the_argument_and_what_it_accept
     message = str(error.value)
     assert message.startswith(argument.strip() + " must be ") and "(got " in message
     assert "\n" not in message
+
+
+def drawn_figures(monkeypatch, tmp_path):
+    """{name: matplotlib figure} of the committed course runs, as plots.py draws them."""
+    import plots
+    figures = {}
+    monkeypatch.setattr(plots, "save", lambda fig, out, name, title: figures.setdefault(name, fig))
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(HERE / "results" / "course" / name) for name in ("sgd", "bool", "fcn_sweep")]
+                   + ["--out", str(tmp_path), "--formats", "png"])
+    assert done.value.code == 0
+    return figures
+
+
+def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(monkeypatch, tmp_path):
+    from matplotlib.colors import to_hex
+
+    import plots
+    figures, seen = drawn_figures(monkeypatch, tmp_path), set()
+    for name, fig in figures.items():
+        for ax in fig.axes:
+            for handle, text in zip(*ax.get_legend_handles_labels()):
+                assert ".json" not in text, (name, text)          # words, not a file name
+                meaning = text.split()[0].rstrip(",:")            # "fixed PE (3 seeds)", "fcn, s=2"
+                if meaning in plots.COLORS:
+                    seen.add(meaning)
+                    assert to_hex(handle.get_color()) == to_hex(plots.COLORS[meaning]), (name, text)
+    assert seen == {"stochastic", "fixed", "fcn", "transformer"}
+    assert len(set(map(to_hex, plots.COLORS.values()))) == len(plots.COLORS)
+
+
+def test_the_weights_figure_draws_v_s_token_block_square(monkeypatch, tmp_path):
+    figure = drawn_figures(monkeypatch, tmp_path)["sgd_weights"]
+    token_blocks = [ax for ax in figure.axes for im in ax.get_images()
+                    if im.get_array().shape == (5, 5)]                  # d = 5
+    assert token_blocks and all(ax.get_aspect() == 1.0 for ax in token_blocks)
