@@ -101,7 +101,7 @@ def figure_training(runs, out, name):
     c = runs[0]["config"]
     start = c["d"] / (2 * c["q"])
     ax_loss.axhline(start, color="gray", lw=0.8, ls=":", label="d/(2q), the loss at W=V=0")
-    ax_loss.set(yscale="log", xlabel="step", ylabel="training loss ½‖f − y‖²", title="loss")
+    ax_loss.set(yscale="log", xlabel="step", ylabel="training loss ½‖f − STS_q‖²", title="loss")
     ax_loss.set_ylim(top=max(ax_loss.get_ylim()[1], start) * 1.5)  # the reference off the edge
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
     ax_cos.plot([], [], "k-", label="cos(W, W*)")
@@ -133,7 +133,7 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
         trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"
         ax.set(xlabel="step", yscale="log",
                title=f"val ({trained}, as trained)" if key == "val" else f"test {key}")
-    axes[0][0].set_ylabel("validation loss ½‖f − y‖²")
+    axes[0][0].set_ylabel("validation loss ½‖f − STS_q‖²")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
 
 
