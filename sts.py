@@ -16,7 +16,7 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     the ground truth W* = [[0, 0], [0, I_{d_e}]], V* = [I_d, 0].
 
     python sts.py                                   # SGD on STS_q; stochastic vs fixed PE at 2T, 4T
-    python sts.py --floor --T 200 --de 170          # the predicted loss floor of random PEs (below)
+    python sts.py --floor --T 200 --de 170          # the predicted loss floor, stochastic and fixed PE
 
 NumPy only (tqdm for the progress bar, the standard library for the command line), read top to
 bottom: task, PEs, model, hand-written backward, SGD, the floor, demo, the command line. Copy this one
