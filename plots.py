@@ -42,10 +42,11 @@ plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7,
                      "lines.linewidth": 1.2, "figure.dpi": 150, "savefig.bbox": "tight",
                      "figure.constrained_layout.use": True})
 # One colour per meaning in every figure: a transformer's PE kind, or a baseline's model. Several
-# configurations of one meaning in a figure take OTHERS, colours that mean nothing else.
+# configurations of one meaning in a figure take OTHERS, colours that mean nothing else; black and
+# grey stay neutral (reference lines, line-style keys).
 COLORS = {"stochastic": "tab:blue", "fixed": "tab:red", "randomized": "tab:purple",
-          "onehot": "tab:gray", "fcn": "tab:orange", "transformer": "tab:cyan"}
-OTHERS = ("tab:green", "tab:brown", "tab:pink", "tab:olive", "black")
+          "onehot": "tab:green", "fcn": "tab:orange", "transformer": "tab:cyan"}
+OTHERS = ("tab:brown", "tab:pink", "tab:olive")
 PANEL = (2.4, 2.1)  # inches per panel, at font size 8
 FORMATS = ("png", "pdf")
 

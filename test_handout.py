@@ -132,7 +132,8 @@ def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(monkeypa
                     seen.add(meaning)
                     assert to_hex(handle.get_color()) == to_hex(plots.COLORS[meaning]), (name, text)
     assert seen == {"stochastic", "fixed", "fcn", "transformer"}
-    assert len(set(map(to_hex, plots.COLORS.values()))) == len(plots.COLORS)
+    meanings = [*plots.COLORS.values(), *plots.OTHERS, "black", "gray"]   # others: neutral
+    assert len(set(map(to_hex, meanings))) == len(meanings)
 
 
 def test_the_weights_figure_draws_v_s_token_block_square(monkeypatch, tmp_path):
