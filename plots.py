@@ -42,7 +42,12 @@ from matplotlib.colors import Normalize, SymLogNorm  # noqa: E402
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7,
                      "lines.linewidth": 1.2, "figure.dpi": 150, "savefig.bbox": "tight",
                      "figure.constrained_layout.use": True})
-COLORS = {"stochastic": "C0", "fixed": "C3", "onehot": "C2"}
+# One colour per meaning in every figure: a transformer's PE kind, or a baseline's model. Several
+# configurations of one meaning in a figure take OTHERS, colours that mean nothing else; black and
+# grey stay neutral (reference lines, line-style keys).
+COLORS = {"stochastic": "tab:blue", "fixed": "tab:red", "randomized": "tab:purple",
+          "onehot": "tab:green", "fcn": "tab:orange", "transformer": "tab:cyan"}
+OTHERS = ("tab:brown", "tab:pink", "tab:olive")
 PANEL = (2.4, 2.1)  # inches per panel, at font size 8
 FORMATS = ("png", "pdf")
 
@@ -57,9 +62,13 @@ def curve(ax, group, groups, name, f=lambda y: y, **kw):
 
 
 def color(group, groups):
-    """By PE where each configuration has its own (transformer runs), else one per configuration."""
-    pes, i = [g[0]["config"].get("pe") for g in groups], [id(g) for g in groups].index(id(group))
-    return COLORS[pes[i]] if set(pes) <= set(COLORS) and len(set(pes)) == len(pes) else f"C{i % 10}"
+    """By PE (transformer runs) or model (FCN runs) where each configuration has its own meaning,
+    else one of OTHERS per configuration."""
+    keys = [g[0]["config"].get("pe") or g[0]["config"].get("model") for g in groups]
+    i = [id(g) for g in groups].index(id(group))
+    if set(keys) <= set(COLORS) and len(set(keys)) == len(keys):
+        return COLORS[keys[i]]
+    return OTHERS[i % len(OTHERS)]
 
 
 def save(fig, out, name, title):
@@ -94,7 +103,7 @@ def figure_training(runs, out, name):
     c = runs[0]["config"]
     start = c["d"] / (2 * c["q"])
     ax_loss.axhline(start, color="gray", lw=0.8, ls=":", label="d/(2q), the loss at W=V=0")
-    ax_loss.set(yscale="log", xlabel="step", ylabel="training loss ½‖f − y‖²", title="loss")
+    ax_loss.set(yscale="log", xlabel="step", ylabel="training loss ½‖f − STS_q‖²", title="loss")
     ax_loss.set_ylim(top=max(ax_loss.get_ylim()[1], start) * 1.5)  # the reference off the edge
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
     ax_cos.plot([], [], "k-", label="cos(W, W*)")
@@ -119,14 +128,14 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
             own, best = (curves or {}).get(g[0]["path"], {}).get(length(key, c), (None, None))
-            for y, ls, text in ((best, "--", f"best of W = cW*, V = αV* ({FLOOR})"),
+            for y, ls, text in ((best, "--", "best of W = cW*, V = αV* (predicted by sts.py)"),
                                 (own, ":", "W = cW*, V = αV* at the trained c, α (seeds' mean)")):
                 if y is not None and np.isfinite(y):
                     ax.axhline(y, color=color(g, groups), ls=ls, lw=0.9, label=text)
         trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"
         ax.set(xlabel="step", yscale="log",
                title=f"val ({trained}, as trained)" if key == "val" else f"test {key}")
-    axes[0][0].set_ylabel("validation loss ½‖f − y‖²")
+    axes[0][0].set_ylabel("validation loss ½‖f − STS_q‖²")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
 
 
@@ -139,14 +148,15 @@ def figure_weights(runs, out, name, report):
         rows += [(run, pair)] if pair else []
     if not rows:
         return None
-    fig, axes = plt.subplots(len(rows), 4, figsize=(4.4 * PANEL[0], len(rows) * PANEL[1] * 1.1),
-                             squeeze=False)
+    # W at init and end; V (d x D, far wider than tall) as its token block, square, beside the rest
+    fig, axes = plt.subplots(len(rows), 6, figsize=(4.6 * PANEL[0], len(rows) * PANEL[1] * 1.1),
+                             squeeze=False, gridspec_kw=dict(width_ratios=[4, 4, 1.1, 2.9, 1.1, 2.9]))
     for row, (run, pair) in zip(axes, rows):
-        c = run["config"]
-        for j, key in enumerate("WV"):
-            for k, when in enumerate(("init", "end")):
-                heat(row[2 * j + k], pair[k][j], c["d"], f"{key} at {when}, {c['pe']} PE, seed"
-                     f" {c['seed']}", symlog=key == "W" and when == "end")
+        c, what = run["config"], f"{run['config']['pe']} PE, seed {run['config']['seed']}"
+        for k, when in enumerate(("init", "end")):
+            heat(row[k], pair[k][0], c["d"], f"W at {when}, {what}", symlog=when == "end")
+            token_block_and_rest(row[2 + 2 * k:4 + 2 * k], pair[k][1], c["d"],
+                                 f"V at {when}, {what}")
     one = "; one run per configuration, its lowest seed" if max(map(len, groups)) > 1 else ""
     return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
 
@@ -168,6 +178,21 @@ def heat(ax, M, d, title, symlog):
     ax.set_title(title + " (symlog)" * symlog + " (all 0)" * (not M.any()))
     ticks = sorted({-vmax, -rest, 0, rest, vmax} if symlog else {-vmax, 0, vmax})
     ax.figure.colorbar(im, ax=ax, shrink=0.8).set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
+
+
+def token_block_and_rest(axes, V, d, title):
+    """V (d x D) on one colour scale: its token block (d x d) square, its PE block (d x d_e) beside."""
+    vmax = np.abs(V).max() or 1.0
+    for ax, block, name, aspect in zip(axes, (V[:, :d], V[:, d:]), "xp", ("equal", "auto")):
+        im = ax.imshow(block, cmap="RdBu_r", norm=Normalize(-vmax, vmax), aspect=aspect,
+                       interpolation="nearest")
+        ax.set_xticks([(block.shape[1] - 1) / 2], [name])
+        ax.set_yticks([])
+    axes[0].set_title("token block", loc="left")
+    axes[1].set_title(title + " (all 0)" * (not V.any()))
+    ax.figure.colorbar(im, ax=axes[1], shrink=0.8).set_ticks([-vmax, 0, vmax],
+                                                             labels=[f"{t:.2g}" for t in
+                                                                     (-vmax, 0, vmax)])
 
 
 def floor_lines(ax, pe, points, guess, low):
@@ -232,7 +257,7 @@ def figure_floor(runs, out, name, predicted):
 def figure_separation(summary, out, name):
     """Ours: the smallest width (and parameters) reaching the target loss against T, FCN vs ours."""
     fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.2, PANEL[1] * 1.3))
-    for model, col in (("fcn", "C1"), ("transformer", "C0")):
+    for model, col in ((m, COLORS[m]) for m in ("fcn", "transformer")):
         rows = [r for r in summary["rows"] if r["model"] == model]
         done = [r for r in rows if r["width"] is not None]
         slope = (summary.get("loglog_slope") or {}).get(model)
@@ -263,25 +288,26 @@ def figure_critical(summary, out, name):
     top = max(config["grid"])
     reached = [r["m_crit"] for r in rows if r["m_crit"] is not None]
     lo, hi = min(reached + [top]) / 1.5, top * 1.5   # the data's range, fits clipped to it
-    for i, (model, s) in enumerate(dict.fromkeys((r["model"], r["s"]) for r in rows)):
+    for model, s in dict.fromkeys((r["model"], r["s"]) for r in rows):
         mine = [r for r in rows if (r["model"], r["s"]) == (model, s)]
         done = np.array([(r["T"], r["m_crit"]) for r in mine if r["m_crit"] is not None],
                         float).reshape(-1, 2)
         fit = (summary.get("fits") or {}).get(model, {}).get(str(s))
-        ax.semilogx(*done.T, "o", color=f"C{i}", label=f"{model}, s={s}"
+        col, mark = COLORS[model], "os^Dv"[sorted({r["s"] for r in rows}).index(s) % 5]
+        ax.semilogx(*done.T, mark, color=col, label=f"{model}, s={s}"  # colour: model; marker: s
                     + (f", fits better: {fit['better']}" if fit else ""))
         beyond = [r["T"] for r in mine if r["m_crit"] is None]
-        ax.semilogx(beyond, [top] * len(beyond), "^", mfc="none", color=f"C{i}")
+        ax.semilogx(beyond, [top] * len(beyond), mark, mfc="none", color=col)
         if fit:
             T = np.geomspace(done[:, 0].min(), done[:, 0].max(), 200)
             for y, ls in ((fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-"),
                           (fit["power"]["c"] * T ** fit["power"]["k"], ":")):
                 near = (y >= done[:, 1].min() / 1.5) & (y <= done[:, 1].max() * 1.5)
-                ax.plot(T, np.where(near, y, np.nan), ls, color=f"C{i}", lw=0.8)
+                ax.plot(T, np.where(near, y, np.nan), ls, color=col, lw=0.8)
     ax.plot([], [], "k-", lw=0.8, label="fit a + b ln T")
     ax.plot([], [], "k:", lw=0.8, label="fit c T^k")
     if len(reached) < len(rows):
-        ax.plot([], [], "k^", mfc="none", label=f"not reached by m = {top} (the grid's largest)")
+        ax.plot([], [], "ko", mfc="none", label=f"open: not reached by m = {top} (the grid's largest)")
     Ts = sorted({r["T"] for r in rows})
     ax.set_xticks(Ts, [str(T) for T in Ts])
     ax.minorticks_off()

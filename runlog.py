@@ -244,11 +244,13 @@ def check_out(out):
 
 
 def run_state(path):
-    """What a run directory holds, as "finished at step 100000" or "interrupted at step 412"."""
+    """What a run directory holds, as "finished at step 100000" or "interrupted at step 412"; a job
+    with no steps (train_bool.py's grid) as "finished"."""
     summary = Path(path) / "summary.json"
     try:
         state = json.loads(summary.read_text())
-        return f"{state['status']} at step {state['stopped_at']}"
+        step = state.get("stopped_at")
+        return state["status"] + (f" at step {step}" if step is not None else "")
     except (OSError, ValueError, KeyError, TypeError):
         return "with no summary (still running, or killed)"
 

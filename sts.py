@@ -18,10 +18,13 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     the ground truth W* = [[0, 0], [0, I_{d_e}]], V* = [I_d, 0].
 
     python sts.py                                   # SGD on STS_q; stochastic vs fixed PE at 2T, 4T
-    python sts.py --floor --T 200 --de 170          # the predicted loss floor of random PEs (below)
+    python sts.py --floor --T 200 --de 170          # the predicted loss floor, stochastic and fixed PE
 
-NumPy only (tqdm for the progress bar), read top to bottom: task, PEs, model, hand-written backward,
-SGD, the floor, demo. Pasted into a notebook cell it defines all and runs nothing; call demo(...).
+NumPy only (tqdm for the progress bar, the standard library for the command line), read top to
+bottom: task, PEs, model, hand-written backward, SGD, the floor, demo, the command line. Copy this one
+file anywhere and run it. Pasted into a notebook cell it defines all and prints one line (call demo());
+`%run sts.py ARGS` runs the command line with ARGS. A bad argument to any function raises a one-line
+ValueError naming it and what it accepts.
 """
 import itertools
 from collections import namedtuple
@@ -29,6 +32,21 @@ from collections import namedtuple
 import numpy as np
 
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
+PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")  # the encodings PositionalEncoding draws
+ATTENDS, INITS = ("tokens", "query"), ("zero", "random")  # forward's attend, init_weights' init
+
+
+def check(ok, argument, accepts, got):
+    """A course's typo stops at once: ValueError("q must be ... (got -1)"), never a silent other run."""
+    if not ok:
+        raise ValueError(f"{argument} must be {accepts} (got {got!r})")
+
+
+def check_task(T, q, d):
+    """The task's sizes: T and d positive integers, the subset fitting the sequence, 1 <= q <= T."""
+    for name, value in (("T", T), ("d", d)):
+        check(int(value) == value >= 1, name, "a positive integer", value)
+    check(int(q) == q and 1 <= q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
 
 
 def stream(seed, purpose):
@@ -53,6 +71,9 @@ class PositionalEncoding:
     it, uniformly at random, in increasing order: with L = T exactly fixed PE)."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
+        check(kind in PE_KINDS, "kind", f"one of {PE_KINDS}", kind)
+        check(int(d_e) == d_e >= 1, "d_e", "a positive integer", d_e)
+        check(int(max_len) == max_len >= 1, "max_len", "a positive integer", max_len)
         if kind == "onehot" and d_e < max_len:
             raise ValueError(f"onehot PE needs d_e >= the longest T (got d_e={d_e}, T={max_len})")
         self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
@@ -80,6 +101,8 @@ Batch = namedtuple("Batch", "Z z_q target idx mask")
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
     """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of {1..T}, the target.
     Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the subset, mask (n, T))."""
+    check_task(T, q, d)
+    check(int(n) == n >= 1, "n", "a positive integer", n)
     X = rng.standard_normal((n, d, T), dtype=dtype)             # x_i ~ N(0, I_d)
     order = np.argsort(rng.random((n, T)), axis=-1)             # a uniform permutation of positions
     idx = order[:, :q]                                          # its first q: a uniform q-subset
@@ -113,6 +136,7 @@ def softmax(a):
 def forward(W, V, Z, z_q, attend="tokens"):
     """f = V C softmax(C^T W z_q) with C = Z (attend "tokens") or C = [Z, z_q] (attend "query").
     W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what `backward` needs."""
+    check(attend in ATTENDS, "attend", f"one of {ATTENDS}", attend)
     C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
     u = z_q @ W.T                                   # u = W z_q                       (n, D)
     a = np.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
@@ -124,13 +148,21 @@ def forward(W, V, Z, z_q, attend="tokens"):
 
 def loss(f, target):
     """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
+    check_target(f, target)
     return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
+
+
+def check_target(f, target):
+    """A target of another shape would broadcast ((d,) or (n, 1) against (n, d)) into a wrong loss."""
+    check(getattr(target, "shape", None) == f.shape, "target", f"of f's shape {tuple(f.shape)}",
+          getattr(target, "shape", target))
 
 
 def backward(W, V, z_q, f, target, cache):
     """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward`."""
+    check_target(f, target)
     C, u, s, h = cache
-    df = (f - target) / f.shape[0]                  # dL/df, from L = 1/(2n) sum ||f - y||^2
+    df = (f - target) / f.shape[0]                  # dL/df, from L = 1/(2n) sum ||f - STS_q||^2
     dV = df.T @ h                                   # f = V h      =>  dL/dV = sum_n df h^T
     dh = df @ V                                     #              =>  dL/dh = V^T df
     ds = np.einsum("ndt,nd->nt", C, dh)             # h = C s      =>  dL/ds_i = c_i^T dh
@@ -156,6 +188,7 @@ def cosine(A, B):
 
 def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
     """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Fig. 3)."""
+    check(init in INITS, "init", f"one of {INITS}", init)
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
@@ -197,8 +230,8 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     M = (P_L P_L^T + ridge I)^+ instead of I, p_i^T M s: W's PE block can learn its table's
     cross-talk, and M undoes it (at ridge 0 and L <= d_e exactly: p_i^T M p_j = [i = j])."""
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
-    if ridge is not None and pe.table is None:
-        raise ValueError(f"ridge needs a PE table (fixed, randomized, onehot), not {kind!r}")
+    check(ridge is None or pe.table is not None, "ridge", "None with stochastic PE, which has no"
+          " table", ridge)
     M = np.eye(d_e) if ridge is None else np.linalg.pinv(pe.table @ pe.table.T
                                                           + ridge * np.eye(d_e))       # (d_e, d_e)
     X, scores, target = [], [], []
@@ -228,6 +261,7 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, 
     ground-truth direction cannot beat. The best alpha at c is E<g, y> / E||g||^2 (least squares,
     g = family_output); c from a golden-section search over log c. Returns (loss, c, alpha).
     With a ridge, the floor of W = c [[0, 0], [0, M]] (family_draws), a table's own family."""
+    check(c_max > 1e-3, "c_max", "> 0.001, where the search over c starts", c_max)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
 
     def best(log_c):
@@ -293,53 +327,101 @@ def floors(Ts, q, d, des, seed=0):
     return rows
 
 
+def table_floors(Ts, q, d, des, Ls, seed=0):
+    """Randomized PE with tables of L >= T positions: the ground-truth family's floor and a
+    table-learning W's (table_floor) at every T, d_e and L, printed; the rows for --json."""
+    rows = []
+    for T, d_e, L in [(T, d_e, L) for T, d_e, L in itertools.product(Ts, des, Ls) if L >= T]:
+        family = family_floor("randomized", T, q, d, d_e, seed=seed, positions=L)[0]
+        table, c, alpha, ridge = table_floor("randomized", T, q, d, d_e, seed=seed, positions=L)
+        rows.append(dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=family,
+                         table=table, c=c, alpha=alpha, ridge=ridge))
+        print(f"randomized: T={T} q={q} d={d} d_e={d_e} L={L}: W = c W*: {family:.4f};"
+              f" W = c M (the table learned): {table:.4f} at c={c:.3g}, alpha={alpha:.3f},"
+              f" ridge {ridge} L/d_e (4096 sequences)")
+    return rows
+
+
 def main(argv=None):
-    """Command line: the demo, or with --floor the family floor per --T, --de (rows to --json)."""
-    from pathlib import Path
+    """Command line: the demo, or with --floor the family floor per --T, --de (rows to --json).
+    Exit status: 0 done, 1 a loss diverged, 2 bad input (one line naming the flag), 130 Ctrl-C."""
+    import argparse
+    import json
+    import sys
 
-    import runlog                                   # scripts' flags, one-line errors and exit codes
-    flags = dict(  # (default, --help, argparse options)
-        T=([20], "sequence length (several with --floor)", dict(type=int, nargs="+")),
-        q=(3, "subset size, 1 <= q <= T", dict(type=int)),
-        d=(5, "token dimension", dict(type=int)),
-        de=([64], "PE dimension d_e (several with --floor)", dict(type=int, nargs="+")),
-        steps=(1500, "SGD steps per run", dict(type=int)),
-        lr=(1.0, "SGD learning rate", dict(type=float)),
-        seed=(0, "seed of the data, the fixed PE table and the init", dict(type=int)),
-        floor=(False, "print the best loss of W = c W*, V = alpha V* (family_floor) for stochastic"
-                      " and fixed PE at each --T and --de, and exit", dict(action="store_true")),
-        json=(None, "with --floor: also write the rows to this file (plots.py draws them)", {}))
-    args = runlog.argument_parser("sts.py", "STS_q with a NumPy one-layer transformer: a CPU demo.",
-                                  flags).parse_args(argv)
+    def stop(message, status):                      # one line on stderr, never a usage block
+        print(f"sts.py: {message}", file=sys.stderr)
+        sys.exit(status)
 
-    def body():
-        runlog.require_positive(args, ("T", "q", "d", "de", "steps"))
-        runlog.require(args.seed >= 0, f"--seed must be >= 0 (got {args.seed})")
-        runlog.require(0 < args.lr < float("inf"),
-                       f"--lr must be a positive finite number (got {args.lr})")
+    p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.error = lambda message: stop(f"error: {message}", 2)
+    p.add_argument("--T", type=int, nargs="+", default=[20],
+                   help="sequence length (several with --floor)")
+    p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T")
+    p.add_argument("--d", type=int, default=5, help="token dimension")
+    p.add_argument("--de", type=int, nargs="+", default=[64],
+                   help="PE dimension d_e (several with --floor)")
+    p.add_argument("--steps", type=int, default=1500, help="SGD steps per run")
+    p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the data, the fixed PE table and the init")
+    p.add_argument("--floor", action="store_true", help="print the best loss of W = c W*, V = alpha V*"
+                   " (family_floor) for stochastic and fixed PE at each --T and --de, and exit")
+    p.add_argument("--json", help="with --floor: also write the rows to this file (plots.py draws them)")
+    p.add_argument("--positions", type=int, nargs="+",
+                   help="with --floor: randomized PE with tables of these L >= T positions instead:"
+                   " the floor of W = c W* and of a W that learns its table (table_floor)")
+    args = p.parse_args(argv)
+    try:                                            # every flag checked before anything runs
         for T in args.T:
-            runlog.check_task(T, args.q, args.d)
-        runlog.require(args.floor or len(args.T) == len(args.de) == 1,
-                       "--T and --de take one value without --floor")
-        if not args.floor:
-            rows = demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr, args.seed)
-            why = runlog.divergence([r[1] for r in rows], args.d / (2 * args.q))   # train losses
-            if why:
-                raise runlog.Stop(why)
+            check_task(T, args.q, args.d)
+        check(min(args.de) >= 1, "--de", "positive integers", args.de)
+        check(args.steps >= 1, "--steps", "a positive integer", args.steps)
+        check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
+        check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
+        check(args.floor or len(args.T) == len(args.de) == 1, "--T and --de",
+              "one value each without --floor", (args.T, args.de))
+        check(not args.positions or args.floor and max(args.positions) >= min(args.T),
+              "--positions", "a table size L >= some --T, with --floor", args.positions)
+    except ValueError as e:
+        stop(f"error: {e}", 2)
+    try:
+        if args.floor:
+            rows = (table_floors(args.T, args.q, args.d, args.de, args.positions, args.seed)
+                    if args.positions else floors(args.T, args.q, args.d, args.de, args.seed))
+            family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+                      if args.positions else "W = c W*, V = alpha V*")
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows), fh,
+                              indent=2)
             return
-        rows = floors(args.T, args.q, args.d, args.de, args.seed)
-        if args.json:
-            runlog.write_json(Path(args.json), dict(family="W = c W*, V = alpha V*", sequences=4096,
-                                                     seed=args.seed, rows=rows))
-    runlog.run_command("sts.py", body)
+        start = args.d / (2 * args.q)               # the loss at W = V = 0
+        worst = [r[1] for r in demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr,
+                                    args.seed) if not r[1] < 100 * start]     # NaN fails `<` too
+        if worst:
+            stop(f"stopped: train loss {worst[0]} is NaN or diverging (start {start:.3g});"
+                 " lower --lr", 1)
+    except OSError as e:                            # an unwritable --json
+        stop(f"error: cannot write {e.filename}: {e.strerror}; check --json", 2)
+    except KeyboardInterrupt:
+        stop("interrupted", 130)
 
 
-def in_notebook():
-    """True inside an IPython kernel (Jupyter, Colab, VS Code's interactive window), where a pasted
-    cell runs with __name__ == "__main__" and the kernel's arguments: define there, do not run."""
-    import builtins
-    return hasattr(builtins, "get_ipython")
+def run_or_define():
+    """`python sts.py ARGS` and IPython's `%run sts.py ARGS` set sys.argv[0] to this file: run main
+    with ARGS. A cell pasted into a kernel (Jupyter, Colab, VS Code) also runs as "__main__", but with
+    no __file__ and the launcher's argv (ipykernel_launcher.py -f kernel.json): define, and say so."""
+    import os
+    import sys
+    here = globals().get("__file__")
+    if here and os.path.basename(sys.argv[0]) == os.path.basename(here):
+        main(sys.argv[1:])
+    else:
+        print("sts.py is defined: call demo() (stochastic against fixed PE, about 90 s on a CPU),"
+              " or main(['--help']) for the command line")
 
 
-if __name__ == "__main__" and not in_notebook():
-    main()
+if __name__ == "__main__":
+    run_or_define()

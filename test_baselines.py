@@ -125,6 +125,19 @@ def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
     assert [f.name for f in (tmp_path / "fig").iterdir()] == [f"{tmp_path.name}_critical.png"]
 
 
+@pytest.mark.parametrize("flags", [["--T", "8"], ["--T", "8", "--m", "16"]])  # a search; no search
+def test_bool_rerun_into_a_finished_folder_says_it_finished(tmp_path, capsys, one_thread, flags):
+    job = ["--model", "transformer", "--s", "2", "--seeds", "1", "--m-max", "32", "--per-octave",
+           "1", "--device", "cpu", *flags, "--out", str(tmp_path)]
+    train_bool.main(job)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_bool.main(job)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1, err
+    assert "holds a run finished;" in err and "--force" in err
+
+
 @pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
     (["--s", "9", "--T", "8"], "got s=9"),
     (["--s", "0"], "got s=0"),

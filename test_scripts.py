@@ -274,29 +274,6 @@ def test_sts_demo_stops_a_diverging_run_and_refuses_a_negative_rate():
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--lr" in r.stderr
 
 
-@pytest.mark.parametrize("argv", [  # Jupyter, Colab, VS Code, IPython's own shell
-    ["/usr/lib/python3/dist-packages/ipykernel_launcher.py", "-f", "/root/.local/kernel-1.json"],
-    ["/usr/local/lib/python3.11/dist-packages/colab_kernel_launcher.py", "-f", "/root/kernel.json"],
-    ["/home/u/.vscode/extensions/ms-python/ipykernel_launcher.py", "--f=/tmp/kernel-v2.json"],
-    ["/usr/bin/ipython"],
-])
-def test_sts_pastes_into_a_notebook_without_running_or_exiting(monkeypatch, argv):
-    # a notebook cell runs the code with __name__ == "__main__", the kernel's arguments in sys.argv
-    # and get_ipython among the builtins: whatever the launcher, sts.py defines all and runs nothing
-    import builtins
-    monkeypatch.setattr(sys, "argv", argv)
-    monkeypatch.setattr(builtins, "get_ipython", lambda: None, raising=False)
-    namespace = {"__name__": "__main__"}
-    exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), namespace)
-    assert callable(namespace["demo"]) and callable(namespace["backward"])
-    monkeypatch.delattr(builtins, "get_ipython")              # plain python: main() parses argv
-    monkeypatch.setattr(sys, "argv", ["sts.py", "--steps", "0"])
-    with pytest.raises(SystemExit) as done:
-        exec(compile((HERE / "sts.py").read_text(), "sts.py", "exec"), {"__name__": "__main__"})
-    assert done.value.code == 2
-
-
-
 # ---------------------------------------------------------------------------- the README's commands
 CHEAP = {  # flags appended to a README command to run it in seconds (argparse: the last value wins)
     "train_tf": ["--T", "6", "--q", "2", "--de", "8", "--steps", "4", "--eval-every", "2",

@@ -286,6 +286,9 @@ def run(args, device):
         finally:
             if not args.m:
                 write_results(out, rows, status, t0)
+            else:                                       # a rerun is told how this one ended
+                (out / "summary.json").write_text(json.dumps(dict(
+                    status=status, seconds=round(time.time() - t0, 1)), indent=2))
 
 
 def main(argv=None):

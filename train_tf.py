@@ -29,7 +29,7 @@ import runlog
 import streams
 import sts
 
-PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")
+PE_KINDS = sts.PE_KINDS
 P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
 # The hyper-parameters, each declared once as (default, --help, argparse options), for --help and
 # config.json. "paper" is the paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1

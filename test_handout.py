@@ -1,0 +1,143 @@
+"""What a course and a newcomer meet first (test_sts.py runs this file too): sts.py copied alone
+into an empty folder, pasted into a notebook cell, run with IPython's %run, called with a typo; the
+figures' one colour legend. No torch; seconds.
+"""
+import builtins
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import sts
+from conftest import HERE, random_batch
+
+SOURCE = (HERE / "sts.py").read_text()
+# after the command line runs: the installed packages (site-packages) that it imported
+IMPORTS = ("import runpy, sys; before = set(sys.modules); runpy.run_path('sts.py', run_name='__main__');"
+           "print(sorted({m.split('.')[0] for m, module in sys.modules.items() if m not in before"
+           " and 'site-packages' in str(getattr(module, '__file__', ''))}))")
+
+
+@pytest.mark.parametrize("flags", [["--steps", "20", "--T", "6", "--de", "8"],
+                                   ["--floor", "--T", "20", "--de", "16"]])
+def test_sts_copied_alone_into_an_empty_folder_runs_its_command_line(tmp_path, flags):
+    (tmp_path / "sts.py").write_text(SOURCE)                   # as a course page hands it out
+    r = subprocess.run([sys.executable, "sts.py", *flags], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "stochastic" in r.stdout and "fixed" in r.stdout
+    r = subprocess.run([sys.executable, "-c", f"import sys; sys.argv = {['sts.py', *flags]}; "
+                        + IMPORTS], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert set(eval(r.stdout.strip().splitlines()[-1])) <= {"numpy", "tqdm"}, r.stdout
+
+
+def run_source(monkeypatch, argv, namespace):
+    """Run sts.py's text as a kernel does, get_ipython among the builtins and `argv` in sys.argv."""
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(builtins, "get_ipython", lambda: None, raising=False)
+    exec(compile(SOURCE, "sts.py", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("argv", [  # the real launchers' argv: Jupyter, Colab, VS Code, IPython
+    ["/usr/lib/python3/dist-packages/ipykernel_launcher.py", "-f", "/root/.local/kernel-1.json"],
+    ["/usr/local/lib/python3.11/dist-packages/colab_kernel_launcher.py", "-f", "/root/kernel.json"],
+    ["/home/u/.vscode/extensions/ms-python/ipykernel_launcher.py", "--f=/tmp/kernel-v2.json"],
+    ["/usr/bin/ipython"],
+])
+def test_a_pasted_cell_defines_everything_and_says_in_one_line_what_to_call(monkeypatch, capsys,
+                                                                             argv):
+    # a pasted cell runs as "__main__" with the kernel's argv and no __file__
+    namespace = run_source(monkeypatch, argv, {"__name__": "__main__"})
+    assert callable(namespace["demo"]) and callable(namespace["backward"])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "demo()" in out, out
+
+
+@pytest.mark.parametrize("script", ["sts.py", "/content/sts.py"])
+def test_run_magic_runs_the_command_line_with_its_arguments(monkeypatch, capsys, script):
+    # %run sets sys.argv to [the script, ARGS...] and __file__ to the script
+    run_source(monkeypatch, [script, "--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4"],
+               {"__name__": "__main__", "__file__": script})
+    out = capsys.readouterr().out
+    assert out.count("d_e=4: best loss") == 2 and "T=6 q=2 d=2" in out, out
+    with pytest.raises(SystemExit) as done:                   # and its bad input: status 2
+        run_source(monkeypatch, [script, "--steps", "0"], {"__name__": "__main__", "__file__": script})
+    assert done.value.code == 2 and "--steps" in capsys.readouterr().err
+
+
+def test_plain_python_runs_main_without_a_kernel(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["sts.py", "--steps", "0"])
+    with pytest.raises(SystemExit) as done:
+        exec(compile(SOURCE, "sts.py", "exec"), {"__name__": "__main__", "__file__": "sts.py"})
+    assert done.value.code == 2
+
+
+def fixed(d_e=4, T=6):
+    return sts.PositionalEncoding("fixed", d_e, T)
+
+
+B = random_batch()
+TYPOS = {  # a call with a typo -> the argument its one-line ValueError names
+    "attend": lambda: sts.forward(*sts.init_weights(3, 4), B.Z, B.z_q, attend="token"),
+    "attend ": lambda: sts.forward(*sts.init_weights(3, 4), B.Z, B.z_q, attend="Tokens"),
+    "init": lambda: sts.init_weights(3, 4, init="zeros"),
+    "q": lambda: sts.sample_batch(np.random.default_rng(0), 4, 6, 7, 3, fixed()),
+    "q ": lambda: sts.sample_batch(np.random.default_rng(0), 4, 6, -1, 3, fixed()),
+    " q": lambda: sts.family_floor("stochastic", T=10, q=30, d=3, d_e=8, n=64),
+    "c_max": lambda: sts.family_floor("stochastic", 6, 2, 3, 8, n=64, c_max=1e-4),
+    "target": lambda: sts.loss(B.Z[:, :3, 0], B.target[0]),                  # (d,)
+    "target ": lambda: sts.loss(B.Z[:, :3, 0], B.target[:, :1]),            # (n, 1)
+    " target": lambda: sts.backward(*sts.init_weights(3, 4), B.z_q, B.Z[:, :3, 0],
+                                    B.target[:, :1], (B.Z, B.z_q, B.mask, B.z_q)),
+    "d_e": lambda: sts.PositionalEncoding("stochastic", d_e=0, max_len=6),
+    "kind": lambda: sts.PositionalEncoding("Fixed", 4, 6),
+}
+
+
+@pytest.mark.parametrize("argument", TYPOS)
+def test_a_typo_is_a_one_line_value_error_naming_the_argument_and_what_it_accepts(argument):
+    with pytest.raises(ValueError) as error:
+        TYPOS[argument]()
+    message = str(error.value)
+    assert message.startswith(argument.strip() + " must be ") and "(got " in message
+    assert "\n" not in message
+
+
+def drawn_figures(monkeypatch, tmp_path):
+    """{name: matplotlib figure} of the committed course runs, as plots.py draws them."""
+    import plots
+    figures = {}
+    monkeypatch.setattr(plots, "save", lambda fig, out, name, title: figures.setdefault(name, fig))
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(HERE / "results" / "course" / name) for name in ("sgd", "bool", "fcn_sweep")]
+                   + ["--out", str(tmp_path), "--formats", "png"])
+    assert done.value.code == 0
+    return figures
+
+
+def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(monkeypatch, tmp_path):
+    from matplotlib.colors import to_hex
+
+    import plots
+    figures, seen = drawn_figures(monkeypatch, tmp_path), set()
+    for name, fig in figures.items():
+        for ax in fig.axes:
+            for handle, text in zip(*ax.get_legend_handles_labels()):
+                assert ".json" not in text, (name, text)          # words, not a file name
+                meaning = text.split()[0].rstrip(",:")            # "fixed PE (3 seeds)", "fcn, s=2"
+                if meaning in plots.COLORS:
+                    seen.add(meaning)
+                    assert to_hex(handle.get_color()) == to_hex(plots.COLORS[meaning]), (name, text)
+    assert seen == {"stochastic", "fixed", "fcn", "transformer"}
+    meanings = [*plots.COLORS.values(), *plots.OTHERS, "black", "gray"]   # others: neutral
+    assert len(set(map(to_hex, meanings))) == len(meanings)
+
+
+def test_the_weights_figure_draws_v_s_token_block_square(monkeypatch, tmp_path):
+    figure = drawn_figures(monkeypatch, tmp_path)["sgd_weights"]
+    token_blocks = [ax for ax in figure.axes for im in ax.get_images()
+                    if im.get_array().shape == (5, 5)]                  # d = 5
+    assert token_blocks and all(ax.get_aspect() == 1.0 for ax in token_blocks)
