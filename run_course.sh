@@ -27,11 +27,12 @@ done
 MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
 TF="python train_tf.py --preset $SCALE --n-final 32768 ${TF_FLAGS:-}"   # finals on 32,768 common sequences a set
 FIGS=$OUT/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
-Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_FCN="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
 if [ "${QUICK:-0}" = 1 ]; then
   Q_TF="--steps 20 --eval-every 10 --n-test 64 --n-final 64 --T 8 --test-T 10 12"
   Q_FLOOR="--T 8 10 12"       # course: the family's floor at the quick runs' lengths (every --de of the line)
   Q_DE="--T 8" Q_LONG="--T 10 12"   # paper: the d_e sweep at the training T, the test lengths at d_e = 170
+  Q_TABLE="--T 8 --positions 12 24" # randomized PE's floors: two table sizes at the training T
   Q_FCN="--steps 20 --eval-every 20 --n-test 64 --seed 0 --sweep-T 6 8 --sweep-width 8 16 --sweep-de 4 8"
   Q_BOOL="--T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
   Q_PLOTS="--formats png"     # a PDF doubles the drawing time
@@ -52,6 +53,8 @@ if [ "$SCALE" = paper ]; then
   in_turn $TF --figure-set --seed $SEEDS $MODE --out "$OUT" $Q_TF   # Figures 1-5: the seven runs in one process, on shared draws
   # randomized PE (Ruoss et al. 2023): tables of L = 400 (the longest test length) and 1,600 positions
   in_turn $TF --pe randomized --positions 400 1600 --seed $SEEDS $MODE --out "$OUT/randomized" $Q_TF
+  # and its two predicted floors at each table size: W = c W*, and a W that learns its table (L = 200: fixed PE)
+  in_turn python sts.py --floor --T 200 --q 3 --d 5 --de 170 --positions 200 400 1600 --json "$OUT/randomized/table_floor.json" $Q_TABLE
   # the floor random PEs allow: against d_e at T=200 (the floor figure), and at the test lengths for d_e=170
   # (the length figure); every (T, d_e) pair in one call would cost ~4x as long; the two merged into one file
   in_turn python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json "$OUT/logs/floor_de.json" $Q_DE
@@ -81,6 +84,8 @@ lane_b() {
   for opt in sgd adam; do   # randomized PE: tables of L = 2T ... 16T positions, and L = T (no longer test lengths)
     $TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out "$OUT/randomized/$opt" $Q_TF
     $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out "$OUT/randomized/$opt" $Q_TF
+    # its two predicted floors at each L: W = c W*, and a W that learns its table
+    python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 20 40 80 160 320 --json "$OUT/randomized/$opt/table_floor.json" $Q_TABLE
   done
   python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json "$OUT/floor/family_floor.json" $Q_FLOOR  # its prediction
   python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json "$OUT/sgd/family_floor.json" $Q_FLOOR  # and at the test lengths
