@@ -235,7 +235,9 @@ def label(group, groups):
     keys = dict.fromkeys([*VARYING, *sorted(k for g in groups for k in g[0]["config"])])
     varying = [k for k in keys if k not in PER_SEED
                and len({repr(g[0]["config"].get(k)) for g in groups}) > 1]
-    text = ", ".join(f"{c[k]} PE" if k == "pe" else f"{k}={c.get(k)}" for k in varying) or (
+    shown = {"pe": lambda v: f"{v} PE", "positions": lambda v: f"L={v}"}  # names in legends
+    text = ", ".join(shown.get(k, lambda v: f"{k}={v}")(c[k]) for k in varying  # None: not set
+                     if c.get(k) is not None and k not in ("test_T", "test_q")) or (
         f"{c['pe']} PE" if c["model"] == "transformer" else f"T={c['T']}, width={c['width']}")
     odd = sorted({run["summary"].get("status", "no summary") for run in group} - {"finished"})
     return (text + (f" ({len(group)} seeds)" if len(group) > 1 else "")
