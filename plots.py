@@ -329,9 +329,9 @@ def figure_positions(runs, out, name):
     Ls = sorted(g[0]["config"]["positions"] for g in of("randomized"))
     far = Ls[-1] * 4                                               # where L -> infinity is drawn
     at = lambda g: {"fixed": c["T"], "stochastic": far}.get(g[0]["config"]["pe"],  # noqa: E731
-                                                            g[0]["config"]["positions"])
+                                                            g[0]["config"].get("positions"))
     fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.4 * PANEL[1]))
-    names = ["val", *set_names(runs, "T")]
+    names, low = ["val", *set_names(runs, "T")], np.inf     # low: the least trained loss drawn
     for key, col in zip(names, plt.cm.viridis(np.linspace(0, 0.85, len(names)))):
         for pe, marker, ls in (("randomized", "o", "-"), ("fixed", "x", ""),
                                ("stochastic", "s", "")):
@@ -339,23 +339,26 @@ def figure_positions(runs, out, name):
             pts = np.array([(x, np.mean(y), min(y), max(y)) for x, y in pts
                             if np.isfinite(y).all()])
             if len(pts):
+                low = min([low, *pts[:, 2]])
                 ax.errorbar(pts[:, 0], pts[:, 1], yerr=[pts[:, 1] - pts[:, 2],
                                                         pts[:, 3] - pts[:, 1]],
                             color=col, marker=marker, ls=ls, ms=3.5, capsize=2, lw=1)
         ax.plot([], [], color=col, label="val (T=%s, as trained)" % c["T"] if key == "val" else key)
+    low /= 2
     prediction = runs[0]["path"].parent / "table_floor.json"
     if prediction.exists():
         rows = [r for r in read(prediction)["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"]
         pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in rows), float)
-        ax.plot(pts[:, 0], pts[:, 1], "k--", lw=0.9,
-                label="best of a W that learns its table, at T")
+        ax.plot(pts[:, 0], np.maximum(pts[:, 1], low), "k--", lw=0.9, label="best of a W that"
+                " learns its table, at T (on the lower edge: 0, an exact selection)")
         ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*, at T")
+        ax.set_ylim(bottom=low)
     for pe, marker in (("randomized", "o"), ("fixed", "x"), ("stochastic", "s")):
         ax.plot([], [], "k" + marker, ms=3.5, label={"randomized": "randomized PE, L positions",
                                                      "fixed": "fixed PE (L = T)",
                                                      "stochastic": "stochastic PE (L → ∞)"}[pe])
     ax.set(xscale="log", yscale="log", xlabel="positions in the table, L",
-           ylabel="final loss ½‖f − y‖²", title="loss at each length against L")
+           ylabel="final loss ½‖f − STS_q‖²", title="loss at each length against L")
     ax.set_xticks([c["T"], *Ls, far], [*map(str, [c["T"], *Ls]), "∞"])
     ax.minorticks_off()
     return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
