@@ -350,7 +350,7 @@ def figure_positions(runs, out, name):
         rows = [r for r in read(prediction)["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"]
         pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in rows), float)
         ax.plot(pts[:, 0], np.maximum(pts[:, 1], low), "k--", lw=0.9, label="best of a W that"
-                " learns its table, at T (on the lower edge: 0, an exact selection)")
+                " learns its table, at T (a 0, an exact selection, on the lower edge)")
         ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*, at T")
         ax.set_ylim(bottom=low)
     for pe, marker in (("randomized", "o"), ("fixed", "x"), ("stochastic", "s")):
