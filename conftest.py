@@ -55,10 +55,6 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
                     assert x == pytest.approx(y, rel=rel, abs=1e-12), (key, a["step"])
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: end to end, run by `python test_sts.py --all`")
-
-
 @pytest.fixture
 def one_thread():
     """Small models train several times faster on one torch thread when jobs share the 2 cores."""

@@ -207,6 +207,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--pe", "onehot", "--de", "64", "7"], "onehot PE needs d_e >= the largest length 8"),
     (["--pe", "randomized", "--positions", "7"], "randomized PE needs L >= the longest"),
     (["--test-T", "0"], "--test-T must be a positive integer (got 0)"),
+    (["--threads", "100000000"], "--threads 100000000 (each thread holds its own buffers)"),
     (["--test-q", "30"], "--test-q must satisfy 1 <= q <= T (got q=30, T=6, --T)"),
     (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
     (["--pe", "randomized", "--positions", "16", "16"], "--positions lists a value twice"),

@@ -379,8 +379,6 @@ def test_the_lesson_notebook_runs_top_to_bottom_and_prints_what_its_text_says():
 
 if __name__ == "__main__":   # --all: the slow end-to-end tests too (run_course.sh, the notebook)
     every = "--all" in sys.argv[1:]
-    files = ("test_sts.py", "test_handout.py", "test_torch.py", "test_scripts.py",
-             "test_baselines.py", "test_plots.py")
-    sys.exit(pytest.main([str(HERE / name) for name in files]
-                         + ["-q", *([] if every else ["-m", "not slow"])]
-                         + [a for a in sys.argv[1:] if a != "--all"]))
+    os.chdir(HERE)                              # pytest.ini here names the files and options
+    sys.exit(pytest.main([*([] if every else ["-m", "not slow"]),
+                          *(a for a in sys.argv[1:] if a != "--all")]))

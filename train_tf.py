@@ -157,7 +157,8 @@ def check_args(args):
                            f"{T_max} (got d_e={d_e}); raise --de or use --pe fixed/stochastic")
         specs = run_specs(args, d_e)
         runlog.require_memory(step_bytes(args, len(specs), d_e, T_max), f"--T {args.T}/--test-T, "
-                              f"--batch {args.batch}, --n-final {args.n_final} and --de {d_e}")
+                              f"--batch {args.batch}, --n-final {args.n_final}, --de {d_e} and "
+                              f"--threads {args.threads} (each thread holds its own buffers)")
 
 
 def check_runs(args):
