@@ -33,7 +33,8 @@ import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length,
                      load_prediction, load_run, load_summary, read, set_names, spread, unique,
                      value, weights)
-from tables import length_curves, table, table_floor, table_length, table_paired, table_summary
+from tables import (length_curves, partial, table, table_floor, table_length, table_paired,
+                    table_summary)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -278,7 +279,8 @@ def figure_separation(summary, out, name):
                 title=f"width to reach loss ≤ {summary['eps']:.3g}")
     axes[1].set(xlabel="sequence length T", ylabel="parameters", title="parameters at that width")
     return save(fig, out, f"{name}_separation", f"{summary['steps']} steps × {summary['batch']}"
-                f" sequences, seeds {summary['seeds']}; slope: least squares, log width on log T")
+                f" sequences, seeds {summary['seeds']}; slope: least squares, log width on log T"
+                + partial(summary))
 
 
 def figure_critical(summary, out, name):
@@ -316,7 +318,7 @@ def figure_critical(summary, out, name):
     hp = "; ".join(f"{m}: " + ", ".join(f"{k} {v}" for k, v in h.items())
                    for m, h in config.get("hparams", {}).items())
     return save(fig, out, f"{name}_critical", f"seeds {config.get('seeds', '?')}, held-out set"
-                f" {config.get('n_test', '?')}" + (f"; {hp}" if hp else ""))
+                f" {config.get('n_test', '?')}" + (f"; {hp}" if hp else "") + partial(summary))
 
 
 def figure_positions(runs, out, name):

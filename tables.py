@@ -189,15 +189,21 @@ def table_length(name, runs, predicted):
                   "share of the rise: own / best", "slope per 10k steps"], rows)
 
 
+def partial(summary):
+    """' (interrupted: a partial search)' where a search did not finish; '' (or an old file)."""
+    status = summary.get("status", "finished")
+    return "" if status == "finished" else f" ({status}: a partial search)"
+
+
 def table_summary(path, summary):
     """The Markdown table of one sweep.json (train_fcn.py) or critical.json (train_bool.py)."""
     if path.name == "critical.json":
-        return markdown(f"{path.parent.name}: critical m (None: beyond the grid, max"
-                        f" {max(summary['config']['grid'])})", ["model", "s", "T", "m_crit"],
+        return markdown(f"{path.parent.name}{partial(summary)}: critical m (None: beyond the grid,"
+                        f" max {max(summary['config']['grid'])})", ["model", "s", "T", "m_crit"],
                         [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
-    return markdown(f"{path.parent.name}: smallest width with seed-mean val loss <="
-                    f" {summary['eps']:.4f}, {summary['steps']} steps of {summary['batch']}, seeds"
+    return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
+                    f" loss <= {summary['eps']:.4f}, {summary['steps']} steps of {summary['batch']}, seeds"
                     f" {summary['seeds']}", ["model", "T", "width", "params", "val (mean ± s)"],
                     [[r["model"], r["T"], r["width"] or "> %s" % max((w for w, _ in r["tried"]),
                                                                    default="?"),

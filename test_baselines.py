@@ -241,6 +241,7 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
                     "--batch", "64", "--seed", "0", "1", "--n-test", "64", "--eval-every", "50",
                     "--eps", "0.8", "--device", "cpu", "--out", str(tmp_path / "sw")])
     table = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert table["status"] == "finished"
     assert [(r["model"], r["T"]) for r in table["rows"]] == [(m, T) for T in (4, 8)
                                                              for m in ("fcn", "transformer")]
     for r in table["rows"]:                                  # each row found its width: the first
@@ -263,6 +264,27 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
     r = table["rows"][0]
     assert (f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |"
             in capsys.readouterr().out)
+
+
+def test_a_sweep_stopped_part_way_says_so_in_its_file_its_table_and_its_figure(tmp_path, capsys,
+                                                                                monkeypatch):
+    calls = []
+
+    def stop_at_the_second_cell(*args):                    # Ctrl-C while T's second cell trains
+        calls.append(args)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return 8, 100, [0.1]
+    monkeypatch.setattr(train_fcn, "seed_vals", stop_at_the_second_cell)
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8",
+                                   "--sweep-de", "4", "--seed", "0", "--out", str(tmp_path / "sw")])
+    sweep = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert done.value.code == 130 and sweep["status"] == "interrupted" and len(sweep["rows"]) == 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path / "sw"), "--table"])
+    assert "sw (interrupted: a partial search): smallest width" in capsys.readouterr().out
 
 
 def test_train_fcn_sweep_refuses_to_overwrite_fcn_runs_already_in_its_out(tmp_path, capsys):

@@ -233,13 +233,13 @@ def write_results(out, rows, status, t0):
                 and o["m_crit"] is not None]
         fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves([o["T"] for o in done],
                                                                   [o["m_crit"] for o in done])
-    (out / "critical.json").write_text(json.dumps({"rows": rows, "fits": fits}, indent=2))
+    runlog.write_json(out / "critical.json", {"status": status, "rows": rows, "fits": fits})
     with open(out / "critical.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["model", "s", "T", "m_crit"])
         writer.writeheader()
         writer.writerows({k: r[k] for k in writer.fieldnames} for r in rows)
     summary = dict(status=status, seconds=round(time.time() - t0, 1), rows=rows, fits=fits)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    runlog.write_json(out / "summary.json", summary)
     print(f"\n{'model':<12}{'s':>3}{'T':>7}{'m_crit':>8}   (smallest m with >= {PASS_ACC:.0%} "
           f"accuracy on {N_TEST:,} held-out samples in most seeds; None: not within the grid)")
     for r in rows:
@@ -287,8 +287,8 @@ def run(args, device):
             if not args.m:
                 write_results(out, rows, status, t0)
             else:                                       # a rerun is told how this one ended
-                (out / "summary.json").write_text(json.dumps(dict(
-                    status=status, seconds=round(time.time() - t0, 1)), indent=2))
+                runlog.write_json(out / "summary.json",
+                                  dict(status=status, seconds=round(time.time() - t0, 1)))
 
 
 def main(argv=None):

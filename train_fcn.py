@@ -270,18 +270,27 @@ def sweep(args, device):
                        val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals])
         return val <= eps
 
-    for T in args.sweep_T:
-        for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
-            row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None, vals=None,
-                       tried=[], tried_seeds=[])
-            first[model] = search(grid, first[model], lambda size: reached(model, T, size, row))
-            rows.append(row)
-            bar.update()
-            fits = {m: slope([r for r in rows if r["model"] == m]) for m in first}
-            (out / "sweep.json").write_text(json.dumps(dict(  # rewritten each cell: Ctrl-C keeps it
-                eps=eps, eps_fraction=args.eps, steps=args.steps, batch=args.batch, seeds=args.seed,
-                fcn_lr=args.lr, fcn_optimizer=args.optimizer, fcn_depth=args.depth, tf_lr=TF_LR,
-                tf_optimizer="adam", tf_pe="stochastic", rows=rows, loglog_slope=fits), indent=2))
+    def save(status):                    # after each cell, atomically: an ending keeps the rows
+        runlog.write_json(out / "sweep.json", dict(
+            status=status, eps=eps, eps_fraction=args.eps, steps=args.steps, batch=args.batch,
+            seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer, fcn_depth=args.depth,
+            tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic", rows=rows, loglog_slope=fits))
+
+    fits = {}
+    try:
+        for T in args.sweep_T:
+            for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
+                row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None,
+                           vals=None, tried=[], tried_seeds=[])
+                first[model] = search(grid, first[model], lambda size: reached(model, T, size, row))
+                rows.append(row)
+                bar.update()
+                fits = {m: slope([r for r in rows if r["model"] == m]) for m in first}
+                save("running")
+    except BaseException as error:
+        save(runlog.ended_by(error))
+        raise
+    save("finished")
     bar.close()
     torch.set_num_threads(threads)
     write_table(args, rows, fits, eps)
