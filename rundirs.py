@@ -41,14 +41,30 @@ class Report(list):
         self.append(f"plots.py: {kind}: {message}")
 
     def attempt(self, job, *args, then=""):
-        """job(*args), or None with its Skip reported (and `then`, what follows from it)."""
+        """job(*args), or None with its Skip reported (and `then`, what follows from it); any other
+        error of a malformed file too, in one line naming where it came from."""
         try:
             return job(*args)
         except Skip as e:
             self.say("skipped", f"{e}{then}")
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OSError) as e:
+            self.say("skipped", f"{origin(args)}: {type(e).__name__}: {e} (a malformed"
+                     f" file?){then}")
+
+
+def origin(args):
+    """Where a job's data came from, for its one-line report: its path or its first run's folder."""
+    for a in args:
+        if isinstance(a, Path):
+            return a
+        if isinstance(a, list) and a and isinstance(a[0], dict) and "path" in a[0]:
+            return a[0]["path"].parent
+    return "plots.py"
 
 
 def read(path, parse=json.loads):
+    if path.exists() and not path.is_file():          # a folder or a FIFO: reading it would hang
+        raise Skip(f"{path}: not a regular file")
     try:
         return parse(path.read_text())
     except FileNotFoundError:

@@ -3,6 +3,7 @@ tiny runs, three seeds as mean and spread, the paired, family and length tables,
 stderr for each thing that cannot be drawn. Seeded, CPU only.
 """
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -402,6 +403,15 @@ PLOT_CASES = {
     "config.json without d_e": (
         lambda r: edit_json(r / FIXED / "config.json", lambda c: c.pop("de")), 2, WHOLE, 1,
         "fixed-de3-seed0/config.json: no key 'de'"),
+    "a config.json whose model is a list": (
+        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.update(model=[])), 2, WHOLE, 1,
+        "fixed-de3-seed0: TypeError"),
+    "a folder where config.json belongs": (
+        lambda r: [(r / FIXED / "config.json").unlink(), (r / FIXED / "config.json").mkdir()],
+        2, WHOLE, 1, "fixed-de3-seed0/config.json: not a regular file"),
+    "a FIFO named log.jsonl (reading it would hang)": (
+        lambda r: [(r / FIXED / "log.jsonl").unlink(), os.mkfifo(r / FIXED / "log.jsonl")],
+        2, WHOLE, 1, "fixed-de3-seed0/log.jsonl: not a regular file"),
     "a diverged run": (
         lambda r: edit_json(r / FIXED / "summary.json", lambda s: s.update(status="diverged")),
         2, WHOLE, 1, "fixed-de3-seed0/summary.json: the run diverged at step 20"),
