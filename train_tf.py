@@ -315,7 +315,8 @@ class Trainer:
         self.status, self.records = ["running"] * R, [{} for _ in range(R)]  # diverged: stops alone
         self.loss_sum, self.since = torch.zeros(R, dtype=self.dtype, device=self.device), 0
         self.file = job_checkpoint(a, self.specs, self.d_e)
-        if not a.resume:
+        self.resumed = a.resume and self.file.exists()     # --resume of a job never started: start
+        if not self.resumed:
             self.file.unlink(missing_ok=True)              # an old job's state must not resume
             for spec in self.specs:
                 runlog.fresh_dir(spec["dir"])              # --force: nothing of the old run stays
@@ -404,7 +405,6 @@ def train(args, d_e, device):
         if all(runlog.finished(spec["dir"]) for spec in specs):
             print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
             return []
-        args = argparse.Namespace(**dict(vars(args), resume=False))   # none started: start
     tr = Trainer(args, d_e, device)
     first, seconds_before = tr.open_runs()
     t0, last_checkpoint, step = time.time() - seconds_before, time.time(), first
@@ -415,7 +415,7 @@ def train(args, d_e, device):
         with runlog.Signals() as signals:
             for step in range(first, args.steps + 1):
                 if ((step % args.eval_every == 0 or step == args.steps)
-                        and not (step == first and args.resume)):
+                        and not (step == first and tr.resumed)):
                     evaluate_and_log(tr, step, t0)
                     bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
                                         f" cos_W {tr.records[0]['cos_W']:.3f}")
