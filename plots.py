@@ -21,6 +21,7 @@ bad family_floor.json) or when nothing is drawn; 0 when a log's last line was cu
 warning: its intact records are drawn). A skipped run is left out of its configuration's mean.
 """
 import argparse
+import itertools
 import sys
 import textwrap
 from collections import defaultdict
@@ -256,31 +257,41 @@ def figure_floor(runs, out, name, predicted):
 
 
 def figure_separation(summary, out, name):
-    """Ours: the smallest width (and parameters) reaching the target loss against T, FCN vs ours."""
-    fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.2, PANEL[1] * 1.3))
-    for model, col in ((m, COLORS[m]) for m in ("fcn", "transformer")):
-        rows = [r for r in summary["rows"] if r["model"] == model]
+    """Ours: the smallest width (and parameters) reaching the target loss against T, FCN vs ours, a
+    line per training budget (the largest solid); beside the FCN that represents the target."""
+    fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.3, PANEL[1] * 1.5))
+    budgets = summary["budgets"]
+    for (model, col), b in itertools.product(((m, COLORS[m]) for m in ("fcn", "transformer")),
+                                             budgets):
+        rows = [r for r in summary["rows"] if (r["model"], r["steps"]) == (model, b)]
         done = [r for r in rows if r["width"] is not None]
-        slope = (summary.get("loglog_slope") or {}).get(model)
+        slope = summary["loglog_slope"][model][str(b)]
+        ls = ("-", "--", ":", "-.")[min(budgets[::-1].index(b), 3)]
         for ax, key in zip(axes, ("width", "params")) if done else ():
             T, y = np.array([(r["T"], r[key]) for r in done], float).T
-            ax.loglog(T, y, "o-", color=col, label=f"{model} (slope {slope:.2f})"
-                      if slope is not None else model)
+            ax.loglog(T, y, "o", ls=ls, color=col, label=f"{model}, {b:,} steps"
+                      + (f" (slope {slope:.2f})" if slope is not None else ""))
         failed = [(r["T"], max(w for w, _ in r["tried"])) for r in rows
                   if r["width"] is None and r["tried"]]
         if failed:
             axes[0].loglog(*np.array(failed, float).T, "^", mfc="none", color=col,
                            label=f"{model}: not reached (largest tried)")
-    Ts = sorted({r["T"] for r in summary["rows"]})
+    Ts = np.array(sorted({r["T"] for r in summary["rows"]}), float)
+    axes[0].loglog(Ts, 2 * Ts * summary["d"], color="gray", ls="-.", lw=0.9,
+                   label="2·T·d: an FCN that represents the target (slope 1)")
     for ax in axes:
-        ax.set_xticks(Ts, [str(T) for T in Ts])
+        ax.set_xticks(Ts, [str(int(T)) for T in Ts])
         ax.minorticks_off()
     axes[0].set(xlabel="sequence length T", ylabel="width (FCN m; transformer d + d_e)",
                 title=f"width to reach loss ≤ {summary['eps']:.3g}")
     axes[1].set(xlabel="sequence length T", ylabel="parameters", title="parameters at that width")
-    return save(fig, out, f"{name}_separation", f"{summary['steps']} steps × {summary['batch']}"
-                f" sequences, seeds {summary['seeds']}; slope: least squares, log width on log T"
-                + partial(summary))
+    settled = ", ".join(f"{m} {at['settled']['slope']:.2f} over T = {at['settled']['T']}"
+                        for m, at in summary["loglog_slope"].items()
+                        if (at.get("settled") or {}).get("slope") is not None)
+    return save(fig, out, f"{name}_separation", f"{'/'.join(map(str, budgets))} steps ×"
+                f" {summary['batch']} sequences, seeds {summary['seeds']}; slope: least squares,"
+                " log width on log T" + (f"; where the two largest budgets agree: {settled}"
+                                         if settled else "") + partial(summary))
 
 
 def figure_critical(summary, out, name):

@@ -17,8 +17,8 @@ NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer"
                          "attend"),
          "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
 # a search summarised in one file by train_fcn.py / train_bool.py: the keys of the file, of a row
-SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"),
-                            ("model", "T", "width", "params", "val", "tried")),
+SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_slope"),
+                            ("model", "T", "steps", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m_crit"))}
 GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends

@@ -203,9 +203,10 @@ def table_summary(path, summary):
                         [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
     return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
-                    f" loss <= {summary['eps']:.4f}, {summary['steps']} steps of {summary['batch']}, seeds"
-                    f" {summary['seeds']}", ["model", "T", "width", "params", "val (mean ± s)"],
-                    [[r["model"], r["T"], r["width"] or "> %s" % max((w for w, _ in r["tried"]),
-                                                                   default="?"),
+                    f" loss <= {summary['eps']:.4f} after each budget of steps of"
+                    f" {summary['batch']}, seeds {summary['seeds']}",
+                    ["model", "T", "steps", "width", "params", "val (mean ± s)"],
+                    [[r["model"], r["T"], r["steps"], r["width"] or "> %s" % max(
+                        (w for w, _ in r["tried"]), default="?"),
                       r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}"]
                      for r in summary["rows"]])

@@ -262,7 +262,7 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
     with pytest.raises(SystemExit):
         plots.main([str(tmp_path / "sw"), "--table"])
     r = table["rows"][0]
-    assert (f"| fcn | 4 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |"
+    assert (f"| fcn | 4 | 100 | {r['width']} | {r['params']} | {r['val']} ± {r['val_sd']} |"
             in capsys.readouterr().out)
 
 
@@ -291,6 +291,7 @@ def test_train_fcn_sweep_refuses_to_overwrite_fcn_runs_already_in_its_out(tmp_pa
     train_fcn.main(FCN_TINY + ["--steps", "50", "--width", "8", "--out", str(tmp_path)])
     run = tmp_path / "fcn-T6-m8-depth1-seed0"
     before = (run / "log.jsonl").read_bytes()
+    capsys.readouterr()                                      # its progress bar and closing line
     with pytest.raises(SystemExit) as done:                 # a sweep over that T and width
         train_fcn.main(FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "16",
                                    "--sweep-de", "4", "--seed", "0", "--out", str(tmp_path)])

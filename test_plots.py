@@ -370,11 +370,11 @@ def insert_line(path, after, line):
 
 FIXED = Path("exp/fixed-de3-seed0")  # the run each case damages; the stochastic one stays whole
 WHOLE = [f"exp_{f}.png" for f in FIGURES]
-SWEEP = dict(eps=0.3, steps=100, batch=64, seeds=[0],
-             loglog_slope={"fcn": 1.0, "transformer": 0.2}, rows=[
-    dict(model="fcn", T=4, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
-    dict(model="fcn", T=8, params=400, val=0.2, tried=[[16, 0.2]]),    # no width
-    dict(model="transformer", T=4, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
+SWEEP = dict(eps=0.3, budgets=[100], batch=64, seeds=[0], d=2,
+             loglog_slope={"fcn": {"100": 1.0}, "transformer": {"100": 0.2}}, rows=[
+    dict(model="fcn", T=4, steps=100, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
+    dict(model="fcn", T=8, steps=100, params=400, val=0.2, tried=[[16, 0.2]]),    # no width
+    dict(model="transformer", T=4, steps=100, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
 # a finite cosine, no loss
 NULLS = ('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'
          '{"step": 10, "train_loss": null, "val": null, "test_q": {"1": null}, "cos_W": 0.5}\n')

@@ -2,6 +2,8 @@
 
     python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, in turn
     python train_fcn.py --preset course --sweep --out runs/fcn-sweep  # the separation sweep
+    python train_fcn.py --preset course --sweep --sweep-T 10 20 40 80 \
+        --sweep-steps 1500 6000 24000 --out runs/fcn-budgets    # the needed width at three budgets
     python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 \
         --sweep-width 16 32 64 128 256 512 1024 2048 4096 8192 16384 \
         --sweep-de 4 8 16 32 64 128 256 512 --device cuda         # longer sequences, a GPU
@@ -11,6 +13,9 @@ on the very batches that train_tf.py's runs of its seed see; each run writes a d
 train_tf.py's format. --sweep: for each T, the smallest FCN hidden width m and transformer width
 D = d + d_e (fused.py's step) whose seed-mean final validation loss is <= --eps * d/(2q), on the
 same budget; it writes sweep.json and sweep.csv, and prints the table and the log-log slopes.
+--sweep-steps B1 B2 ...: the search at each budget, the largest first: a run trained to it holds
+every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
+only widths a smaller budget needs beyond are trained anew. --resume reuses the finished runs.
 """
 import csv
 import itertools
@@ -65,16 +70,21 @@ HPARAMS = dict(
     dtype=("float32", "floating-point precision", dict(choices=("float32", "float64"))),
     out=("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)", {}),
     force=(False, "replace run directories that already hold a run", dict(action="store_true")),
+    resume=(False, "--sweep: reuse the finished runs in --out that a cell needs and the transformer"
+            " cells of its sweep.json; redo the runs cut short", dict(action="store_true")),
     sweep=(False, "run the width-vs-T sweep for both models (SWEEP's budget unless given)",
            dict(action="store_true")),
     sweep_T=(SWEEP["sweep_T"], "--sweep: sequence lengths", dict(nargs="+", type=int)),
     sweep_width=(SWEEP["sweep_width"], "--sweep: FCN widths m", dict(nargs="+", type=int)),
     sweep_de=(SWEEP["sweep_de"], "--sweep: transformer d_e values", dict(nargs="+", type=int)),
+    sweep_steps=(None, "--sweep: budgets (steps) at which the needed widths are read, each"
+                 " evaluated on the way to the largest [--steps]", dict(nargs="+", type=int)),
     eps=(SWEEP["eps"], "--sweep: target loss, a fraction of d/(2q)", dict(type=float)),
 )
 # the FCN's learning rates: at T=20, m=256, 1500 steps Adam 1e-3 was best; SGD diverged at 0.5
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
+MODELS = ("fcn", "transformer")
 
 
 def FCN(in_features, width, depth, out_features):  # noqa: N802  named as the model it builds
@@ -98,17 +108,23 @@ def sample(gen, words, n, T, q, d, dtype):
 
 def parse_args(argv=None):
     args = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], HPARAMS).parse_args(argv)
+    args.both_budgets = args.steps is not None and args.sweep_steps is not None    # check_args' say
     if args.sweep:
         vars(args).update({k: v for k, v in SWEEP.items() if getattr(args, k) is None})
     runlog.fill_presets(args, HPARAMS, args.preset)
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
     args.lr = FCN_LR[args.optimizer] if args.lr is None else args.lr
+    args.sweep_steps = sorted(set(args.sweep_steps or [args.steps]), reverse=True)  # largest first
     return args
 
 
 def check_args(args):
     runlog.require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth",
-                                   "width", "sweep_width", "sweep_de"))
+                                   "width", "sweep_width", "sweep_de", "sweep_steps"))
+    runlog.require(not args.both_budgets, "--steps and --sweep-steps: give one (a sweep's budgets"
+                   " are --sweep-steps; --steps alone is a one-budget sweep)")
+    runlog.require(not args.resume or (args.sweep and not args.force),
+                   "--resume goes on with a --sweep, without --force")
     for name in ("lr", "eps"):
         runlog.require(0 < getattr(args, name) < float("inf"),
                        f"--{name} must be a positive finite number (got {getattr(args, name)})")
@@ -125,15 +141,46 @@ def check_args(args):
             finfo.bits // 8 * (4 * (T * args.d + T + 1) * widest * args.depth
                                + max(args.batch, args.n_test) * (T * args.d + T + 3 * widest)),
             f"--width {widest} at T={T}")
-        runlog.require(not args.sweep or args.force or not (Path(args.out) / "sweep.json").exists(),
-                       f"--out: {args.out} already holds a sweep; pass another --out or --force")
+        runlog.require(not args.sweep or args.force or args.resume
+                       or not (Path(args.out) / "sweep.json").exists(),
+                       f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
+                       " another --out or --force")
         for width, seed in itertools.product(args.sweep_width if args.sweep else args.width,
                                              args.seed):     # every run a sweep may write
-            runlog.check_free(run_dir(args, T, width, seed), args.force)
+            path = run_dir(args, T, width, seed)
+            runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
+            differ = unlike(args, path) if args.resume and runlog.finished(path) else []
+            runlog.require(not differ, f"--resume: {path} was trained with other settings"
+                           f" ({', '.join(differ)}); pass --force to redo it, or another --out")
 
 
 def run_dir(args, T, width, seed):
     return Path(args.out) / f"fcn-T{T}-m{width}-depth{args.depth}-seed{seed}"
+
+
+def run_config(args, T, width, seed, steps, device):
+    """A run's config.json: every resolved setting but the sweep's own."""
+    return dict({k: v for k, v in vars(args).items() if not k.startswith("sweep")
+                 and k not in ("force", "out", "resume", "both_budgets")},
+                model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
+
+
+def unlike(args, path):
+    """The settings in which the finished run at `path` differs from what this sweep would train
+    there (its length and device aside: a longer run holds a shorter one's numbers); --resume
+    reuses it only if there are none, and redoes a run cut short."""
+    config = runlog.read_config(path)
+    ours = run_config(args, config.get("T"), config.get("width"), config.get("seed"), None, None)
+    return sorted(k for k in ours if k not in ("steps", "device") and config.get(k) != ours[k])
+
+
+def logged_val(path, steps):
+    """The validation loss a finished run logged at `steps`, or None (it stopped short or diverged,
+    or was not evaluated there)."""
+    if not runlog.finished(path):
+        return None
+    records = (json.loads(line) for line in (path / "log.jsonl").read_text().splitlines())
+    return next((r["val"] for r in records if r["step"] == steps), None)
 
 
 def evaluate(model, sets):
@@ -142,7 +189,7 @@ def evaluate(model, sets):
     return dict(val=losses.pop("val"), test_q=losses)
 
 
-def open_run(args, T, width, seed, device):
+def open_run(args, T, width, seed, steps, device):
     """A new run's directory and config; its model, optimiser, generator and validation sets."""
     path = run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
@@ -154,23 +201,22 @@ def open_run(args, T, width, seed, device):
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
-    config = dict({k: v for k, v in vars(args).items() if not k.startswith("sweep")
-                   and k not in ("force", "out")}, model="fcn", T=T, width=width, seed=seed,
-                  params=n_params(model), device=str(device))
+    config = dict(run_config(args, T, width, seed, steps, device), params=n_params(model))
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path, model, optimizer, gen, sets
 
 
-def train(args, T, width, seed, device, progress=True):
-    """One FCN run: write its directory, return its final evaluation record."""
-    path, model, optimizer, gen, sets = open_run(args, T, width, seed, device)
+def train(args, T, width, seed, device, steps=None, progress=True):
+    """One FCN run of `steps` (default --steps): write its directory, return its final record."""
+    steps = steps or args.steps
+    path, model, optimizer, gen, sets = open_run(args, T, width, seed, steps, device)
     loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
-    bar = tqdm(total=args.steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
+    bar = tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
                disable=not progress, leave=False)
     log = open(path / "log.jsonl", "w")
     try:
-        for step in range(args.steps + 1):
-            if step % args.eval_every == 0 or step == args.steps:
+        for step in range(steps + 1):
+            if step % args.eval_every == 0 or step == steps or step in args.sweep_steps:
                 train_loss = loss_sum.item() / since if since else None
                 rec = dict(step=step, train_loss=train_loss, lr=args.lr,
                            time=round(time.time() - t0, 3), **evaluate(model, sets))
@@ -179,7 +225,7 @@ def train(args, T, width, seed, device, progress=True):
                                     args.d / 2 / args.q)
                 bar.set_postfix(val=f"{rec['val']:.4f}")
                 loss_sum, since = 0.0, 0
-            if step == args.steps:
+            if step == steps:
                 break
             x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q, args.d,
                                args.dtype)
@@ -203,24 +249,42 @@ def train(args, T, width, seed, device, progress=True):
 
 def transformer_vals(args, T, d_e, device):
     """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
-    Adam on the FCN's budget and draws; each seed's final validation loss (NaN if it diverges)."""
+    Adam on the FCN's draws; {budget: each seed's validation loss after that many steps} (NaN if it
+    diverges), every budget of --sweep-steps read on the way to the largest."""
     dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
     step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
                            torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
                            dtype, threads=1)                        # one thread (see sweep)
     W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
-    for t in range(args.steps):
+    vals = {}
+    for t in range(max(args.sweep_steps)):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
-    per_sequence = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
-    return per_sequence.double().mean(0).tolist()
+        if t + 1 in args.sweep_steps:
+            per_sequence = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
+            vals[t + 1] = per_sequence.double().mean(0).tolist()
+    return vals
 
 
 def slope(rows):
     """Least-squares slope of log(width) against log(T) over the rows that reached the target."""
     pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
-    return float(np.polyfit(*zip(*pts), 1)[0]) if len(pts) >= 2 else None
+    return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
+
+
+def fits(rows, budgets):
+    """Each model's log-log slope at each budget; and where the budget has stopped mattering (the
+    T whose width is the same at the two largest budgets, each reached) the slope over those."""
+    at = {(m, b): {r["T"]: r for r in rows if (r["model"], r["steps"]) == (m, b)}
+          for m in MODELS for b in budgets}
+    out = {m: {str(b): slope(at[m, b].values()) for b in budgets} for m in MODELS}
+    if len(budgets) > 1:                                           # budgets: the largest first
+        for m in MODELS:
+            same = [r for T, r in at[m, budgets[0]].items() if r["width"] is not None
+                    and at[m, budgets[1]].get(T, {}).get("width") == r["width"]]
+            out[m]["settled"] = dict(T=[r["T"] for r in same], slope=slope(same))
+    return out
 
 
 def search(grid, first, reached):
@@ -232,35 +296,74 @@ def search(grid, first, reached):
     return None
 
 
-def seed_vals(args, model, T, size, device, eps):
-    """(width, parameters, final val losses of the seeds) of a model at one size: the transformer's
-    seeds side by side; the FCN's seed by seed, stopping once the seeds so far put the mean of all
-    above eps (losses are >= 0, so the size has failed whatever the other seeds would give)."""
+def fcn_val(args, T, width, seed, steps, device):
+    """An FCN seed's validation loss after `steps`: read from its run when one in --out got that far
+    (a sweep's longer budget, or a sweep resumed), else trained; a diverged seed counts as inf."""
+    path = run_dir(args, T, width, seed)
+    val = logged_val(path, steps) if (path / "log.jsonl").exists() else None
+    if val is not None:
+        return val
+    try:
+        return train(args, T, width, seed, device, steps, progress=False)["val"]
+    except runlog.Stop as stop:                                # the other seeds and sizes go on
+        tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target")
+        return math.inf
+
+
+def seed_vals(args, model, T, size, steps, device, eps, cells):
+    """(width, parameters, val losses of the seeds after `steps`) of a model at one size: the
+    transformer's seeds side by side (every budget at once, kept in `cells`); the FCN's seed by
+    seed, stopping once the seeds so far put the mean of all above eps (losses are >= 0, so the
+    size has failed whatever the other seeds would give)."""
     if model == "transformer":
+        key = f"{T} {size}"
+        if not all(str(b) in cells.get(key, {}) for b in args.sweep_steps):
+            cells[key] = {str(b): v for b, v in transformer_vals(args, T, size, device).items()}
         return (args.d + size, (args.d + size) * (2 * args.d + size),  # D x D + d x D
-                transformer_vals(args, T, size, device))
+                cells[key][str(steps)])
     vals = []
     for seed in args.seed:
-        vals.append(train(args, T, size, seed, device, progress=False)["val"])
+        vals.append(fcn_val(args, T, size, seed, steps, device))
         if not sum(vals) / len(args.seed) <= eps:
             break
     return size, n_params(FCN(T * args.d + T, size, args.depth, args.d)), vals
 
 
+def resumed_cells(args):
+    """The transformer cells ({"T d_e": {budget: seed losses}}) of the sweep.json --resume goes on
+    with, where it was made with the same settings; else none."""
+    path = Path(args.out) / "sweep.json"
+    if not (args.resume and path.exists()):
+        return {}
+    old = json.loads(path.read_text())
+    same = all(old.get(k) == v for k, v in sweep_settings(args).items() if k != "budgets")
+    return old.get("transformer_cells", {}) if same else {}
+
+
+def sweep_settings(args):
+    return dict(eps_fraction=args.eps, budgets=sorted(args.sweep_steps), batch=args.batch,
+                seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer,
+                fcn_depth=args.depth, tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic",
+                n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
+
+
 def sweep(args, device):
-    """For each T the smallest width of each model whose seed-mean final val loss is <= eps d/(2q);
-    each search starts at the last T's answer (a longer sequence is taken to need no less width)."""
+    """For each T and budget the smallest width of each model whose seed-mean val loss is <=
+    eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
+    taken to need no less width); the largest budget first, whose runs hold the others' numbers."""
     eps, out, rows = args.eps * args.d / (2 * args.q), Path(args.out), []
     out.mkdir(parents=True, exist_ok=True)
-    first = {"fcn": 0, "transformer": 0}
-    bar = tqdm(total=2 * len(args.sweep_T), desc="sweep (T, model)", dynamic_ncols=True)
+    first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
+    cells = resumed_cells(args)
+    bar = tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps), desc="sweep (T, budget, model)",
+               dynamic_ncols=True)
     # one thread: on 2 shared cores torch's second thread cost more than it saved at each size timed
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
 
-    def reached(model, T, size, row):
-        bar.set_postfix(T=T, model=model, size=size)
-        width, params, vals = seed_vals(args, model, T, size, device, eps)
+    def reached(model, T, size, steps, row):
+        bar.set_postfix(T=T, steps=steps, model=model, size=size)
+        width, params, vals = seed_vals(args, model, T, size, steps, device, eps, cells)
         val = float(np.mean(vals))
         row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
         row["tried_seeds"].append(len(vals))                         # how many those were
@@ -272,20 +375,18 @@ def sweep(args, device):
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
         runlog.write_json(out / "sweep.json", dict(
-            status=status, eps=eps, eps_fraction=args.eps, steps=args.steps, batch=args.batch,
-            seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer, fcn_depth=args.depth,
-            tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic", rows=rows, loglog_slope=fits))
+            status=status, eps=eps, **sweep_settings(args), rows=rows,
+            loglog_slope=fits(rows, args.sweep_steps), transformer_cells=cells))
 
-    fits = {}
     try:
-        for T in args.sweep_T:
+        for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
             for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
-                row = dict(model=model, T=T, width=None, params=None, val=None, val_sd=None,
-                           vals=None, tried=[], tried_seeds=[])
-                first[model] = search(grid, first[model], lambda size: reached(model, T, size, row))
+                row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None,
+                           val_sd=None, vals=None, tried=[], tried_seeds=[])
+                first[model, steps] = search(grid, first[model, steps],
+                                             lambda size: reached(model, T, size, steps, row))
                 rows.append(row)
                 bar.update()
-                fits = {m: slope([r for r in rows if r["model"] == m]) for m in first}
                 save("running")
     except BaseException as error:
         save(runlog.ended_by(error))
@@ -293,26 +394,34 @@ def sweep(args, device):
     save("finished")
     bar.close()
     torch.set_num_threads(threads)
-    write_table(args, rows, fits, eps)
+    write_table(args, rows, fits(rows, args.sweep_steps), eps)
 
 
-def write_table(args, rows, fits, eps):
+def write_table(args, rows, slopes, eps):
     with open(Path(args.out) / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["model", "T", "width", "params", "val", "val_sd"],
+        w = csv.DictWriter(f, fieldnames=["model", "T", "steps", "width", "params", "val", "val_sd"],
                            extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after "
-          f"{args.steps} steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
+          f"each budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
           f" transformer: D = d + d_e")
-    print(f"{'model':<12}{'T':>5}{'width':>7}{'params':>10}{'val':>8}{'+-':>8}"
+    print(f"{'model':<12}{'T':>5}{'steps':>7}{'width':>7}{'params':>10}{'val':>8}{'+-':>8}"
           "   tried [width, val]")
     for r in rows:
-        print(f"{r['model']:<12}{r['T']:>5}{r['width'] or '>max':>7}{r['params'] or '-':>10}"
-              f"{r['val'] if r['val'] is not None else '-':>8}{r['val_sd'] or '':>8}"
-              f"   {r['tried']}")
-    print("log-log slope of width against T (over the T that reached eps): " + ", ".join(
-        f"{m} {s:.2f}" if s is not None else f"{m} (fewer than 2 points)" for m, s in fits.items()))
+        print(f"{r['model']:<12}{r['T']:>5}{r['steps']:>7}{r['width'] or '>max':>7}"
+              f"{r['params'] or '-':>10}{r['val'] if r['val'] is not None else '-':>8}"
+              f"{r['val_sd'] or '':>8}   {r['tried']}")
+    for m, at in slopes.items():
+        print(f"{m}: log-log slope of width against T (over the T that reached eps): " + ", ".join(
+            f"{b} steps {fmt_slope(s)}" for b, s in at.items() if b != "settled"))
+        if "settled" in at:
+            print(f"{m}: the same width at the two largest budgets at T = {at['settled']['T']};"
+                  f" slope over those: {fmt_slope(at['settled']['slope'])}")
+
+
+def fmt_slope(s):
+    return "fewer than 2 points" if s is None else f"{s:.2f}"
 
 
 def main(argv=None):
