@@ -312,3 +312,80 @@ def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(tmp_path, o
             and fcn["tried_seeds"] == [1, 1])
     assert sorted(p.name for p in (tmp_path / "sw").glob("fcn-*")) == ["fcn-T4-m16-depth1-seed0",
                                                                          "fcn-T4-m8-depth1-seed0"]
+
+
+BUDGETS = ["--preset", "course", "--sweep", "--sweep-T", "4", "6", "--sweep-width", "8", "16", "32",
+           "--sweep-de", "4", "8", "--batch", "32", "--seed", "0", "1", "--n-test", "64",
+           "--eps", "0.7", "--device", "cpu"]
+
+
+def sweep_rows(out):
+    return json.loads((out / "sweep.json").read_text())["rows"]
+
+
+def test_a_sweep_at_several_budgets_reads_the_smaller_ones_from_the_longest_runs(tmp_path,
+                                                                                  one_thread):
+    train_fcn.main(BUDGETS + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "both")])
+    train_fcn.main(BUDGETS + ["--steps", "20", "--out", str(tmp_path / "one")])
+    both = sweep_rows(tmp_path / "both")
+    assert [(r["T"], r["steps"]) for r in both[::2]] == [(4, 60), (4, 20), (6, 60), (6, 20)]
+    # the 20-step rows are those of a 20-step sweep, number for number, searched the same way
+    assert [r for r in both if r["steps"] == 20] == sweep_rows(tmp_path / "one")
+    assert any(r["width"] != s["width"] for r, s in zip(both[::4], both[2::4]))   # budgets differ
+    for run in (tmp_path / "both").glob("fcn-*"):          # each run evaluated at both budgets
+        steps = json.loads((run / "config.json").read_text())["steps"]
+        assert {20, steps} <= {r["step"] for r in read_log(run)}
+
+
+def test_a_sweep_cut_short_resumes_to_the_same_rows_retraining_only_what_was_cut(
+        tmp_path, one_thread, monkeypatch, capsys):
+    out = tmp_path / "sw"
+    train_fcn.main(BUDGETS + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "whole")])
+    train, calls = train_fcn.train, []
+
+    def cut_at_the_fourth_run(*args, **kw):                 # Ctrl-C inside the fourth FCN run
+        calls.append(args[1:4])
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return train(*args, **kw)
+    monkeypatch.setattr(train_fcn, "train", cut_at_the_fourth_run)
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(BUDGETS + ["--sweep-steps", "20", "60", "--out", str(out)])
+    assert done.value.code == 130
+    with pytest.raises(SystemExit) as done:                 # without --resume: refused, untouched
+        train_fcn.main(BUDGETS + ["--sweep-steps", "20", "60", "--out", str(out)])
+    assert done.value.code == 2 and "already holds a sweep" in capsys.readouterr().err
+    before = len(calls)
+    train_fcn.main(BUDGETS + ["--sweep-steps", "20", "60", "--out", str(out), "--resume"])
+    assert sweep_rows(out) == sweep_rows(tmp_path / "whole")
+    again = calls[before:]                                  # the three finished runs not retrained
+    assert calls[3] in again and not set(calls[:3]) & set(again)
+    assert json.loads((out / "sweep.json").read_text())["status"] == "finished"
+
+
+def test_resume_refuses_a_finished_run_trained_with_other_settings(tmp_path, one_thread, capsys):
+    train_fcn.main(BUDGETS + ["--sweep-steps", "20", "--lr", "0.01", "--out", str(tmp_path)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(BUDGETS + ["--sweep-steps", "20", "--out", str(tmp_path), "--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "other settings (lr)" in err
+
+
+def test_a_diverging_fcn_seed_leaves_the_sweep_going(tmp_path, one_thread, capsys):
+    train_fcn.main(BUDGETS + ["--sweep-steps", "20", "--lr", "1e6", "--out", str(tmp_path)])
+    rows = sweep_rows(tmp_path)                                # every FCN run diverges at lr 1e6
+    assert [(r["model"], r["T"]) for r in rows] == [(m, T) for T in (4, 6)
+                                                    for m in ("fcn", "transformer")]
+    assert all(r["width"] is None for r in rows if r["model"] == "fcn")
+    assert all(r["tried"] for r in rows)                     # the transformer searched on
+    assert "counts as not reaching the target" in capsys.readouterr().err
+    assert json.loads((tmp_path / "fcn-T4-m8-depth1-seed0" / "summary.json").read_text())[
+        "status"] == "diverged"
+
+
+def test_steps_and_sweep_steps_together_are_refused_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(BUDGETS + ["--steps", "20", "--sweep-steps", "20", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "--sweep-steps" in err

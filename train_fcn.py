@@ -21,6 +21,7 @@ import csv
 import itertools
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -306,7 +307,7 @@ def fcn_val(args, T, width, seed, steps, device):
     try:
         return train(args, T, width, seed, device, steps, progress=False)["val"]
     except runlog.Stop as stop:                                # the other seeds and sizes go on
-        tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target")
+        tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
         return math.inf
 
 
