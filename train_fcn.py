@@ -330,6 +330,18 @@ def seed_vals(args, model, T, size, steps, device, eps, cells):
     return size, n_params(FCN(T * args.d + T, size, args.depth, args.d)), vals
 
 
+def note(row, width, params, vals, eps):
+    """Add a tried size to a sweep's row; the first to reach eps is its answer. Whether it did."""
+    val = float(np.mean(vals))
+    row["tried"].append([width, round(val, 4)])                    # the mean of the seeds trained,
+    row["tried_seeds"].append(len(vals))                             # how many those were
+    if val <= eps:                          # the spread: the seeds' sample standard deviation
+        spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
+        row.update(width=width, params=params, val=round(val, 4),
+                   val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals])
+    return val <= eps
+
+
 def resumed_cells(args):
     """The transformer cells ({"T d_e": {budget: seed losses}}) of the sweep.json --resume goes on
     with, where it was made with the same settings; else none."""
@@ -364,15 +376,7 @@ def sweep(args, device):
 
     def reached(model, T, size, steps, row):
         bar.set_postfix(T=T, steps=steps, model=model, size=size)
-        width, params, vals = seed_vals(args, model, T, size, steps, device, eps, cells)
-        val = float(np.mean(vals))
-        row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
-        row["tried_seeds"].append(len(vals))                         # how many those were
-        if val <= eps:                      # the spread: the seeds' sample standard deviation
-            spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-            row.update(width=width, params=params, val=round(val, 4),
-                       val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals])
-        return val <= eps
+        return note(row, *seed_vals(args, model, T, size, steps, device, eps, cells), eps)
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
         runlog.write_json(out / "sweep.json", dict(
