@@ -19,6 +19,7 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
 
     python sts.py                                   # SGD on STS_q; stochastic vs fixed PE at 2T, 4T
     python sts.py --floor --T 200 --de 170          # the predicted loss floor, stochastic and fixed PE
+    python sts.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor is <= 0.3 d/(2q)
 
 NumPy only (tqdm for the progress bar, the standard library for the command line), read top to
 bottom: task, PEs, model, hand-written backward, SGD, the floor, demo, the command line. Copy this one
@@ -257,12 +258,16 @@ def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
 
 
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
-    """min over (c, alpha) of family_loss on the same n sequences: the floor a model of the
-    ground-truth direction cannot beat. The best alpha at c is E<g, y> / E||g||^2 (least squares,
-    g = family_output); c from a golden-section search over log c. Returns (loss, c, alpha).
+    """min over (c, alpha) of family_loss on the same n sequences (scale_floor of family_draws):
+    the floor a model of the ground-truth direction cannot beat. Returns (loss, c, alpha).
     With a ridge, the floor of W = c [[0, 0], [0, M]] (family_draws), a table's own family."""
     check(c_max > 1e-3, "c_max", "> 0.001, where the search over c starts", c_max)
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
+    return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)
+
+
+def scale_floor(draws, c_max=1e4):
+    """min over (c, alpha) of the family's loss on `draws`. The best alpha at c is E<g, y> /
+    E||g||^2 (least squares, g = family_output); c from a golden-section search over log c."""
 
     def best(log_c):
         g = family_output(draws, np.exp(log_c))
@@ -291,6 +296,35 @@ def family_fit(W, V, d):
     """(c, alpha), the projection of trained W, V on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
+
+
+def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
+    """The smallest d_e whose stochastic-PE family_floor is <= target: up by 3/2 from `start` until
+    it is met, down by 2/3 until it is not, then bisection (the floor taken to fall with d_e; every
+    d_e on `seed`, common random numbers). Returns (d_e, {d_e tried: (floor, c, alpha, se)}), se
+    the floor's Monte-Carlo standard error: the n sequences' losses' std / sqrt(n)."""
+    check(target > 0, "target", "> 0 (the floor is 0 only as d_e -> infinity)", target)
+    tried = {}
+
+    def met(d_e):                                    # is the floor at d_e <= target? (cached)
+        check(d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target)
+        if d_e not in tried:
+            draws = family_draws("stochastic", T, q, d, d_e, n, seed)
+            value, c, alpha = scale_floor(draws)
+            each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # per sequence
+            tried[d_e] = (value, c, alpha, float(each.std(ddof=1) / n ** 0.5))
+        return tried[d_e][0] <= target
+
+    hi = start
+    while not met(hi):                               # up until met: ceil(3 hi / 2) > hi
+        hi = -(-3 * hi // 2)
+    lo = hi
+    while lo > 1 and met(lo):                        # down until not met: floor(2 lo / 3) < lo
+        hi, lo = lo, lo * 2 // 3
+    while hi - lo > 1 and not met(lo):               # bisection: lo not met, hi met
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if met(mid) else (mid, hi)
+    return (lo if met(lo) else hi), tried            # lo = 1 met: the smallest there is
 
 
 # ---------------------------------------------------------------------------------------- The demo
@@ -342,11 +376,33 @@ def table_floors(Ts, q, d, des, Ls, seed=0):
     return rows
 
 
+def widths(Ts, q, d, eps, seed=0):
+    """needed_de at each T (ascending, each search from the last answer) for the target eps d/(2q),
+    printed; the rows for --json. de_se: the d_e shift one se of the floor makes at the floor's
+    slope against ln d_e over the d_e tried within a factor 2 (tables.py fits d_e against T)."""
+    import time
+    rows, de, target = [], 8, eps * d / (2 * q)
+    for T in sorted(Ts):
+        start = time.time()
+        de, tried = needed_de(T, q, d, target, seed=seed, start=de)
+        near = [k for k in tried if de / 2 <= k <= 2 * de]
+        slope = np.polyfit(np.log(near), [tried[k][0] for k in near], 1)[0] if near[1:] else 0
+        floor, c, alpha, se = tried[de]
+        rows.append(dict(T=T, de=de, floor=floor, se=se, de_se=-de * se / slope if slope < 0 else
+                         None, c=c, alpha=alpha, seconds=round(time.time() - start, 1),
+                         tried=sorted([k, v[0]] for k, v in tried.items())))
+        print(f"T={T}: d_e={de}, floor {floor:.4f} ± {se:.4f} (se) <= {target:.4f}; {len(tried)}"
+              f" floors in {rows[-1]['seconds']} s", flush=True)
+    return rows
+
+
 def main(argv=None):
-    """Command line: the demo, or with --floor the family floor per --T, --de (rows to --json).
+    """Command line: the demo, with --floor the family floor per --T, --de, with --needed-de the
+    least d_e whose floor is <= --eps d/(2q) per --T (rows to --json).
     Exit status: 0 done, 1 a loss diverged, 2 bad input (one line naming the flag), 130 Ctrl-C."""
     import argparse
     import json
+    import os
     import sys
 
     def stop(message, status):                      # one line on stderr, never a usage block
@@ -368,7 +424,12 @@ def main(argv=None):
                    help="seed of the data, the fixed PE table and the init")
     p.add_argument("--floor", action="store_true", help="print the best loss of W = c W*, V = alpha V*"
                    " (family_floor) for stochastic and fixed PE at each --T and --de, and exit")
-    p.add_argument("--json", help="with --floor: also write the rows to this file (plots.py draws them)")
+    p.add_argument("--needed-de", action="store_true", help="print the smallest d_e whose stochastic"
+                   "-PE floor is <= --eps d/(2q) at each --T (needed_de), and exit")
+    p.add_argument("--eps", type=float, default=0.3, help="with --needed-de: the target loss over"
+                   " d/(2q), the loss at W = V = 0 (train_fcn.py --sweep's target)")
+    p.add_argument("--json", help="with --floor or --needed-de: also write the rows to this file"
+                   " (plots.py draws them)")
     p.add_argument("--positions", type=int, nargs="+",
                    help="with --floor: randomized PE with tables of these L >= T positions instead:"
                    " the floor of W = c W* and of a W that learns its table (table_floor)")
@@ -380,22 +441,29 @@ def main(argv=None):
         check(args.steps >= 1, "--steps", "a positive integer", args.steps)
         check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
         check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
-        check(args.floor or len(args.T) == len(args.de) == 1, "--T and --de",
+        check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
               "one value each without --floor", (args.T, args.de))
+        check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time", "both")
+        check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
+              "--json", "a file in a writable folder (checked before the search)", args.json)
+        check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
         check(not args.positions or args.floor and max(args.positions) >= min(args.T),
               "--positions", "a table size L >= some --T, with --floor", args.positions)
     except ValueError as e:
         stop(f"error: {e}", 2)
     try:
-        if args.floor:
-            rows = (table_floors(args.T, args.q, args.d, args.de, args.positions, args.seed)
+        if args.floor or args.needed_de:
+            rows = (widths(args.T, args.q, args.d, args.eps, args.seed) if args.needed_de else
+                    table_floors(args.T, args.q, args.d, args.de, args.positions, args.seed)
                     if args.positions else floors(args.T, args.q, args.d, args.de, args.seed))
             family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
                       if args.positions else "W = c W*, V = alpha V*")
+            search = dict(pe="stochastic", q=args.q, d=args.d, eps=args.eps,
+                          target=args.eps * args.d / (2 * args.q)) if args.needed_de else {}
             if args.json:
                 with open(args.json, "w") as fh:
-                    json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows), fh,
-                              indent=2)
+                    json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows,
+                                   **search), fh, indent=2)
             return
         start = args.d / (2 * args.q)               # the loss at W = V = 0
         worst = [r[1] for r in demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr,
@@ -405,6 +473,8 @@ def main(argv=None):
                  " lower --lr", 1)
     except OSError as e:                            # an unwritable --json
         stop(f"error: cannot write {e.filename}: {e.strerror}; check --json", 2)
+    except ValueError as e:                         # an --eps no d_e <= 4096 reaches
+        stop(f"error: {e}; raise --eps", 2)
     except KeyboardInterrupt:
         stop("interrupted", 130)
 

@@ -230,6 +230,45 @@ def test_a_long_table_learned_beats_the_ground_truth_family_and_stochastic_pes_h
     with pytest.raises(ValueError, match="ridge"):
         sts.family_floor("stochastic", T, q, d, d_e, n=64, ridge=0.1)
 
+def test_needed_de_is_the_smallest_d_e_a_scan_finds_meeting_the_target_from_any_start():
+    T, q, d, n, seed = 8, 2, 2, 256, 3
+    scan = [sts.family_floor("stochastic", T, q, d, d_e, n=n, seed=seed)[0] for d_e in range(1, 13)]
+    assert all(a > b for a, b in zip(scan, scan[1:]))    # falling here: one smallest d_e per target
+    for target in (0.32, 0.2, 0.05):                     # d_e = 1 (the lowest there is), 4, 10
+        smallest = next(k for k, f in enumerate(scan, 1) if f <= target)
+        for start in (1, 16):                            # searching up, and down
+            d_e, tried = sts.needed_de(T, q, d, target, n=n, seed=seed, start=start)
+            assert d_e == smallest, (target, start)
+            assert all(tried[k][0] == scan[k - 1] for k in tried if k <= 12)  # family_floor's draws
+    floor, c, alpha, se = tried[d_e]                      # se: the per-sequence losses' std / √n
+    each = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
+    losses = 0.5 * ((alpha * sts.family_output(each, c) - each[2]) ** 2).sum(-1)
+    assert losses.mean() == pytest.approx(floor)
+    assert se == pytest.approx(losses.std(ddof=1) / n ** 0.5)
+    with pytest.raises(ValueError, match="target"):      # a target no d_e <= de_max reaches
+        sts.needed_de(T, q, d, 0.01, n=64, de_max=6)
+
+
+def test_sts_needed_de_writes_each_lengths_smallest_d_e_and_the_floors_it_tried(tmp_path):
+    sts.main(["--needed-de", "--T", "8", "6", "--q", "2", "--d", "2", "--eps", "0.3", "--json",
+              str(tmp_path / "n.json")])
+    out = json.loads((tmp_path / "n.json").read_text())
+    assert out["target"] == pytest.approx(0.3 * 2 / 4) and [r["T"] for r in out["rows"]] == [6, 8]
+    for r in out["rows"]:
+        tried = dict(r["tried"])
+        assert tried[r["de"]] == r["floor"] <= out["target"] < tried[r["de"] - 1]
+        assert r["de_se"] > 0 and r["se"] > 0
+
+
+@pytest.mark.parametrize("flags, name", [(["--eps", "0"], "--eps"), (["--floor"], "--floor"),
+                                          (["--json", "no/such/folder/n.json"], "--json")])
+def test_sts_needed_de_refuses_a_bad_flag_in_one_line(flags, name, capsys):
+    with pytest.raises(SystemExit) as done:
+        sts.main(["--needed-de", "--T", "6", *flags])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and name in err
+
+
 # ----------------------------------------------------------------------------- misuse of the lesson
 @pytest.mark.parametrize("call, name", [
     (lambda: sts.PositionalEncoding("onehot", 8, 9), "d_e"),
