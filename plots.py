@@ -10,8 +10,10 @@ three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. Its 
 (sts.py --floor --json) adds the best of W = c W*, V = alpha V*, dashed: on NAME_floor (three
 predicted d_e draw it for fewer trained ones) and, for stochastic PE, on NAME_length with a dotted
 line at the runs' own c, alpha. FCN runs give NAME_fcn_training, a sweep.json NAME_separation, a
-critical.json NAME_critical (the run directories below it are its search's). Runs agreeing apart
-from PER_SEED are one configuration: the seeds' mean, a band from the lowest to the highest seed.
+critical.json NAME_critical (the run directories below it are its search's), a needed_de.json
+(sts.py --needed-de) NAME_needed_de, with the trained transformer of a sweep.json beside it. Runs
+agreeing apart from PER_SEED are one configuration: the seeds' mean, a band from the lowest to the
+highest seed.
 --table prints tables.py's tables, each caption saying what its cells are ('-': data missing).
 
 What cannot be drawn is one line of stderr naming the file, and the rest is still drawn. Exit
@@ -31,11 +33,11 @@ import matplotlib
 import numpy as np
 
 import runlog
-from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, label, length,
-                     load_prediction, load_run, load_summary, read, set_names, spread, unique,
-                     value, weights)
-from tables import (length_curves, partial, table, table_floor, table_length, table_paired,
-                    table_summary)
+from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, finite, label,
+                     length, load_prediction, load_run, load_summary, read, set_names, spread,
+                     unique, value, weights)
+from tables import (FORM_WORDS, WIDTH_FORMS, length_curves, partial, table, table_floor,
+                    table_length, table_paired, table_summary, trained_de, width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -332,6 +334,46 @@ def figure_critical(summary, out, name):
                 f" {config.get('n_test', '?')}" + (f"; {hp}" if hp else "") + partial(summary))
 
 
+def figure_needed(summary, out, name, sweep=None):
+    """The d_e whose predicted floor reaches the target against T (log-log), the fits of tables.py
+    drawn through it, and the trained transformer's of a sweep.json: the first d_e of its grid that
+    reached the target, a bar down to the largest that did not (open: none reached)."""
+    fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
+    s, rows = summary, summary["rows"]
+    T, de = np.array([(r["T"], r["de"]) for r in rows], float).T
+    ax.set(xscale="log", yscale="log")
+    ax.errorbar(T, de, yerr=[r["de_se"] if finite(r["de_se"]) else 0 for r in rows], fmt="o",
+                ms=4, capsize=2, color=COLORS["stochastic"], label="predicted: least d_e whose"
+                " floor ≤ the target\n(bar: ± the d_e of 1 se of the floor)")
+    fits, grid = width_fits(T, de, s["q"]) or {}, np.geomspace(T.min(), T.max(), 200)
+    for (form, f), ls in zip(fits.items(), ("-", "--", ":")):
+        ax.plot(grid, WIDTH_FORMS[form](grid, **f), ls, color="k", lw=0.8, label=f"fit, "
+                f"{FORM_WORDS[form]}:\n" + ", ".join(f"{k} = {v:.3g}" for k, v in f.items()
+                                                     if k not in ("q", "rms"))
+                + f"; rms {f['rms']:.3f}")
+    trained = sorted(trained_de(sweep, s["d"]).items()) if sweep else []
+    for t, (reached, failed) in trained:
+        ax.plot(t, reached or failed, "s", ms=4, color=COLORS["transformer"],
+                mfc="none" if reached is None else None)
+        if reached and failed:
+            ax.plot([t, t], [failed, reached], color=COLORS["transformer"], lw=1)
+    if trained:
+        ax.plot([], [], "s-", ms=4, color=COLORS["transformer"], label="trained (sweep.json, "
+                f"{max(sweep['budgets']):,} steps): the first d_e\nof its grid reaching the"
+                " target; bar: down to\nthe largest below that did not; open: none did")
+    Ts, ys = sorted({*T.astype(int), *(t for t, _ in trained)}), ax.get_ylim()
+    ax.set_xticks(Ts, [str(t) for t in Ts])
+    ticks = [2 ** k for k in range(1, 14) if ys[0] <= 2 ** k <= ys[1]]
+    ax.set_yticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set(xlabel="sequence length T", ylabel="PE dimension d_e\n(trained: width D − d)",
+           title=f"d_e to reach loss ≤ {s['target']:.3g}")
+    return save(fig, out, f"{name}_needed_de", f"q = {s['q']}, d = {s['d']}, target"
+                f" {s['eps']}·d/(2q); predicted: the floor of W = cW*, V = αV*, stochastic PE,"
+                f" {s.get('sequences')} sequences of seed {s.get('seed')} (sts.py --needed-de);"
+                " fits: least squares in ln d_e, rms: of its residuals")
+
+
 def figure_positions(runs, out, name):
     """Randomized PE against its table's size L (log axis): the final loss at each length, a colour
     per set; fixed PE drawn at L = T, stochastic PE (L -> infinity) at the right; bars: the seeds'
@@ -414,8 +456,13 @@ def draw(name, runs, out, report, predicted):
 
 
 def draw_summary(path, out, report):
-    """The figure (or, with out=None, the Markdown table) of one sweep.json or critical.json."""
-    summary = load_summary(path, report)
+    """The figure (or, with out=None, the Markdown table) of one summary file; a needed_de.json's
+    with the sweep.json beside it (its own figure reports what is wrong with it)."""
+    summary, beside = load_summary(path, report), path.parent / "sweep.json"
+    if path.name == "needed_de.json":
+        sweep = Report().attempt(load_summary, beside, Report()) if beside.is_file() else None
+        return (table_summary(path, summary, sweep) if out is None
+                else figure_needed(summary, out, path.parent.name, sweep))
     if out is None:
         return table_summary(path, summary)
     figure = figure_separation if path.name == "sweep.json" else figure_critical

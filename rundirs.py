@@ -16,10 +16,11 @@ import numpy as np
 NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
                          "attend"),
          "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
-# a search summarised in one file by train_fcn.py / train_bool.py: the keys of the file, of a row
+# a search in one file (train_fcn.py, train_bool.py, sts.py --needed-de): its keys, a row's keys
 SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_slope"),
                             ("model", "T", "steps", "width", "params", "val", "tried")),
-             "critical.json": ((), ("model", "s", "T", "m_crit"))}
+             "critical.json": ((), ("model", "s", "T", "m_crit")),
+             "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
 GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
@@ -170,7 +171,7 @@ def unique(runs, report):
 
 
 def load_summary(path, report):
-    """A sweep.json or critical.json, its rows that hold every key its figure reads; a critical.json
+    """A summary file of SUMMARIES, its rows that hold every key its figure reads; a critical.json
     with the "config" beside it (the "grid" of sample sizes its search tried)."""
     head, row_keys = SUMMARIES[path.name]
     summary = need_keys(read(path), ("rows", *head), path)

@@ -86,6 +86,50 @@ def length_curves(groups, predicted):
     return curves
 
 
+# ------------------------------------------- the width needed (sts.py --needed-de), fits against T
+WIDTH_FORMS = {  # d_e against T, each fit's form: a power law, the theory's, a polylog
+    "power": lambda T, c, k, **_: c * np.asarray(T, float) ** k,            # c T^k
+    "theory": lambda T, a, b, q, **_: a + b * q * np.log(T),              # a + b q ln T
+    "polylog": lambda T, a, p, **_: a * np.log(T) ** p}                   # a (ln T)^p
+FORM_WORDS = {"power": "power law c·T^k", "theory": "the theory's a + b·q·ln T",
+              "polylog": "polylog a·(ln T)^p"}
+
+
+def width_fits(Ts, des, q):
+    """Least-squares fits of d_e against T in WIDTH_FORMS, each minimising the squared residuals of
+    ln d_e: power and polylog as lines in ln d_e; theory by Gauss-Newton from the fit weighted by
+    1/d_e. Each with rms, the root-mean-square residual of ln d_e; None with fewer than 3 points."""
+    if len(Ts) < 3:
+        return None
+    lnT, y = np.log(np.asarray(Ts, float)), np.log(np.asarray(des, float))
+    k, lnc = np.polyfit(lnT, y, 1)                   # ln d_e = ln c + k ln T
+    p, lna = np.polyfit(np.log(lnT), y, 1)           # ln d_e = ln a + p ln ln T
+    b, a = np.polyfit(q * lnT, np.exp(y), 1, w=np.exp(-y))  # d_e = a + b q ln T, residuals / d_e
+    with np.errstate(invalid="ignore", divide="ignore"):     # a fit <= 0 somewhere: nan
+        for _ in range(30):                          # Gauss-Newton on ln d_e - ln(a + b q ln T)
+            fit = a + b * q * lnT
+            step = np.linalg.lstsq(np.stack([1 / fit, q * lnT / fit], 1), y - np.log(fit),
+                                   rcond=None)[0] if (fit > 0).all() else (np.nan, np.nan)
+            a, b = a + step[0], b + step[1]
+        fits = dict(power=dict(c=np.exp(lnc), k=k), theory=dict(a=a, b=b, q=q),
+                    polylog=dict(a=np.exp(lna), p=p))
+        return {name: dict({key: float(v) for key, v in f.items()}, rms=float(np.sqrt(np.mean(
+            (np.log(WIDTH_FORMS[name](np.exp(lnT), **f)) - y) ** 2)))) for name, f in fits.items()}
+
+
+def trained_de(sweep, d):
+    """{T: (d_e, largest failed d_e below it)} of sweep.json's transformer at its largest budget,
+    d_e = width - d: the first of its grid that reached the target (None: none; then the largest
+    tried), and the largest tried that did not (None: none tried below)."""
+    out = {}
+    for r in [r for r in sweep["rows"] if r["model"] == "transformer"
+              and r["steps"] == max(sweep["budgets"])]:
+        tried = [w - d for w, _ in r["tried"]]
+        de = None if r["width"] is None else r["width"] - d
+        out[r["T"]] = (de, max([x for x in tried if de is None or x < de], default=None))
+    return out
+
+
 # ------------------------------------------------------------------------------------------- tables
 def markdown(caption, header, rows):
     print(f"\n{caption}\n")
@@ -195,8 +239,41 @@ def partial(summary):
     return "" if status == "finished" else f" ({status}: a partial search)"
 
 
-def table_summary(path, summary):
-    """The Markdown table of one sweep.json (train_fcn.py) or critical.json (train_bool.py)."""
+def table_needed(path, summary, sweep=None):
+    """needed_de.json (sts.py --needed-de) per T, the trained sweep.json beside it, and the fits."""
+    s, rows = summary, summary["rows"]
+    trained = trained_de(sweep, s["d"]) if sweep else {}
+    cell = lambda de, failed: "-" if de is None and failed is None else (   # noqa: E731
+        f"> {failed}" if de is None else f"{de}" + f" (not {failed})" * (failed is not None))
+    markdown(f"{path.parent.name}: the smallest d_e whose floor of W = c W*, V = α V* (stochastic"
+             f" PE, sts.family_floor, {s.get('sequences')} sequences of seed {s.get('seed')}) is"
+             f" <= {s['eps']}·d/(2q) = {s['target']:.4g}, q = {s['q']}, d = {s['d']}; ± of the"
+             " floor: its Monte-Carlo se; ± of d_e: the shift one se makes at the floor's slope"
+             " in ln d_e." + (" Trained: sweep.json's transformer at its largest budget, the"
+                              " first d_e of its grid reaching the target (not: the largest tried"
+                              " below it)." if sweep else ""),
+             ["T", "d_e", "D = d + d_e", "floor ± se", "floors computed", "seconds"]
+             + ["trained d_e"] * bool(sweep),
+             [[r["T"], f"{r['de']}" + (f" ± {r['de_se']:.1f}" if finite(r["de_se"]) else ""),
+               s["d"] + r["de"], f"{r['floor']:.4f} ± {r['se']:.4f}", len(r.get("tried", [])),
+               r.get("seconds", "-")] + [cell(*trained.get(r["T"], (None, None)))] * bool(sweep)
+              for r in rows])
+    fits = width_fits([r["T"] for r in rows], [r["de"] for r in rows], s["q"])
+    best = min(f["rms"] for f in fits.values()) if fits else NAN
+    return fits is None or markdown(
+        f"{path.parent.name}: least-squares fits of d_e against T, each minimising the squared"
+        " residuals of ln d_e (tables.width_fits); rms: their root mean square.",
+        ["form", "parameters", "rms of ln d_e", "rms / the best's"],
+        [[FORM_WORDS[name], ", ".join(f"{k} = {v:.4g}" for k, v in f.items()
+                                      if k not in ("rms", "q")),
+          fmt(f["rms"]), fmt(f["rms"] / best, ".2f")] for name, f in fits.items()])
+
+
+def table_summary(path, summary, sweep=None):
+    """The Markdown table of one sweep.json (train_fcn.py), critical.json (train_bool.py) or
+    needed_de.json (sts.py --needed-de, with the sweep.json beside it)."""
+    if path.name == "needed_de.json":
+        return table_needed(path, summary, sweep)
     if path.name == "critical.json":
         return markdown(f"{path.parent.name}{partial(summary)}: critical m (None: beyond the grid,"
                         f" max {max(summary['config']['grid'])})", ["model", "s", "T", "m_crit"],

@@ -375,6 +375,9 @@ SWEEP = dict(eps=0.3, budgets=[100], batch=64, seeds=[0], d=2,
     dict(model="fcn", T=4, steps=100, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
     dict(model="fcn", T=8, steps=100, params=400, val=0.2, tried=[[16, 0.2]]),    # no width
     dict(model="transformer", T=4, steps=100, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
+NEEDED = dict(eps=0.3, target=0.15, q=2, d=2, sequences=4096, seed=0, rows=[  # sts.py --needed-de
+    dict(T=T, de=de, floor=0.14, se=0.004, de_se=0.3, tried=[[de - 1, 0.16], [de, 0.14]])
+    for T, de in ((4, 3), (8, 5), (16, 6), (32, 8))])
 # a finite cosine, no loss
 NULLS = ('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'
          '{"step": 10, "train_loss": null, "val": null, "test_q": {"1": null}, "cos_W": 0.5}\n')
@@ -479,3 +482,60 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 2 and "nothing: no such file" in r.stderr
     assert r.stderr.splitlines()[1].startswith("plots.py: error: nothing drawn")
+
+
+# ------------------------------------------------------ the width needed (sts.py --needed-de), fits
+@pytest.mark.parametrize("form, params", [("power", dict(c=2.5, k=0.4)),
+                                          ("theory", dict(a=-3.0, b=2.0, q=3)),
+                                          ("polylog", dict(a=1.5, p=1.8))])
+def test_width_fits_recover_the_parameters_of_exact_data_of_their_form(form, params):
+    Ts = np.array([10, 20, 40, 80, 160, 320, 640])
+    fits = tables.width_fits(Ts, tables.WIDTH_FORMS[form](Ts, **params), 3)
+    assert fits[form] == pytest.approx(dict(params, q=3, rms=0) if form == "theory"
+                                       else dict(params, rms=0), abs=1e-9)
+    assert all(f["rms"] > 1e-3 for name, f in fits.items() if name != form)   # the others miss
+    assert tables.width_fits(Ts[:2], [3, 4], 3) is None                       # 2 points fit exactly
+
+
+def test_the_theory_fit_minimises_the_squared_residuals_of_ln_d_e():
+    Ts, des = [10, 20, 40, 80, 160, 320], [11, 19, 26, 37, 45, 58]            # not of any form
+    fit = tables.width_fits(Ts, des, 3)["theory"]
+    for da, db in ((0.3, 0), (-0.3, 0), (0, 0.03), (0, -0.03)):              # every way is worse
+        moved = dict(fit, a=fit["a"] + da, b=fit["b"] + db)
+        res = np.log(tables.WIDTH_FORMS["theory"](np.array(Ts), **moved)) - np.log(des)
+        assert np.sqrt(np.mean(res ** 2)) > fit["rms"]
+
+
+def test_plots_draws_and_tabulates_the_needed_width_with_the_trained_sweep_beside_it(
+        tmp_path, capsys, monkeypatch):
+    sweep = dict(SWEEP, rows=[SWEEP["rows"][0], SWEEP["rows"][2],
+                              dict(model="transformer", T=8, steps=100, width=None, params=None,
+                                   val=None, tried=[[4, 0.5], [6, 0.3]])])
+    write_summary(tmp_path, "width", "needed_de.json", NEEDED)
+    (tmp_path / "width" / "sweep.json").write_text(json.dumps(sweep))
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    report = rundirs.Report()                                   # the figure alone, not the sweep's
+    (tmp_path / "fig").mkdir()
+    assert plots.draw_summary(tmp_path / "width" / "needed_de.json", tmp_path / "fig", report)
+    assert report == [] and [f.name for f in (tmp_path / "fig").iterdir()] == ["width_needed_de.png"]
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "width"), "--table"])
+    out = capsys.readouterr().out
+    rows = table_cells(out, ("| 4 |", "| 8 |"))                 # T, d_e ± de_se, ..., trained d_e
+    assert [(r[0], r[1], r[2], r[-1]) for r in rows] == [("4", "3 ± 0.3", "5", "4"),
+                                                         ("8", "5 ± 0.3", "7", "> 4")]
+    fits = tables.width_fits([4, 8, 16, 32], [3, 5, 6, 8], 2)
+    cells = {r[0]: r for r in table_cells(out, ("| power", "| the theory", "| polylog"))}
+    assert [cells[tables.FORM_WORDS[k]][2] for k in fits] == [f"{f['rms']:.4f}"
+                                                              for f in fits.values()]
+
+
+def test_a_needed_de_json_row_without_its_floor_is_one_line_and_the_other_rows_are_drawn(tmp_path,
+                                                                                        capsys):
+    cut = {k: v for k, v in NEEDED["rows"][0].items() if k != "floor"}
+    write_summary(tmp_path, "width", "needed_de.json", dict(NEEDED, rows=[cut, *NEEDED["rows"][1:]]))
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path), "--out", str(tmp_path / "fig"), "--formats", "png"])
+    err = capsys.readouterr().err.splitlines()
+    assert done.value.code == 2 and len(err) == 1 and "needed_de.json: row 1: no key 'floor'" in err[0]
+    assert [f.name for f in (tmp_path / "fig").iterdir()] == ["width_needed_de.png"]
