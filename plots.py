@@ -342,9 +342,10 @@ def figure_needed(summary, out, name, sweep=None):
     s, rows = summary, summary["rows"]
     T, de = np.array([(r["T"], r["de"]) for r in rows], float).T
     ax.set(xscale="log", yscale="log")
-    ax.errorbar(T, de, yerr=[r["de_se"] if finite(r["de_se"]) else 0 for r in rows], fmt="o",
-                ms=4, capsize=2, color=COLORS["stochastic"], label="predicted: least d_e whose"
-                " floor ≤ the target\n(bar: ± the d_e of 1 se of the floor)")
+    ax.errorbar(T, de, yerr=[r["de_se"] if finite(r["de_se"]) else 0 for r in rows], fmt="none",
+                capsize=2, color=COLORS["stochastic"])
+    ax.plot(T, de, "o", ms=4, color=COLORS["stochastic"], label="stochastic PE, predicted: the"
+            " least d_e whose floor\n≤ the target (bar: ± the d_e of 1 se of the floor)")
     fits, grid = width_fits(T, de, s["q"]) or {}, np.geomspace(T.min(), T.max(), 200)
     for (form, f), ls in zip(fits.items(), ("-", "--", ":")):
         ax.plot(grid, WIDTH_FORMS[form](grid, **f), ls, color="k", lw=0.8, label=f"fit, "
@@ -358,8 +359,8 @@ def figure_needed(summary, out, name, sweep=None):
         if reached and failed:
             ax.plot([t, t], [failed, reached], color=COLORS["transformer"], lw=1)
     if trained:
-        ax.plot([], [], "s-", ms=4, color=COLORS["transformer"], label="trained (sweep.json, "
-                f"{max(sweep['budgets']):,} steps): the first d_e\nof its grid reaching the"
+        ax.plot([], [], "s-", ms=4, color=COLORS["transformer"], label="transformer trained"
+                f" {max(sweep['budgets']):,} steps: the first d_e\nof its grid reaching the"
                 " target; bar: down to\nthe largest below that did not; open: none did")
     Ts, ys = sorted({*T.astype(int), *(t for t, _ in trained)}), ax.get_ylim()
     ax.set_xticks(Ts, [str(t) for t in Ts])
