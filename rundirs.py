@@ -19,7 +19,7 @@ NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer"
 # a search summarised in one file by train_fcn.py / train_bool.py: the keys of the file, of a row
 SUMMARIES = {"sweep.json": (("eps", "steps", "batch", "seeds"),
                             ("model", "T", "width", "params", "val", "tried")),
-             "critical.json": ((), ("model", "s", "T", "m_crit"))}
+             "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi"))}
 GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
