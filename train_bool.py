@@ -3,8 +3,8 @@
 Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function of T
 inputs from a sample size growing like log T. This script measures it on the s-sparse AND:
 
-    python train_bool.py                                   # course scale: about an hour on one core
-    python train_bool.py --out runs/bool --resume          # go on after an interruption
+    python train_bool.py                          # course scale: 57 min (24 min CPU), one shared core
+    python train_bool.py --out runs/bool --resume # go on after an interruption
     python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda \
         --out runs/bool_gpu
     python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
