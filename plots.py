@@ -297,41 +297,54 @@ def figure_separation(summary, out, name):
 
 
 def figure_critical(summary, out, name):
-    """Edelman et al.: the s-sparse AND's critical sample size against T, the fits near the data."""
+    """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, the two fits of it
+    (drawn where both bounds are known: the T they were fitted to) and whether they separate.
+    A bound beyond the fit's scan is an open marker at the other bound and an arrow its way."""
     fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
     config, rows = summary["config"], summary["rows"]
-    top = max(config["grid"])
-    reached = [r["m_crit"] for r in rows if r["m_crit"] is not None]
-    lo, hi = min(reached + [top]) / 1.5, top * 1.5   # the data's range, fits clipped to it
+    known = [x for r in rows for x in (r["m50"], r["lo"], r["hi"]) if x is not None]
+    lo, hi = min(known or config["grid"]) / 1.5, max(known or config["grid"]) * 2.5  # arrows
+    ss = sorted({r["s"] for r in rows})
     for model, s in dict.fromkeys((r["model"], r["s"]) for r in rows):
         mine = [r for r in rows if (r["model"], r["s"]) == (model, s)]
-        done = np.array([(r["T"], r["m_crit"]) for r in mine if r["m_crit"] is not None],
-                        float).reshape(-1, 2)
         fit = (summary.get("fits") or {}).get(model, {}).get(str(s))
-        col, mark = COLORS[model], "os^Dv"[sorted({r["s"] for r in rows}).index(s) % 5]
-        ax.semilogx(*done.T, mark, color=col, label=f"{model}, s={s}"  # colour: model; marker: s
-                    + (f", fits better: {fit['better']}" if fit else ""))
-        beyond = [r["T"] for r in mine if r["m_crit"] is None]
-        ax.semilogx(beyond, [top] * len(beyond), mark, mfc="none", color=col)
+        col, mark = COLORS[model], "os^Dv"[ss.index(s) % 5]       # colour: model; marker: s
+        says = fit and (f"{fit['better']} fits better" if fit["separated"] else
+                        "fits not separated") + f" (Δχ² {fit['delta_chi2']:.1f})"
+        bounded = np.array([(r["T"], r["m50"], r["lo"], r["hi"]) for r in mine
+                            if None not in (r["m50"], r["lo"], r["hi"])], float).reshape(-1, 4)
+        ax.errorbar(bounded[:, 0], bounded[:, 1], yerr=[bounded[:, 1] - bounded[:, 2],
+                                                        bounded[:, 3] - bounded[:, 1]],
+                    fmt=mark, color=col, ms=4, capsize=2, label=f"{model}, s={s}"
+                    + (f": {says}" if says else ""))
+        for r in mine:                                 # one side open: the known bound, an arrow
+            if None in (r["m50"], r["lo"], r["hi"]) and (r["lo"], r["hi"]) != (None, None):
+                ax.annotate("", (r["T"], (r["lo"] or r["hi"]) * (2 if r["lo"] else 1 / 2)),
+                            (r["T"], r["lo"] or r["hi"]), arrowprops=dict(arrowstyle="->",
+                                                                          color=col))
+                ax.semilogx(r["T"], r["lo"] or r["hi"], mark, mfc="none", color=col)
         if fit:
-            T = np.geomspace(done[:, 0].min(), done[:, 0].max(), 200)
+            T = np.geomspace(bounded[:, 0].min(), bounded[:, 0].max(), 200)
             for y, ls in ((fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-"),
                           (fit["power"]["c"] * T ** fit["power"]["k"], ":")):
-                near = (y >= done[:, 1].min() / 1.5) & (y <= done[:, 1].max() * 1.5)
-                ax.plot(T, np.where(near, y, np.nan), ls, color=col, lw=0.8)
+                ax.plot(T, np.where((y > lo) & (y < hi), y, np.nan), ls, color=col, lw=0.8)
     ax.plot([], [], "k-", lw=0.8, label="fit a + b ln T")
     ax.plot([], [], "k:", lw=0.8, label="fit c T^k")
-    if len(reached) < len(rows):
-        ax.plot([], [], "ko", mfc="none", label=f"open: not reached by m = {top} (the grid's largest)")
+    if any(None in (r["m50"], r["lo"], r["hi"]) for r in rows):
+        ax.plot([], [], "ko", mfc="none", label="open: m50 beyond the scan, the one bound known")
     Ts = sorted({r["T"] for r in rows})
+    ax.set_xscale("log")
     ax.set_xticks(Ts, [str(T) for T in Ts])
     ax.minorticks_off()
-    ax.set(xlabel="sequence length T (bits)", ylabel="critical training-set size m", yscale="log",
-           ylim=(lo, hi), title="s-sparse AND: samples for ≥ 99% held-out accuracy")
+    ax.set(xlabel="sequence length T (bits)", ylabel="m50 (training-set size), 95% interval",
+           yscale="log", ylim=(lo, hi),
+           title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50")
     hp = "; ".join(f"{m}: " + ", ".join(f"{k} {v}" for k, v in h.items())
                    for m, h in config.get("hparams", {}).items())
-    return save(fig, out, f"{name}_critical", f"seeds {config.get('seeds', '?')}, held-out set"
-                f" {config.get('n_test', '?')}" + (f"; {hp}" if hp else "") + partial(summary))
+    seeds = len(config.get("seeds", [])) or "?"
+    return save(fig, out, f"{name}_critical", f"{seeds} seeds per grid m, held-out set "
+                f"{config.get('n_test', '?')}" + (f"; {hp}" if hp else "")
+                + "; fits weighted by the intervals" + partial(summary))
 
 
 def figure_needed(summary, out, name, sweep=None):

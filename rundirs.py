@@ -19,7 +19,7 @@ NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer"
 # a search in one file (train_fcn.py, train_bool.py, sts.py --needed-de): its keys, a row's keys
 SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_slope"),
                             ("model", "T", "steps", "width", "params", "val", "tried")),
-             "critical.json": ((), ("model", "s", "T", "m_crit")),
+             "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi")),
              "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
 GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends

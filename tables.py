@@ -239,6 +239,28 @@ def partial(summary):
     return "" if status == "finished" else f" ({status}: a partial search)"
 
 
+def table_critical(path, summary):
+    """critical.json (train_bool.py): a (model, s) a row, m50 [95% interval] at each T, its fits."""
+    rows, fits, grid = summary["rows"], summary.get("fits") or {}, summary["config"]["grid"]
+    Ts, at = sorted({r["T"] for r in rows}), {(r["model"], r["s"], r["T"]): r for r in rows}
+    number = lambda x: "?" if x is None else f"{x:.0f}"  # noqa: E731
+    cells = []
+    for model, s in dict.fromkeys((r["model"], r["s"]) for r in rows):
+        f = fits.get(model, {}).get(str(s))
+        cells.append([model, s, *("-" if (model, s, T) not in at else "{} [{}, {}]".format(
+            *(number(at[model, s, T][k]) for k in ("m50", "lo", "hi"))) for T in Ts), *([
+                "{a:.1f} + {b:.1f} ln T ({chi2:.1f})".format(**f["log"]),
+                "{c:.2f} T^{k:.3f} ({chi2:.1f})".format(**f["power"]), f["dof"],
+                f"{f['better'] if f['separated'] else 'not separated'} ({f['delta_chi2']:.1f})"]
+                if f else ["-"] * 4)])
+    return markdown(f"{path.parent.name}{partial(summary)}: m50 [95% profile-likelihood interval],"
+                    " where P(held-out accuracy >= 99%) = 1/2 ('?': beyond the scan, grid"
+                    f" {min(grid)}-{max(grid)}); its fits against T weighted by the intervals"
+                    " (chi2), separated where their chi2 differ by > 6 (delta chi2)",
+                    ["model", "s", *(f"T={T}" for T in Ts), "a + b ln T (chi2)", "c T^k (chi2)",
+                     "dof", "better (delta chi2)"], cells)
+
+
 def table_needed(path, summary, sweep=None):
     """needed_de.json (sts.py --needed-de) per T, the trained sweep.json beside it, and the fits."""
     s, rows = summary, summary["rows"]
@@ -275,9 +297,7 @@ def table_summary(path, summary, sweep=None):
     if path.name == "needed_de.json":
         return table_needed(path, summary, sweep)
     if path.name == "critical.json":
-        return markdown(f"{path.parent.name}{partial(summary)}: critical m (None: beyond the grid,"
-                        f" max {max(summary['config']['grid'])})", ["model", "s", "T", "m_crit"],
-                        [[r[k] for k in ("model", "s", "T", "m_crit")] for r in summary["rows"]])
+        return table_critical(path, summary)
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
     return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
                     f" loss <= {summary['eps']:.4f} after each budget of steps of"

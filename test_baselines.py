@@ -97,32 +97,125 @@ def test_bool_critical_search_needs_a_majority_of_seeds():
     assert train_bool.critical_m(lambda m, T, s, seed: 0.989, 50, 3, grid) is None  # just below 99%
 
 
-def test_bool_fits_tell_log_from_power_law():
-    Ts = np.array([50, 100, 200, 500, 1000])
-    log_fit = train_bool.fit_curves(Ts, 10 + 20 * np.log(Ts))
-    assert log_fit["better"] == "log" and log_fit["log"]["rms"] < 1e-9
+def curve(m, m50, w):
+    return 1 / (1 + np.exp(-(np.log(m) - np.log(m50)) / w))
+
+
+def draw(rng, ms, m50, w):
+    """Binomial outcomes from a known logistic curve in ln m."""
+    return rng.random(len(ms)) < curve(np.asarray(ms, float), m50, w)
+
+
+def test_bool_logistic_fit_recovers_m50_and_w():
+    rng, ms = np.random.default_rng(0), np.repeat([40, 60, 80, 100, 130, 170], 300)
+    fit = train_bool.logistic_fit(ms, draw(rng, ms, 90, 0.2))
+    assert fit["m50"] == pytest.approx(90, rel=0.03) and fit["w"] == pytest.approx(0.2, rel=0.15)
+    assert fit["lo"] < fit["m50"] < fit["hi"] < 1.1 * fit["lo"] and fit["n"] == len(ms)
+    assert [o[0] for o in fit["outcomes"]] == [40, 60, 80, 100, 130, 170]
+    assert sum(o[1] for o in fit["outcomes"]) == draw(np.random.default_rng(0), ms, 90, 0.2).sum()
+    step = train_bool.logistic_fit([50] * 5 + [60] * 5, [0] * 5 + [1] * 5)  # separable: a step
+    assert 50 <= step["lo"] < step["m50"] < step["hi"] <= 60 and step["w"] < 0.05
+
+
+def test_bool_logistic_interval_covers_at_its_level():
+    """10 seeds at 6 grid m, as the search trains them: the 95% interval holds the true m50 in
+    about 95% of 120 seeded draws (not in all: an interval that always covers is too wide)."""
+    rng, ms = np.random.default_rng(1), np.repeat(train_bool.m_grid(64, 152, 4), 10)
+    fits = [train_bool.logistic_fit(ms, draw(rng, ms, 100, 0.15)) for _ in range(120)]
+    covered = np.mean([f["lo"] is not None and f["hi"] is not None and f["lo"] <= 100 <= f["hi"]
+                       for f in fits])
+    assert 0.88 <= covered <= 0.99, covered
+
+
+def test_bool_logistic_fit_bounds_m50_on_one_side_when_every_seed_fails_or_wins():
+    lost = train_bool.logistic_fit([30, 40, 50] * 10, [0] * 30)
+    assert lost["m50"] is None and lost["hi"] is None and lost["lo"] >= 40   # m50 > ~50
+    won = train_bool.logistic_fit([30, 40, 50] * 10, [1] * 30)
+    assert won["m50"] is None and won["lo"] is None and won["hi"] <= 40
+
+
+def test_bool_search_is_not_misled_by_a_non_monotone_m():
+    """Seeds 0-2 all win at one m far below the transition (the first guess lands there) and seed 0
+    memorises (fails) at every m above 1.5 m50: the search widens to the transition, and the fit of
+    all its outcomes holds the true m50, where the old rule (a majority of seeds 0-2) says 54."""
+    grid, m50, w = train_bool.m_grid(16, 4096, 4), 100, 0.15
+    calls = []
+
+    def stand_in(m, T, s, seed):
+        calls.append((m, seed))
+        lucky = m == 54 and seed < 3
+        won = np.random.default_rng([seed, m]).random() < curve(m, m50, w) and not (
+            seed == 0 and m > 1.5 * m50)
+        return 0.995 if lucky or won else 0.6
+
+    assert train_bool.critical_m(stand_in, 100, 3, grid, range(3)) == 54       # misled
+    window = train_bool.search(stand_in, 100, 3, grid, list(range(10)))
+    assert window[0] <= 54 and window[-1] >= 128                                # widened up to it
+    assert all((m, seed) in calls for m in window for seed in range(10))
+    ms, wins = zip(*[(m, stand_in(m, 100, 3, seed) >= 0.99) for m, seed in set(calls)])
+    fit = train_bool.logistic_fit(ms, wins)
+    assert fit["lo"] <= m50 <= fit["hi"] and fit["m50"] == pytest.approx(m50, rel=0.2)
+
+
+def test_bool_fits_tell_log_from_power_law_by_their_intervals():
+    Ts = np.array([50, 100, 200, 500, 1000, 2000])
+    log = 10 + 20 * np.log(Ts)
+    log_fit = train_bool.fit_curves(Ts, log, log / 1.02, log * 1.02)        # +-2%: they separate
+    assert log_fit["better"] == "log" and log_fit["separated"] and log_fit["log"]["chi2"] < 1e-9
     assert log_fit["log"]["a"] == pytest.approx(10) and log_fit["log"]["b"] == pytest.approx(20)
-    power_fit = train_bool.fit_curves(Ts, 3 * Ts ** 0.7)
+    assert log_fit["dof"] == 4 and log_fit["delta_chi2"] > 6
+    power = 3 * Ts ** 0.7
+    power_fit = train_bool.fit_curves(Ts, power, power / 1.02, power * 1.02)
     assert power_fit["better"] == "power" and power_fit["power"]["k"] == pytest.approx(0.7)
-    assert train_bool.fit_curves([50, 100], [40, 50]) is None
+    wide = train_bool.fit_curves(Ts, log, log / 1.05, log * 1.05)           # +-5%: they cannot
+    assert wide["better"] == "log" and not wide["separated"] and wide["delta_chi2"] < 6
+    assert train_bool.fit_curves([50, 100, 200], [40, 50, 60], [30, None, 50], [50, 60, 70]) is None
 
 
 def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
-    train_bool.main(["--model", "transformer", "--s", "2", "--T", "8", "16", "32", "--seeds", "1",
-                     "--m-max", "512", "--per-octave", "1", "--device", "cpu",
+    train_bool.main(["--model", "transformer", "--s", "2", "--T", "8", "16", "32", "--seeds", "3",
+                     "--points", "2", "--m-max", "128", "--per-octave", "1", "--device", "cpu",
                      "--out", str(tmp_path)])
     table = json.loads((tmp_path / "critical.json").read_text())
+    assert table["status"] == "finished"
     assert [(row["model"], row["s"], row["T"]) for row in table["rows"]] == [("transformer", 2, T)
                                                                               for T in (8, 16, 32)]
-    assert all(row["m_crit"] in train_bool.m_grid(16, 512, 1) for row in table["rows"])
-    assert set(table["fits"]["transformer"]["2"]) == {"log", "power", "better", "points"}
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert {"model", "T", "s", "m", "seed", "acc", "steps"} <= set(log[0])
-    assert (tmp_path / "critical.csv").read_text().startswith("model,s,T,m_crit")
+    for row in table["rows"]:                       # the fit is of the row's own outcomes
+        mine = [r for r in log if r["T"] == row["T"]]
+        assert row["n"] == len(mine) == sum(o[2] for o in row["outcomes"])
+        assert row == dict(row, **train_bool.logistic_fit([r["m"] for r in mine],
+                                                          [r["acc"] >= 0.99 for r in mine]))
+    assert set(table["fits"]["transformer"]["2"] or {}) <= {"log", "power", "dof", "better",
+                                                           "delta_chi2", "separated"}
+    assert (tmp_path / "critical.csv").read_text().startswith("model,s,T,m50,lo,hi,w,n,capped")
     with pytest.raises(SystemExit) as done:                 # plots.py draws the table
         plots.main([str(tmp_path), "--out", str(tmp_path / "fig")])
     assert done.value.code == 0
     assert [f.name for f in (tmp_path / "fig").iterdir()] == [f"{tmp_path.name}_critical.png"]
+
+
+def test_bool_resume_trains_only_what_the_log_lacks_and_gives_the_same_table(tmp_path, one_thread):
+    job = ["--model", "transformer", "--s", "2", "--T", "8", "16", "--seeds", "3", "--points", "2",
+           "--m-max", "64", "--per-octave", "1", "--device", "cpu", "--out", str(tmp_path)]
+    train_bool.main(job)
+    whole = (tmp_path / "log.jsonl").read_text().splitlines()
+    table = json.loads((tmp_path / "critical.json").read_text())
+    # killed during its 4th record: 3 whole lines and a cut one; the summary of a killed run
+    (tmp_path / "log.jsonl").write_text("\n".join(whole[:3]) + "\n" + whole[3][:20])
+    (tmp_path / "summary.json").unlink()
+    train_bool.main(job + ["--resume"])
+    again = (tmp_path / "log.jsonl").read_text().splitlines()
+    timeless = lambda lines: sorted(json.dumps(dict(json.loads(line), seconds=0))  # noqa: E731
+                                    for line in lines)
+    assert again[:3] == whole[:3] and timeless(again) == timeless(whole)  # the rest trained once
+    assert json.loads((tmp_path / "critical.json").read_text())["rows"] == table["rows"]
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, n_test=10)))
+    with pytest.raises(SystemExit) as done:                 # another run's accuracies: refused
+        train_bool.main(job + ["--resume"])
+    assert done.value.code == 2
 
 
 @pytest.mark.parametrize("flags", [["--T", "8"], ["--T", "8", "--m", "16"]])  # a search; no search
@@ -146,6 +239,8 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(tmp_path, capsys, on
     (["--model", "transformer", "rnn"], "'rnn'"),
     (["--device", "cuda"], "--device cuda"),
     (["--T", "8", "8"], "--T lists a value twice"),
+    (["--points", "0"], "--points"),
+    (["--resume", "--force"], "exclude each other"),
 ])
 def test_bool_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
     if word == "cuda" and torch.cuda.is_available():

@@ -120,6 +120,7 @@ def drawn_figures(monkeypatch, tmp_path):
 
 def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(monkeypatch, tmp_path):
     from matplotlib.colors import to_hex
+    from matplotlib.container import ErrorbarContainer
 
     import plots
     figures, seen = drawn_figures(monkeypatch, tmp_path), set()
@@ -130,6 +131,8 @@ def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(monkeypa
                 meaning = text.split()[0].rstrip(",:")            # "fixed PE (3 seeds)", "fcn, s=2"
                 if meaning in plots.COLORS:
                     seen.add(meaning)
+                    if isinstance(handle, ErrorbarContainer):           # points with bars
+                        handle = handle[0]
                     assert to_hex(handle.get_color()) == to_hex(plots.COLORS[meaning]), (name, text)
     assert seen == {"stochastic", "fixed", "fcn", "transformer"}
     meanings = [*plots.COLORS.values(), *plots.OTHERS, "black", "gray"]   # others: neutral

@@ -381,8 +381,8 @@ NEEDED = dict(eps=0.3, target=0.15, q=2, d=2, sequences=4096, seed=0, rows=[  # 
 # a finite cosine, no loss
 NULLS = ('{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'
          '{"step": 10, "train_loss": null, "val": null, "test_q": {"1": null}, "cos_W": 0.5}\n')
-CRITICAL = dict(fits={}, rows=[dict(model="transformer", s=2, T=8),    # no m_crit
-                               dict(model="transformer", s=2, T=16, m_crit=64)])
+CRITICAL = dict(fits={}, rows=[dict(model="transformer", s=2, T=8, lo=40, hi=70),    # no m50
+                               dict(model="transformer", s=2, T=16, m50=64, lo=50, hi=80)])
 
 
 def write_summary(root, folder, name, summary, config=None):
@@ -427,9 +427,9 @@ PLOT_CASES = {
     "a sweep.json row without its width": (
         lambda r: write_summary(r, "sweep", "sweep.json", SWEEP),
         2, WHOLE + ["sweep_separation.png"], 1, "sweep/sweep.json: row 2: no key 'width'"),
-    "a critical.json row without m_crit": (
+    "a critical.json row without m50": (
         lambda r: write_summary(r, "bool", "critical.json", CRITICAL, {"grid": [16, 32, 64, 128]}),
-        2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1: no key 'm_crit'"),
+        2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1: no key 'm50'"),
     "a family_floor.json for another T": (
         lambda r: (r / "exp" / "family_floor.json").write_text(json.dumps({"rows": [
             dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})), 2, WHOLE, 1,
@@ -440,6 +440,31 @@ PLOT_CASES = {
                    for run in ("fixed-de3-seed0", "stochastic-de3-seed0")],
         2, [], 3, "nothing drawn"),
 }
+
+
+def test_plots_draws_and_tabulates_a_critical_json_with_its_intervals_and_fits(tmp_path, capsys,
+                                                                                monkeypatch):
+    monkeypatch.setattr(plots, "FORMATS", ("png",))
+    def row(model, T, m50, lo, hi):
+        return dict(model=model, s=3, T=T, m50=m50, lo=lo, hi=hi)
+
+    fits = {"transformer": {"3": dict(log=dict(a=-30, b=20, chi2=0.5), power=dict(
+        c=12, k=0.35, chi2=0.7), dof=1, better="log", delta_chi2=0.2, separated=False)},
+        "fcn": {"3": None}}
+    write_summary(tmp_path, "bool", "critical.json", dict(status="finished", fits=fits, rows=[
+        row("transformer", 50, 45, 38, 51), row("transformer", 100, 59, 51, 69),
+        row("transformer", 200, 72, 56, 97), row("fcn", 50, 300, 280, 330),
+        row("fcn", 200, None, 4000, None)]), {"grid": [16, 8192], "seeds": list(range(10))})
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path), "--out", str(tmp_path / "fig")])
+    assert done.value.code == 0 and (tmp_path / "fig" / "bool_critical.png").stat().st_size > 0
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path), "--table"])
+    lines = capsys.readouterr().out.splitlines()
+    assert done.value.code == 0
+    assert "| transformer | 3 | 45 [38, 51] | 59 [51, 69] | 72 [56, 97] | -30.0 + 20.0 ln T (0.5)" \
+           " | 12.00 T^0.350 (0.7) | 1 | not separated (0.2) |" in lines
+    assert "| fcn | 3 | 300 [280, 330] | - | ? [4000, ?] | - | - | - | - |" in lines
 
 
 @pytest.mark.parametrize("case", PLOT_CASES)

@@ -3,7 +3,8 @@
 Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function of T
 inputs from a sample size growing like log T. This script measures it on the s-sparse AND:
 
-    python train_bool.py                                   # course scale: 6 min on 2 shared cores
+    python train_bool.py                          # course scale: 57 min (24 min CPU), one shared core
+    python train_bool.py --out runs/bool --resume # go on after an interruption
     python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda \
         --out runs/bool_gpu
     python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
@@ -12,14 +13,15 @@ The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 w
 1/2. Seed k draws the s relevant positions and 10^4 held-out samples from default_rng([k, 0]), and
 the m training samples from default_rng([k, 1]) row by row: a larger m extends a smaller m's set.
 The models: a one-layer, one-head transformer of width 32 that reads the logit from a readout
-token's attention output (ReadoutTransformer), and a ReLU MLP with one hidden layer of 128 units on
-the bits as +-1 (the FCN of train_fcn.py). Both: binary cross-entropy, full-batch Adam until the
-training loss is below 1e-3 or 600 steps, initialised from a generator seeded with the seed.
+token's attention output, and an MLP with one hidden layer of 128 ReLUs on the bits as +-1. Both:
+binary cross-entropy, full-batch Adam until the training loss is below 1e-3 or the step cap.
 
-The critical sample size: the smallest m on a log grid (16 ... 4096, 4 points an octave) at which
-most seeds (3 of 5) reach >= 99% held-out accuracy, and its fits against T: a + b log T and c T^k.
-Writes config.json, log.jsonl (a record per trained model), critical.json/csv and summary.json.
+The critical sample size m50: P(held-out accuracy >= 99%) = sigmoid((ln m - ln m50) / w), fitted
+by maximum likelihood to every (m, seed) a (model, s, T) trained, with its 95% profile-likelihood
+interval; then m50 against T, fitted by a + b ln T and by c T^k. Writes config.json, log.jsonl (a
+record per training; --resume replays it), critical.json/csv and summary.json (after each cell).
 """
+import contextlib
 import csv
 import functools
 import itertools
@@ -43,9 +45,10 @@ FLAGS = dict(
            dict(nargs="+", choices=MODELS, metavar="MODEL")),
     s=([3, 2], "numbers of relevant bits", dict(nargs="+", type=int)),
     T=([50, 100, 200, 500], "sequence lengths (a log-spaced range)", dict(nargs="+", type=int)),
-    seeds=(5, "seeds 0..k-1; success needs a strict majority of them (3 of 5)", dict(type=int)),
+    seeds=(10, "seeds 0..k-1 trained at each m around the transition", dict(type=int)),
+    points=(6, "grid points around the first guess at which every seed trains", dict(type=int)),
     m_min=(16, "smallest training-set size of the grid", dict(type=int)),
-    m_max=(4096, "largest training-set size of the grid", dict(type=int)),
+    m_max=(8192, "largest training-set size of the grid", dict(type=int)),
     per_octave=(4, "grid points per doubling of m", dict(type=int)),
     m=(None, "no search: train every seed at these m and print the accuracies",
        dict(nargs="+", type=int)),
@@ -53,6 +56,8 @@ FLAGS = dict(
     threads=(1, "CPU threads of torch (one is fastest for these small tensors)", dict(type=int)),
     out=("runs/bool", "output folder", {}),
     force=(False, "overwrite an --out that already holds a run", dict(action="store_true")),
+    resume=(False, "reuse the trainings in --out's log.jsonl (same hparams), train the rest",
+            dict(action="store_true")),
 )
 PASS_ACC = 0.99              # held-out accuracy that counts as having learned the function
 N_TEST = 10_000              # held-out samples
@@ -64,6 +69,8 @@ HPARAMS = {
     # a lower rate than the transformer's: at large m a higher one can collapse to a constant output
     "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
 }
+# what a logged accuracy depends on beyond (model, T, s, m, seed), as config.json holds it
+SETTINGS = json.loads(json.dumps(dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)))
 
 
 def check_task(T, s, m=1):
@@ -167,10 +174,9 @@ def m_grid(m_min, m_max, per_octave):
 
 def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
     """The smallest m of `grid` at which most `seeds` reach `threshold` (trainer(m, T, s, seed) ->
-    held-out accuracy), or None. Success is taken to be monotone in m: the search gallops up the
-    grid (indices 0, 1, 3, 7, ...) to the first success, then bisects back to the last failure, so
-    it trains at about 2 log2(answer's index) grid points, the cheap small m first; a seed's vote
-    is not trained once the majority is decided."""
+    held-out accuracy), or None, if success is monotone in m: a gallop up the grid (indices 0, 1,
+    3, 7, ...) to the first success, a bisection back to the last failure; a seed's vote is not
+    trained once the majority is decided. Cheap: search's first guess."""
     need = len(seeds) // 2 + 1
 
     def passes(m):
@@ -192,20 +198,80 @@ def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
     return grid[i]
 
 
-def fit_curves(Ts, ms):
-    """Least-squares fits of m against T: m = a + b ln T and c T^k (a line in ln m against ln T),
-    judged by the RMS residual in samples; None with fewer than 3 points (2 fit exactly)."""
-    if len(Ts) < 3:
+def search(trainer, T, s, grid, seeds, points=6):
+    """The grid m at which every seed trained: `points` of them around critical_m's guess from 3
+    seeds, widened (by up to points // 2 each way) while the lowest m's success rate is above 20%
+    or the highest's below 80%. The fit takes every outcome: a non-monotone m misleads the guess,
+    not the answer."""
+    guess = critical_m(trainer, T, s, grid, seeds[:3])
+    i = grid.index(guess) if guess else len(grid) - 1
+    first = min(max(i - points // 2, 0), max(len(grid) - points, 0))
+    lo, hi = first, min(first + points, len(grid)) - 1
+    floor, top = max(first - points // 2, 0), min(hi + points // 2, len(grid) - 1)
+
+    def rate(j):
+        return np.mean([trainer(grid[j], T, s, seed) >= PASS_ACC for seed in seeds])
+
+    while True:                        # widen below first: its m are the cheaper
+        if lo > floor and rate(lo) > 0.2:
+            lo -= 1
+        elif hi < top and rate(hi) < 0.8:
+            hi += 1
+        else:
+            break
+    for j in range(lo, hi + 1):        # every seed at every m of the window
+        rate(j)
+    return grid[lo:hi + 1]
+
+
+CHI2_95 = 3.841    # the 95% point of chi-square with 1 degree of freedom: the profile's drop x 2
+Z_95 = 1.960       # the 95% point of a two-sided normal: an interval's half-width in sds
+
+
+def logistic_fit(ms, wins):
+    """The maximum-likelihood P(win at m) = sigmoid((ln m - ln m50) / w) over binomial outcomes
+    (ms[i] trained, wins[i] in {0, 1}) on a grid of (ln m50, w), m50's 95% profile-likelihood
+    interval [lo, hi] = {m50: max_w loglik >= max - CHI2_95 / 2}, and [m, wins, trained] per m.
+    A grid, not Newton: it needs no start and keeps a sharp step (separable outcomes, w -> 0)
+    finite. m50, lo or hi is None at the scan's edge (1.5 beyond the ms in ln m): all wins or
+    all losses bound m50 on one side only."""
+    ms, k = np.unique(np.asarray(ms, float), return_inverse=True)
+    n, wins = np.bincount(k, minlength=len(ms)), np.bincount(k, np.asarray(wins, float), len(ms))
+    x = np.linspace(np.log(ms[0]) - 1.5, np.log(ms[-1]) + 1.5, 401)       # ln m50, steps ~ 1%
+    w = np.geomspace(0.01, 3, 60)                                          # width in ln m
+    z = (np.log(ms)[None, None] - x[:, None, None]) / w[None, :, None]
+    loglik = -(wins * np.logaddexp(0, -z) + (n - wins) * np.logaddexp(0, z)).sum(-1)
+    profile, (i, j) = loglik.max(1), np.unravel_index(loglik.argmax(), loglik.shape)
+    inside = np.flatnonzero(profile >= profile.max() - CHI2_95 / 2)
+
+    def edge(i):
+        return None if i in (0, len(x) - 1) else round(float(np.exp(x[i])), 1)
+    return dict(m50=edge(i), lo=edge(inside[0]), hi=edge(inside[-1]), w=round(float(w[j]), 3),
+                n=int(n.sum()), outcomes=[[int(m), int(k), int(t)] for m, k, t in zip(ms, wins, n)])
+
+
+def fit_curves(Ts, m50, lo, hi):
+    """Fits of m50 against T: m = a + b ln T and m = c T^k (a line in ln m against ln T), weighted
+    by each m50's interval (sd of ln m50: the interval's width in ln m / 2 Z_95; of m50: m50 times
+    that); points without both bounds are left out; None with fewer than 3 (2 fit exactly). chi2:
+    each fit's sum of squared residuals in sds; equal parameter counts, so the likelihood ratio of
+    the two is exp(-delta/2): delta > 6 (a ratio below 0.05) separates them."""
+    pts = np.array([p for p in zip(Ts, m50, lo, hi) if None not in p], float).reshape(-1, 4)
+    if len(pts) < 3:
         return None
-    lnT, ms = np.log(np.asarray(Ts, float)), np.asarray(ms, float)
-    A = np.stack([np.ones_like(lnT), lnT], 1)
-    (a, b), (lnc, k) = (np.linalg.lstsq(A, ms, rcond=None)[0],
-                        np.linalg.lstsq(A, np.log(ms), rcond=None)[0])
-    rms = {name: float(np.sqrt(np.mean((ms - fit) ** 2)))
-           for name, fit in (("log", a + b * lnT), ("power", np.exp(lnc) * np.exp(lnT) ** k))}
-    return {"log": dict(a=float(a), b=float(b), rms=rms["log"]),
-            "power": dict(c=float(np.exp(lnc)), k=float(k), rms=rms["power"]),
-            "better": min(rms, key=rms.get), "points": len(Ts)}
+    lnT, m, sd = np.log(pts[:, 0]), pts[:, 1], np.log(pts[:, 3] / pts[:, 2]) / (2 * Z_95)
+
+    def wls(target, sigma):            # weighted least squares of target on (1, ln T)
+        A = np.stack([np.ones_like(lnT), lnT], 1) / sigma[:, None]
+        coef = np.linalg.lstsq(A, target / sigma, rcond=None)[0]
+        return coef, float(np.sum((A @ coef - target / sigma) ** 2))
+
+    (a, b), chi_log = wls(m, m * sd)
+    (lnc, k), chi_pow = wls(np.log(m), sd)
+    return {"log": dict(a=float(a), b=float(b), chi2=chi_log),
+            "power": dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow),
+            "dof": len(pts) - 2, "better": "log" if chi_log < chi_pow else "power",
+            "delta_chi2": abs(chi_log - chi_pow), "separated": abs(chi_log - chi_pow) > 6}
 
 
 def parse_args(argv=None):
@@ -213,62 +279,92 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    runlog.require_positive(args, ("seeds", "per_octave", "threads"))
+    runlog.require_positive(args, ("seeds", "points", "per_octave", "threads"))
     runlog.require(1 <= args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min "
                                                   f"<= m-max (got {args.m_min}, {args.m_max})")
     for m, T, s in itertools.product(args.m or [args.m_min], args.T, args.s):
         check_task(T, s, m)
     runlog.require_distinct(args, ("T", "s"))
+    runlog.require(not (args.resume and args.force), "--resume and --force exclude each other; "
+                                                     "pick one")
     runlog.check_out(args.out)
     runlog.require_memory(4 * (N_TEST + max(args.m or [args.m_max])) * max(args.T) * 2,
                           f"--T {max(args.T)}")
-    runlog.check_free(args.out, args.force)
+    runlog.check_free(args.out, args.force, args.resume, can_resume=True)   # the log is the state
+    if args.resume and (Path(args.out) / "config.json").exists():  # its accuracies must be ours
+        config = runlog.read_config(Path(args.out))
+        runlog.require(all(config.get(k) == v for k, v in SETTINGS.items()), f"--resume: "
+                       f"{args.out} was trained with other settings ({', '.join(SETTINGS)}); "
+                       "rerun it with --force")
 
 
-def write_results(out, rows, status, t0):
+FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
+
+
+def write_results(out, rows, status, seconds):
     """critical.json (for plots.py), critical.csv, summary.json; print the table and the fits."""
     fits = {}
-    for r in rows:                                     # a fit per model and s, over its T reached
-        done = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])
-                and o["m_crit"] is not None]
-        fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves([o["T"] for o in done],
-                                                                  [o["m_crit"] for o in done])
+    for r in rows:                                     # a fit per model and s, over its T
+        mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
+        fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(
+            *([o[k] for o in mine] for k in ("T", "m50", "lo", "hi")))
     runlog.write_json(out / "critical.json", {"status": status, "rows": rows, "fits": fits})
     with open(out / "critical.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["model", "s", "T", "m_crit"])
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows({k: r[k] for k in writer.fieldnames} for r in rows)
-    summary = dict(status=status, seconds=round(time.time() - t0, 1), rows=rows, fits=fits)
-    runlog.write_json(out / "summary.json", summary)
-    print(f"\n{'model':<12}{'s':>3}{'T':>7}{'m_crit':>8}   (smallest m with >= {PASS_ACC:.0%} "
-          f"accuracy on {N_TEST:,} held-out samples in most seeds; None: not within the grid)")
-    for r in rows:
-        print(f"{r['model']:<12}{r['s']:>3}{r['T']:>7}{str(r['m_crit']):>8}")
+        writer.writerows({k: r[k] for k in FIELDS} for r in rows)
+    runlog.write_json(out / "summary.json", dict(status=status, seconds=round(seconds, 1),
+                                                 rows=rows, fits=fits))
+    if status == "running":
+        return
+    print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
+          f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
+          "empty: beyond the scan\n"
+          + (out / "critical.csv").read_text())
     for model, by_s in fits.items():
-        for s, fit in by_s.items():
-            print(f"{model} s={s}: " + ("fewer than 3 points, no fit" if fit is None else
-                  "a + b ln T = {a:.1f} + {b:.1f} ln T (rms {rms:.1f}); ".format(**fit["log"])
-                  + "c T^k = {c:.2f} T^{k:.3f} (rms {rms:.1f}); ".format(**fit["power"])
-                  + f"better: {fit['better']}"))
-    print(f"{status} in {summary['seconds']} s; written to {out}/")
+        for s, f in by_s.items():
+            print(f"{model} s={s}: " + ("fewer than 3 bounded points, no fit" if f is None else
+                  "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f}); ".format(**f["log"]) + "{c:.2f} "
+                  "T^{k:.3f} (chi2 {chi2:.1f}); ".format(**f["power"]) + f"dof {f['dof']}: " +
+                  (f"{f['better']} fits better" if f["separated"] else "not separated")))
+    print(f"{status} in {seconds:.1f} s; written to {out}/")
+
+
+def read_log(out):
+    """An interrupted run's records (a line cut by a kill is dropped), its log rewritten so that
+    new records start on a line of their own, and the seconds its summary counted."""
+    log, records = out / "log.jsonl", []
+    out.mkdir(parents=True, exist_ok=True)             # --resume of a run never started
+    for line in log.read_text().splitlines() if log.exists() else []:
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return records, json.loads((out / "summary.json").read_text())["seconds"]
+    return records, 0.0                                # killed before its first summary
 
 
 def run(args, device):
-    out, t0 = Path(args.out), time.time()
-    runlog.fresh_dir(out)                              # --force: nothing of an old run stays
+    out = Path(args.out)
+    records, before = read_log(out) if args.resume else (runlog.fresh_dir(out) or ([], 0.0))
+    t0 = time.time() - before                          # a resumed run's seconds go on counting
+    done = {(r["model"], r["m"], r["T"], r["s"], r["seed"]): r for r in records}
     seeds = list(range(args.seeds))
     grid = m_grid(args.m_min, args.m_max, args.per_octave)
     config = dict(vars(args), device=str(device), grid=grid, seeds=seeds, pass_acc=PASS_ACC,
-                  n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)
+                  **SETTINGS)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     cells = list(itertools.product(args.model, args.s, args.T))
-    rows, status = [], "finished"
-    with open(out / "log.jsonl", "w") as log, tqdm(cells, desc="grid", dynamic_ncols=True) as bar:
-        def trainer(model, m, T, s, seed):
-            record = train_one(model, m, T, s, seed, device)
-            runlog.append_record(log, record)               # flushed: Ctrl-C keeps it
-            bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{record['acc']:.3f}")
-            return record["acc"]
+    rows, status, asked = [], "finished", []
+    with open(out / "log.jsonl", "a") as log, tqdm(cells, desc="grid", dynamic_ncols=True) as bar:
+        def trainer(model, m, T, s, seed):             # each (model, m, T, s, seed) trains once
+            key = (model, m, T, s, seed)
+            if key not in done:
+                done[key] = train_one(model, m, T, s, seed, device)
+                runlog.append_record(log, done[key])    # flushed: Ctrl-C keeps it
+                bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
+            asked.append(key)
+            return done[key]["acc"]
 
         try:
             for model, s, T in bar:
@@ -277,15 +373,21 @@ def run(args, device):
                     bar.write("\n".join(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds "
                                         f"{seeds}: " + " ".join(f"{acc:.4f}" for acc in a)
                                         for m, a in accs.items()))
-                else:
-                    m_crit = critical_m(functools.partial(trainer, model), T, s, grid, seeds)
-                    rows.append(dict(model=model, s=s, T=T, m_crit=m_crit))
+                    continue
+                asked.clear()          # the fit: what this search asked for, not all of the log
+                search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
+                mine = [done[key] for key in dict.fromkeys(asked)]
+                rows.append(dict(model=model, s=s, T=T, **logistic_fit(      # capped: unfit sets
+                    [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
+                    r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS
+                    for r in mine)))
+                write_results(out, rows, "running", time.time() - t0)
         except BaseException as error:
             status = runlog.ended_by(error)
             raise
         finally:
             if not args.m:
-                write_results(out, rows, status, t0)
+                write_results(out, rows, status, time.time() - t0)
             else:                                       # a rerun is told how this one ended
                 runlog.write_json(out / "summary.json",
                                   dict(status=status, seconds=round(time.time() - t0, 1)))
