@@ -413,13 +413,15 @@ def train(args, d_e, device):
                dynamic_ncols=True)
     try:
         with runlog.Signals() as signals:
+            if not tr.resumed:          # the job's start, before its first record: --resume finds it
+                tr.checkpoint(first, time.time() - t0)
             for step in range(first, args.steps + 1):
-                if ((step % args.eval_every == 0 or step == args.steps)
-                        and not (step == first and tr.resumed)):
+                if ((step % args.eval_every == 0 or step == args.steps)  # unless a checkpoint has it
+                        and not any(rec.get("step") == step for rec in tr.records)):
                     evaluate_and_log(tr, step, t0)
                     bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
                                         f" cos_W {tr.records[0]['cos_W']:.3f}")
-                if (signals.caught or step in (first, args.steps)
+                if (signals.caught or step == args.steps
                         or time.time() - last_checkpoint > args.checkpoint_every):
                     tr.checkpoint(step, time.time() - t0)      # the state before step `step`
                     last_checkpoint = time.time()
@@ -438,9 +440,11 @@ def train(args, d_e, device):
         raise
     finally:
         bar.close()
-        tr.close(done, step, time.time() - t0)
+        with runlog.Signals() as late:  # Ctrl-C or SIGTERM while the summaries are written: after them
+            tr.close(done, step, time.time() - t0)
     if done == "finished":
         tr.file.unlink()                                        # nothing left to resume
+    late.stop()
     if "diverged" in tr.status:
         raise runlog.Stop(f"{tr.status.count('diverged')} of {len(tr.specs)} runs diverged"
                           " (see their summary.json)")
