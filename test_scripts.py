@@ -4,6 +4,7 @@ directories, the README's commands, run_course.sh (train_bool.py and train_fcn.p
 test_baselines.py; plots.py, rundirs.py and tables.py: test_plots.py). Seeded, CPU only.
 """
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -252,6 +253,23 @@ def test_evaluate_rescores_saved_runs_on_their_own_sets_bit_for_bit_and_extends_
     with pytest.raises(SystemExit) as done:                    # not a run: one line, status 2
         train_tf.main(["--evaluate", str(tmp_path), "--device", "cpu"])
     assert done.value.code == 2 and "--evaluate: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["config.json", "weights_init.npz", "log.jsonl", "checkpoint-",
+                                  "final_losses.npz", "summary.json"])
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_half_written_file(tmp_path, capsys,
+                                                                                 full_disk, name):
+    full_disk(lambda file: file.startswith(name))
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    named = re.fullmatch(r"train_tf.py: error: cannot write (\S+): No space left on device; free"
+                         r" space on its disk, or give an --out on another", line)
+    assert done.value.code == 2 and named and "Traceback" not in err, err
+    assert Path(named[1]).name.startswith(name) and tmp_path in Path(named[1]).parents
+    assert not list(tmp_path.rglob("*.tmp"))                       # nothing half-written left
+    assert name == "log.jsonl" or not Path(named[1]).exists()     # a log keeps its whole lines
 
 
 @pytest.mark.parametrize("script", ["train_tf", "train_fcn", "train_bool", "plots"])
