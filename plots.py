@@ -91,7 +91,8 @@ def save(fig, out, name, title):
                    ncols=max(1, min(len(entries), round(width / 2.3))))
     try:
         for ext in FORMATS:           # whole or not at all: no truncated figure is left behind
-            runlog.write_atomic(out / f"{name}.{ext}", lambda handle: fig.savefig(handle, format=ext))
+            runlog.write_atomic(out / f"{name}.{ext}",
+                                lambda handle: fig.savefig(handle, format=ext))
     except OSError as e:
         raise CannotWrite(runlog.cannot_write(e)) from None
     finally:

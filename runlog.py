@@ -43,8 +43,8 @@ def strict(value):
 
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills path.tmp, renamed onto path, so that a
-    kill at any moment leaves the old file or the new one. An error (a read-only folder, a full disk)
-    names path and leaves no partial .tmp behind."""
+    kill at any moment leaves the old file or the new one. An error (a read-only folder, a full
+    disk) names path and leaves no partial .tmp behind."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as handle:

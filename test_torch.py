@@ -296,7 +296,7 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
 # A driver in a process of its own: the uninterrupted command runs in it (and counts each runlog
 # writer's calls), then each cut one in a forked child, so that a SIGKILL ends that run alone and no
 # child pays torch's first-run costs again. For each signal and each call k of each writer, a child
-# sends itself the signal right after that call returns; then a plain --resume goes on in its folder.
+# sends itself the signal right after that call returns; then a plain --resume goes on there.
 KILL_DRIVER = """
 import json, os, signal, sys
 from pathlib import Path
@@ -369,8 +369,8 @@ def run_state_files(folder):
 
 def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_files_bit_for_bit(
         tmp_path):
-    # two jobs (d_e = 8, then 12) of two runs each, Adam; SIGKILL (no handler runs) and SIGTERM right
-    # after every checkpoint, every summary and every log record the uninterrupted command writes
+    # two jobs (d_e = 8, then 12) of two runs each, Adam; SIGKILL (no handler runs) and SIGTERM
+    # right after every checkpoint, every summary and every log record the uninterrupted job writes
     # (one thread: no pool in the driver before it forks)
     flags = [*TINY, "--pe", "stochastic", "fixed", "--de", "8", "12", "--optimizer", "adam",
              "--threads", "1"]

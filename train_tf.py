@@ -417,10 +417,10 @@ def train(args, d_e, device):
                dynamic_ncols=True)
     try:
         with runlog.Signals() as signals:
-            if not tr.resumed:          # the job's start, before its first record: --resume finds it
+            if not tr.resumed:            # the job's start, before any record: --resume finds it
                 tr.checkpoint(first, time.time() - t0)
             for step in range(first, args.steps + 1):
-                if ((step % args.eval_every == 0 or step == args.steps)  # unless a checkpoint has it
+                if ((step % args.eval_every == 0 or step == args.steps)   # unless checkpointed
                         and not any(rec.get("step") == step for rec in tr.records)):
                     evaluate_and_log(tr, step, t0)
                     bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
@@ -444,7 +444,7 @@ def train(args, d_e, device):
         raise
     finally:
         bar.close()
-        with runlog.Signals() as late:  # Ctrl-C or SIGTERM while the summaries are written: after them
+        with runlog.Signals() as late:  # Ctrl-C or SIGTERM while summaries are written: after them
             tr.close(done, step, time.time() - t0)
     if done == "finished":
         tr.file.unlink()                                        # nothing left to resume
