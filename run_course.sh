@@ -51,7 +51,7 @@ copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of fold
   printf ' && cp -r'; for name; do printf ' %s/%s' "$from" "$name"; done
   printf ' %s/' "$to"
 }
-runs() { local s; for s in $SEEDS; do printf '%s ' "${@/%/-de64-seed$s}"; done; }   # runs stochastic: its d_e = 64 run names
+runs() { local s; for s in $SEEDS; do printf '%s ' "${@/%/-de64-seed$s}"; done; }   # runs PE...: their d_e = 64 runs' names
 
 # The lines. LANE_A and LANE_B hold the experiments (a lane's lines run in turn, the two lanes side by side;
 # any order would give the same files); AFTER comes after both.
