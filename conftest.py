@@ -70,3 +70,34 @@ def png_only(monkeypatch):
     """plots.py draws PNG alone in the tests (a PDF doubles the time); one test asks for both."""
     import plots
     monkeypatch.setattr(plots, "FORMATS", ("png",))
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """full_disk(test): from then on, a file opened for writing whose name passes test(name) lies on
+    a disk that fills after its first 64 bytes: write() raises ENOSPC naming no file, as the
+    kernel's does (through open and io.open, so pathlib, zipfile, NumPy and matplotlib meet it)."""
+    import builtins
+    import errno
+    import io
+    import os
+    real = builtins.open
+
+    class Full(io.FileIO):
+        def write(self, data):
+            data, room = bytes(data), max(0, 64 - self.tell())
+            if len(data) > room:
+                super().write(data[:room])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(data)
+
+    def fill(test):
+        def opened(file, mode="r", buffering=-1, encoding=None, *args, **kwargs):
+            if isinstance(file, int) or not set("wax") & set(mode) or not test(Path(file).name):
+                return real(file, mode, buffering, encoding, *args, **kwargs)
+            raw = Full(file, next(c for c in "wax" if c in mode) + "+" * ("+" in mode))
+            handle = (io.BufferedRandom if "+" in mode else io.BufferedWriter)(raw)
+            return handle if "b" in mode else io.TextIOWrapper(handle, encoding or "utf-8")
+        monkeypatch.setattr(builtins, "open", opened)
+        monkeypatch.setattr(io, "open", opened)
+    return fill

@@ -21,6 +21,8 @@ status 2 for a skip (a config.json without a key its figures need, a diverged ru
 a log line that is no JSON object with a "step", a summary row without a key, unreadable weights, a
 bad family_floor.json) or when nothing is drawn; 0 when a log's last line was cut mid-record (a
 warning: its intact records are drawn). A skipped run is left out of its configuration's mean.
+An --out that cannot be written (read-only, a full disk) stops it: one line naming the file and
+the fix, exit status 2; each figure is written whole or not at all (a .tmp renamed into place).
 """
 import argparse
 import itertools
@@ -56,6 +58,10 @@ PANEL = (2.4, 2.1)  # inches per panel, at font size 8
 FORMATS = ("png", "pdf")
 
 
+class CannotWrite(Exception):
+    """A figure --out cannot take (a read-only folder, a full disk): the others would fail too."""
+
+
 def curve(ax, group, groups, name, f=lambda y: y, **kw):
     """`name` against the step: the seeds' mean, a band from lowest to highest; f (1/y) on each."""
     step, y = spread(group, name)
@@ -86,9 +92,14 @@ def save(fig, out, name, title):
     if entries:
         fig.legend(entries.values(), entries.keys(), loc="outside lower center",
                    ncols=max(1, min(len(entries), round(width / 2.3))))
-    for ext in FORMATS:
-        fig.savefig(out / f"{name}.{ext}")
-    plt.close(fig)
+    try:
+        for ext in FORMATS:           # whole or not at all: no truncated figure is left behind
+            runlog.write_atomic(out / f"{name}.{ext}",
+                                lambda handle: fig.savefig(handle, format=ext))
+    except OSError as e:
+        raise CannotWrite(runlog.cannot_write(e)) from None
+    finally:
+        plt.close(fig)
     print(f"wrote {out / name}.{' and .'.join(FORMATS)}")
     return True
 
@@ -483,6 +494,27 @@ def draw_summary(path, out, report):
     return figure(summary, out, path.parent.name)
 
 
+def draw_all(experiments, summaries, out, report):
+    """Every figure (or, with out=None, table) of the experiments and summaries found."""
+    if out and (experiments or summaries):
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CannotWrite(runlog.cannot_write(e)) from None
+    for folder, dirs in sorted(experiments.items()):
+        runs = unique([run for run in (report.attempt(load_run, d, report, then="; the run is left"
+                                                      " out (of its configuration's mean too)")
+                                       for d in dirs) if run], report)
+        predicted = (runs and (folder / FLOOR).exists()
+                     and report.attempt(load_prediction, folder, runs) or {})
+        if runs and out is None:
+            tabulate(folder.name, runs, report, predicted)
+        elif runs:
+            draw(folder.name, runs, out, report, predicted)
+    for path in summaries:
+        report.drawn += bool(report.attempt(draw_summary, path, out, report))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="plots.py", description=__doc__.split("\n")[0])
     p.error = lambda message: runlog.fail("plots.py", message)  # one line, not a usage block
@@ -498,20 +530,10 @@ def main(argv=None):
     if out and out.exists() and not out.is_dir():            # before anything is read or drawn
         runlog.fail("plots.py", f"--out: {out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
-    if out and (experiments or summaries):
-        out.mkdir(parents=True, exist_ok=True)
-    for folder, dirs in sorted(experiments.items()):
-        runs = unique([run for run in (report.attempt(load_run, d, report, then="; the run is left"
-                                                      " out (of its configuration's mean too)")
-                                       for d in dirs) if run], report)
-        predicted = (runs and (folder / FLOOR).exists()
-                     and report.attempt(load_prediction, folder, runs) or {})
-        if runs and out is None:
-            tabulate(folder.name, runs, report, predicted)
-        elif runs:
-            draw(folder.name, runs, out, report, predicted)
-    for path in summaries:
-        report.drawn += bool(report.attempt(draw_summary, path, out, report))
+    try:
+        draw_all(experiments, summaries, out, report)
+    except CannotWrite as e:                                  # read-only, a full disk: stop here
+        runlog.fail("plots.py", e)
     print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
     if not report.drawn:
         runlog.fail("plots.py", f"nothing {'printed' if args.table else 'drawn'} from"

@@ -9,6 +9,7 @@ This module knows nothing of the models and imports torch only where a checkpoin
 """
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -40,11 +41,36 @@ def strict(value):
     return value if not isinstance(value, float) or math.isfinite(value) else None
 
 
+def write_atomic(path, write):
+    """path written whole or not at all: write(handle) fills path.tmp, renamed onto path, so that a
+    kill at any moment leaves the old file or the new one. An error (a read-only folder, a full
+    disk) names path and leaves no partial .tmp behind."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        e.filename = str(path)            # the file meant, not its .tmp (a full disk names none)
+        raise
+
+
+def cannot_write(error):
+    """One line for an OSError of writing: the file, why, and the fix."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space on its disk, or give an --out on another"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "give an --out you can write to"
+    else:
+        fix = "check --out and free space"
+    return f"cannot write {error.filename or 'under --out'}: {error.strerror or error}; {fix}"
+
+
 def write_json(path, obj):
     """Write obj as JSON atomically (no reader sees half a file), non-finite numbers as null."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(strict(obj), indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, lambda handle: handle.write(json.dumps(strict(obj), indent=2).encode()))
 
 
 def nest(losses):
@@ -97,8 +123,12 @@ def divergence(losses, start_loss):
 
 def append_record(log, record):
     """One strict-JSON line, flushed so that Ctrl-C, SIGTERM or a crash keeps it."""
-    log.write(json.dumps(strict(record)) + "\n")
-    log.flush()
+    try:
+        log.write(json.dumps(strict(record)) + "\n")
+        log.flush()
+    except OSError as e:
+        e.filename = e.filename or log.name   # write() on a full disk names no file
+        raise
 
 
 def write_record(log, record, run_name, losses, start_loss):
@@ -112,17 +142,14 @@ def write_record(log, record, run_name, losses, start_loss):
 
 def write_bytes(path, data):
     """A file written atomically: a kill at any moment leaves the old file or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(path, lambda handle: handle.write(data))
 
 
 def save_checkpoint(file, state):
-    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole."""
+    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole (through
+    a handle: torch's own file writer says a full disk as a RuntimeError naming no file)."""
     import torch
-    tmp = file.with_name(file.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, file)
+    write_atomic(file, lambda handle: torch.save(state, handle))
 
 
 def load_checkpoint(file):
@@ -330,8 +357,7 @@ def run_command(program, body, kept="the logs and weights so far are saved"):
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:                  # an unwritable --out (read-only, a full disk, /proc)
-        fail(program,
-             f"cannot write {e.filename or ''}: {e.strerror or e}; check --out and free space")
+        fail(program, cannot_write(e))
     except KeyboardInterrupt:
         print(f"{program}: interrupted; {kept}", file=sys.stderr)
         sys.exit(130)

@@ -384,6 +384,7 @@ def test_a_sweep_stopped_part_way_says_so_in_its_file_its_table_and_its_figure(t
 
 def test_train_fcn_sweep_refuses_to_overwrite_fcn_runs_already_in_its_out(tmp_path, capsys):
     train_fcn.main(FCN_TINY + ["--steps", "50", "--width", "8", "--out", str(tmp_path)])
+    capsys.readouterr()   # its progress bars: nested (several lines) where an earlier bar is alive
     run = tmp_path / "fcn-T6-m8-depth1-seed0"
     before = (run / "log.jsonl").read_bytes()
     capsys.readouterr()                                      # its progress bar and closing line

@@ -4,6 +4,7 @@ stderr for each thing that cannot be drawn. Seeded, CPU only.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -564,3 +565,39 @@ def test_a_needed_de_json_row_without_its_floor_is_one_line_and_the_other_rows_a
     err = capsys.readouterr().err.splitlines()
     assert done.value.code == 2 and len(err) == 1 and "needed_de.json: row 1: no key 'floor'" in err[0]
     assert [f.name for f in (tmp_path / "fig").iterdir()] == ["width_needed_de.png"]
+
+
+@pytest.mark.parametrize("out", ["figures", "figures/new"])   # the folder read-only, or its parent
+def test_plots_onto_a_read_only_out_is_one_line_naming_it_and_exit_status_2(tmp_path, out):
+    fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures").chmod(0o555)
+    drop = []                     # root writes anywhere: run plots.py without that capability
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root, and no setpriv to drop CAP_DAC_OVERRIDE")
+        drop = ["setpriv", "--inh-caps=-dac_override", "--bounding-set=-dac_override"]
+    try:
+        r = subprocess.run([*drop, sys.executable, str(HERE / "plots.py"), str(tmp_path / "exp"),
+                            "--out", str(tmp_path / out), "--formats", "png"],
+                           capture_output=True, text=True)
+        assert not list((tmp_path / "figures").iterdir())
+    finally:
+        (tmp_path / "figures").chmod(0o755)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"plots.py: error: cannot write {tmp_path / out}")
+    assert r.stderr.endswith(": Permission denied; give an --out you can write to\n")
+
+
+def test_plots_onto_a_full_disk_is_one_line_naming_the_figure_and_leaves_no_truncated_one(
+        tmp_path, capsys, full_disk):
+    fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
+    (tmp_path / "figures").mkdir()
+    full_disk(lambda name: ".png" in name)
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "exp"), "--out", str(tmp_path / "figures")])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err == (
+        f"plots.py: error: cannot write {tmp_path / 'figures' / 'exp_training.png'}: No space left"
+        " on device; free space on its disk, or give an --out on another\n")
+    assert not list((tmp_path / "figures").iterdir())                # no truncated PNG, no .tmp

@@ -4,6 +4,7 @@ directories, the README's commands, run_course.sh (train_bool.py and train_fcn.p
 test_baselines.py; plots.py, rundirs.py and tables.py: test_plots.py). Seeded, CPU only.
 """
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -254,6 +255,23 @@ def test_evaluate_rescores_saved_runs_on_their_own_sets_bit_for_bit_and_extends_
     assert done.value.code == 2 and "--evaluate: " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["config.json", "weights_init.npz", "log.jsonl", "checkpoint-",
+                                  "final_losses.npz", "summary.json"])
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_half_written_file(tmp_path, capsys,
+                                                                                 full_disk, name):
+    full_disk(lambda file: file.startswith(name))
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    named = re.fullmatch(r"train_tf.py: error: cannot write (\S+): No space left on device; free"
+                         r" space on its disk, or give an --out on another", line)
+    assert done.value.code == 2 and named and "Traceback" not in err, err
+    assert Path(named[1]).name.startswith(name) and tmp_path in Path(named[1]).parents
+    assert not list(tmp_path.rglob("*.tmp"))                       # nothing half-written left
+    assert name == "log.jsonl" or not Path(named[1]).exists()     # a log keeps its whole lines
+
+
 @pytest.mark.parametrize("script", ["train_tf", "train_fcn", "train_bool", "plots"])
 def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
     blocker = tmp_path / "a_file"
@@ -345,21 +363,41 @@ def committed_state(repo):
     return tree, sorted(p.name for p in repo.iterdir() if p.name != "__pycache__")
 
 
-def run_course(script, *args, **env):
+def course_env(**env):
+    """run_course.sh's environment: this python first on PATH, none of its switches but `env`."""
     import os
     environ = {k: v for k, v in os.environ.items()
                if k not in ("GALLERY", "RESUME", "QUICK", "TF_FLAGS")}
     environ.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}",
                    **env)
+    return environ
+
+
+def run_course(script, *args, **env):
     return subprocess.run(["bash", str(script), *map(str, args)], capture_output=True, text=True,
-                          env=environ, timeout=900)
+                          env=course_env(**env), timeout=900)
+
+
+@pytest.fixture(scope="module")
+def quick_course(tmp_path_factory):
+    """quick_course(scale): QUICK=1 bash run_course.sh OUT SCALE in a copy of the checkout, once a
+    scale for the tests that read it: (the copy, OUT, the result, the committed files before)."""
+    done = {}
+
+    def run(scale):
+        if scale not in done:
+            tmp = tmp_path_factory.mktemp(scale)
+            repo, out = checkout_copy(tmp), tmp / "out"
+            before = committed_state(repo)
+            done[scale] = (repo, out, run_course(repo / "run_course.sh", out, scale, QUICK="1",
+                                                 TF_FLAGS="--device cpu"), before)
+        return done[scale]
+    return run
 
 
 @pytest.mark.slow   # run by `python test_sts.py --all` (CI)
-def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
-    repo, out = checkout_copy(tmp_path), tmp_path / "out"
-    before = committed_state(repo)
-    r = run_course(repo / "run_course.sh", out, QUICK="1", TF_FLAGS="--device cpu")
+def test_run_course_quick_runs_every_line_and_writes_only_under_out(quick_course):
+    repo, out, r, before = quick_course("course")
     assert r.returncode == 0, (r.stderr[-2000:],
                                [log.read_text()[-1500:] for log in out.glob("logs/*")])
     assert committed_state(repo) == before  # the gallery and the committed runs untouched
@@ -388,10 +426,8 @@ def test_run_course_quick_runs_every_line_and_writes_only_under_out(tmp_path):
 
 
 @pytest.mark.slow   # run by `python test_sts.py --all` (CI)
-def test_run_course_quick_paper_predicts_the_floor_at_each_d_e_and_test_length_and_writes_only_under_out(tmp_path):
-    repo, out = checkout_copy(tmp_path), tmp_path / "out"
-    before = committed_state(repo)
-    r = run_course(repo / "run_course.sh", out, "paper", QUICK="1", TF_FLAGS="--device cpu")
+def test_run_course_quick_paper_predicts_the_floor_at_each_d_e_and_test_length_and_writes_only_under_out(quick_course):
+    repo, out, r, before = quick_course("paper")
     assert r.returncode == 0, r.stderr[-3000:]
     assert committed_state(repo) == before  # no figures/paper_*.png without GALLERY=1
     for run in ("sgd/stochastic", "sgd/fixed", "query/stochastic", "query/fixed",
@@ -405,6 +441,54 @@ def test_run_course_quick_paper_predicts_the_floor_at_each_d_e_and_test_length_a
         + [(T, 170, pe) for T in (10, 12) for pe in ("stochastic", "fixed")])
     figures = {p.name for p in (out / "figures").glob("*.png")}
     assert {"sgd_floor.png", "sgd_length.png", "sgd_training.png", "adam_training.png"} <= figures
+
+
+def numbers(out):
+    """What a course run leaves under OUT but its lanes' logs: JSON without its wall-clock keys
+    (time, seconds) and with OUT's path as "OUT", arrays as bytes, a figure as its name, other files
+    as bytes."""
+    def timeless(x):
+        if isinstance(x, dict):
+            return {k: timeless(v) for k, v in x.items() if k not in ("time", "seconds")}
+        return [timeless(v) for v in x] if isinstance(x, list) else x
+    files = {}
+    for path in sorted(p for p in out.rglob("*") if p.is_file() and p.suffix != ".log"):
+        name = str(path.relative_to(out))
+        if path.suffix == ".npz":
+            with np.load(path) as z:
+                files[name] = {k: z[k].tobytes() for k in z.files}
+        elif path.suffix in (".json", ".jsonl"):
+            text = path.read_text().replace(str(out), "OUT")
+            files[name] = timeless([json.loads(line) for line in text.splitlines()]
+                                   if path.suffix == ".jsonl" else json.loads(text))
+        else:
+            files[name] = None if path.suffix in (".png", ".pdf") else path.read_bytes()
+    return files
+
+
+@pytest.mark.slow   # run by `python test_sts.py --all` (CI)
+@pytest.mark.parametrize("scale", ["course", "paper"])
+def test_run_course_list_run_two_lines_at_a_time_writes_the_runs_and_numbers_of_run_course(
+        quick_course, tmp_path, scale):
+    repo, out, r, _ = quick_course(scale)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env = course_env(QUICK="1", TF_FLAGS="--device cpu")
+    listed, jobs = tmp_path / "out", tmp_path / "jobs"
+    r = subprocess.run(["bash", "run_course.sh", str(listed), scale, "--list"], cwd=repo, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "" and not listed.exists(), r.stderr
+    jobs.write_text(r.stdout)
+    lines = r.stdout.splitlines()
+    outs = [set(re.findall(r"--out (\S+)", line)) for line in lines[:-1]]
+    outs = [folders.pop() for folders in outs if folders and len(folders) == 1]  # a line per --out:
+    assert len(outs) == len(set(outs)) == sum("--out" in line for line in lines[:-1])  # one writer
+    assert "plots.py" in lines[-1] and all("plots.py" not in line for line in lines[:-1])
+    # as the README runs them: every line but the last, two at a time; then the last
+    readme = f"head -n -1 {jobs} | xargs -d '\\n' -n 1 -P 2 bash -c && tail -n 1 {jobs} | bash"
+    r = subprocess.run(readme, shell=True, cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert numbers(listed) == numbers(out)
 
 
 @pytest.mark.parametrize("args, env, word", [

@@ -4,7 +4,8 @@ The torch twin of sts.forward (autograd) against sts.backward; the fused step (f
 sts.backward for every PE kind, attention variant and chunking; the torch streams (streams.py)
 against sts.sample_batch from the same recorded numbers; whole runs, fused against autograd; runs of
 one seed sharing their draws and every run sharing the validation sets; runs together against apart;
-a killed and resumed run against an uninterrupted one, bit for bit. Seeded, CPU only.
+a killed and resumed run against an uninterrupted one, bit for bit (killed after any of its writes
+too). Seeded, CPU only.
 """
 import json
 import signal
@@ -290,3 +291,101 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
             name = f"{kind}-de8-seed{seed}"
             assert_same_logs(read_log(tmp_path / "all" / name), read_log(tmp_path / "one" / name),
                              ("train_loss", "val", "test_T", "test_q", "cos_W"))
+
+
+# A driver in a process of its own: the uninterrupted command runs in it (and counts each runlog
+# writer's calls), then each cut one in a forked child, so that a SIGKILL ends that run alone and no
+# child pays torch's first-run costs again. For each signal and each call k of each writer, a child
+# sends itself the signal right after that call returns; then a plain --resume goes on there.
+KILL_DRIVER = """
+import json, os, signal, sys
+from pathlib import Path
+import runlog, train_tf
+WRITERS = ("save_checkpoint", "write_summary", "append_record")
+flags, out = json.loads(sys.argv[1]), Path(sys.argv[2])
+counts, kill = dict.fromkeys(WRITERS, 0), None
+
+def counted(name, write):
+    def call(*args, **kwargs):
+        write(*args, **kwargs)
+        counts[name] += 1
+        if kill and kill[:2] == (name, counts[name]):
+            os.kill(os.getpid(), kill[2])
+    return call
+
+for name in WRITERS:
+    setattr(runlog, name, counted(name, getattr(runlog, name)))
+
+def main(folder, *extra):
+    try:
+        train_tf.main(flags + ["--out", str(out / folder), *extra])
+    except SystemExit as e:
+        return e.code
+    return 0
+
+def forked(folder, *extra, target=None):
+    pid = os.fork()
+    if pid:
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    global kill
+    kill = target
+    counts.update(dict.fromkeys(WRITERS, 0))
+    os._exit(main(folder, *extra))
+
+assert main("whole") == 0
+total, cases = dict(counts), {}
+for sig in ("SIGKILL", "SIGTERM"):
+    for name in WRITERS:
+        for k in range(1, total[name] + 1):
+            folder = f"{sig}-{name}-{k}"
+            code = forked(folder, target=(name, k, getattr(signal, sig)))
+            unsaid = [str(p.parent.name) for p in (out / folder).rglob("config.json")
+                      if not (p.parent / "summary.json").exists()]
+            cases[folder] = dict(killed=code, no_summary=unsaid, resumed=forked(folder, "--resume"))
+print(json.dumps(dict(counts=total, cases=cases)))
+"""
+
+
+def run_state_files(folder):
+    """Every file of a finished job's run directories, as bytes (logs and summaries without their
+    wall-clock fields), and what else is in the folder."""
+    state = {}
+    for path in sorted(folder.rglob("*")):
+        name = str(path.relative_to(folder))
+        if path.suffix == ".npz":
+            with np.load(path) as z:
+                state[name] = {k: z[k].tobytes() for k in z.files}
+        elif path.name == "log.jsonl":
+            state[name] = [dict(json.loads(line), time=None)
+                           for line in path.read_text().splitlines()]
+        elif path.name == "summary.json":
+            state[name] = dict(json.loads(path.read_text()), seconds=None, time=None)
+        elif path.is_file() and path.name != ".lock":
+            state[name] = path.read_bytes()
+        else:
+            state[name] = None
+    return state
+
+
+def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_files_bit_for_bit(
+        tmp_path):
+    # two jobs (d_e = 8, then 12) of two runs each, Adam; SIGKILL (no handler runs) and SIGTERM
+    # right after every checkpoint, every summary and every log record the uninterrupted job writes
+    # (one thread: no pool in the driver before it forks)
+    flags = [*TINY, "--pe", "stochastic", "fixed", "--de", "8", "12", "--optimizer", "adam",
+             "--threads", "1"]
+    r = subprocess.run([sys.executable, "-c", KILL_DRIVER, json.dumps(flags), str(tmp_path)],
+                       cwd=HERE, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout.splitlines()[-1])
+    assert report["counts"] == dict(save_checkpoint=4, write_summary=4, append_record=12)
+    whole = run_state_files(tmp_path / "whole")
+    assert whole and not [name for name in whole if name.endswith((".pt", ".tmp"))]
+    failed = {}
+    for folder, case in report["cases"].items():
+        sigkill = folder.startswith("SIGKILL")
+        if (case["killed"] != (-signal.SIGKILL if sigkill else 143) or case["resumed"] != 0
+                or not sigkill and case["no_summary"]                 # SIGTERM: every run says so
+                or run_state_files(tmp_path / folder) != whole):
+            failed[folder] = case
+    assert not failed, "\n".join(f"{folder}: {case}" for folder, case in failed.items())

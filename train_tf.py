@@ -14,6 +14,7 @@ checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autogra
 twin of sts.forward on the same draws (--step autograd, the reference; tests check the two agree).
 """
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
@@ -288,9 +289,10 @@ class Trainer:
         losses = self.sequence_losses(n)
         out = []
         for r, spec in enumerate(self.specs):
-            np.savez(spec["dir"] / "final_losses.npz",
-                     **{"_".join(filter(None, name)): x[:, r].float().cpu().numpy()
-                        for name, x in losses})
+            arrays = {"_".join(filter(None, name)): x[:, r].float().cpu().numpy()
+                      for name, x in losses}
+            runlog.write_atomic(spec["dir"] / "final_losses.npz",
+                                lambda handle: np.savez(handle, **arrays))
             out.append(dict(
                 final=runlog.nest([(name, x[:, r].mean().item()) for name, x in losses]),
                 final_se=runlog.nest([(name, x[:, r].std().item() / n ** 0.5)
@@ -306,7 +308,8 @@ class Trainer:
 
     def save_weights(self, name):
         for spec, W, V in zip(self.specs, self.W, self.V):
-            np.savez(spec["dir"] / name, W=W.cpu().numpy(), V=V.cpu().numpy())
+            arrays = dict(W=W.cpu().numpy(), V=V.cpu().numpy())
+            runlog.write_atomic(spec["dir"] / name, lambda handle: np.savez(handle, **arrays))
 
     def open_runs(self):
         """Create (or with --resume restore from the job's checkpoint) the run directories and the
@@ -358,7 +361,8 @@ class Trainer:
         """A summary for each run still running (`done`: how it ended), then the final weights (a
         summary is never missing where the weights are), every run's closing line."""
         for spec, log, rec, state in zip(self.specs, self.logs, self.records, self.status):
-            log.close()
+            with contextlib.suppress(OSError):  # a record a full disk refused: said as it failed
+                log.close()
             if state == "running":
                 runlog.write_summary(spec["dir"], done, step, seconds, rec)
         self.save_weights("weights_final.npz")
@@ -413,13 +417,15 @@ def train(args, d_e, device):
                dynamic_ncols=True)
     try:
         with runlog.Signals() as signals:
+            if not tr.resumed:            # the job's start, before any record: --resume finds it
+                tr.checkpoint(first, time.time() - t0)
             for step in range(first, args.steps + 1):
-                if ((step % args.eval_every == 0 or step == args.steps)
-                        and not (step == first and tr.resumed)):
+                if ((step % args.eval_every == 0 or step == args.steps)   # unless checkpointed
+                        and not any(rec.get("step") == step for rec in tr.records)):
                     evaluate_and_log(tr, step, t0)
                     bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
                                         f" cos_W {tr.records[0]['cos_W']:.3f}")
-                if (signals.caught or step in (first, args.steps)
+                if (signals.caught or step == args.steps
                         or time.time() - last_checkpoint > args.checkpoint_every):
                     tr.checkpoint(step, time.time() - t0)      # the state before step `step`
                     last_checkpoint = time.time()
@@ -438,9 +444,11 @@ def train(args, d_e, device):
         raise
     finally:
         bar.close()
-        tr.close(done, step, time.time() - t0)
+        with runlog.Signals() as late:  # Ctrl-C or SIGTERM while summaries are written: after them
+            tr.close(done, step, time.time() - t0)
     if done == "finished":
         tr.file.unlink()                                        # nothing left to resume
+    late.stop()
     if "diverged" in tr.status:
         raise runlog.Stop(f"{tr.status.count('diverged')} of {len(tr.specs)} runs diverged"
                           " (see their summary.json)")
