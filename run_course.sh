@@ -35,13 +35,15 @@ MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
 TF="python train_tf.py --preset $SCALE --n-final 32768${TF_FLAGS:+ $TF_FLAGS}"   # finals on 32,768 common sequences a set
 O=$(printf %q "$OUT")             # OUT as a shell reads it back, in the lines below
 FIGS=$O/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
-Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
 if [ "${QUICK:-0}" = 1 ]; then
   Q_TF=" --steps 20 --eval-every 10 --n-test 64 --n-final 64 --T 8 --test-T 10 12"
   Q_FLOOR=" --T 8 10 12"       # course: the family's floor at the quick runs' lengths (every --de of the line)
   Q_DE=" --T 8" Q_LONG=" --T 10 12"   # paper: the d_e sweep at the training T, the test lengths at d_e = 170
   Q_TABLE=" --T 8 --positions 12 24" # randomized PE's floors: two table sizes at the training T
   Q_FCN=" --steps 20 --eval-every 20 --n-test 64 --seed 0 --sweep-T 6 8 --sweep-width 8 16 --sweep-de 4 8"
+  Q_BUDGETS=" --sweep-steps 20 40 --eval-every 20 --n-test 64 --seed 0 --sweep-T 6 8 --sweep-width 8 16 --sweep-de 4 8"
+  Q_NEEDED=" --T 6 8"
   Q_BOOL=" --T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
   Q_PLOTS=" --formats png"     # a PDF doubles the drawing time
 fi
@@ -74,13 +76,16 @@ if [ "$SCALE" = paper ]; then
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
 else
   # Course scale: two lanes, one per core (a course-scale step is too small to keep two cores busy on its
-  # own), balanced by their measured times (about 18 min each); each lane's output goes to OUT/logs/.
+  # own), balanced by their measured times (about 18 min each before the FCN's budgets and the AND's
+  # m50 were added: now about 1.5 h and 1 h, measured loaded); each lane's output goes to OUT/logs/.
   LANE_A=(
     # Figures 1-5: SGD stochastic + fixed (sgd/), attend query (query/), random init (random_init/), Adam (adam/)
     "$TF --figure-set --seed $SEEDS $MODE --out $O$Q_TF"
     # ours: the loss floor against d_e (d_e = 64 is the figure set's sgd/ stochastic run, the same
     # configuration: copied after, not trained twice), and its zero-floor reference
     "$TF --de 8 16 32 128 256 --seed $SEEDS $MODE --out $O/floor$Q_TF && $TF --pe onehot --seed $SEEDS $MODE --out $O/floor$Q_TF"
+    # the FCN's width at three budgets (~1.5 h on one core): where the budget stops mattering
+    "python train_fcn.py --preset course --sweep --sweep-T 10 20 40 80 --sweep-steps 1500 6000 24000 $MODE --out $O/fcn_budgets$Q_BUDGETS"
   )
   LANE_B=(
     "$TF --T 64 --de 32 --test-T 80 96 112 128 --pe stochastic fixed --seed $SEEDS $MODE --out $O/de_below_T$Q_TF"  # q_test, d_e < T
@@ -92,8 +97,9 @@ else
   LANE_B+=(
     "mkdir -p $O/floor && python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
     "mkdir -p $O/sgd && python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json $O/sgd/family_floor.json$Q_FLOOR"  # and at the test lengths
-    "python train_fcn.py --preset course --sweep --force --out $O/fcn_sweep$Q_FCN"   # ours: width FCN vs transformer
-    "python train_bool.py --force --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND critical m
+    # ours: width FCN vs transformer at 1,500 steps; then the transformer's width from its family floor
+    "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python sts.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
+    "python train_bool.py $MODE --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND m50
   )
   # the figure set's runs, copied: stochastic d_e = 64 into floor/, and stochastic and fixed PE beside
   # randomized PE; then every figure
