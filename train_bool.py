@@ -24,6 +24,7 @@ record per training; --resume replays it), critical.json/csv and summary.json (a
 import contextlib
 import csv
 import functools
+import io
 import itertools
 import json
 import math
@@ -309,10 +310,11 @@ def write_results(out, rows, status, seconds):
         fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(
             *([o[k] for o in mine] for k in ("T", "m50", "lo", "hi")))
     runlog.write_json(out / "critical.json", {"status": status, "rows": rows, "fits": fits})
-    with open(out / "critical.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows({k: r[k] for k in FIELDS} for r in rows)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=FIELDS)
+    writer.writeheader()
+    writer.writerows({k: r[k] for k in FIELDS} for r in rows)
+    runlog.write_bytes(out / "critical.csv", text.getvalue().encode())
     runlog.write_json(out / "summary.json", dict(status=status, seconds=round(seconds, 1),
                                                  rows=rows, fits=fits))
     if status == "running":
@@ -353,7 +355,7 @@ def run(args, device):
     grid = m_grid(args.m_min, args.m_max, args.per_octave)
     config = dict(vars(args), device=str(device), grid=grid, seeds=seeds, pass_acc=PASS_ACC,
                   **SETTINGS)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
+    runlog.write_json(out / "config.json", config)
     cells = list(itertools.product(args.model, args.s, args.T))
     rows, status, asked = [], "finished", []
     with open(out / "log.jsonl", "a") as log, tqdm(cells, desc="grid", dynamic_ncols=True) as bar:

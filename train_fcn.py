@@ -18,6 +18,7 @@ every smaller budget's number in its log (constant lr: its first B steps are a B
 only widths a smaller budget needs beyond are trained anew. --resume reuses the finished runs.
 """
 import csv
+import io
 import itertools
 import json
 import math
@@ -203,7 +204,7 @@ def open_run(args, T, width, seed, steps, device):
         model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
     config = dict(run_config(args, T, width, seed, steps, device), params=n_params(model))
-    (path / "config.json").write_text(json.dumps(config, indent=2))
+    runlog.write_json(path / "config.json", config)
     return path, model, optimizer, gen, sets
 
 
@@ -396,18 +397,20 @@ def sweep(args, device):
     except BaseException as error:
         save(runlog.ended_by(error))
         raise
+    finally:
+        bar.close()
+        torch.set_num_threads(threads)
     save("finished")
-    bar.close()
-    torch.set_num_threads(threads)
     write_table(args, rows, fits(rows, args.sweep_steps), eps)
 
 
 def write_table(args, rows, slopes, eps):
-    with open(Path(args.out) / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["model", "T", "steps", "width", "params", "val", "val_sd"],
-                           extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    text = io.StringIO()
+    w = csv.DictWriter(text, fieldnames=["model", "T", "steps", "width", "params", "val", "val_sd"],
+                       extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    runlog.write_bytes(Path(args.out) / "sweep.csv", text.getvalue().encode())
     print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after "
           f"each budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
           f" transformer: D = d + d_e")
