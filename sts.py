@@ -396,19 +396,9 @@ def widths(Ts, q, d, eps, seed=0):
     return rows
 
 
-def main(argv=None):
-    """Command line: the demo, with --floor the family floor per --T, --de, with --needed-de the
-    least d_e whose floor is <= --eps d/(2q) per --T (rows to --json).
-    Exit status: 0 done, 1 a loss diverged, 2 bad input (one line naming the flag), 130 Ctrl-C."""
+def parser(stop):
+    """The command line's flags; an argparse error is one line through stop, never a usage block."""
     import argparse
-    import json
-    import os
-    import sys
-
-    def stop(message, status):                      # one line on stderr, never a usage block
-        print(f"sts.py: {message}", file=sys.stderr)
-        sys.exit(status)
-
     p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.error = lambda message: stop(f"error: {message}", 2)
@@ -433,38 +423,62 @@ def main(argv=None):
     p.add_argument("--positions", type=int, nargs="+",
                    help="with --floor: randomized PE with tables of these L >= T positions instead:"
                    " the floor of W = c W* and of a W that learns its table (table_floor)")
-    args = p.parse_args(argv)
-    try:                                            # every flag checked before anything runs
-        for T in args.T:
-            check_task(T, args.q, args.d)
-        check(min(args.de) >= 1, "--de", "positive integers", args.de)
-        check(args.steps >= 1, "--steps", "a positive integer", args.steps)
-        check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
-        check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
-        check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
-              "one value each without --floor", (args.T, args.de))
-        check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time", "both")
-        check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
-              "--json", "a file in a writable folder (checked before the search)", args.json)
-        check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
-        check(not args.positions or args.floor and max(args.positions) >= min(args.T),
-              "--positions", "a table size L >= some --T, with --floor", args.positions)
+    return p
+
+
+def check_flags(args):
+    """Every flag checked before anything runs: a ValueError naming the flag otherwise."""
+    import os
+    for T in args.T:
+        check_task(T, args.q, args.d)
+    check(min(args.de) >= 1, "--de", "positive integers", args.de)
+    check(args.steps >= 1, "--steps", "a positive integer", args.steps)
+    check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
+    check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
+    check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
+          "one value each without --floor", (args.T, args.de))
+    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time", "both")
+    check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
+          "--json", "a file in a writable folder (checked before the search)", args.json)
+    check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
+    check(not args.positions or args.floor and max(args.positions) >= min(args.T),
+          "--positions", "a table size L >= some --T, with --floor", args.positions)
+
+
+def floor_rows(args):
+    """--floor, --needed-de: the rows, printed as they come and written to --json at the end."""
+    import json
+    rows = (widths(args.T, args.q, args.d, args.eps, args.seed) if args.needed_de else
+            table_floors(args.T, args.q, args.d, args.de, args.positions, args.seed)
+            if args.positions else floors(args.T, args.q, args.d, args.de, args.seed))
+    family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+              if args.positions else "W = c W*, V = alpha V*")
+    search = dict(pe="stochastic", q=args.q, d=args.d, eps=args.eps,
+                  target=args.eps * args.d / (2 * args.q)) if args.needed_de else {}
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows, **search),
+                      fh, indent=2)
+
+
+def main(argv=None):
+    """Command line: the demo, with --floor the family floor per --T, --de, with --needed-de the
+    least d_e whose floor is <= --eps d/(2q) per --T (rows to --json).
+    Exit status: 0 done, 1 a loss diverged, 2 bad input (one line naming the flag), 130 Ctrl-C."""
+    import sys
+
+    def stop(message, status):                      # one line on stderr, never a usage block
+        print(f"sts.py: {message}", file=sys.stderr)
+        sys.exit(status)
+
+    args = parser(stop).parse_args(argv)
+    try:
+        check_flags(args)
     except ValueError as e:
         stop(f"error: {e}", 2)
     try:
         if args.floor or args.needed_de:
-            rows = (widths(args.T, args.q, args.d, args.eps, args.seed) if args.needed_de else
-                    table_floors(args.T, args.q, args.d, args.de, args.positions, args.seed)
-                    if args.positions else floors(args.T, args.q, args.d, args.de, args.seed))
-            family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
-                      if args.positions else "W = c W*, V = alpha V*")
-            search = dict(pe="stochastic", q=args.q, d=args.d, eps=args.eps,
-                          target=args.eps * args.d / (2 * args.q)) if args.needed_de else {}
-            if args.json:
-                with open(args.json, "w") as fh:
-                    json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows,
-                                   **search), fh, indent=2)
-            return
+            return floor_rows(args)
         start = args.d / (2 * args.q)               # the loss at W = V = 0
         worst = [r[1] for r in demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr,
                                     args.seed) if not r[1] < 100 * start]     # NaN fails `<` too

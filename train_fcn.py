@@ -365,8 +365,7 @@ def sweep(args, device):
     """For each T and budget the smallest width of each model whose seed-mean val loss is <=
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
     taken to need no less width); the largest budget first, whose runs hold the others' numbers."""
-    eps, out, rows = args.eps * args.d / (2 * args.q), Path(args.out), []
-    out.mkdir(parents=True, exist_ok=True)
+    eps, out, rows = args.eps * args.d / (2 * args.q), Path(args.out), []   # out: made by the lock
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
     cells = resumed_cells(args)
     bar = tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps), desc="sweep (T, budget, model)",
