@@ -9,6 +9,7 @@ This module knows nothing of the models and imports torch only where a checkpoin
 """
 import argparse
 import contextlib
+import dataclasses
 import errno
 import json
 import math
@@ -250,6 +251,61 @@ def argument_parser(program, description, table, **kwargs):
                     f"{' '.join(map(str, default)) if isinstance(default, list) else default}]")
         p.add_argument("--" + name.replace("_", "-"), default=default, help=text, **options)
     return p
+
+
+def flag(default, help, **options):
+    """One hyper-parameter, a field of a script's dataclass: its default, its --help line and its
+    argparse options (type=positive_int and the like check a value as it is read)."""
+    meta = dict(help=help, **options)
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def number(kind, low, high=math.inf, words=None):
+    """An argparse type= for numbers in (low, high) of `kind`, e.g. number(int, 0): a positive
+    integer; a bad value is one line naming the flag (argparse adds "argument --x: ")."""
+    words = words or " ".join(["a", "positive" if low == 0 else f"> {low}",
+                               "integer" if kind is int else "finite number"])
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not low < value < high:
+            raise argparse.ArgumentTypeError(f"must be {words} (got {text})")
+        return value
+    parse.__name__ = words          # argparse names a type by it in its own messages
+    return parse
+
+
+def parser(program, description, presets):
+    """argparse for a script's hyper-parameters. presets: {name: an instance of the script's
+    dataclass} (the first is the default); --help shows each flag's default, each preset's where
+    they differ. Every flag reads None when not given (see given()); a list is nargs="+" and a
+    False default a switch unless its options say otherwise; errors are one line (fail)."""
+    p = argparse.ArgumentParser(prog=program, description=description)
+    p.error = lambda message: fail(program, message)
+    for f in dataclasses.fields(next(iter(presets.values()))):
+        values = {name: getattr(preset, f.name) for name, preset in presets.items()}
+        text = lambda v: " ".join(map(str, v)) if isinstance(v, list) else str(v)  # noqa: E731
+        options, first = dict(f.metadata), next(iter(values.values()))
+        shown = ("; ".join(f"{name} {text(v)}" for name, v in values.items())
+                 if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"
+                 else text(first))
+        if first is False:
+            options.setdefault("action", "store_true")
+        elif isinstance(first, list):
+            options.setdefault("nargs", "+")
+        help_text = options.pop("help") + ("" if first in (None, False) else f" [{shown}]")
+        p.add_argument("--" + f.name.replace("_", "-"), default=None, help=help_text, **options)
+    return p
+
+
+def given(namespace):
+    """The flags given on the command line: {name: value}, for dataclasses.replace(preset, ...)."""
+    return {k: v for k, v in vars(namespace).items() if v is not None}
 
 
 def fill_presets(args, table, preset):
