@@ -71,13 +71,3 @@ def draw_positions(gen, pe_words, lo, hi, T, L):
                              dtype=torch.float32)
         positions.append(uniform.argsort(-1)[:, :T].sort(-1).values)   # the first T, in order
     return torch.cat(positions)
-
-
-def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
-    """The whole batch of `batch_words` (words(...)): X (n, d, T), idx (n, q), target (n, d), raw PE
-    Gaussians G (n, T, d_e), as the fused step draws them; for the reference step and the tests."""
-    gen = torch.Generator(device)
-    X, idx, target = draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
-    G = draw_pe(gen, batch_words[1], 0, n, T, d_e,
-                torch.empty(n * T * d_e, dtype=dtype, device=device))
-    return X, idx, target, G
