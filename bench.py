@@ -1,4 +1,4 @@
-"""Milliseconds per training step at the paper's scale (T=200, d_e=170, n=256, stochastic PE), in one process.
+"""Milliseconds per training step at the paper's scale (T=200, d_e=170, n=256, stochastic PE).
 
     python bench.py                     # the CPU: every path below, interleaved, medians and ratios
     python bench.py --device cuda       # the same on a GPU (the floor there is the same draws)

@@ -214,7 +214,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--test-T", "1"], "--test-T must satisfy 1 <= q <= T (got q=2, T=1, --q)"),
     (["--test-q", "30"], "--test-q must satisfy 1 <= q <= T (got q=30, T=6, --T)"),
     (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
-    (["--pe", "randomized", "--positions", "16", "16"], "argument --positions: lists a value twice"),
+    (["--pe", "randomized", "--positions", "16", "16"], "--positions: lists a value twice"),
     (["--pe", "fixed", "fixed"], "argument --pe: lists a value twice"),
 ]
 

@@ -135,7 +135,7 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     (1, 2 ** 15, 1, 1), (2, 2 ** 15, 2 ** 19, 1),   # one thread; too little to share: one chunk
     (2, 2 ** 15, 1, 2), (2, 16 * 9, 1, 5)])         # a chunk per thread; chunks of <= 16 sequences,
                                                     # the last of 6
-@pytest.mark.parametrize("kind", train_tf.PE_KINDS)
+@pytest.mark.parametrize("kind", sts.PE_KINDS)
 def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, work,
                                                                 chunks, monkeypatch):
     monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)

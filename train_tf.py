@@ -6,12 +6,10 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Several values of --pe and --seed (or --figure-set's seven runs) train side by side in one process
-and share each step's draws (streams.py); several values of --de train one after another. Each run
-writes a directory under --out: config.json, log.jsonl (a record per evaluation), weights_init.npz,
-weights_final.npz, final_losses.npz (each final validation sequence's loss), summary.json; a job
-(the runs of one d_e) checkpoints into one file. The step is fused.py's (the tests check it against
-sts.backward and autograd on the same draws).
+The runs of several --pe and --seed (or --figure-set's seven) train side by side in one process on
+each step's shared draws (streams.py), with fused.py's step; several --de train one after another.
+Each run writes a directory under --out: config.json, log.jsonl (a record per evaluation),
+weights_init.npz, weights_final.npz, final_losses.npz (each final sequence's loss), summary.json.
 """
 import contextlib
 import dataclasses
@@ -30,33 +28,31 @@ import fused
 import runlog
 import streams
 import sts
-from runlog import flag
+from runlog import Distinct, flag
 
-PE_KINDS = sts.PE_KINDS
-POSITIVE = runlog.number(int, 0)
-NATURAL = runlog.number(int, -1, words="an integer >= 0")
+POSITIVE, NATURAL = runlog.number(int, 0), runlog.number(int, -1, words="an integer >= 0")
 RATE = runlog.number(float, 0)                     # a positive finite number
 
 
 @dataclass
 class Args:
-    """The hyper-parameters. The defaults are the paper's (its Section 4: T=200, q=3, d=5, d_e=170,
-    n=256, lr 1 annealed to 1/3 at 50k of 100k steps); None: derived in parse_args."""
+    """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
+    50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's."""
     preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
                        choices=("paper", "course"))
-    pe: list = flag(["stochastic"], "positional encodings to train", choices=PE_KINDS,
-                    action=runlog.Distinct)
+    pe: list = flag(["stochastic"], "positional encodings to train", choices=sts.PE_KINDS,
+                    action=Distinct)
     positions: list = flag(None, "randomized PE: the table's size L, several for a sweep; each "
                            "sequence uses T of its L positions in order [the longest length]",
-                           type=POSITIVE, nargs="+", action=runlog.Distinct)
-    seed: list = flag([0], "seeds (data, init, fixed PE table); every seed is scored on the same"
-                      " validation sets", type=NATURAL, action=runlog.Distinct)
+                           type=POSITIVE, nargs="+", action=Distinct)
+    seed: list = flag([0], "seeds (data, init, fixed PE table); all share the validation sets",
+                      type=NATURAL, action=Distinct)
     figure_set: bool = flag(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
     T: int = flag(200, "training sequence length", type=POSITIVE)
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
     de: list = flag([170], "PE dimension d_e, several for a sweep (--pe onehot alone: the longest "
-                    "length)", type=POSITIVE, action=runlog.Distinct)
+                    "length)", type=POSITIVE, action=Distinct)
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam"))
@@ -73,11 +69,9 @@ class Args:
                         type=POSITIVE, nargs="*")
     test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE,
                         nargs="*")
-    n_test: int = flag(1024, "sequences in each validation set evaluated during training",
-                       type=POSITIVE)
-    n_final: int = flag(4096, "sequences in each set of the final evaluation (summary.json's"
-                        " 'final' and its standard errors 'final_se'; the --n-test sets are its"
-                        " first part)", type=POSITIVE)
+    n_test: int = flag(1024, "sequences in each validation set at each evaluation", type=POSITIVE)
+    n_final: int = flag(4096, "sequences in each set of the final evaluation (summary.json's final,"
+                        " final_se; the --n-test sets are its first part)", type=POSITIVE)
     eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
     device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
@@ -86,9 +80,9 @@ class Args:
     out: str = flag("runs/tf", "parent folder of the run directories")
     force: bool = flag(False, "replace run directories that already hold a run")
     resume: bool = flag(False, "go on from the runs' checkpoints (same flags otherwise)")
-    evaluate: list = flag(None, "no training: score these run directories' final weights on the"
-                          " first --n-final sequences of each common validation set, and rewrite"
-                          " their final_losses.npz and summary.json's final, final_se, n_final",
+    evaluate: list = flag(None, "no training: score these runs' final weights on the first "
+                          "--n-final sequences of each common validation set; rewrite their "
+                          "final_losses.npz and summary.json's final, final_se, n_final",
                           nargs="+", metavar="DIR")
 
 
@@ -97,14 +91,12 @@ class Args:
 PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=20, de=[64], steps=10_000,
                                             test_T=[25, 30, 35, 40], n_test=512, eval_every=100))
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
-# --figure-set: the paper's Figures 1-5 in one process, per seed; folder -> the runs' settings
-FIGURE_SET = {
+FIGURE_SET = {  # --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
     "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
     # as the paper ran
     "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],
     "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
-    # Figure 5
-    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],
+    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],  # Fig 5
 }
 RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimizer", "lr",
             "anneal_at", "anneal_factor")
@@ -124,7 +116,7 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    """The rules between flags, before anything is written: ValueError names the flag and the fix."""
+    """The rules between flags, before anything is written: ValueError naming the flag, the fix."""
     longest = max([args.T, *args.test_T])
     L = min(args.positions or [longest])
     biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
@@ -183,13 +175,6 @@ def job_checkpoint(args, specs, d_e):
     return Path(args.out) / f"checkpoint-de{d_e}-{hashlib.sha1(names.encode()).hexdigest()[:10]}.pt"
 
 
-def validation_sets(args):
-    """Every fixed validation set as (group, key, T, q): "val" (the training T and q), "test_T"
-    (longer lengths) and "test_q" (other subset sizes), each from the VAL streams of its (T, q)."""
-    return ([("val", None, args.T, args.q)] + [("test_T", str(T), T, args.q) for T in args.test_T]
-            + [("test_q", str(q), args.T, q) for q in args.test_q])
-
-
 def pe_tables(specs, d_e, max_len, dtype, device):
     """The runs sharing PEs, as fused.FusedStep's parts: (seed, kind, table or None, run indices);
     a randomized PE's table has its L positions, the others' the longest length's."""
@@ -210,7 +195,9 @@ class Trainer:
         self.args, self.d_e, self.device = args, d_e, device
         self.dtype = getattr(torch, args.dtype)
         self.specs = specs or run_specs(args, d_e)
-        self.sets = validation_sets(args)
+        self.sets = [("val", None, args.T, args.q)]  # (group, key, T, q): from the VAL streams
+        self.sets += [("test_T", str(T), T, args.q) for T in args.test_T]
+        self.sets += [("test_q", str(q), args.T, q) for q in args.test_q]
         query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
         parts = pe_tables(self.specs, d_e, max([args.T, *args.test_T]), self.dtype, device)
         self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads)
