@@ -262,7 +262,7 @@ def argument_parser(program, description, table, **kwargs):
 
 def flag(default, help, **options):
     """One hyper-parameter, a field of a script's dataclass: its default, its --help line and its
-    argparse options (type=positive_int and the like check a value as it is read)."""
+    argparse options (type=number(int, 0) and the like check a value as it is read)."""
     meta = dict(help=help, **options)
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
@@ -291,8 +291,9 @@ def parser(program, description, presets):
     """argparse for a script's hyper-parameters. presets: {name: an instance of the script's
     dataclass} (the first is the default); --help shows each flag's default, each preset's where
     they differ. Every flag reads None when not given (see given()); a list is nargs="+" and a
-    False default a switch unless its options say otherwise; errors are one line (fail)."""
-    p = argparse.ArgumentParser(prog=program, description=description)
+    False default a switch unless its options say otherwise; errors are one line (fail). No flag
+    may be abbreviated: --step would be taken for --steps."""
+    p = argparse.ArgumentParser(prog=program, description=description, allow_abbrev=False)
     p.error = lambda message: fail(program, message)
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}

@@ -206,7 +206,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
     (["--init-scale", "inf"], "argument --init-scale: must be a positive finite number"),
     (["--checkpoint-every", "0"], "argument --checkpoint-every: must be a positive finite number"),
-    (["--n-final", "32"], "--n-final must be >= --n-test (got 32)"),
+    (["--n-final", "32"], "--n-final must be >= --n-test (got 32 < 64)"),
     (["--resume", "--force"], "--resume and --force exclude each other"),
     (["--pe", "onehot", "--de", "64", "7"], "onehot PE needs d_e >= the largest length 8"),
     (["--pe", "randomized", "--positions", "7"], "randomized PE needs L >= the longest"),
@@ -216,6 +216,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
     (["--pe", "randomized", "--positions", "16", "16"], "--positions: lists a value twice"),
     (["--pe", "fixed", "fixed"], "argument --pe: lists a value twice"),
+    (["--step", "autograd"], "unrecognized arguments: --step autograd"),  # gone; no --steps
 ]
 
 

@@ -125,9 +125,11 @@ def check_args(args):
              *(("test-T", "q", args.q, T) for T in args.test_T)]
     rules = [(q <= T, f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): pick a"
               " smaller q or a longer T") for name, other, q, T in sizes] + [
-        (args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final})"),
+        (args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final} < "
+         f"{args.n_test}): raise --n-final or lower --n-test"),
         (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-        (args.lr is None or args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}"),
+        (args.lr is None or args.lr < biggest,
+         f"--lr must be below {biggest:.3g} in {args.dtype}; pick a smaller --lr"),
         (args.positions is None or "randomized" in args.pe and not args.figure_set,
          "--positions sets randomized PE's table; add --pe randomized or drop it"),
         (L >= longest, f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
@@ -361,20 +363,21 @@ def run_steps(tr, first, t0, signals):
               dynamic_ncols=True) as bar:
         if not tr.resumed:                # the job's start, before any record: --resume finds it
             tr.checkpoint(first, time.time() - t0)
-        for tr.step in range(first, args.steps + 1):
-            if ((tr.step % args.eval_every == 0 or tr.step == args.steps)   # unless checkpointed
-                    and not any(rec.get("step") == tr.step for rec in tr.records)):
-                evaluate_and_log(tr, tr.step, t0)
+        for step in range(first, args.steps + 1):
+            tr.step = step                                    # where a signal or error ends it
+            if ((step % args.eval_every == 0 or step == args.steps)     # unless checkpointed
+                    and not any(rec.get("step") == step for rec in tr.records)):
+                evaluate_and_log(tr, step, t0)
                 bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
                                     f" cos_W {tr.records[0]['cos_W']:.3f}")
-            if (signals.caught or tr.step == args.steps
+            if (signals.caught or step == args.steps
                     or time.time() - last_checkpoint > args.checkpoint_every):
-                tr.checkpoint(tr.step, time.time() - t0)      # the state before step `step`
+                tr.checkpoint(step, time.time() - t0)         # the state before step `step`
                 last_checkpoint = time.time()
                 signals.stop()                                # raises if one was caught
-            if tr.step == args.steps:
+            if step == args.steps:
                 return
-            tr.loss_sum += tr.train_step(tr.step)
+            tr.loss_sum += tr.train_step(step)
             tr.since += 1
             bar.update()
 
