@@ -1,4 +1,4 @@
-"""Milliseconds per training step at the paper's scale (T=200, d_e=170, n=256, stochastic PE), in one process.
+"""Milliseconds per training step at the paper's scale (T=200, d_e=170, n=256, stochastic PE).
 
     python bench.py                     # the CPU: every path below, interleaved, medians and ratios
     python bench.py --device cuda       # the same on a GPU (the floor there is the same draws)
@@ -8,8 +8,7 @@
 Each round times one step of every path in turn, so that the machine's drift hits them all alike:
   eager        a typical eager PyTorch step as a researcher writes it (randn, normalise, cat, bmm,
                softmax, autograd, SGD), materialising P and Z, on torch's own threads
-  reference    train_tf.py --step autograd: a torch twin of sts.forward + autograd on the same draws
-  fused        train_tf.py's default step for one run (fused.py)
+  fused        train_tf.py's step for one run (fused.py)
   figure-set   train_tf.py --figure-set: the 7 runs of Figures 1-5 sharing one draw per step
   floor        the step's 8.7 M PE Gaussians alone, on the fused step's chunks and threads
   1 thread     the fused step on one worker thread instead of two
@@ -17,13 +16,23 @@ Each round times one step of every path in turn, so that the machine's drift hit
 import resource
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
 import runlog
 import train_tf
+from runlog import flag
 
-SCALE = {}  # T, q, d, d_e, n of the scale timed: train_tf.py's preset (--preset)
+
+@dataclass
+class Args:
+    device: str = flag("cpu", "where to time the steps", choices=("cpu", "cuda"))
+    repeats: int = flag(15, "timed rounds (after 2 untimed warm-up rounds)",
+                        type=runlog.number(int, 0))
+    preset: str = flag("paper", "the scale: train_tf.py's preset", choices=("paper", "course"))
+
+
 # fused / floor: the step costs little more than drawing its PE Gaussians, which no rewrite removes;
 # eager / fused: well faster than an eager step as usually written; figure-set ms: at most 60 ms a
 # step, so that the 7 runs of Figures 1-5 take their 100,000 steps in 100 minutes
@@ -35,9 +44,9 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def eager_step(device, dtype):
+def eager_step(scale, device, dtype):
     """The step as it is usually written: every tensor materialised, autograd for the gradient."""
-    T, q, d, d_e, n = (SCALE[k] for k in ("T", "q", "d", "d_e", "n"))
+    T, q, d, d_e, n = scale.T, scale.q, scale.d, scale.de[0], scale.batch
     W = torch.zeros(d + d_e, d + d_e, device=device, dtype=dtype, requires_grad=True)
     V = torch.zeros(d, d + d_e, device=device, dtype=dtype, requires_grad=True)
     opt = torch.optim.SGD([W, V], lr=1.0)
@@ -61,29 +70,26 @@ def eager_step(device, dtype):
     return step
 
 
-def trainer_step(flags, device):
+def trainer_step(scale, flags, device):
     """One training step of train_tf.py's Trainer for these flags (no run directory written)."""
-    args = train_tf.parse_args(["--preset", SCALE["preset"], "--device", device.type, *flags])
-    tr = train_tf.Trainer(args, SCALE["d_e"], device)
+    tr = train_tf.Trainer(train_tf.parse_args(["--preset", scale.preset, *flags]), scale.de[0],
+                          device)
     counter = iter(range(10 ** 9))
     return lambda: tr.train_step(next(counter)), tr
 
 
-def paths(device):
+def paths(scale, device):
     """name -> (a step to time, torch threads to give it)."""
-    cores = torch.get_num_threads()
-    one_run = ["--pe", "stochastic"]
-    fused_one, tr = trainer_step(one_run, device)
+    fused_one, tr = trainer_step(scale, ["--pe", "stochastic"], device)
     counter = iter(range(10 ** 9))
-    # the eager paths run on torch's own threads (all cores); the fused ones on one torch thread,
+    # the eager step runs on torch's own threads (all cores); the fused ones on one torch thread,
     # as in train_tf.py, because their own worker threads share the cores
-    out = {"eager": (eager_step(device, torch.float32), cores),
-           "reference": (trainer_step([*one_run, "--step", "autograd"], device)[0], cores),
+    out = {"eager": (eager_step(scale, device, torch.float32), torch.get_num_threads()),
            "fused": (fused_one, 1),
-           "figure-set": (trainer_step(["--figure-set"], device)[0], 1),
-           "floor": (lambda: tr.step_fn.floor(next(counter), SCALE["n"], SCALE["T"]), 1)}
+           "figure-set": (trainer_step(scale, ["--figure-set"], device)[0], 1),
+           "floor": (lambda: tr.step_fn.floor(next(counter), scale.batch, scale.T), 1)}
     if device.type == "cpu":
-        out["1 thread"] = (trainer_step([*one_run, "--threads", "1"], device)[0], 1)
+        out["1 thread"] = (trainer_step(scale, ["--threads", "1"], device)[0], 1)
     return out
 
 
@@ -103,21 +109,15 @@ def time_paths(steps, repeats, device):
 
 
 def main(argv=None):
-    flags = dict(device=("cpu", "where to time the steps", dict(choices=("cpu", "cuda"))),
-                 repeats=(15, "timed rounds (after 2 untimed warm-up rounds)", dict(type=int)),
-                 preset=("paper", "the scale: train_tf.py's preset",
-                         dict(choices=("paper", "course"))))
-    args = runlog.argument_parser("bench.py", __doc__.split("\n")[0], flags).parse_args(argv)
-    scale = train_tf.parse_args(["--preset", args.preset])
-    SCALE.update(preset=args.preset, T=scale.T, q=scale.q, d=scale.d, d_e=scale.de[0],
-                 n=scale.batch)
+    args = Args(**runlog.given(runlog.parser("bench.py", __doc__.split("\n")[0],
+                                             dict(default=Args())).parse_args(argv)))
+    scale = train_tf.PRESETS[args.preset]
 
     def body():
-        runlog.require_positive(args, ("repeats",))
         device = runlog.resolve_device(args.device)
-        times = time_paths(paths(device), args.repeats, device)
+        times = time_paths(paths(scale, device), args.repeats, device)
         med = {name: statistics.median(t) for name, t in times.items()}
-        print(f"ms per step at T={SCALE['T']}, d_e={SCALE['d_e']}, n={SCALE['n']} on {device.type} "
+        print(f"ms per step at T={scale.T}, d_e={scale.de[0]}, n={scale.batch} on {device.type} "
               f"({args.repeats} interleaved rounds): "
               "median [min, max], and against the fused step")
         for name, t in times.items():

@@ -1,11 +1,11 @@
-"""The training step of sts.py's model in PyTorch, CPU or CUDA, on the draws of streams.py: the fused
-one, and the autograd reference it is checked against.
+"""The training step of sts.py's model in PyTorch, CPU or CUDA, on the draws of streams.py.
 
 The model needs the positional encodings P only through three products per sequence: the scores
 p_i^T u, the values V p_i and the backward pass's sums sum_i w_i p_i. So the step never builds P,
 Z = [X; P] or a masked copy: it keeps the raw Gaussians G (a row g_i per position, p_i = g_i/|g_i|),
 folds 1/|g_i| into the small vectors, and does both passes over G while a chunk of sequences is in
-cache. The gradient, sts.backward for that layout, is tested against sts.backward and autograd.
+cache. The gradient, sts.backward for that layout, is tested against sts.backward and autograd
+(test_torch.py).
 On a CPU a big enough batch is cut into a chunk per worker thread (torch's normal_ runs on one core;
 two threads with their own generators halve it); a small one (a course-scale step) stays one chunk.
 """
@@ -166,58 +166,3 @@ class FusedStep:
                 for seed, _, _, _ in (part for part in self.parts if part[1] == "stochastic"):
                     streams.draw_pe(gen, streams.words(seed, index)[1], lo, hi, T, self.d_e, buf)
         self.each_thread(n, T, work)
-
-
-# ------------------------------------------------ the reference: autograd through sts.forward
-def embed(X, P, mask):
-    """sts.embed in torch: Z = [X; P] (n, D, T) and query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
-    s = (P * mask[:, None, :]).sum(-1)
-    return torch.cat([X, P], -2), torch.cat([torch.zeros_like(X[:, :, 0]), s], -1)
-
-
-def forward(W, V, Z, z_q, attend="tokens"):
-    """sts.forward in torch, line for line; autograd gives the backward pass (the reference)."""
-    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)   # keys = values
-    u = z_q @ W.mT                                  # u = W z_q
-    a = torch.einsum("...ndt,...nd->...nt", C, u)   # a_i = c_i^T W z_q
-    s = torch.softmax(a, -1)                        # attention weights
-    h = torch.einsum("...ndt,...nt->...nd", C, s)   # h = C s
-    return h @ V.mT                                 # f = V h
-
-
-class Reference:
-    """The autograd step on FusedStep's draws (train_tf.py --step autograd): builds P, Z and z_q and
-    runs the torch twin of sts.forward."""
-
-    def __init__(self, parts, query, d, d_e, device, dtype):
-        self.parts, self.query, self.d, self.d_e = parts, query, d, d_e
-        self.device, self.dtype = device, dtype
-
-    def __call__(self, W, V, index, n, T, q, val=False):
-        grad = not val
-        W, V = W.detach().requires_grad_(grad), V.detach().requires_grad_(grad)
-        losses = [None] * W.shape[0]
-        with torch.set_grad_enabled(grad):
-            for seed, kind, table, runs in self.parts:
-                batch_words = streams.words(seed, index, val)
-                X, idx, target, G = streams.draw_batch(batch_words, n, T, q, self.d, self.d_e,
-                                                       self.dtype, self.device)
-                if kind == "stochastic":
-                    P = (G / G.norm(dim=-1, keepdim=True)).mT
-                elif kind == "randomized":
-                    P = table[streams.draw_positions(torch.Generator(self.device), batch_words[1],
-                                                     0, n, T, len(table))].mT
-                else:
-                    P = table[:T].T.expand(n, -1, -1)
-                mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
-                Z, z_q = embed(X, P, mask)
-                for r in runs:
-                    attend = "query" if self.query[r] else "tokens"
-                    err = forward(W[r], V[r], Z, z_q, attend) - target
-                    losses[r] = (0.5 * (err * err).sum(-1) if val  # 1/2 ||f - y||^2 per sequence
-                                 else 0.5 * (err * err).sum(-1).mean())
-            if not grad:
-                return torch.stack(losses, 1).detach()             # each sequence's loss (n, R)
-            losses = torch.stack(losses)
-            losses.sum().backward()
-        return losses.detach(), W.grad, V.grad

@@ -3,7 +3,8 @@
 A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
 terminated or failed; its step; its last record), weights_*.npz and checkpoint.pt (for --resume).
-Exit status: 0 finished, 1 diverged, 2 bad input (a line naming the flag), 130 Ctrl-C, 143 SIGTERM.
+Exit status (run_command): 0 finished, 1 diverged, 2 bad input, an unwritable file or too little
+memory (one line each), 130 Ctrl-C, 143 SIGTERM.
 This module knows nothing of the models and imports torch only where a checkpoint or device needs it
 (plots.py uses it without torch).
 """
@@ -25,14 +26,22 @@ class Stop(Exception):
     """A run that cannot go on (NaN or diverging loss): the message says why; the logs are kept."""
 
 
-class Terminated(BaseException):
-    """SIGTERM (timeout, a scheduler, docker stop), handled as Ctrl-C is: logs and summary kept."""
+# The signal behind a KeyboardInterrupt: SIGTERM (a timeout, a scheduler, docker stop) is taken as
+# Ctrl-C is, and this says which came, for the summaries ("terminated") and the exit status (143).
+SIGNAL = [signal.SIGINT]
+
+
+def take(signum, frame=None):
+    """run_command's handler of Ctrl-C and SIGTERM: notes which came, raises KeyboardInterrupt."""
+    SIGNAL[0] = signum
+    raise KeyboardInterrupt
 
 
 def ended_by(error):
     """How a run ended, for its summary, from the exception that ended it."""
-    return {KeyboardInterrupt: "interrupted", Terminated: "terminated",
-            Stop: "diverged"}.get(type(error), "failed")
+    if isinstance(error, KeyboardInterrupt):
+        return "terminated" if SIGNAL[0] == signal.SIGTERM else "interrupted"
+    return "diverged" if isinstance(error, Stop) else "failed"
 
 
 def strict(value):
@@ -177,8 +186,7 @@ def read_config(path):
 
 class Signals:
     """Ctrl-C and SIGTERM noted, not raised, while a loop runs: the loop calls stop() where its
-    state is whole (checkpointed), which raises KeyboardInterrupt or Terminated. A second signal
-    before that raises at once."""
+    state is whole (checkpointed): KeyboardInterrupt. A second signal raises at once."""
 
     def __enter__(self):
         self.caught = None
@@ -186,13 +194,12 @@ class Signals:
         return self
 
     def note(self, signum, frame):
-        if self.caught:
-            self.stop()
-        self.caught = signum
+        self.stop()
+        self.caught = SIGNAL[0] = signum
 
     def stop(self):
         if self.caught:
-            raise KeyboardInterrupt() if self.caught == signal.SIGINT else Terminated()
+            raise KeyboardInterrupt
 
     def __exit__(self, *error):
         for s, handler in self.before.items():
@@ -255,7 +262,7 @@ def argument_parser(program, description, table, **kwargs):
 
 def flag(default, help, **options):
     """One hyper-parameter, a field of a script's dataclass: its default, its --help line and its
-    argparse options (type=positive_int and the like check a value as it is read)."""
+    argparse options (type=number(int, 0) and the like check a value as it is read)."""
     meta = dict(help=help, **options)
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
@@ -284,8 +291,9 @@ def parser(program, description, presets):
     """argparse for a script's hyper-parameters. presets: {name: an instance of the script's
     dataclass} (the first is the default); --help shows each flag's default, each preset's where
     they differ. Every flag reads None when not given (see given()); a list is nargs="+" and a
-    False default a switch unless its options say otherwise; errors are one line (fail)."""
-    p = argparse.ArgumentParser(prog=program, description=description)
+    False default a switch unless its options say otherwise; errors are one line (fail). No flag
+    may be abbreviated: --step would be taken for --steps."""
+    p = argparse.ArgumentParser(prog=program, description=description, allow_abbrev=False)
     p.error = lambda message: fail(program, message)
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
@@ -298,9 +306,19 @@ def parser(program, description, presets):
             options.setdefault("action", "store_true")
         elif isinstance(first, list):
             options.setdefault("nargs", "+")
-        help_text = options.pop("help") + ("" if first in (None, False) else f" [{shown}]")
+        help_text = options.pop("help") + ("" if first is None or first is False else f" [{shown}]")
         p.add_argument("--" + f.name.replace("_", "-"), default=None, help=help_text, **options)
     return p
+
+
+class Distinct(argparse.Action):
+    """action= of a list flag whose values must differ (one given twice would train a run twice)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(set(values)) < len(values):
+            raise argparse.ArgumentError(
+                self, f"lists a value twice (got {' '.join(map(str, values))}); give each once")
+        setattr(namespace, self.dest, values)
 
 
 def given(namespace):
@@ -398,13 +416,20 @@ def resolve_device(name):
     return torch.device(name)
 
 
-def _terminate(signum, frame):
-    raise Terminated()
+def out_of_memory():
+    """What a failed allocation raises: MemoryError, torch's OutOfMemoryError (CUDA) and the
+    RuntimeError of torch's CPU allocator (it raises no OutOfMemoryError there)."""
+    torch = sys.modules.get("torch")
+    return (MemoryError, torch.OutOfMemoryError, RuntimeError) if torch else (MemoryError,)
 
 
-def run_command(program, body, kept="the logs and weights so far are saved"):
-    """All scripts' exit codes: 2 bad input (one line), 1 a run stopped, 130 Ctrl-C, 143 SIGTERM."""
-    previous = signal.signal(signal.SIGTERM, _terminate)
+def run_command(program, body, kept="the logs and weights so far are saved", sizes="sizes"):
+    """All scripts' exit statuses: 2 bad input (one line, before anything is written), an unwritable
+    file (one line naming it) or too little memory (one line naming `sizes`, the flags to lower:
+    the runs' summaries say "failed"); 1 a run stopped (diverged); 130 Ctrl-C, 143 SIGTERM (both
+    raise KeyboardInterrupt, see SIGNAL)."""
+    SIGNAL[0] = signal.SIGINT
+    before = {s: signal.signal(s, take) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         body()
     except ValueError as e:
@@ -415,10 +440,14 @@ def run_command(program, body, kept="the logs and weights so far are saved"):
     except OSError as e:                  # an unwritable --out (read-only, a full disk, /proc)
         fail(program, cannot_write(e))
     except KeyboardInterrupt:
-        print(f"{program}: interrupted; {kept}", file=sys.stderr)
-        sys.exit(130)
-    except Terminated:
-        print(f"{program}: terminated (SIGTERM); {kept}", file=sys.stderr)
-        sys.exit(143)
+        sigterm = SIGNAL[0] == signal.SIGTERM
+        print(f"{program}: {'terminated (SIGTERM)' if sigterm else 'interrupted'}; {kept}",
+              file=sys.stderr)
+        sys.exit(143 if sigterm else 130)
+    except out_of_memory() as e:
+        if isinstance(e, RuntimeError) and "allocate" not in str(e):    # not an allocation's
+            raise
+        fail(program, f"out of memory ({type(e).__name__}); lower {sizes}")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in before.items():
+            signal.signal(s, handler)

@@ -37,13 +37,18 @@ def words(seed, index, val=False):
     return (seed, TRAIN, index), (seed, TRAIN_PE, index)
 
 
+def seeded(gen, words, lo, hi):
+    """Each DRAW_CHUNK of sequences lo..hi as (start, size), gen seeded for it by (words, chunk)."""
+    for j in range(lo, hi, DRAW_CHUNK):
+        gen.manual_seed(mix(*words, j // DRAW_CHUNK))
+        yield j, min(j + DRAW_CHUNK, hi) - j
+
+
 def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
     """Tokens X (c, d, T) ~ N(0, I_d), a uniform q-subset idx (c, q) and target (c, d) of sequences
-    lo..hi of batch `token_words`; each DRAW_CHUNK from its own seed (sts.sample_batch's draws)."""
+    lo..hi of batch `token_words` (sts.sample_batch's draws)."""
     Xs, idxs = [], []
-    for j in range(lo, hi, DRAW_CHUNK):
-        c = min(j + DRAW_CHUNK, hi) - j
-        gen.manual_seed(mix(*token_words, j // DRAW_CHUNK))
+    for _, c in seeded(gen, token_words, lo, hi):
         Xs.append(torch.randn(c, d, T, generator=gen, device=gen.device, dtype=dtype))      # x_i
         uniform = torch.rand(c, T, generator=gen, device=gen.device, dtype=torch.float32)
         idxs.append(uniform.argsort(-1)[:, :q])        # the first q of a uniform order: the subset
@@ -55,29 +60,14 @@ def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
 def draw_pe(gen, pe_words, lo, hi, T, d_e, out):
     """Raw Gaussians G (c, T, d_e) of the stochastic PEs of sequences lo..hi, into buffer `out`."""
     G = out[:(hi - lo) * T * d_e].view(hi - lo, T, d_e)
-    for j in range(lo, hi, DRAW_CHUNK):
-        gen.manual_seed(mix(*pe_words, j // DRAW_CHUNK))
-        G[j - lo:min(j + DRAW_CHUNK, hi) - lo].normal_(generator=gen)
+    for j, c in seeded(gen, pe_words, lo, hi):
+        G[j - lo:j - lo + c].normal_(generator=gen)
     return G
 
 
 def draw_positions(gen, pe_words, lo, hi, T, L):
     """Randomized PE: T distinct positions (c, T) of a table of L for sequences lo..hi, uniform
     and in increasing order (sts.PositionalEncoding("randomized")'s draw), from the PE stream."""
-    positions = []
-    for j in range(lo, hi, DRAW_CHUNK):
-        gen.manual_seed(mix(*pe_words, j // DRAW_CHUNK))
-        uniform = torch.rand(min(j + DRAW_CHUNK, hi) - j, L, generator=gen, device=gen.device,
-                             dtype=torch.float32)
-        positions.append(uniform.argsort(-1)[:, :T].sort(-1).values)   # the first T, in order
-    return torch.cat(positions)
-
-
-def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
-    """The whole batch of `batch_words` (words(...)): X (n, d, T), idx (n, q), target (n, d), raw PE
-    Gaussians G (n, T, d_e), as the fused step draws them; for the reference step and the tests."""
-    gen = torch.Generator(device)
-    X, idx, target = draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
-    G = draw_pe(gen, batch_words[1], 0, n, T, d_e,
-                torch.empty(n * T * d_e, dtype=dtype, device=device))
-    return X, idx, target, G
+    return torch.cat([torch.rand(c, L, generator=gen, device=gen.device, dtype=torch.float32)
+                      .argsort(-1)[:, :T].sort(-1).values                # the first T, in order
+                      for _, c in seeded(gen, pe_words, lo, hi)])

@@ -191,27 +191,32 @@ def test_a_paper_scale_cpu_run_says_what_it_will_cost_before_training(tmp_path, 
 
 TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 and write nothing
     (["--q", "7"], "got q=7"),
-    (["--de", "0"], "--de must be a positive integer (got 0)"),
-    (["--steps", "-5"], "--steps must"),
+    (["--de", "0"], "argument --de: must be a positive integer (got 0)"),
+    (["--steps", "-5"], "argument --steps: must be a positive integer (got -5)"),
+    (["--steps", "2.5"], "argument --steps: must be a positive integer (got 2.5)"),
     (["--pe", "onehot", "--de", "4"], "onehot PE needs d_e"),
+    (["--pe", "sinusoid"], "argument --pe: invalid choice: 'sinusoid'"),
     (["--device", "cuda"], "--device cuda"),
-    (["--lr", "nan"], "--lr must be a positive finite"),
-    (["--seed", "0", "0"], "--seed lists a value twice"),
-    (["--seed", "-1"], "--seed must be >= 0"),
-    (["--anneal-at", "-5"], "--anneal-at must be >= 0"),
-    (["--anneal-factor", "-1"], "--anneal-factor must be a positive finite"),
-    (["--lr", "inf"], "--lr must be a positive finite"),
+    (["--lr", "nan"], "argument --lr: must be a positive finite number (got nan)"),
+    (["--seed", "0", "0"], "argument --seed: lists a value twice (got 0 0)"),
+    (["--seed", "-1"], "argument --seed: must be an integer >= 0 (got -1)"),
+    (["--anneal-at", "-5"], "argument --anneal-at: must be an integer >= 0 (got -5)"),
+    (["--anneal-factor", "-1"], "argument --anneal-factor: must be a positive finite number"),
+    (["--lr", "inf"], "argument --lr: must be a positive finite number (got inf)"),
     (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
-    (["--init-scale", "inf"], "--init-scale must be a positive finite"),
-    (["--T", "1000000000"], "GiB of memory"),
-    (["--batch", "100000000"], "GiB of memory"),
+    (["--init-scale", "inf"], "argument --init-scale: must be a positive finite number"),
+    (["--checkpoint-every", "0"], "argument --checkpoint-every: must be a positive finite number"),
+    (["--n-final", "32"], "--n-final must be >= --n-test (got 32 < 64)"),
+    (["--resume", "--force"], "--resume and --force exclude each other"),
     (["--pe", "onehot", "--de", "64", "7"], "onehot PE needs d_e >= the largest length 8"),
     (["--pe", "randomized", "--positions", "7"], "randomized PE needs L >= the longest"),
-    (["--test-T", "0"], "--test-T must be a positive integer (got 0)"),
-    (["--threads", "100000000"], "--threads 100000000 (each thread holds its own buffers)"),
+    (["--test-T", "0"], "argument --test-T: must be a positive integer (got 0)"),
+    (["--test-T", "1"], "--test-T must satisfy 1 <= q <= T (got q=2, T=1, --q)"),
     (["--test-q", "30"], "--test-q must satisfy 1 <= q <= T (got q=30, T=6, --T)"),
     (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
-    (["--pe", "randomized", "--positions", "16", "16"], "--positions lists a value twice"),
+    (["--pe", "randomized", "--positions", "16", "16"], "--positions: lists a value twice"),
+    (["--pe", "fixed", "fixed"], "argument --pe: lists a value twice"),
+    (["--step", "autograd"], "unrecognized arguments: --step autograd"),  # gone; no --steps
 ]
 
 
@@ -226,6 +231,32 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_p
     out, err = capsys.readouterr()
     assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
     assert not (tmp_path / "out").exists() and time.time() - t0 < 10         # refused up front
+
+
+@pytest.mark.parametrize("error", [MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried"
+                                   " to allocate 2.00 GiB"), RuntimeError("[enforce fail at alloc_"
+                                   "cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")])
+def test_too_little_memory_is_one_line_naming_the_sizes_to_lower_and_every_run_says_failed(
+        tmp_path, capsys, monkeypatch, error):
+    def too_big(self, n):
+        raise error
+    monkeypatch.setattr(train_tf.Trainer, "evaluate", too_big)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
+    err = capsys.readouterr().err                      # the progress bar's, then one line
+    assert done.value.code == 2 and "Traceback" not in err and err.strip().splitlines()[-1] == (
+        f"train_tf.py: error: out of memory ({type(error).__name__}); lower --batch, --n-final,"
+        " --T or --test-T, --de"), err
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        assert summary_of(tmp_path / run)["status"] == "failed"
+
+
+def test_a_runtime_error_that_is_no_allocation_stays_a_traceback(tmp_path, monkeypatch):
+    def broken(self, n):
+        raise RuntimeError("shape mismatch")
+    monkeypatch.setattr(train_tf.Trainer, "evaluate", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        train_tf.main(TINY + ["--out", str(tmp_path)])
 
 
 def test_evaluate_rescores_saved_runs_on_their_own_sets_bit_for_bit_and_extends_them(tmp_path,

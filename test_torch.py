@@ -1,8 +1,9 @@
 """The parity checks: every faster torch path against the NumPy reference sts.py, on the same draws.
 
-The torch twin of sts.forward (autograd) against sts.backward; the fused step (fused.py) against
-sts.backward for every PE kind, attention variant and chunking; the torch streams (streams.py)
-against sts.sample_batch from the same recorded numbers; whole runs, fused against autograd; runs of
+The torch twin of sts.forward (autograd, the reference step below) against sts.backward; the fused
+step (fused.py) against sts.backward for every PE kind, attention variant and chunking; the torch
+streams (streams.py) against sts.sample_batch from the same recorded numbers; whole runs of
+train_tf.py, the fused step against the reference step on the same draws; runs of
 one seed sharing their draws and every run sharing the validation sets; runs together against apart;
 a killed and resumed run against an uninterrupted one, bit for bit (killed after any of its writes
 too). Seeded, CPU only.
@@ -25,6 +26,71 @@ from conftest import HERE, TINY, assert_same_logs, random_batch, random_weights,
 
 
 
+# ------------------------------------------------ the reference: autograd through sts.forward
+def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
+    """The whole batch of `batch_words` (streams.words(...)): X (n, d, T), idx (n, q), target
+    (n, d), raw PE Gaussians G (n, T, d_e), as the fused step draws them."""
+    gen = torch.Generator(device)
+    X, idx, target = streams.draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
+    G = streams.draw_pe(gen, batch_words[1], 0, n, T, d_e,
+                        torch.empty(n * T * d_e, dtype=dtype, device=device))
+    return X, idx, target, G
+
+
+def embed(X, P, mask):
+    """sts.embed in torch: Z = [X; P] (n, D, T) and query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
+    s = (P * mask[:, None, :]).sum(-1)
+    return torch.cat([X, P], -2), torch.cat([torch.zeros_like(X[:, :, 0]), s], -1)
+
+
+def forward(W, V, Z, z_q, attend="tokens"):
+    """sts.forward in torch, line for line; autograd gives the backward pass (the reference)."""
+    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)   # keys = values
+    u = z_q @ W.mT                                  # u = W z_q
+    a = torch.einsum("...ndt,...nd->...nt", C, u)   # a_i = c_i^T W z_q
+    s = torch.softmax(a, -1)                        # attention weights
+    h = torch.einsum("...ndt,...nt->...nd", C, s)   # h = C s
+    return h @ V.mT                                 # f = V h
+
+
+class Reference:
+    """fused.FusedStep's interface, by autograd on its draws: builds P, Z and z_q and runs the torch
+    twin of sts.forward (a test puts it in place of FusedStep in whole train_tf.py runs)."""
+
+    def __init__(self, parts, query, d, d_e, device, dtype, threads=1):
+        self.parts, self.query, self.d, self.d_e = parts, query, d, d_e
+        self.device, self.dtype = device, dtype
+
+    def __call__(self, W, V, index, n, T, q, val=False):
+        grad = not val
+        W, V = W.detach().requires_grad_(grad), V.detach().requires_grad_(grad)
+        losses = [None] * W.shape[0]
+        with torch.set_grad_enabled(grad):
+            for seed, kind, table, runs in self.parts:
+                batch_words = streams.words(seed, index, val)
+                X, idx, target, G = draw_batch(batch_words, n, T, q, self.d, self.d_e, self.dtype,
+                                               self.device)
+                if kind == "stochastic":
+                    P = (G / G.norm(dim=-1, keepdim=True)).mT
+                elif kind == "randomized":
+                    P = table[streams.draw_positions(torch.Generator(self.device), batch_words[1],
+                                                     0, n, T, len(table))].mT
+                else:
+                    P = table[:T].T.expand(n, -1, -1)
+                mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
+                Z, z_q = embed(X, P, mask)
+                for r in runs:
+                    attend = "query" if self.query[r] else "tokens"
+                    err = forward(W[r], V[r], Z, z_q, attend) - target
+                    losses[r] = (0.5 * (err * err).sum(-1) if val  # 1/2 ||f - y||^2 per sequence
+                                 else 0.5 * (err * err).sum(-1).mean())
+            if not grad:
+                return torch.stack(losses, 1).detach()             # each sequence's loss (n, R)
+            losses = torch.stack(losses)
+            losses.sum().backward()
+        return losses.detach(), W.grad, V.grad
+
+
 @pytest.fixture(autouse=True)
 def float64():
     """Parity checks compare float64 with float64; the other test files keep torch's default."""
@@ -42,7 +108,7 @@ def test_torch_autograd_agrees_with_numpy_forward_and_backward(attend):
     dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
 
     Wt, Vt = (torch.tensor(M, requires_grad=True) for M in (W, V))
-    ft = fused.forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)  # torch twin
+    ft = forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)  # torch twin
     Lt = sts.loss(ft, torch.tensor(b.target))
     Lt.backward()
     np.testing.assert_allclose(ft.detach().numpy(), f, rtol=1e-6, atol=1e-12)
@@ -69,7 +135,7 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     (1, 2 ** 15, 1, 1), (2, 2 ** 15, 2 ** 19, 1),   # one thread; too little to share: one chunk
     (2, 2 ** 15, 1, 2), (2, 16 * 9, 1, 5)])         # a chunk per thread; chunks of <= 16 sequences,
                                                     # the last of 6
-@pytest.mark.parametrize("kind", train_tf.PE_KINDS)
+@pytest.mark.parametrize("kind", sts.PE_KINDS)
 def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, work,
                                                                 chunks, monkeypatch):
     monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
@@ -80,7 +146,7 @@ def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, p
                            torch.device("cpu"), torch.float64, threads=threads)
     assert len(step.bounds(n, T)) == chunks
     losses, dW, dV = step(W, V, 7, n, T, q)
-    X, idx, target, G = (a.numpy() for a in streams.draw_batch(
+    X, idx, target, G = (a.numpy() for a in draw_batch(
         streams.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, torch.device("cpu")))
     mask = np.zeros((n, T))
     np.put_along_axis(mask, idx, 1.0, -1)
@@ -107,7 +173,7 @@ def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_t
     # record the numbers fused.py draws for one batch, hand them to sts.sample_batch for its numpy
     # generator and compare: same tokens, subsets, targets and PEs (the torch sampler mirrors it)
     n, T, q, d, d_e, seed, step = 20, 11, 3, 4, 6, 9, 5
-    X, idx, target, G = streams.draw_batch(streams.words(seed, step), n, T, q, d, d_e,
+    X, idx, target, G = draw_batch(streams.words(seed, step), n, T, q, d, d_e,
                                          torch.float64, torch.device("cpu"))
     gen, uniforms = torch.Generator(), []
     for j in range(0, n, streams.DRAW_CHUNK):                 # the subsets' uniforms, by chunk
@@ -182,10 +248,14 @@ def test_randomized_pe_with_L_equal_to_T_trains_exactly_as_fixed_pe(tmp_path):
 FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
 
 
-def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path):
-    # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam
+def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path, monkeypatch):
+    # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam;
+    # the same command again with the reference step in the place of the fused one
     train_tf.main(FIG_TINY + ["--out", str(tmp_path / "fused")])
-    train_tf.main(FIG_TINY + ["--step", "autograd", "--out", str(tmp_path / "autograd")])
+    monkeypatch.setattr(fused, "FusedStep", Reference)
+    train_tf.main(FIG_TINY + ["--out", str(tmp_path / "autograd")])
+    assert isinstance(train_tf.Trainer(train_tf.parse_args(FIG_TINY), 8, torch.device("cpu"))
+                      .step_fn, Reference)
     runs = sorted(p.relative_to(tmp_path / "fused") for p in (tmp_path / "fused").glob("*/*-seed0"))
     assert len(runs) == 7
     for run in runs:

@@ -1,4 +1,4 @@
-"""Train the one-layer transformer of sts.py on STS_q in PyTorch: the paper's experiments, CPU or CUDA.
+"""Train sts.py's one-layer transformer on STS_q in PyTorch: the paper's experiments, CPU or CUDA.
 
     python train_tf.py --preset course                        # course scale (T=20), ~1 min, 2 CPUs
     python train_tf.py --pe stochastic --device cuda          # paper: T=200, d_e=170, 100k steps
@@ -6,19 +6,18 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Several values of --pe and --seed (or --figure-set's seven runs) train side by side in one process
-and share each step's draws (streams.py); several values of --de train one after another. Each run
-writes a directory under --out: config.json, log.jsonl (a record per evaluation), weights_init.npz,
-weights_final.npz, final_losses.npz (each final validation sequence's loss), summary.json and
-checkpoint.pt. The step is fused.py's hand-written one (--step fused) or autograd through its torch
-twin of sts.forward on the same draws (--step autograd, the reference; tests check the two agree).
+The runs of several --pe and --seed (or --figure-set's seven) train side by side in one process on
+each step's shared draws (streams.py), with fused.py's step; several --de train one after another.
+Each run writes a directory under --out: config.json, log.jsonl (a record per evaluation),
+weights_init.npz, weights_final.npz, final_losses.npz (each final sequence's loss), summary.json.
 """
-import argparse
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import json
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,161 +28,127 @@ import fused
 import runlog
 import streams
 import sts
+from runlog import Distinct, flag
 
-PE_KINDS = sts.PE_KINDS
-P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
-# The hyper-parameters, each declared once as (default, --help, argparse options), for --help and
-# config.json. "paper" is the paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1
-# annealed to 1/3 at 50k of 100k steps). "course" is a tenth of the length and steps, about a minute
-# on 2 CPU cores; its d_e = 64 > T as random PEs' loss floor at d_e = 16 would hide every effect.
-# None: derived from the other flags in resolve(), and written into config.json.
-HPARAMS = dict(
-    preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
-            dict(choices=("paper", "course"))),
-    pe=(["stochastic"], "positional encodings to train", dict(nargs="+", choices=PE_KINDS)),
-    positions=(None, "randomized PE: the table's size L, several for a sweep; each sequence uses"
-                     " T of its L positions in order [the longest length]",
-               dict(nargs="+", type=int)),
-    seed=([0], "seeds (data, init, fixed PE table); every seed is scored on the same"
-               " validation sets", dict(nargs="+", type=int)),
-    figure_set=(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe",
-                dict(action="store_true")),
-    T=(P(200, 20), "training sequence length", dict(type=int)),
-    q=(P(3, 3), "subset size", dict(type=int)),
-    d=(P(5, 5), "token dimension", dict(type=int)),
-    de=(P([170], [64]), "PE dimension d_e, several for a sweep"
-                        " (--pe onehot alone: the longest length)", dict(nargs="+", type=int)),
-    batch=(P(256, 256), "fresh sequences per step, n", dict(type=int)),
-    steps=(P(100_000, 10_000), "training steps", dict(type=int)),
-    optimizer=("sgd", "plain SGD (the theory) or Adam", dict(choices=("sgd", "adam"))),
-    lr=(None, "learning rate [sgd 1, adam 0.01]", dict(type=float)),
-    anneal_at=(None, "step from which lr is multiplied by --anneal-factor [half the steps]",
-               dict(type=int)),
-    anneal_factor=(P(1 / 3, 1 / 3), "lr multiplier from --anneal-at on", dict(type=float)),
-    init=("zero", "zero (the theorems) or random Gaussian (Figure 3)",
-          dict(choices=("zero", "random"))),
-    init_scale=(0.01, "std of the entries of a random init", dict(type=float)),
-    attend=("tokens", "attend over Z, or over [Z, z_q] (Figure 1)",
-            dict(choices=("tokens", "query"))),
-    test_T=(P([250, 300, 350, 400], [25, 30, 35, 40]), "lengths of the length-generalisation sets",
-            dict(nargs="*", type=int)),
-    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets",
-            dict(nargs="*", type=int)),
-    n_test=(P(1024, 512), "sequences in each validation set evaluated during training",
-            dict(type=int)),
-    n_final=(P(4096, 4096), "sequences in each set of the final evaluation (summary.json's 'final'"
-             " and its standard errors 'final_se'; the --n-test sets are its first part)",
-             dict(type=int)),
-    eval_every=(P(500, 100), "steps between evaluations and log records", dict(type=int)),
-    step=("fused", "fused: fused.py's hand-written step; autograd: the reference",
-          dict(choices=("fused", "autograd"))),
-    device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
-    dtype=("float32", "floating-point precision", dict(choices=("float32", "float64"))),
-    threads=(2, "CPU threads drawing and computing chunks (fused step)", dict(type=int)),
-    checkpoint_every=(300.0, "seconds between checkpoints (at evaluations)", dict(type=float)),
-    out=("runs/tf", "parent folder of the run directories", {}),
-    force=(False, "replace run directories that already hold a run", dict(action="store_true")),
-    resume=(False, "go on from the runs' checkpoints (same flags otherwise)",
-            dict(action="store_true")),
-    evaluate=(None, "no training: score these run directories' final weights on the first"
-                    " --n-final sequences of each common validation set, and rewrite their"
-                    " final_losses.npz and summary.json's final, final_se, n_final",
-              dict(nargs="+", metavar="DIR")),
-)
+POSITIVE, NATURAL = runlog.number(int, 0), runlog.number(int, -1, words="an integer >= 0")
+RATE = runlog.number(float, 0)                     # a positive finite number
+
+
+@dataclass
+class Args:
+    """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
+    50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's."""
+    preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
+                       choices=("paper", "course"))
+    pe: list = flag(["stochastic"], "positional encodings to train", choices=sts.PE_KINDS,
+                    action=Distinct)
+    positions: list = flag(None, "randomized PE: the table's size L, several for a sweep; each "
+                           "sequence uses T of its L positions in order [the longest length]",
+                           type=POSITIVE, nargs="+", action=Distinct)
+    seed: list = flag([0], "seeds (data, init, fixed PE table); all share the validation sets",
+                      type=NATURAL, action=Distinct)
+    figure_set: bool = flag(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
+    T: int = flag(200, "training sequence length", type=POSITIVE)
+    q: int = flag(3, "subset size", type=POSITIVE)
+    d: int = flag(5, "token dimension", type=POSITIVE)
+    de: list = flag([170], "PE dimension d_e, several for a sweep (--pe onehot alone: the longest "
+                    "length)", type=POSITIVE, action=Distinct)
+    batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
+    steps: int = flag(100_000, "training steps", type=POSITIVE)
+    optimizer: str = flag("sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam"))
+    lr: float = flag(None, "learning rate [sgd 1, adam 0.01]", type=RATE)
+    anneal_at: int = flag(None, "step from which lr is multiplied by --anneal-factor [half the "
+                          "steps]", type=NATURAL)
+    anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on", type=RATE)
+    init: str = flag("zero", "zero (the theorems) or random Gaussian (Figure 3)",
+                     choices=("zero", "random"))
+    init_scale: float = flag(0.01, "std of the entries of a random init", type=RATE)
+    attend: str = flag("tokens", "attend over Z, or over [Z, z_q] (Figure 1)",
+                       choices=("tokens", "query"))
+    test_T: list = flag([250, 300, 350, 400], "lengths of the length-generalisation sets",
+                        type=POSITIVE, nargs="*")
+    test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE,
+                        nargs="*")
+    n_test: int = flag(1024, "sequences in each validation set at each evaluation", type=POSITIVE)
+    n_final: int = flag(4096, "sequences in each set of the final evaluation (summary.json's final,"
+                        " final_se; the --n-test sets are its first part)", type=POSITIVE)
+    eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
+    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
+    dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
+    threads: int = flag(2, "CPU threads drawing and computing chunks", type=POSITIVE)
+    checkpoint_every: float = flag(300.0, "seconds between checkpoints (at evaluations)", type=RATE)
+    out: str = flag("runs/tf", "parent folder of the run directories")
+    force: bool = flag(False, "replace run directories that already hold a run")
+    resume: bool = flag(False, "go on from the runs' checkpoints (same flags otherwise)")
+    evaluate: list = flag(None, "no training: score these runs' final weights on the first "
+                          "--n-final sequences of each common validation set; rewrite their "
+                          "final_losses.npz and summary.json's final, final_se, n_final",
+                          nargs="+", metavar="DIR")
+
+
+# "course": a tenth of the length and steps, about a minute on 2 CPU cores; its d_e = 64 > T, as
+# random PEs' loss floor at d_e = 16 would hide every effect
+PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=20, de=[64], steps=10_000,
+                                            test_T=[25, 30, 35, 40], n_test=512, eval_every=100))
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
-# --figure-set: the paper's Figures 1-5 in one process, per seed; folder -> the runs' settings
-FIGURE_SET = {
+FIGURE_SET = {  # --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
     "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
     # as the paper ran
     "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],
     "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
-    # Figure 5
-    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],
+    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],  # Fig 5
 }
 RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimizer", "lr",
             "anneal_at", "anneal_factor")
+NOT_IN_CONFIG = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
 
 
 def parse_args(argv=None):
-    """The flags, with the derived defaults resolved from the flags alone."""
-    p = runlog.argument_parser("train_tf.py", __doc__.split("\n")[0], HPARAMS)
-    args = p.parse_args(argv)
-    onehot_de = args.de is None and args.pe == ["onehot"] and not args.figure_set
-    runlog.fill_presets(args, HPARAMS, args.preset)
-    if onehot_de:             # p_i = e_i needs one dimension per position of the longest sequence
-        args.de = [max([args.T, *args.test_T])]
-    if args.anneal_at is None:
-        args.anneal_at = args.steps // 2
-    if args.positions is None and "randomized" in args.pe:
-        args.positions = [max([args.T, *args.test_T])]
-    return args
+    """The flags over their preset's values, with the derived defaults resolved."""
+    given = runlog.given(runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
+                         .parse_args(argv))
+    args = replace(PRESETS[given.get("preset", "paper")], **given)
+    longest = max([args.T, *args.test_T])
+    onehot = "de" not in given and args.pe == ["onehot"] and not args.figure_set
+    return replace(args, de=[longest] if onehot else args.de,  # p_i = e_i: a dimension a position
+                   anneal_at=args.steps // 2 if args.anneal_at is None else args.anneal_at,
+                   positions=args.positions or ([longest] if "randomized" in args.pe else None))
 
 
 def check_args(args):
-    """Everything checkable before training: sizes, rates, lengths, memory, run directories.
-    ValueError names the flag and the fix otherwise."""
-    runlog.require_positive(args, ("T", "q", "d", "batch", "steps", "n_test", "n_final",
-                                   "eval_every", "threads"))
-    runlog.require_distinct(args, ("pe", "seed", "de", "positions"))
-    runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
-    runlog.require(args.anneal_at >= 0, f"--anneal-at must be >= 0 (got {args.anneal_at})")
-    for name in ("lr", "init_scale", "anneal_factor", "checkpoint_every"):
-        value = getattr(args, name)
-        runlog.require(value is None or 0 < value < float("inf"),
-                       f"--{name.replace('_', '-')} must be a positive finite number (got {value})")
+    """The rules between flags, before anything is written: ValueError naming the flag, the fix."""
+    longest = max([args.T, *args.test_T])
+    L = min(args.positions or [longest])
     biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
-    runlog.require(args.lr is None or args.lr < biggest,
-                   f"--lr must be below {biggest:.3g} in {args.dtype}")
-    runlog.require(args.n_final >= args.n_test,
-                   f"--n-final must be >= --n-test (got {args.n_final})")
-    runlog.require(not (args.resume and args.force),
-                   "--resume and --force exclude each other; pick one")
-    runlog.check_task(args.T, args.q, args.d)
-    for T in args.test_T:
-        runlog.check_task(T, args.q, args.d, flags=("test-T", "q"))
-    for q in args.test_q:
-        runlog.check_task(args.T, q, args.d, flags=("T", "test-q"))
-    runlog.check_out(args.out)
-    T_max = max([args.T, *args.test_T])
-    if args.positions is not None:
-        runlog.require("randomized" in args.pe and not args.figure_set,
-                       "--positions sets randomized PE's table; add --pe randomized or drop it")
-        runlog.require(min(args.positions) >= T_max, f"--positions: randomized PE needs L >= the "
-                       f"longest length {T_max} (--T, --test-T; got {min(args.positions)}); raise "
-                       f"--positions or drop the longer --test-T")
-    for d_e in args.de:
-        runlog.check_task(args.T, args.q, args.d, d_e)
-        if "onehot" in args.pe and not args.figure_set:
-            runlog.require(d_e >= T_max, f"--de: onehot PE needs d_e >= the largest length "
-                           f"{T_max} (got d_e={d_e}); raise --de or use --pe fixed/stochastic")
-        specs = run_specs(args, d_e)
-        runlog.require_memory(step_bytes(args, len(specs), d_e, T_max), f"--T {args.T}/--test-T, "
-                              f"--batch {args.batch}, --n-final {args.n_final}, --de {d_e} and "
-                              f"--threads {args.threads} (each thread holds its own buffers)")
+    onehot = "onehot" in args.pe and not args.figure_set
+    sizes = [("q", "T", args.q, args.T), *(("test-q", "T", q, args.T) for q in args.test_q),
+             *(("test-T", "q", args.q, T) for T in args.test_T)]
+    rules = [(q <= T, f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): pick a"
+              " smaller q or a longer T") for name, other, q, T in sizes] + [
+        (args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final} < "
+         f"{args.n_test}): raise --n-final or lower --n-test"),
+        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
+        (args.lr is None or args.lr < biggest,
+         f"--lr must be below {biggest:.3g} in {args.dtype}; pick a smaller --lr"),
+        (args.positions is None or "randomized" in args.pe and not args.figure_set,
+         "--positions sets randomized PE's table; add --pe randomized or drop it"),
+        (L >= longest, f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
+         f"--test-T; got {L}); raise --positions or drop the longer --test-T")] + [
+        (not onehot or d_e >= longest, f"--de: onehot PE needs d_e >= the largest length "
+         f"{longest} (got d_e={d_e}); raise --de or use --pe fixed/stochastic") for d_e in args.de]
+    for holds, message in rules:
+        runlog.require(holds, message)
 
 
 def check_runs(args):
-    """Under --out's lock, before any training: every run directory of every d_e is free (or,
-    with --resume, its job has a checkpoint)."""
+    """Before any training: every run directory of every d_e is free (or, with --resume, its job
+    has a checkpoint or it finished)."""
     for d_e in args.de:
         specs = run_specs(args, d_e)
         job = job_checkpoint(args, specs, d_e)
         for spec in specs:
             runlog.check_free(spec["dir"], args.force, args.resume,
                               job.exists() or runlog.finished(spec["dir"]))
-
-
-def step_bytes(args, R, d_e, T_max):
-    """About the most memory, in bytes, that a step or an evaluation of R runs holds at once."""
-    n, D, size = (max(args.batch, args.n_final), args.d + d_e,
-                  torch.finfo(getattr(torch, args.dtype)).bits // 8)
-    if args.step == "autograd":   # P, Z, the mask, the gradient's copies, each run's C and its grad
-        return size * n * T_max * D * (4 + 2 * R)
-    chunk = max(fused.CHUNK_POSITIONS, streams.DRAW_CHUNK * T_max)  # positions of a thread's chunk
-    tokens = n * T_max * (args.d + 4)                   # X, the subset order and index, whole batch
-    per_thread = 3 * chunk * (d_e + R * (args.d + 2))   # G, both passes' buffers, with temporaries
-    weights = 3 * R * D * D + R * n * (2 * D + args.d)  # W, grad, Adam's moments; per-sequence sums
-    return size * (tokens + args.threads * per_thread + weights)
 
 
 def run_specs(args, d_e):
@@ -206,11 +171,10 @@ def run_specs(args, d_e):
             for folder, spec, seed in grid]
 
 
-def validation_sets(args):
-    """Every fixed validation set as (group, key, T, q): "val" (the training T and q), "test_T"
-    (longer lengths) and "test_q" (other subset sizes), each from the VAL streams of its (T, q)."""
-    return ([("val", None, args.T, args.q)] + [("test_T", str(T), T, args.q) for T in args.test_T]
-            + [("test_q", str(q), args.T, q) for q in args.test_q])
+def job_checkpoint(args, specs, d_e):
+    """The file of a job's checkpoint in --out, named by its runs: the same flags find it again."""
+    names = "\n".join(str(spec["dir"].relative_to(args.out)) for spec in specs)
+    return Path(args.out) / f"checkpoint-de{d_e}-{hashlib.sha1(names.encode()).hexdigest()[:10]}.pt"
 
 
 def pe_tables(specs, d_e, max_len, dtype, device):
@@ -233,15 +197,12 @@ class Trainer:
         self.args, self.d_e, self.device = args, d_e, device
         self.dtype = getattr(torch, args.dtype)
         self.specs = specs or run_specs(args, d_e)
-        self.sets = validation_sets(args)
-        max_len = max([args.T, *args.test_T])
+        self.sets = [("val", None, args.T, args.q)]  # (group, key, T, q): from the VAL streams
+        self.sets += [("test_T", str(T), T, args.q) for T in args.test_T]
+        self.sets += [("test_q", str(q), args.T, q) for q in args.test_q]
         query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
-        parts = pe_tables(self.specs, d_e, max_len, self.dtype, device)
-        if args.step == "fused":
-            self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype,
-                                           args.threads)
-        else:   # the autograd reference on the same draws
-            self.step_fn = fused.Reference(parts, query, args.d, d_e, device, self.dtype)
+        parts = pe_tables(self.specs, d_e, max([args.T, *args.test_T]), self.dtype, device)
+        self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads)
         inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
                  for s in self.specs]
         self.W = [torch.tensor(W0, dtype=self.dtype, device=device) for W0, _ in inits]
@@ -300,11 +261,10 @@ class Trainer:
         return out
 
     def config(self, spec):
-        keep = {k: v for k, v in vars(self.args).items()
-                if k not in ("pe", "positions", "seed", "de", "force", "out", "resume",
-                             "figure_set")}
-        return dict(keep, **{k: spec[k] for k in RUN_KEYS}, de=self.d_e, device=str(self.device),
-                    model="transformer")
+        """A run's config.json ("step": the step that trained it, a key older runs have too)."""
+        keep = {k: v for k, v in dataclasses.asdict(self.args).items() if k not in NOT_IN_CONFIG}
+        return dict(keep, step="fused", **{k: spec[k] for k in RUN_KEYS}, de=self.d_e,
+                    device=str(self.device), model="transformer")
 
     def save_weights(self, name):
         for spec, W, V in zip(self.specs, self.W, self.V):
@@ -329,8 +289,7 @@ class Trainer:
             return 0, 0.0
         state = runlog.load_checkpoint(self.file)
         for spec in self.specs:
-            old = runlog.read_config(spec["dir"])
-            new = json.loads(json.dumps(self.config(spec)))
+            old, new = runlog.read_config(spec["dir"]), json.loads(json.dumps(self.config(spec)))
             changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
                        and old.get(k) != new[k]]
             runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
@@ -372,12 +331,6 @@ class Trainer:
                                       self.args.n_test))
 
 
-def job_checkpoint(args, specs, d_e):
-    """The file of a job's checkpoint in --out, named by its runs: the same flags find it again."""
-    names = "\n".join(str(spec["dir"].relative_to(args.out)) for spec in specs)
-    return Path(args.out) / f"checkpoint-de{d_e}-{hashlib.sha1(names.encode()).hexdigest()[:10]}.pt"
-
-
 def evaluate_and_log(tr, step, t0):
     """Evaluate every run on its --n-test sets and log the records of those still running; a run
     whose loss diverges stops alone (its summary says so)."""
@@ -401,40 +354,48 @@ def evaluate_and_log(tr, step, t0):
         raise runlog.Stop("every run diverged; lower --lr")
 
 
-def train(args, d_e, device):
-    """Train the runs of one d_e; write their directories; return their final evaluation records.
-    Ctrl-C and SIGTERM are taken between steps: the job checkpoints, then ends (130, 143)."""
-    specs = run_specs(args, d_e)
-    if args.resume and not job_checkpoint(args, specs, d_e).exists():
-        if all(runlog.finished(spec["dir"]) for spec in specs):
-            print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
-            return []
-    tr = Trainer(args, d_e, device)
-    first, seconds_before = tr.open_runs()
-    t0, last_checkpoint, step = time.time() - seconds_before, time.time(), first
+def run_steps(tr, first, t0, signals):
+    """Steps `first` on to --steps of every run: evaluations, their records, checkpoints (timed, at
+    the end, and where a signal came: then signals.stop() raises); tr.step: the step reached."""
+    args, last_checkpoint = tr.args, time.time()
     name = f"{tr.specs[0]['dir'].parent.name}/{tr.specs[0]['dir'].name}".lstrip("/")
-    bar = tqdm(total=args.steps, initial=first, desc=f"d_e={d_e} x{len(tr.specs)} runs",
-               dynamic_ncols=True)
+    with tqdm(total=args.steps, initial=first, desc=f"d_e={tr.d_e} x{len(tr.specs)} runs",
+              dynamic_ncols=True) as bar:
+        if not tr.resumed:                # the job's start, before any record: --resume finds it
+            tr.checkpoint(first, time.time() - t0)
+        for step in range(first, args.steps + 1):
+            tr.step = step                                    # where a signal or error ends it
+            if ((step % args.eval_every == 0 or step == args.steps)     # unless checkpointed
+                    and not any(rec.get("step") == step for rec in tr.records)):
+                evaluate_and_log(tr, step, t0)
+                bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
+                                    f" cos_W {tr.records[0]['cos_W']:.3f}")
+            if (signals.caught or step == args.steps
+                    or time.time() - last_checkpoint > args.checkpoint_every):
+                tr.checkpoint(step, time.time() - t0)         # the state before step `step`
+                last_checkpoint = time.time()
+                signals.stop()                                # raises if one was caught
+            if step == args.steps:
+                return
+            tr.loss_sum += tr.train_step(step)
+            tr.since += 1
+            bar.update()
+
+
+def train(args, d_e, device):
+    """Train the runs of one d_e and write their directories. Ctrl-C and SIGTERM are taken between
+    steps: the job checkpoints, every run gets its summary, then it ends (130, 143)."""
+    specs = run_specs(args, d_e)
+    if (args.resume and not job_checkpoint(args, specs, d_e).exists()
+            and all(runlog.finished(spec["dir"]) for spec in specs)):
+        print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
+        return
+    tr = Trainer(args, d_e, device, specs)
+    first, seconds_before = tr.open_runs()
+    t0, tr.step = time.time() - seconds_before, first
     try:
         with runlog.Signals() as signals:
-            if not tr.resumed:            # the job's start, before any record: --resume finds it
-                tr.checkpoint(first, time.time() - t0)
-            for step in range(first, args.steps + 1):
-                if ((step % args.eval_every == 0 or step == args.steps)   # unless checkpointed
-                        and not any(rec.get("step") == step for rec in tr.records)):
-                    evaluate_and_log(tr, step, t0)
-                    bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
-                                        f" cos_W {tr.records[0]['cos_W']:.3f}")
-                if (signals.caught or step == args.steps
-                        or time.time() - last_checkpoint > args.checkpoint_every):
-                    tr.checkpoint(step, time.time() - t0)      # the state before step `step`
-                    last_checkpoint = time.time()
-                    signals.stop()                              # raises if one was caught
-                if step == args.steps:
-                    break
-                tr.loss_sum += tr.train_step(step)
-                tr.since += 1
-                bar.update()
+            run_steps(tr, first, t0, signals)
         for r, final in enumerate(tr.final_evaluation(args.n_final)):
             if tr.status[r] == "running":
                 tr.records[r].update(final)
@@ -443,16 +404,14 @@ def train(args, d_e, device):
         done = runlog.ended_by(error)
         raise
     finally:
-        bar.close()
         with runlog.Signals() as late:  # Ctrl-C or SIGTERM while summaries are written: after them
-            tr.close(done, step, time.time() - t0)
+            tr.close(done, tr.step, time.time() - t0)
     if done == "finished":
         tr.file.unlink()                                        # nothing left to resume
     late.stop()
     if "diverged" in tr.status:
         raise runlog.Stop(f"{tr.status.count('diverged')} of {len(tr.specs)} runs diverged"
                           " (see their summary.json)")
-    return tr.records
 
 
 SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # runs scored together agree on these
@@ -474,7 +433,7 @@ def rescore(args, device):
     shared = lambda c: tuple(json.dumps(c[k]) for k in SHARED)  # noqa: E731
     for key in {shared(c) for c in configs.values()}:
         group = [(p, c) for p, c in configs.items() if shared(c) == key]
-        like = argparse.Namespace(**{**vars(args), **{k: group[0][1][k] for k in SHARED}})
+        like = replace(args, **{k: group[0][1][k] for k in SHARED})
         tr = Trainer(like, like.de, device, [dict({k: c.get(k) for k in RUN_KEYS}, dir=p)
                                              for p, c in group])
         for (path, _), W, V in zip(group, tr.W, tr.V):
@@ -500,10 +459,9 @@ def main(argv=None):
         if not args.evaluate:
             check_args(args)
         device = runlog.resolve_device(args.device)
-        if device.type == "cpu" and args.step == "fused":
+        if device.type == "cpu":
             torch.set_num_threads(1)  # the step's threads share the cores; torch's would compete
         if args.evaluate:
-            runlog.require_positive(args, ("n_final", "threads"))
             return rescore(args, device)
         if args.steps * args.T * max(args.de) > 10 ** 8 and device.type == "cpu":  # say the cost
             runs = len(run_specs(args, args.de[0]))
@@ -517,7 +475,7 @@ def main(argv=None):
             check_runs(args)                    # and under it: another writer may have been first
             for d_e in args.de:
                 train(args, d_e, device)
-    runlog.run_command("train_tf.py", body)
+    runlog.run_command("train_tf.py", body, sizes="--batch, --n-final, --T or --test-T, --de")
 
 
 if __name__ == "__main__":
