@@ -1,7 +1,7 @@
-"""What the training scripts leave on disk, read for plots.py and tables.py: run directories and
-summaries, runs grouped into configurations over seeds, their weights. What cannot be read raises
-Skip, whose message names the file and says why; a Report collects those lines for plots.py's
-stderr.
+"""What the training scripts leave on disk, read for plots.py and tables.py: runs and summaries,
+runs grouped into configurations over seeds, weights. Every evaluation set has one name here, "val",
+"T=250" or "q=2"; flat() and final_losses() alone read the files' names for them. What cannot be
+read raises Skip, whose message names the file and says why; a Report collects plots.py's stderr.
 """
 import json
 import math
@@ -21,7 +21,9 @@ SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_sl
                             ("model", "T", "steps", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi")),
              "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
-GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
+# a record's nested sets, {"test_T": {"250": x}} (flat() names it "T=250"); in config.json, the
+# lengths and q tested
+GROUPS = ("test_T", "test_q")
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
 # seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
@@ -42,8 +44,7 @@ class Report(list):
         self.append(f"plots.py: {kind}: {message}")
 
     def attempt(self, job, *args, then=""):
-        """job(*args), or None with its Skip reported (and `then`, what follows from it); any other
-        error of a malformed file too, in one line naming where it came from."""
+        """job(*args), or None with its Skip or a malformed file's error reported (then `then`)."""
         try:
             return job(*args)
         except Skip as e:
@@ -82,9 +83,22 @@ def need_keys(obj, keys, where):
     return obj
 
 
+def flat(record):
+    """A log record or summary.json's final numbers with each set under its one name:
+    {"test_T": {"250": x}} is {"T=250": x}."""
+    return dict({k: x for k, x in record.items() if k not in GROUPS},
+                **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
+
+
+def final_losses(run):
+    """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none."""
+    arrays = Report().attempt(npz, run, "final_losses") or {}
+    return {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in arrays.items()}
+
+
 def read_log(path, report):
-    """The records of a log.jsonl; a last line cut mid-record (a run killed mid-write, a log still
-    being written) is left out with a warning, a line that is no record skipped."""
+    """The records of a log.jsonl, flat(); a last line cut mid-record (a run killed mid-write, a log
+    still being written) is left out with a warning, a line that is no record skipped."""
     lines = [(i, line) for i, line in enumerate(read(path, str.splitlines), 1) if line.strip()]
     records, cut = [], None
     for i, line in lines:
@@ -100,7 +114,7 @@ def read_log(path, report):
             report.say("skipped", f"{path}: line {i} is not a record (a JSON object with a step):"
                        f" {line[:40]}")
         else:
-            records.append(record)
+            records.append(flat(record))
     if not records:
         raise Skip(f"{path}: no intact record (the run logged nothing)")
     if cut:
@@ -110,7 +124,8 @@ def read_log(path, report):
 
 
 def load_run(path, report):
-    """config, log and summary of one run directory; Skip when it cannot or must not be drawn."""
+    """config, log, summary and final numbers (`end`) of one run directory; Skip when it cannot or
+    must not be drawn."""
     config = need_keys(read(path / "config.json"), ["model"], path / "config.json")
     if config["model"] not in NEEDS:
         raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
@@ -122,11 +137,11 @@ def load_run(path, report):
         raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
     if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
         raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
-    if not any(finite(x) for r in log for x in [r.get("train_loss"), r.get("val"), *(
-            v for g in GROUPS for v in r.get(g, {}).values())]):
+    if not any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
+               or "=" in k):
         raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite)")
     return dict(path=path, config=config, log=log, summary=summary,
-                end=summary.get("final") or log[-1])   # the final numbers, or the last logged
+                end=flat(summary.get("final") or log[-1]))  # the final numbers, or the last logged
 
 
 def below(folder, names):
@@ -171,8 +186,8 @@ def unique(runs, report):
 
 
 def load_summary(path, report):
-    """A summary file of SUMMARIES, its rows that hold every key its figure reads; a critical.json
-    with the "config" beside it (the "grid" of sample sizes its search tried)."""
+    """A summary file of SUMMARIES with the rows that hold every key; a critical.json with the
+    "config" beside it (the "grid" of sample sizes its search tried)."""
     head, row_keys = SUMMARIES[path.name]
     summary = need_keys(read(path), ("rows", *head), path)
     rows = [report.attempt(need_keys, row, row_keys, f"{path}: row {i}")
@@ -199,7 +214,7 @@ def load_prediction(folder, runs):
     if not {key(c, 4) for c in tf} & {key(r, 4) for r in rows}:
         raise Skip(f"{path}: no row for the runs' (pe, T, q, d): "
                    f"{', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}")
-    at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in [c["T"], *c.get("test_T", [])]}
+    at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in lengths(c)}
     return {key(r): r for r in rows if key(r, 4) in at}
 
 
@@ -208,9 +223,8 @@ def finite(x):
 
 
 def value(record, name):
-    """A record's number `name` ("val", "cos_W", "T=250", "q=2", ...); NaN where absent or null."""
-    group, _, key = name.partition("=")
-    x = record.get(f"test_{group}", {}).get(key) if key else record.get(name)
+    """A flat record's number `name` ("val", "cos_W", "T=250", ...); NaN where absent or null."""
+    x = record.get(name)
     return float(x) if finite(x) else NAN
 
 
@@ -237,9 +251,14 @@ def spread(group, name):
 
 
 def set_names(runs, group):
-    """The sets of `group` ("T" or "q") that some run measured ("T=250", ...), in numeric order."""
-    names = {f"{group}={k}" for run in runs for r in run["log"] for k in r.get(f"test_{group}", {})}
+    """The sets of `group` ("T" or "q") that some run logged ("T=250", ...), in numeric order."""
+    names = {k for run in runs for r in run["log"] for k in r if k.startswith(f"{group}=")}
     return sorted(names, key=lambda n: float(n[2:]))
+
+
+def lengths(config):
+    """The training T and the lengths config.json says the run was tested at."""
+    return [config["T"], *config.get("test_T", [])]
 
 
 def length(name, config):
@@ -254,7 +273,7 @@ def label(group, groups):
                and len({repr(g[0]["config"].get(k)) for g in groups}) > 1]
     shown = {"pe": lambda v: f"{v} PE", "positions": lambda v: f"L={v}"}  # names in legends
     text = ", ".join(shown.get(k, lambda v: f"{k}={v}")(c[k]) for k in varying  # None: not set
-                     if c.get(k) is not None and k not in ("test_T", "test_q")) or (
+                     if c.get(k) is not None and k not in GROUPS) or (
         f"{c['pe']} PE" if c["model"] == "transformer" else f"T={c['T']}, width={c['width']}")
     odd = sorted({run["summary"].get("status", "no summary") for run in group} - {"finished"})
     return (text + (f" ({len(group)} seeds)" if len(group) > 1 else "")

@@ -9,7 +9,8 @@ import numpy as np
 
 import sts
 from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
-                     finite, label, length, npz, set_names, setting, value, weights)
+                     final_losses, finite, flat, label, length, lengths, set_names, setting, value,
+                     weights)
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
@@ -59,7 +60,7 @@ def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
     EVAL_SEED sequences; a fixed-PE run with its own table, built as train_tf.py builds it."""
     c = run["config"]
-    longest = c.get("positions") or max([c["T"], *c.get("test_T", [])])   # the table's positions
+    longest = c.get("positions") or max(lengths(c))   # the positions of its table
     pe = sts.PositionalEncoding(c["pe"], c["de"], longest, c["seed"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
@@ -146,7 +147,8 @@ def table(name, runs):
     cos = [k for k in ("cos_W", "cos_V") if any(k in r["log"][-1] for r in runs)]
     shape, rows = ["T", "width", "params"] if c["model"] == "fcn" else [], []
     for g in groups:
-        steps, se = [r["log"][-1]["step"] for r in g], [r["summary"].get("final_se", {}) for r in g]
+        steps = [r["log"][-1]["step"] for r in g]
+        se = [flat(r["summary"].get("final_se", {})) for r in g]
         cells = [mean_sd([value(r["end"], k) for r in g])
                  + f" [{fmt(mean(value(s, k) for s in se))}]" * final for k in names]
         rows.append([label(g, groups), *(g[0]["config"].get(k, "-") for k in shape), len(g),
@@ -168,14 +170,13 @@ def table_paired(name, runs):
     of seeds beyond 2 se on each side."""
     groups, key = configurations(runs), lambda g: setting(g[0]["config"],
                                                          (*PER_SEED, "pe", "positions"))
-    losses = lambda r: {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in (  # noqa: E731
-        Report().attempt(npz, r, "final_losses") or {}).items()}  # "test_T_8" is "T=8"; {}: none
     rows = []
     for ref, g in [(ref, g) for ref in ("fixed", "stochastic") for g in groups
                    if g[0]["config"]["pe"] not in ("fixed", ref, "onehot")]:
         base = next((b for b in groups if b[0]["config"]["pe"] == ref and key(b) == key(g)), None)
-        seeds = {r["config"]["seed"]: losses(r) for r in base or []}
-        per = [(losses(r), seeds[r["config"]["seed"]]) for r in g if r["config"]["seed"] in seeds]
+        seeds = {r["config"]["seed"]: final_losses(r) for r in base or []}
+        per = [(final_losses(r), seeds[r["config"]["seed"]]) for r in g
+               if r["config"]["seed"] in seeds]
         for k in ["val", *set_names(g, "T"), *set_names(g, "q")] if per else []:
             d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
             rows.append([f"{label(g, groups)} − {label(base, groups)}", k, f"{len(d)} of {len(per)}",
