@@ -21,8 +21,7 @@ SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_sl
                             ("model", "T", "steps", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi")),
              "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
-# a record's nested sets, {"test_T": {"250": x}} (flat() names it "T=250"); in config.json, the
-# lengths and q tested
+# a record's nested sets, {"test_T": {"250": x}} ("T=250" once flat()); config.json's T, q tested
 GROUPS = ("test_T", "test_q")
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
@@ -37,7 +36,7 @@ class Skip(Exception):
 
 
 class Report(list):
-    """The stderr lines and how much was drawn; Report().attempt(job) is job() or None ('-')."""
+    """The stderr lines and how much was drawn; Report().attempt(job): job() or None, silently."""
     drawn = 0
 
     def say(self, kind, message):
@@ -55,13 +54,11 @@ class Report(list):
 
 
 def origin(args):
-    """Where a job's data came from, for its one-line report: its path or its first run's folder."""
-    for a in args:
-        if isinstance(a, Path):
-            return a
-        if isinstance(a, list) and a and isinstance(a[0], dict) and "path" in a[0]:
-            return a[0]["path"].parent
-    return "plots.py"
+    """Where a job's data came from: its first argument, a path or a list of runs (their folder)."""
+    first = args[0] if args else None
+    if isinstance(first, list) and first and isinstance(first[0], dict) and "path" in first[0]:
+        return first[0]["path"].parent
+    return first if isinstance(first, Path) else "plots.py"
 
 
 def read(path, parse=json.loads):
@@ -84,8 +81,7 @@ def need_keys(obj, keys, where):
 
 
 def flat(record):
-    """A log record or summary.json's final numbers with each set under its one name:
-    {"test_T": {"250": x}} is {"T=250": x}."""
+    """A log record or summary.json's final numbers, {"test_T": {"250": x}} as {"T=250": x}."""
     return dict({k: x for k, x in record.items() if k not in GROUPS},
                 **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
 
@@ -124,8 +120,7 @@ def read_log(path, report):
 
 
 def load_run(path, report):
-    """config, log, summary and final numbers (`end`) of one run directory; Skip when it cannot or
-    must not be drawn."""
+    """A run directory's config, log, summary, final numbers (end); Skip if it must not be drawn."""
     config = need_keys(read(path / "config.json"), ["model"], path / "config.json")
     if config["model"] not in NEEDS:
         raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
@@ -151,8 +146,8 @@ def below(folder, names):
 
 
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]}, and the summary files below `paths` (SUMMARIES);
-    a directory reached twice (a path given twice, a symlink) counts once."""
+    """{experiment folder: [run directories]} and the SUMMARIES files below `paths`, each once
+    where a path is given twice or a symlink leads to it."""
     experiments, summaries, seen = defaultdict(list), [], set()
     for p in map(Path, paths):
         found = below(p, SUMMARIES)
@@ -172,8 +167,7 @@ def find_experiments(paths, report):
 
 
 def unique(runs, report):
-    """The runs with one per configuration and seed: a second (a backup copy, say) is left out and
-    reported, so that no seed counts twice in a mean or its spread."""
+    """The runs but a second of one configuration and seed (a backup copy, say), reported."""
     kept = {}
     for run in runs:
         key = (setting(run["config"]), run["config"].get("seed"))
@@ -186,8 +180,7 @@ def unique(runs, report):
 
 
 def load_summary(path, report):
-    """A summary file of SUMMARIES with the rows that hold every key; a critical.json with the
-    "config" beside it (the "grid" of sample sizes its search tried)."""
+    """A SUMMARIES file with its complete rows; a critical.json's with the config.json beside it."""
     head, row_keys = SUMMARIES[path.name]
     summary = need_keys(read(path), ("rows", *head), path)
     rows = [report.attempt(need_keys, row, row_keys, f"{path}: row {i}")
@@ -250,10 +243,11 @@ def spread(group, name):
             np.array([[log[step] for step in steps] for log in logs]).reshape(len(logs), -1))
 
 
-def set_names(runs, group):
-    """The sets of `group` ("T" or "q") that some run logged ("T=250", ...), in numeric order."""
-    names = {k for run in runs for r in run["log"] for k in r if k.startswith(f"{group}=")}
-    return sorted(names, key=lambda n: float(n[2:]))
+def sets(runs, *groups):
+    """The set names: "val", then those of each group ("T", "q") that some run logged, by number."""
+    names = {k for run in runs for r in run["log"] for k in r if "=" in k}
+    by_number = sorted(names, key=lambda k: float(k[2:]))       # "T=250": 250
+    return ["val", *(k for group in groups for k in by_number if k.startswith(f"{group}="))]
 
 
 def lengths(config):
