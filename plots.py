@@ -110,15 +110,18 @@ def save(fig, out, name, title):
     return True
 
 
-def logged(groups, name):  # some finite `name` in some configuration's log
-    return any(np.isfinite(spread(g, name)[1]).any() for g in groups)
+def logged(runs, names, what, figure):
+    """The runs' configurations and those of `names` logged finite; Skip if none, naming `what`."""
+    groups = configurations(runs)
+    names = [n for n in names if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
+    if not names:
+        raise Skip(f"{runs[0]['path'].parent}: no finite {what}; {figure} not drawn")
+    return groups, names
 
 
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), the cosines."""
-    groups = configurations(runs)
-    if not logged(groups, "train_loss"):
-        raise Skip(f"{runs[0]['path'].parent}: no finite training loss; {name}_training not drawn")
+    groups, _ = logged(runs, ["train_loss"], "training loss", f"{name}_training")
     fig, (ax_loss, ax_inv, ax_cos) = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
     for g in groups:
         curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
@@ -140,11 +143,7 @@ def figure_training(runs, out, name):
 
 def figure_tests(runs, out, name, group, suffix, curves=None):
     """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and the family's."""
-    groups = configurations(runs)
-    names = [n for n in sets(runs, group) if logged(groups, n)]
-    if not names:
-        raise Skip(f"{runs[0]['path'].parent}: no finite validation loss; {name}_{suffix} not"
-                   " drawn")
+    groups, names = logged(runs, sets(runs, group), "validation loss", f"{name}_{suffix}")
     fig, axes = plt.subplots(1, len(names), figsize=(len(names) * PANEL[0] * 0.8, 1.2 * PANEL[1]),
                              sharey=True, squeeze=False)
     c = runs[0]["config"]
@@ -448,16 +447,12 @@ def figure_positions(runs, out, name):
                 " sets")
 
 
-def of_model(runs, model):
-    return [r for r in runs if r["config"]["model"] == model]
-
-
 def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow."""
-    tf = of_model(runs, "transformer")
+    tf = [r for r in runs if r["config"]["model"] == "transformer"]
     for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
         report.drawn += 1
-        table(name, of_model(runs, model))
+        table(name, [r for r in runs if r["config"]["model"] == model])
     if tf:
         table_paired(name, tf)
         table_length(name, tf, predicted)
@@ -467,7 +462,7 @@ def tabulate(name, runs, report, predicted):
 
 def draw(name, runs, out, report, predicted):
     """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
-    tf, fcn = of_model(runs, "transformer"), of_model(runs, "fcn")
+    tf, fcn = ([r for r in runs if r["config"]["model"] == m] for m in ("transformer", "fcn"))
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
     predicted_de = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
     if len({r["config"].get("positions") for r in tf} - {None}) >= 2:
