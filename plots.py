@@ -366,9 +366,8 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
 
 
 def figure_needed(summary, out, name, sweep=None):
-    """The d_e whose predicted floor reaches the target against T, tables.width_fits through it;
-    a sweep.json's trained transformer: the first d_e of its grid that reached it, a bar down to
-    the largest that did not (open: none reached)."""
+    """The d_e whose predicted floor reaches the target against T, its fits, and a sweep.json's
+    trained transformer: its first d_e that did, a bar down to the largest that did not."""
     fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
     s, rows, blue, cyan = summary, summary["rows"], COLORS["stochastic"], COLORS["transformer"]
     T, de = np.array([(r["T"], r["de"]) for r in rows], float).T
@@ -411,10 +410,8 @@ POSITIONS = {"randomized": ("o", "-", "randomized PE, L positions"), "fixed": ("
 
 
 def figure_positions(runs, out, name):
-    """Randomized PE against its table's size L (log axis): the final loss at each length, a colour
-    per set; fixed PE drawn at L = T, stochastic PE (L -> infinity) at the right; bars: the seeds'
-    lowest to highest. table_floor.json (sts.py --floor --positions) adds, dashed, the best loss at
-    T of a W that learns its table's cross-talk (sts.table_floor), dotted the family's."""
+    """The final loss at each length (a colour a set) against the size L of randomized PE's table,
+    fixed PE at L = T, stochastic at L = ∞; table_floor.json's predictions (sts.table_floor)."""
     groups, c = configurations(runs), runs[0]["config"]
     of = lambda pe: [g for g in groups if g[0]["config"]["pe"] == pe]  # noqa: E731
     Ls = sorted(g[0]["config"]["positions"] for g in of("randomized"))
@@ -464,27 +461,25 @@ def draw(name, runs, out, report, predicted):
     """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
     tf, fcn = ([r for r in runs if r["config"]["model"] == m] for m in ("transformer", "fcn"))
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
-    predicted_de = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
     if len({r["config"].get("positions") for r in tf} - {None}) >= 2:
         jobs.append((figure_positions, tf, out, name))
     elif len({r["config"]["de"] for r in tf}) >= 3:
         jobs.append((figure_floor, tf, out, name, predicted))
     elif tf:
         curves = length_curves(configurations(tf), predicted)
-        tests = [(figure_tests, tf, out, name, "T", "length", curves),
-                 (figure_tests, tf, out, name, "q", "qtest")]
-        jobs += [(figure_training, tf, out, name),  # a test figure where some test set was logged
-                 *(job for job in tests if sets(tf, job[4]) != ["val"]),
-                 (figure_weights, tf, out, name, report)]
-        if len(predicted_de) >= 3:   # a predicted curve to set the trained d_e against
-            jobs.append((figure_floor, tf, out, name, predicted))
+        jobs.append((figure_training, tf, out, name))
+        for group, suffix, family in (("T", "length", curves), ("q", "qtest", None)):
+            if sets(tf, group) != ["val"]:                  # some set of that group logged
+                jobs.append((figure_tests, tf, out, name, group, suffix, family))
+        jobs.append((figure_weights, tf, out, name, report))
+        if len({k[4] for k in predicted if k[1] == tf[0]["config"]["T"]}) >= 3:
+            jobs.append((figure_floor, tf, out, name, predicted))  # the trained d_e against these
     for job in jobs:
         report.drawn += bool(report.attempt(*job))
 
 
 def draw_summary(path, out, report):
-    """The figure (with out=None, the table) of one summary file; a needed_de.json's with the
-    sweep.json beside it (its own figure reports what is wrong with it)."""
+    """The figure (out=None: the table) of a summary file; a needed_de.json's with a sweep.json."""
     summary, beside, name = load_summary(path, report), path.parent / "sweep.json", path.parent.name
     if path.name == "needed_de.json":
         sweep = Report().attempt(load_summary, beside, Report()) if beside.is_file() else None

@@ -97,9 +97,8 @@ FORM_WORDS = {"power": "power law c·T^k", "theory": "the theory's a + b·q·ln 
 
 
 def width_fits(Ts, des, q):
-    """Least-squares fits of d_e against T in WIDTH_FORMS, each minimising the squared residuals of
-    ln d_e (theory by Gauss-Newton from the fit weighted by 1/d_e), each with rms, the root mean
-    square of those residuals; None with fewer than 3 points."""
+    """Least-squares fits of d_e against T in WIDTH_FORMS in ln d_e (theory by Gauss-Newton), each
+    with rms, the root mean square of its residuals; None with fewer than 3 points."""
     if len(Ts) < 3:
         return None
     lnT, y = np.log(np.asarray(Ts, float)), np.log(np.asarray(des, float))
