@@ -4,16 +4,14 @@
     python plots.py results/course --out figures # the committed gallery is written only when named
     python plots.py results/paper --table        # the numbers as Markdown tables instead
 
-A folder of transformer runs (an experiment) gives NAME_training, NAME_length, NAME_qtest and
-NAME_weights (the paper's Figures 1-4; 5 is adam/'s), or NAME_floor (three d_e or more), or
-NAME_positions (two table sizes L or more); FCN runs NAME_fcn_training; a sweep.json
-NAME_separation, a critical.json NAME_critical, a needed_de.json NAME_needed_de. Runs agreeing but
-for PER_SEED are one configuration: the seeds' mean, a band from the lowest to the highest seed.
-
-What cannot be drawn is one line of stderr naming the file (a skipped run is left out of its
-configuration's mean), and the rest is still drawn. Exit status 2 after a skip, when nothing is
-drawn, or when --out cannot be written (each figure is written whole or not at all); 0 after a
-warning alone (a log's last line cut mid-record: its intact records are drawn).
+Transformer runs give NAME_training, NAME_length, NAME_qtest and NAME_weights (the paper's
+Figures 1-4), or NAME_floor (three d_e or more) or NAME_positions (two table sizes L or more); FCN
+runs NAME_fcn_training; a sweep.json NAME_separation, a critical.json NAME_critical, a
+needed_de.json NAME_needed_de. Runs agreeing but for PER_SEED are one configuration: the seeds'
+mean, a band from the lowest to the highest. What cannot be drawn is one line of stderr naming the
+file, and the rest is still drawn: exit status 2 after a skip, when nothing is drawn or when --out
+cannot be written; 0 after a warning alone (a log's last line cut mid-record: its intact records
+are drawn).
 """
 import argparse
 import itertools
@@ -40,9 +38,8 @@ from matplotlib.colors import Normalize, SymLogNorm  # noqa: E402
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7,
                      "lines.linewidth": 1.2, "figure.dpi": 150, "savefig.bbox": "tight",
                      "figure.constrained_layout.use": True})
-# One colour per meaning in every figure: a transformer's PE kind, or a baseline's model. Several
-# configurations of one meaning in a figure take OTHERS, colours that mean nothing else; black and
-# grey stay neutral (reference lines, line-style keys).
+# One colour per meaning in every figure: a PE kind or a model; several configurations of one
+# meaning take OTHERS, which mean nothing else; black and grey are neutral (references, keys).
 COLORS = {"stochastic": "tab:blue", "fixed": "tab:red", "randomized": "tab:purple",
           "onehot": "tab:green", "fcn": "tab:orange", "transformer": "tab:cyan"}
 OTHERS = ("tab:brown", "tab:pink", "tab:olive")

@@ -1,7 +1,6 @@
-"""What the training scripts leave on disk, read for plots.py and tables.py: runs and summaries,
-runs grouped into configurations over seeds, weights. Every evaluation set has one name here, "val",
-"T=250" or "q=2"; flat() and final_losses() alone read the files' names for them. What cannot be
-read raises Skip, whose message names the file and says why; a Report collects plots.py's stderr.
+"""What the training scripts leave on disk, read for plots.py and tables.py. Each evaluation set has
+one name here, "val", "T=250" or "q=2" (flat() and final_losses() translate the files' forms);
+what cannot be read raises Skip, whose message names the file and says why.
 """
 import json
 import math

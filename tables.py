@@ -1,7 +1,5 @@
-"""The numbers behind `plots.py --table`, as Markdown tables whose captions say what each cell is
-('-': data missing): each configuration's losses over its seeds, one PE minus another on the same
-sequences, trained models against the family W = c W*, V = alpha V* (sts.py's NumPy evaluations,
-no torch), each length's share of the rise, and the searches' summary files.
+"""The Markdown tables of `plots.py --table`, each caption saying what its cells are ('-': data
+missing); the family W = c W*, V = alpha V* evaluated with sts.py's NumPy, no torch.
 """
 import math
 
@@ -154,8 +152,8 @@ def table(name, runs):
     sizes = sorted({r["summary"].get("n_final") for r in runs} - {None})
     markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
         f" [se] of the final evaluation (n = {'/'.join(map(str, sizes))} sequences a set, the"
-        " same sequences for every"
-        " run; se: the mean Monte-Carlo standard error of one run)" if final else "") + ", s the"
+        " same sequences for every run; se: the mean Monte-Carlo standard error of one run)"
+        if final else "") + ", s the"
         " sample standard deviation; without a final evaluation, the last logged record (n ="
         f" {c.get('n_test')}). cos: the last record.",
         ["configuration", *shape, "seeds", "step", *names, *cos], rows)
@@ -266,7 +264,7 @@ def table_critical(path, summary):
                      "dof", "better (delta chi2)"], cells)
 
 
-def table_needed(path, summary, sweep=None):
+def table_needed(path, summary, sweep):
     """needed_de.json (sts.py --needed-de) per T, the trained sweep.json beside it, and the fits."""
     s, rows = summary, summary["rows"]
     trained = trained_de(sweep, s["d"]) if sweep else {}
