@@ -4,25 +4,14 @@
     python plots.py results/course --out figures # the committed gallery is written only when named
     python plots.py results/paper --table        # the numbers as Markdown tables instead
 
-A folder of transformer runs (an experiment) gives NAME_training (Figure 1: loss, 1/loss, cosines),
-NAME_length (Figures 2, 4-top), NAME_qtest (4-bottom), NAME_weights (3: the lowest seed), or with
-three d_e or more NAME_floor (final loss against d_e); Figure 5 is adam/'s. Its family_floor.json
-(sts.py --floor --json) adds the best of W = c W*, V = alpha V*, dashed: on NAME_floor (three
-predicted d_e draw it for fewer trained ones) and, for stochastic PE, on NAME_length with a dotted
-line at the runs' own c, alpha. FCN runs give NAME_fcn_training, a sweep.json NAME_separation, a
-critical.json NAME_critical (the run directories below it are its search's), a needed_de.json
-(sts.py --needed-de) NAME_needed_de, with the trained transformer of a sweep.json beside it. Runs
-agreeing apart from PER_SEED are one configuration: the seeds' mean, a band from the lowest to the
-highest seed.
---table prints tables.py's tables, each caption saying what its cells are ('-': data missing).
-
-What cannot be drawn is one line of stderr naming the file, and the rest is still drawn. Exit
-status 2 for a skip (a config.json without a key its figures need, a diverged run, losses all null,
-a log line that is no JSON object with a "step", a summary row without a key, unreadable weights, a
-bad family_floor.json) or when nothing is drawn; 0 when a log's last line was cut mid-record (a
-warning: its intact records are drawn). A skipped run is left out of its configuration's mean.
-An --out that cannot be written (read-only, a full disk) stops it: one line naming the file and
-the fix, exit status 2; each figure is written whole or not at all (a .tmp renamed into place).
+Transformer runs give NAME_training, NAME_length, NAME_qtest and NAME_weights (the paper's
+Figures 1-4), or NAME_floor (three d_e or more) or NAME_positions (two table sizes L or more); FCN
+runs NAME_fcn_training; a sweep.json NAME_separation, a critical.json NAME_critical, a
+needed_de.json NAME_needed_de. Runs agreeing but for PER_SEED are one configuration: the seeds'
+mean, a band from the lowest to the highest. What cannot be drawn is one line of stderr naming the
+file, and the rest is still drawn: exit status 2 after a skip, when nothing is drawn or when --out
+cannot be written; 0 after a warning alone (a log's last line cut mid-record: its intact records
+are drawn).
 """
 import argparse
 import itertools
@@ -36,10 +25,11 @@ import numpy as np
 
 import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, finite, label,
-                     length, load_prediction, load_run, load_summary, read, set_names, spread,
-                     unique, value, weights)
-from tables import (FORM_WORDS, WIDTH_FORMS, length_curves, partial, table, table_floor,
-                    table_length, table_paired, table_summary, trained_de, width_fits)
+                     length, load_prediction, load_run, load_summary, read, sets, spread, unique,
+                     value, weights)
+from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, length_curves, partial, table,
+                    table_critical, table_floor, table_length, table_needed, table_paired,
+                    table_sweep, trained_de, width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -48,9 +38,8 @@ from matplotlib.colors import Normalize, SymLogNorm  # noqa: E402
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "legend.fontsize": 7,
                      "lines.linewidth": 1.2, "figure.dpi": 150, "savefig.bbox": "tight",
                      "figure.constrained_layout.use": True})
-# One colour per meaning in every figure: a transformer's PE kind, or a baseline's model. Several
-# configurations of one meaning in a figure take OTHERS, colours that mean nothing else; black and
-# grey stay neutral (reference lines, line-style keys).
+# One colour per meaning in every figure: a PE kind or a model; several configurations of one
+# meaning take OTHERS, which mean nothing else; black and grey are neutral (references, keys).
 COLORS = {"stochastic": "tab:blue", "fixed": "tab:red", "randomized": "tab:purple",
           "onehot": "tab:green", "fcn": "tab:orange", "transformer": "tab:cyan"}
 OTHERS = ("tab:brown", "tab:pink", "tab:olive")
@@ -72,13 +61,27 @@ def curve(ax, group, groups, name, f=lambda y: y, **kw):
 
 
 def color(group, groups):
-    """By PE (transformer runs) or model (FCN runs) where each configuration has its own meaning,
-    else one of OTHERS per configuration."""
+    """Its PE's (its model's) colour where each configuration has its own, else one of OTHERS."""
     keys = [g[0]["config"].get("pe") or g[0]["config"].get("model") for g in groups]
     i = [id(g) for g in groups].index(id(group))
     if set(keys) <= set(COLORS) and len(set(keys)) == len(keys):
         return COLORS[keys[i]]
     return OTHERS[i % len(OTHERS)]
+
+
+def legend_key(ax, style, text, **kw):  # a legend entry alone, for a style several lines share
+    ax.plot([], [], style, label=text, **kw)
+
+
+def x_ticks(ax, xs, labels=None):  # ticks at the values drawn alone, no minor ones
+    ax.set_xticks(xs, labels or [str(int(x)) for x in xs])
+    ax.minorticks_off()
+
+
+def bars(ax, points, **kw):
+    """points, rows (x, y, lowest, highest): markers at y, bars from the lowest to the highest."""
+    x, y, lo, hi = np.asarray(points, float).reshape(-1, 4).T
+    ax.errorbar(x, y, yerr=[y - lo, hi - y], capsize=2, **kw)
 
 
 def save(fig, out, name, title):
@@ -104,11 +107,18 @@ def save(fig, out, name, title):
     return True
 
 
+def logged(runs, names, what, figure):
+    """The runs' configurations and those of `names` logged finite; Skip if none, naming `what`."""
+    groups = configurations(runs)
+    names = [n for n in names if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
+    if not names:
+        raise Skip(f"{runs[0]['path'].parent}: no finite {what}; {figure} not drawn")
+    return groups, names
+
+
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), the cosines."""
-    groups = configurations(runs)
-    if not any(np.isfinite(spread(g, "train_loss")[1]).any() for g in groups):
-        raise Skip(f"{runs[0]['path'].parent}: no finite training loss; {name}_training not drawn")
+    groups, _ = logged(runs, ["train_loss"], "training loss", f"{name}_training")
     fig, (ax_loss, ax_inv, ax_cos) = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
     for g in groups:
         curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
@@ -121,21 +131,16 @@ def figure_training(runs, out, name):
     ax_loss.set(yscale="log", xlabel="step", ylabel="training loss ½‖f − STS_q‖²", title="loss")
     ax_loss.set_ylim(top=max(ax_loss.get_ylim()[1], start) * 1.5)  # the reference off the edge
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
-    ax_cos.plot([], [], "k-", label="cos(W, W*)")
-    ax_cos.plot([], [], "k--", label="cos(V, V*)")
+    legend_key(ax_cos, "k-", "cos(W, W*)")
+    legend_key(ax_cos, "k--", "cos(V, V*)")
     ax_cos.set(xlabel="step", ylabel="cosine similarity", title="alignment with ground truth",
                ylim=(min(0, ax_cos.get_ylim()[0]), 1.05))
     return save(fig, out, f"{name}_training", describe(c, groups))
 
 
 def figure_tests(runs, out, name, group, suffix, curves=None):
-    """Figures 2, 4 (and the FCN's): a panel per finite set of `group` ("T", "q"), the family's."""
-    groups = configurations(runs)
-    names = [n for n in ["val", *set_names(runs, group)]
-             if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
-    if not names:
-        raise Skip(f"{runs[0]['path'].parent}: no finite validation loss; {name}_{suffix} not"
-                   " drawn")
+    """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and the family's."""
+    groups, names = logged(runs, sets(runs, group), "validation loss", f"{name}_{suffix}")
     fig, axes = plt.subplots(1, len(names), figsize=(len(names) * PANEL[0] * 0.8, 1.2 * PANEL[1]),
                              sharey=True, squeeze=False)
     c = runs[0]["config"]
@@ -165,7 +170,7 @@ def figure_weights(runs, out, name, report):
         return None
     # W at init and end; V (d x D, far wider than tall) as its token block, square, beside the rest
     fig, axes = plt.subplots(len(rows), 6, figsize=(4.6 * PANEL[0], len(rows) * PANEL[1] * 1.1),
-                             squeeze=False, gridspec_kw=dict(width_ratios=[4, 4, 1.1, 2.9, 1.1, 2.9]))
+                             squeeze=False, width_ratios=[4, 4, 1.1, 2.9, 1.1, 2.9])
     for row, (run, pair) in zip(axes, rows):
         c, what = run["config"], f"{run['config']['pe']} PE, seed {run['config']['seed']}"
         for k, when in enumerate(("init", "end")):
@@ -196,7 +201,7 @@ def heat(ax, M, d, title, symlog):
 
 
 def token_block_and_rest(axes, V, d, title):
-    """V (d x D) on one colour scale: its token block (d x d) square, its PE block (d x d_e) beside."""
+    """V (d x D) on one colour scale: its token block (d x d) square, its PE block beside."""
     vmax = np.abs(V).max() or 1.0
     for ax, block, name, aspect in zip(axes, (V[:, :d], V[:, d:]), "xp", ("equal", "auto")):
         im = ax.imshow(block, cmap="RdBu_r", norm=Normalize(-vmax, vmax), aspect=aspect,
@@ -205,9 +210,9 @@ def token_block_and_rest(axes, V, d, title):
         ax.set_yticks([])
     axes[0].set_title("token block", loc="left")
     axes[1].set_title(title + " (all 0)" * (not V.any()))
-    ax.figure.colorbar(im, ax=axes[1], shrink=0.8).set_ticks([-vmax, 0, vmax],
-                                                             labels=[f"{t:.2g}" for t in
-                                                                     (-vmax, 0, vmax)])
+    ticks = [-vmax, 0, vmax]
+    ax.figure.colorbar(im, ax=axes[1], shrink=0.8).set_ticks(ticks,
+                                                             labels=[f"{t:.2g}" for t in ticks])
 
 
 def floor_lines(ax, pe, points, guess, low):
@@ -254,10 +259,9 @@ def figure_floor(runs, out, name, predicted):
     fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.5 * PANEL[1]))
     shown = [x for pe in sorted(by_pe) for x in floor_lines(ax, pe, by_pe[pe], guess[pe], low)]
     if any(guess.values()):  # one legend entry for every PE's prediction
-        ax.plot([], [], "ks--", mfc="none", ms=4, lw=0.8,
-                label="best of W = cW*, V = αV* (predicted)")
+        legend_key(ax, "ks--", "best of W = cW*, V = αV* (predicted)", mfc="none", ms=4, lw=0.8)
     if min(shown) < low:
-        ax.plot([], [], "kv", ms=5, label=f"below {low:.2g}: drawn at the bottom")
+        legend_key(ax, "kv", f"below {low:.2g}: drawn at the bottom", ms=5)
     ticks = sorted({int(x) for points in by_pe.values() for x in points}
                    | {x for g in guess.values() for x, _ in g})
     ax.set_xticks(ticks, [str(x) for x in ticks])     # the d_e values themselves, no minor labels
@@ -274,27 +278,25 @@ def figure_separation(summary, out, name):
     line per training budget (the largest solid); beside the FCN that represents the target."""
     fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.3, PANEL[1] * 1.5))
     budgets = summary["budgets"]
-    for (model, col), b in itertools.product(((m, COLORS[m]) for m in ("fcn", "transformer")),
-                                             budgets):
+    for model, b in itertools.product(("fcn", "transformer"), budgets):
         rows = [r for r in summary["rows"] if (r["model"], r["steps"]) == (model, b)]
         done = [r for r in rows if r["width"] is not None]
         slope = summary["loglog_slope"][model][str(b)]
         ls = ("-", "--", ":", "-.")[min(budgets[::-1].index(b), 3)]
         for ax, key in zip(axes, ("width", "params")) if done else ():
             T, y = np.array([(r["T"], r[key]) for r in done], float).T
-            ax.loglog(T, y, "o", ls=ls, color=col, label=f"{model}, {b:,} steps"
+            ax.loglog(T, y, "o", ls=ls, color=COLORS[model], label=f"{model}, {b:,} steps"
                       + (f" (slope {slope:.2f})" if slope is not None else ""))
         failed = [(r["T"], max(w for w, _ in r["tried"])) for r in rows
                   if r["width"] is None and r["tried"]]
         if failed:
-            axes[0].loglog(*np.array(failed, float).T, "^", mfc="none", color=col,
+            axes[0].loglog(*np.array(failed, float).T, "^", mfc="none", color=COLORS[model],
                            label=f"{model}: not reached (largest tried)")
     Ts = np.array(sorted({r["T"] for r in summary["rows"]}), float)
     axes[0].loglog(Ts, 2 * Ts * summary["d"], color="gray", ls="-.", lw=0.9,
                    label="2·T·d: an FCN that represents the target (slope 1)")
     for ax in axes:
-        ax.set_xticks(Ts, [str(int(T)) for T in Ts])
-        ax.minorticks_off()
+        x_ticks(ax, Ts)
     axes[0].set(xlabel="sequence length T", ylabel="width (FCN m; transformer d + d_e)",
                 title=f"width to reach loss ≤ {summary['eps']:.3g}")
     axes[1].set(xlabel="sequence length T", ylabel="parameters", title="parameters at that width")
@@ -307,46 +309,27 @@ def figure_separation(summary, out, name):
                                          if settled else "") + partial(summary))
 
 
+def unbounded(row):  # a critical.json row whose m50 lies beyond the scan: a bound unknown
+    return None in (row["m50"], row["lo"], row["hi"])
+
+
 def figure_critical(summary, out, name):
-    """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, the two fits of it
-    (drawn where both bounds are known: the T they were fitted to) and whether they separate.
-    A bound beyond the fit's scan is an open marker at the other bound and an arrow its way."""
+    """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, its two fits and
+    whether they separate; a colour per model, a marker per s."""
     fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
     config, rows = summary["config"], summary["rows"]
     known = [x for r in rows for x in (r["m50"], r["lo"], r["hi"]) if x is not None]
     lo, hi = min(known or config["grid"]) / 1.5, max(known or config["grid"]) * 2.5  # arrows
     ss = sorted({r["s"] for r in rows})
-    for model, s in dict.fromkeys((r["model"], r["s"]) for r in rows):
-        mine = [r for r in rows if (r["model"], r["s"]) == (model, s)]
-        fit = (summary.get("fits") or {}).get(model, {}).get(str(s))
-        col, mark = COLORS[model], "os^Dv"[ss.index(s) % 5]       # colour: model; marker: s
-        says = fit and (f"{fit['better']} fits better" if fit["separated"] else
-                        "fits not separated") + f" (Δχ² {fit['delta_chi2']:.1f})"
-        bounded = np.array([(r["T"], r["m50"], r["lo"], r["hi"]) for r in mine
-                            if None not in (r["m50"], r["lo"], r["hi"])], float).reshape(-1, 4)
-        ax.errorbar(bounded[:, 0], bounded[:, 1], yerr=[bounded[:, 1] - bounded[:, 2],
-                                                        bounded[:, 3] - bounded[:, 1]],
-                    fmt=mark, color=col, ms=4, capsize=2, label=f"{model}, s={s}"
-                    + (f": {says}" if says else ""))
-        for r in mine:                                 # one side open: the known bound, an arrow
-            if None in (r["m50"], r["lo"], r["hi"]) and (r["lo"], r["hi"]) != (None, None):
-                ax.annotate("", (r["T"], (r["lo"] or r["hi"]) * (2 if r["lo"] else 1 / 2)),
-                            (r["T"], r["lo"] or r["hi"]), arrowprops=dict(arrowstyle="->",
-                                                                          color=col))
-                ax.semilogx(r["T"], r["lo"] or r["hi"], mark, mfc="none", color=col)
-        if fit:
-            T = np.geomspace(bounded[:, 0].min(), bounded[:, 0].max(), 200)
-            for y, ls in ((fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-"),
-                          (fit["power"]["c"] * T ** fit["power"]["k"], ":")):
-                ax.plot(T, np.where((y > lo) & (y < hi), y, np.nan), ls, color=col, lw=0.8)
-    ax.plot([], [], "k-", lw=0.8, label="fit a + b ln T")
-    ax.plot([], [], "k:", lw=0.8, label="fit c T^k")
-    if any(None in (r["m50"], r["lo"], r["hi"]) for r in rows):
-        ax.plot([], [], "ko", mfc="none", label="open: m50 beyond the scan, the one bound known")
-    Ts = sorted({r["T"] for r in rows})
+    for model, s, mine, fit in by_model_and_s(summary):
+        critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], "os^Dv"[ss.index(s) % 5],
+                        (lo, hi))
+    legend_key(ax, "k-", "fit a + b ln T", lw=0.8)
+    legend_key(ax, "k:", "fit c T^k", lw=0.8)
+    if any(map(unbounded, rows)):
+        legend_key(ax, "ko", "open: m50 beyond the scan, the one bound known", mfc="none")
     ax.set_xscale("log")
-    ax.set_xticks(Ts, [str(T) for T in Ts])
-    ax.minorticks_off()
+    x_ticks(ax, sorted({r["T"] for r in rows}))
     ax.set(xlabel="sequence length T (bits)", ylabel="m50 (training-set size), 95% interval",
            yscale="log", ylim=(lo, hi),
            title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50")
@@ -358,18 +341,38 @@ def figure_critical(summary, out, name):
                 + "; fits weighted by the intervals" + partial(summary))
 
 
+def critical_points(ax, rows, fit, text, col, mark, ylim):
+    """One (model, s): m50 with its interval where both bounds are known, its fits there (the T
+    they were fitted to) within ylim; where one bound is known, an open marker and an arrow."""
+    says = fit and (f"{fit['better']} fits better" if fit["separated"] else
+                    "fits not separated") + f" (Δχ² {fit['delta_chi2']:.1f})"
+    bounded = np.array([(r["T"], r["m50"], r["lo"], r["hi"]) for r in rows if not unbounded(r)],
+                       float).reshape(-1, 4)
+    bars(ax, bounded, fmt=mark, color=col, ms=4, label=text + (f": {says}" if says else ""))
+    for r in rows:
+        bound = r["lo"] or r["hi"]
+        if unbounded(r) and bound is not None:
+            ax.annotate("", (r["T"], bound * (2 if r["lo"] else 1 / 2)), (r["T"], bound),
+                        arrowprops=dict(arrowstyle="->", color=col))
+            ax.semilogx(r["T"], bound, mark, mfc="none", color=col)
+    if fit:
+        T = np.geomspace(bounded[:, 0].min(), bounded[:, 0].max(), 200)
+        for y, ls in ((fit["log"]["a"] + fit["log"]["b"] * np.log(T), "-"),
+                      (fit["power"]["c"] * T ** fit["power"]["k"], ":")):
+            ax.plot(T, np.where((y > ylim[0]) & (y < ylim[1]), y, np.nan), ls, color=col, lw=0.8)
+
+
 def figure_needed(summary, out, name, sweep=None):
-    """The d_e whose predicted floor reaches the target against T (log-log), the fits of tables.py
-    drawn through it, and the trained transformer's of a sweep.json: the first d_e of its grid that
-    reached the target, a bar down to the largest that did not (open: none reached)."""
+    """The d_e whose predicted floor reaches the target against T, its fits, and a sweep.json's
+    trained transformer: its first d_e that did, a bar down to the largest that did not."""
     fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
-    s, rows = summary, summary["rows"]
+    s, rows, blue, cyan = summary, summary["rows"], COLORS["stochastic"], COLORS["transformer"]
     T, de = np.array([(r["T"], r["de"]) for r in rows], float).T
     ax.set(xscale="log", yscale="log")
     ax.errorbar(T, de, yerr=[r["de_se"] if finite(r["de_se"]) else 0 for r in rows], fmt="none",
-                capsize=2, color=COLORS["stochastic"])
-    ax.plot(T, de, "o", ms=4, color=COLORS["stochastic"], label="stochastic PE, predicted: the"
-            " least d_e whose floor\n≤ the target (bar: ± the d_e of 1 se of the floor)")
+                capsize=2, color=blue)
+    ax.plot(T, de, "o", ms=4, color=blue, label="stochastic PE, predicted: the least d_e whose"
+            " floor\n≤ the target (bar: ± the d_e of 1 se of the floor)")
     fits, grid = width_fits(T, de, s["q"]) or {}, np.geomspace(T.min(), T.max(), 200)
     for (form, f), ls in zip(fits.items(), ("-", "--", ":")):
         ax.plot(grid, WIDTH_FORMS[form](grid, **f), ls, color="k", lw=0.8, label=f"fit, "
@@ -378,19 +381,18 @@ def figure_needed(summary, out, name, sweep=None):
                 + f"; rms {f['rms']:.3f}")
     trained = sorted(trained_de(sweep, s["d"]).items()) if sweep else []
     for t, (reached, failed) in trained:
-        ax.plot(t, reached or failed, "s", ms=4, color=COLORS["transformer"],
+        ax.plot(t, reached or failed, "s", ms=4, color=cyan,
                 mfc="none" if reached is None else None)
         if reached and failed:
-            ax.plot([t, t], [failed, reached], color=COLORS["transformer"], lw=1)
+            ax.plot([t, t], [failed, reached], color=cyan, lw=1)
     if trained:
-        ax.plot([], [], "s-", ms=4, color=COLORS["transformer"], label="transformer trained"
-                f" {max(sweep['budgets']):,} steps: the first d_e\nof its grid reaching the"
-                " target; bar: down to\nthe largest below that did not; open: none did")
-    Ts, ys = sorted({*T.astype(int), *(t for t, _ in trained)}), ax.get_ylim()
-    ax.set_xticks(Ts, [str(t) for t in Ts])
-    ticks = [2 ** k for k in range(1, 14) if ys[0] <= 2 ** k <= ys[1]]
-    ax.set_yticks(ticks, [str(t) for t in ticks])
-    ax.minorticks_off()
+        legend_key(ax, "s-", f"transformer trained {max(sweep['budgets']):,} steps: the first d_e"
+                   "\nof its grid reaching the target; bar: down to\nthe largest below that did"
+                   " not; open: none did", ms=4, color=cyan)
+    ys = ax.get_ylim()
+    powers = [2 ** k for k in range(1, 14) if ys[0] <= 2 ** k <= ys[1]]
+    ax.set_yticks(powers, [str(t) for t in powers])
+    x_ticks(ax, sorted({*T.astype(int), *(t for t, _ in trained)}))
     ax.set(xlabel="sequence length T", ylabel="PE dimension d_e\n(trained: width D − d)",
            title=f"d_e to reach loss ≤ {s['target']:.3g}")
     return save(fig, out, f"{name}_needed_de", f"q = {s['q']}, d = {s['d']}, target"
@@ -399,33 +401,30 @@ def figure_needed(summary, out, name, sweep=None):
                 " fits: least squares in ln d_e, rms: of its residuals")
 
 
+# each PE in figure_positions: its marker, line style and legend entry
+POSITIONS = {"randomized": ("o", "-", "randomized PE, L positions"), "fixed": ("x", "", "fixed PE"
+             " (L = T)"), "stochastic": ("s", "", "stochastic PE (L → ∞)")}
+
+
 def figure_positions(runs, out, name):
-    """Randomized PE against its table's size L (log axis): the final loss at each length, a colour
-    per set; fixed PE drawn at L = T, stochastic PE (L -> infinity) at the right; bars: the seeds'
-    lowest to highest. The runs' table_floor.json (sts.py --floor --positions) adds, dashed, the
-    best loss at T of a W that learns its table's cross-talk (sts.table_floor)."""
+    """The final loss at each length (a colour a set) against the size L of randomized PE's table,
+    fixed PE at L = T, stochastic at L = ∞; table_floor.json's predictions (sts.table_floor)."""
     groups, c = configurations(runs), runs[0]["config"]
     of = lambda pe: [g for g in groups if g[0]["config"]["pe"] == pe]  # noqa: E731
     Ls = sorted(g[0]["config"]["positions"] for g in of("randomized"))
-    far = Ls[-1] * 4                                               # where L -> infinity is drawn
-    at = lambda g: {"fixed": c["T"], "stochastic": far}.get(g[0]["config"]["pe"],  # noqa: E731
-                                                            g[0]["config"].get("positions"))
+    at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}        # L -> infinity drawn at 4 L_max
     fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.4 * PANEL[1]))
-    names, low = ["val", *set_names(runs, "T")], np.inf     # low: the least trained loss drawn
+    names, low = sets(runs, "T"), np.inf                   # low: the least trained loss drawn
     for key, col in zip(names, plt.cm.viridis(np.linspace(0, 0.85, len(names)))):
-        for pe, marker, ls in (("randomized", "o", "-"), ("fixed", "x", ""),
-                               ("stochastic", "s", "")):
-            pts = sorted((at(g), [value(r["end"], key) for r in g]) for g in of(pe))
-            pts = np.array([(x, np.mean(y), min(y), max(y)) for x, y in pts
-                            if np.isfinite(y).all()])
-            if len(pts):
-                low = min([low, *pts[:, 2]])
-                ax.errorbar(pts[:, 0], pts[:, 1], yerr=[pts[:, 1] - pts[:, 2],
-                                                        pts[:, 3] - pts[:, 1]],
-                            color=col, marker=marker, ls=ls, ms=3.5, capsize=2, lw=1)
-        ax.plot([], [], color=col, label="val (T=%s, as trained)" % c["T"] if key == "val" else key)
-    low /= 2
-    prediction = runs[0]["path"].parent / "table_floor.json"
+        for pe, (marker, ls, _) in POSITIONS.items():
+            pts = sorted((at.get(pe, g[0]["config"].get("positions")),
+                          [value(r["end"], key) for r in g]) for g in of(pe))
+            pts = [(x, np.mean(y), min(y), max(y)) for x, y in pts if np.isfinite(y).all()]
+            if pts:
+                low = min([low, *(p[2] for p in pts)])
+                bars(ax, pts, color=col, marker=marker, ls=ls, ms=3.5, lw=1)
+        legend_key(ax, "", "val (T=%s, as trained)" % c["T"] if key == "val" else key, color=col)
+    prediction, low = runs[0]["path"].parent / "table_floor.json", low / 2
     if prediction.exists():
         rows = [r for r in read(prediction)["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"]
         pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in rows), float)
@@ -433,14 +432,11 @@ def figure_positions(runs, out, name):
                 " learns its table, at T (a 0, an exact selection, on the lower edge)")
         ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*, at T")
         ax.set_ylim(bottom=low)
-    for pe, marker in (("randomized", "o"), ("fixed", "x"), ("stochastic", "s")):
-        ax.plot([], [], "k" + marker, ms=3.5, label={"randomized": "randomized PE, L positions",
-                                                     "fixed": "fixed PE (L = T)",
-                                                     "stochastic": "stochastic PE (L → ∞)"}[pe])
+    for marker, _, text in POSITIONS.values():
+        legend_key(ax, "k" + marker, text, ms=3.5)
     ax.set(xscale="log", yscale="log", xlabel="positions in the table, L",
            ylabel="final loss ½‖f − STS_q‖²", title="loss at each length against L")
-    ax.set_xticks([c["T"], *Ls, far], [*map(str, [c["T"], *Ls]), "∞"])
-    ax.minorticks_off()
+    x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
     return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
                 " sets")
 
@@ -460,38 +456,35 @@ def tabulate(name, runs, report, predicted):
 
 def draw(name, runs, out, report, predicted):
     """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
-    tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
+    tf, fcn = ([r for r in runs if r["config"]["model"] == m] for m in ("transformer", "fcn"))
     jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
-    predicted_de = {key[4] for key in predicted if key[1] == tf[0]["config"]["T"]} if tf else ()
     if len({r["config"].get("positions") for r in tf} - {None}) >= 2:
         jobs.append((figure_positions, tf, out, name))
     elif len({r["config"]["de"] for r in tf}) >= 3:
         jobs.append((figure_floor, tf, out, name, predicted))
     elif tf:
         curves = length_curves(configurations(tf), predicted)
-        tests = [(figure_tests, tf, out, name, "T", "length", curves),
-                 (figure_tests, tf, out, name, "q", "qtest")]
-        jobs += [(figure_training, tf, out, name), *(job for job in tests if set_names(tf, job[4])),
-                 (figure_weights, tf, out, name, report)]
-        if len(predicted_de) >= 3:   # a predicted curve to set the trained d_e against
-            jobs.append((figure_floor, tf, out, name, predicted))
+        jobs.append((figure_training, tf, out, name))
+        for group, suffix, family in (("T", "length", curves), ("q", "qtest", None)):
+            if sets(tf, group) != ["val"]:                  # some set of that group logged
+                jobs.append((figure_tests, tf, out, name, group, suffix, family))
+        jobs.append((figure_weights, tf, out, name, report))
+        if len({k[4] for k in predicted if k[1] == tf[0]["config"]["T"]}) >= 3:
+            jobs.append((figure_floor, tf, out, name, predicted))  # the trained d_e against these
     for job in jobs:
         report.drawn += bool(report.attempt(*job))
 
 
 def draw_summary(path, out, report):
-    """The figure (or, with out=None, the Markdown table) of one summary file; a needed_de.json's
-    with the sweep.json beside it (its own figure reports what is wrong with it)."""
-    summary, beside = load_summary(path, report), path.parent / "sweep.json"
+    """The figure (out=None: the table) of a summary file; a needed_de.json's with a sweep.json."""
+    summary, beside, name = load_summary(path, report), path.parent / "sweep.json", path.parent.name
     if path.name == "needed_de.json":
         sweep = Report().attempt(load_summary, beside, Report()) if beside.is_file() else None
-        return (table_summary(path, summary, sweep) if out is None
-                else figure_needed(summary, out, path.parent.name, sweep))
-    if out is None:
-        return table_summary(path, summary)
-    figure = figure_separation if path.name == "sweep.json" else figure_critical
-    return figure(summary, out, path.parent.name)
+        return (table_needed(path, summary, sweep) if out is None
+                else figure_needed(summary, out, name, sweep))
+    tabulate_it, figure = {"sweep.json": (table_sweep, figure_separation),
+                           "critical.json": (table_critical, figure_critical)}[path.name]
+    return tabulate_it(path, summary) if out is None else figure(summary, out, name)
 
 
 def draw_all(experiments, summaries, out, report):

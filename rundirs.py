@@ -1,7 +1,6 @@
-"""What the training scripts leave on disk, read for plots.py and tables.py: run directories and
-summaries, runs grouped into configurations over seeds, their weights. What cannot be read raises
-Skip, whose message names the file and says why; a Report collects those lines for plots.py's
-stderr.
+"""What the training scripts leave on disk, read for plots.py and tables.py. Each evaluation set has
+one name here, "val", "T=250" or "q=2" (flat() and final_losses() translate the files' forms);
+what cannot be read raises Skip, whose message names the file and says why.
 """
 import json
 import math
@@ -21,7 +20,8 @@ SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_sl
                             ("model", "T", "steps", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi")),
              "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
-GROUPS = ("test_T", "test_q")  # a record's nested validation sets, "T=8" and "q=1" in tables
+# a record's nested sets, {"test_T": {"250": x}} ("T=250" once flat()); config.json's T, q tested
+GROUPS = ("test_T", "test_q")
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
 # seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
@@ -35,15 +35,14 @@ class Skip(Exception):
 
 
 class Report(list):
-    """The stderr lines and how much was drawn; Report().attempt(job) is job() or None ('-')."""
+    """The stderr lines and how much was drawn; Report().attempt(job): job() or None, silently."""
     drawn = 0
 
     def say(self, kind, message):
         self.append(f"plots.py: {kind}: {message}")
 
     def attempt(self, job, *args, then=""):
-        """job(*args), or None with its Skip reported (and `then`, what follows from it); any other
-        error of a malformed file too, in one line naming where it came from."""
+        """job(*args), or None with its Skip or a malformed file's error reported (then `then`)."""
         try:
             return job(*args)
         except Skip as e:
@@ -54,13 +53,11 @@ class Report(list):
 
 
 def origin(args):
-    """Where a job's data came from, for its one-line report: its path or its first run's folder."""
-    for a in args:
-        if isinstance(a, Path):
-            return a
-        if isinstance(a, list) and a and isinstance(a[0], dict) and "path" in a[0]:
-            return a[0]["path"].parent
-    return "plots.py"
+    """Where a job's data came from: its first argument, a path or a list of runs (their folder)."""
+    first = args[0] if args else None
+    if isinstance(first, list) and first and isinstance(first[0], dict) and "path" in first[0]:
+        return first[0]["path"].parent
+    return first if isinstance(first, Path) else "plots.py"
 
 
 def read(path, parse=json.loads):
@@ -82,9 +79,21 @@ def need_keys(obj, keys, where):
     return obj
 
 
+def flat(record):
+    """A log record or summary.json's final numbers, {"test_T": {"250": x}} as {"T=250": x}."""
+    return dict({k: x for k, x in record.items() if k not in GROUPS},
+                **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
+
+
+def final_losses(run):
+    """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none."""
+    arrays = Report().attempt(npz, run, "final_losses") or {}
+    return {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in arrays.items()}
+
+
 def read_log(path, report):
-    """The records of a log.jsonl; a last line cut mid-record (a run killed mid-write, a log still
-    being written) is left out with a warning, a line that is no record skipped."""
+    """The records of a log.jsonl, flat(); a last line cut mid-record (a run killed mid-write, a log
+    still being written) is left out with a warning, a line that is no record skipped."""
     lines = [(i, line) for i, line in enumerate(read(path, str.splitlines), 1) if line.strip()]
     records, cut = [], None
     for i, line in lines:
@@ -100,7 +109,7 @@ def read_log(path, report):
             report.say("skipped", f"{path}: line {i} is not a record (a JSON object with a step):"
                        f" {line[:40]}")
         else:
-            records.append(record)
+            records.append(flat(record))
     if not records:
         raise Skip(f"{path}: no intact record (the run logged nothing)")
     if cut:
@@ -110,7 +119,7 @@ def read_log(path, report):
 
 
 def load_run(path, report):
-    """config, log and summary of one run directory; Skip when it cannot or must not be drawn."""
+    """A run directory's config, log, summary, final numbers (end); Skip if it must not be drawn."""
     config = need_keys(read(path / "config.json"), ["model"], path / "config.json")
     if config["model"] not in NEEDS:
         raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
@@ -122,11 +131,11 @@ def load_run(path, report):
         raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
     if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
         raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
-    if not any(finite(x) for r in log for x in [r.get("train_loss"), r.get("val"), *(
-            v for g in GROUPS for v in r.get(g, {}).values())]):
+    if not any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
+               or "=" in k):
         raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite)")
     return dict(path=path, config=config, log=log, summary=summary,
-                end=summary.get("final") or log[-1])   # the final numbers, or the last logged
+                end=flat(summary.get("final") or log[-1]))  # the final numbers, or the last logged
 
 
 def below(folder, names):
@@ -136,8 +145,8 @@ def below(folder, names):
 
 
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]}, and the summary files below `paths` (SUMMARIES);
-    a directory reached twice (a path given twice, a symlink) counts once."""
+    """{experiment folder: [run directories]} and the SUMMARIES files below `paths`, each once
+    where a path is given twice or a symlink leads to it."""
     experiments, summaries, seen = defaultdict(list), [], set()
     for p in map(Path, paths):
         found = below(p, SUMMARIES)
@@ -157,8 +166,7 @@ def find_experiments(paths, report):
 
 
 def unique(runs, report):
-    """The runs with one per configuration and seed: a second (a backup copy, say) is left out and
-    reported, so that no seed counts twice in a mean or its spread."""
+    """The runs but a second of one configuration and seed (a backup copy, say), reported."""
     kept = {}
     for run in runs:
         key = (setting(run["config"]), run["config"].get("seed"))
@@ -171,8 +179,7 @@ def unique(runs, report):
 
 
 def load_summary(path, report):
-    """A summary file of SUMMARIES, its rows that hold every key its figure reads; a critical.json
-    with the "config" beside it (the "grid" of sample sizes its search tried)."""
+    """A SUMMARIES file with its complete rows; a critical.json's with the config.json beside it."""
     head, row_keys = SUMMARIES[path.name]
     summary = need_keys(read(path), ("rows", *head), path)
     rows = [report.attempt(need_keys, row, row_keys, f"{path}: row {i}")
@@ -199,7 +206,7 @@ def load_prediction(folder, runs):
     if not {key(c, 4) for c in tf} & {key(r, 4) for r in rows}:
         raise Skip(f"{path}: no row for the runs' (pe, T, q, d): "
                    f"{', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}")
-    at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in [c["T"], *c.get("test_T", [])]}
+    at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in lengths(c)}
     return {key(r): r for r in rows if key(r, 4) in at}
 
 
@@ -208,9 +215,8 @@ def finite(x):
 
 
 def value(record, name):
-    """A record's number `name` ("val", "cos_W", "T=250", "q=2", ...); NaN where absent or null."""
-    group, _, key = name.partition("=")
-    x = record.get(f"test_{group}", {}).get(key) if key else record.get(name)
+    """A flat record's number `name` ("val", "cos_W", "T=250", ...); NaN where absent or null."""
+    x = record.get(name)
     return float(x) if finite(x) else NAN
 
 
@@ -236,10 +242,16 @@ def spread(group, name):
             np.array([[log[step] for step in steps] for log in logs]).reshape(len(logs), -1))
 
 
-def set_names(runs, group):
-    """The sets of `group` ("T" or "q") that some run measured ("T=250", ...), in numeric order."""
-    names = {f"{group}={k}" for run in runs for r in run["log"] for k in r.get(f"test_{group}", {})}
-    return sorted(names, key=lambda n: float(n[2:]))
+def sets(runs, *groups):
+    """The set names: "val", then those of each group ("T", "q") that some run logged, by number."""
+    names = {k for run in runs for r in run["log"] for k in r if "=" in k}
+    by_number = sorted(names, key=lambda k: float(k[2:]))       # "T=250": 250
+    return ["val", *(k for group in groups for k in by_number if k.startswith(f"{group}="))]
+
+
+def lengths(config):
+    """The training T and the lengths config.json says the run was tested at."""
+    return [config["T"], *config.get("test_T", [])]
 
 
 def length(name, config):
@@ -254,7 +266,7 @@ def label(group, groups):
                and len({repr(g[0]["config"].get(k)) for g in groups}) > 1]
     shown = {"pe": lambda v: f"{v} PE", "positions": lambda v: f"L={v}"}  # names in legends
     text = ", ".join(shown.get(k, lambda v: f"{k}={v}")(c[k]) for k in varying  # None: not set
-                     if c.get(k) is not None and k not in ("test_T", "test_q")) or (
+                     if c.get(k) is not None and k not in GROUPS) or (
         f"{c['pe']} PE" if c["model"] == "transformer" else f"T={c['T']}, width={c['width']}")
     odd = sorted({run["summary"].get("status", "no summary") for run in group} - {"finished"})
     return (text + (f" ({len(group)} seeds)" if len(group) > 1 else "")

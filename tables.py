@@ -1,7 +1,5 @@
-"""The numbers behind `plots.py --table`: each configuration's losses over its seeds, stochastic
-minus fixed PE on the same sequences, trained models against the ground-truth family W = c W*,
-V = alpha V* (sts.py's NumPy evaluations, no torch) and each length's share of the rise; printed as
-Markdown tables whose captions say what each cell is ('-': data missing).
+"""The Markdown tables of `plots.py --table`, each caption saying what its cells are ('-': data
+missing); the family W = c W*, V = alpha V* evaluated with sts.py's NumPy, no torch.
 """
 import math
 
@@ -9,7 +7,8 @@ import numpy as np
 
 import sts
 from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
-                     finite, label, length, npz, set_names, setting, value, weights)
+                     final_losses, finite, flat, label, length, lengths, sets, setting, value,
+                     weights)
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
@@ -57,9 +56,9 @@ def slope(run, name):
 
 def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
-    EVAL_SEED sequences; a fixed-PE run with its own table, built as train_tf.py builds it."""
+    EVAL_SEED sequences, with the run's own table of positions as train_tf.py builds it."""
     c = run["config"]
-    longest = c.get("positions") or max([c["T"], *c.get("test_T", [])])   # the table's positions
+    longest = c.get("positions") or max(lengths(c))
     pe = sts.PositionalEncoding(c["pe"], c["de"], longest, c["seed"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
@@ -82,7 +81,7 @@ def length_curves(groups, predicted):
         key = lambda T: ("stochastic", T, c["q"], c["d"], c["de"])  # noqa: E731
         curves[g[0]["path"]] = {T: (mean([sts.family_loss(*key(T), *f, n=LENGTH_N) for f in fits]),
                                     predicted.get(key(T), {}).get("loss"))
-                                for T in (length(k, c) for k in ["val", *set_names(g, "T")])}
+                                for T in (length(k, c) for k in sets(g, "T"))}
     return curves
 
 
@@ -96,9 +95,8 @@ FORM_WORDS = {"power": "power law c·T^k", "theory": "the theory's a + b·q·ln 
 
 
 def width_fits(Ts, des, q):
-    """Least-squares fits of d_e against T in WIDTH_FORMS, each minimising the squared residuals of
-    ln d_e: power and polylog as lines in ln d_e; theory by Gauss-Newton from the fit weighted by
-    1/d_e. Each with rms, the root-mean-square residual of ln d_e; None with fewer than 3 points."""
+    """Least-squares fits of d_e against T in WIDTH_FORMS in ln d_e (theory by Gauss-Newton), each
+    with rms, the root mean square of its residuals; None with fewer than 3 points."""
     if len(Ts) < 3:
         return None
     lnT, y = np.log(np.asarray(Ts, float)), np.log(np.asarray(des, float))
@@ -118,9 +116,8 @@ def width_fits(Ts, des, q):
 
 
 def trained_de(sweep, d):
-    """{T: (d_e, largest failed d_e below it)} of sweep.json's transformer at its largest budget,
-    d_e = width - d: the first of its grid that reached the target (None: none; then the largest
-    tried), and the largest tried that did not (None: none tried below)."""
+    """{T: (d_e, the largest d_e tried below it)} of sweep.json's transformer at its largest
+    budget, d_e = width - d the first of its grid that reached the target (None: none did)."""
     out = {}
     for r in [r for r in sweep["rows"] if r["model"] == "transformer"
               and r["steps"] == max(sweep["budgets"])]:
@@ -140,13 +137,13 @@ def markdown(caption, header, rows):
 
 def table(name, runs):
     """A configuration a row: its losses and last cosines over its seeds. Runs of one model."""
-    c, groups = runs[0]["config"], configurations(runs)
+    c, groups, names = runs[0]["config"], configurations(runs), sets(runs, "T", "q")
     final = any("final" in r["summary"] for r in runs)
-    names = ["val", *set_names(runs, "T"), *set_names(runs, "q")]
     cos = [k for k in ("cos_W", "cos_V") if any(k in r["log"][-1] for r in runs)]
     shape, rows = ["T", "width", "params"] if c["model"] == "fcn" else [], []
     for g in groups:
-        steps, se = [r["log"][-1]["step"] for r in g], [r["summary"].get("final_se", {}) for r in g]
+        steps = [r["log"][-1]["step"] for r in g]
+        se = [flat(r["summary"].get("final_se", {})) for r in g]
         cells = [mean_sd([value(r["end"], k) for r in g])
                  + f" [{fmt(mean(value(s, k) for s in se))}]" * final for k in names]
         rows.append([label(g, groups), *(g[0]["config"].get(k, "-") for k in shape), len(g),
@@ -155,30 +152,29 @@ def table(name, runs):
     sizes = sorted({r["summary"].get("n_final") for r in runs} - {None})
     markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
         f" [se] of the final evaluation (n = {'/'.join(map(str, sizes))} sequences a set, the"
-        " same sequences for every"
-        " run; se: the mean Monte-Carlo standard error of one run)" if final else "") + ", s the"
+        " same sequences for every run; se: the mean Monte-Carlo standard error of one run)"
+        if final else "") + ", s the"
         " sample standard deviation; without a final evaluation, the last logged record (n ="
         f" {c.get('n_test')}). cos: the last record.",
         ["configuration", *shape, "seeds", "step", *names, *cos], rows)
 
 
 def table_paired(name, runs):
-    """Each PE minus fixed PE, and randomized minus stochastic PE, on the same sequences, for
-    configurations agreeing apart from the PE: every seed's difference with its se, and the count
-    of seeds beyond 2 se on each side."""
+    """Each PE minus fixed PE, and randomized minus stochastic PE, where the configurations agree
+    but for the PE: each seed's difference on the same sequences, over the seeds, beyond 2 se."""
     groups, key = configurations(runs), lambda g: setting(g[0]["config"],
                                                          (*PER_SEED, "pe", "positions"))
-    losses = lambda r: {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in (  # noqa: E731
-        Report().attempt(npz, r, "final_losses") or {}).items()}  # "test_T_8" is "T=8"; {}: none
     rows = []
     for ref, g in [(ref, g) for ref in ("fixed", "stochastic") for g in groups
                    if g[0]["config"]["pe"] not in ("fixed", ref, "onehot")]:
         base = next((b for b in groups if b[0]["config"]["pe"] == ref and key(b) == key(g)), None)
-        seeds = {r["config"]["seed"]: losses(r) for r in base or []}
-        per = [(losses(r), seeds[r["config"]["seed"]]) for r in g if r["config"]["seed"] in seeds]
-        for k in ["val", *set_names(g, "T"), *set_names(g, "q")] if per else []:
+        seeds = {r["config"]["seed"]: final_losses(r) for r in base or []}
+        per = [(final_losses(r), seeds[r["config"]["seed"]]) for r in g
+               if r["config"]["seed"] in seeds]
+        for k in sets(g, "T", "q") if per else []:
             d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
-            rows.append([f"{label(g, groups)} − {label(base, groups)}", k, f"{len(d)} of {len(per)}",
+            rows.append([f"{label(g, groups)} − {label(base, groups)}", k,
+                         f"{len(d)} of {len(per)}",
                          ", ".join(f"{x:+.4f} ± {se:.4f}" for x, se in d) or "-", *over_seeds(d),
                          f"{sum(x < -2 * se for x, se in d)} / {sum(x > 2 * se for x, se in d)}"
                          if d else "-"])
@@ -212,7 +208,7 @@ def table_floor(name, runs, predicted):
 
 def table_length(name, runs, predicted):
     """At each length, a configuration's loss, its predictions, its slope (still falling?)."""
-    groups, names = configurations(runs), ["val", *set_names(runs, "T")]
+    groups, names = configurations(runs), sets(runs, "T")
     curves, rows = length_curves(groups, predicted), []
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
         T0, curve = g[0]["config"]["T"], curves.get(g[0]["path"], {})
@@ -239,16 +235,23 @@ def partial(summary):
     return "" if status == "finished" else f" ({status}: a partial search)"
 
 
+def by_model_and_s(summary):
+    """critical.json's (model, s, rows, fits; None: not fitted), each (model, s) in its order."""
+    fits, rows = summary.get("fits") or {}, summary["rows"]
+    return [(model, s, [r for r in rows if (r["model"], r["s"]) == (model, s)],
+             fits.get(model, {}).get(str(s)))
+            for model, s in dict.fromkeys((r["model"], r["s"]) for r in rows)]
+
+
 def table_critical(path, summary):
     """critical.json (train_bool.py): a (model, s) a row, m50 [95% interval] at each T, its fits."""
-    rows, fits, grid = summary["rows"], summary.get("fits") or {}, summary["config"]["grid"]
-    Ts, at = sorted({r["T"] for r in rows}), {(r["model"], r["s"], r["T"]): r for r in rows}
+    grid, Ts = summary["config"]["grid"], sorted({r["T"] for r in summary["rows"]})
     number = lambda x: "?" if x is None else f"{x:.0f}"  # noqa: E731
     cells = []
-    for model, s in dict.fromkeys((r["model"], r["s"]) for r in rows):
-        f = fits.get(model, {}).get(str(s))
-        cells.append([model, s, *("-" if (model, s, T) not in at else "{} [{}, {}]".format(
-            *(number(at[model, s, T][k]) for k in ("m50", "lo", "hi"))) for T in Ts), *([
+    for model, s, rows, f in by_model_and_s(summary):
+        at = {r["T"]: r for r in rows}
+        cells.append([model, s, *("-" if T not in at else "{} [{}, {}]".format(
+            *(number(at[T][k]) for k in ("m50", "lo", "hi"))) for T in Ts), *([
                 "{a:.1f} + {b:.1f} ln T ({chi2:.1f})".format(**f["log"]),
                 "{c:.2f} T^{k:.3f} ({chi2:.1f})".format(**f["power"]), f["dof"],
                 f"{f['better'] if f['separated'] else 'not separated'} ({f['delta_chi2']:.1f})"]
@@ -261,7 +264,7 @@ def table_critical(path, summary):
                      "dof", "better (delta chi2)"], cells)
 
 
-def table_needed(path, summary, sweep=None):
+def table_needed(path, summary, sweep):
     """needed_de.json (sts.py --needed-de) per T, the trained sweep.json beside it, and the fits."""
     s, rows = summary, summary["rows"]
     trained = trained_de(sweep, s["d"]) if sweep else {}
@@ -291,13 +294,8 @@ def table_needed(path, summary, sweep=None):
           fmt(f["rms"]), fmt(f["rms"] / best, ".2f")] for name, f in fits.items()])
 
 
-def table_summary(path, summary, sweep=None):
-    """The Markdown table of one sweep.json (train_fcn.py), critical.json (train_bool.py) or
-    needed_de.json (sts.py --needed-de, with the sweep.json beside it)."""
-    if path.name == "needed_de.json":
-        return table_needed(path, summary, sweep)
-    if path.name == "critical.json":
-        return table_critical(path, summary)
+def table_sweep(path, summary):
+    """sweep.json (train_fcn.py): the smallest width reaching the target at each T and budget."""
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
     return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
                     f" loss <= {summary['eps']:.4f} after each budget of steps of"
@@ -307,3 +305,4 @@ def table_summary(path, summary, sweep=None):
                         (w for w, _ in r["tried"]), default="?"),
                       r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}"]
                      for r in summary["rows"]])
+
