@@ -17,13 +17,12 @@ same budget; it writes sweep.json and sweep.csv, and prints the table and the lo
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
 only widths a smaller budget needs beyond are trained anew. --resume reuses the finished runs.
 """
-import csv
-import io
 import itertools
 import json
 import math
 import sys
 import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,55 +33,58 @@ import fused
 import runlog
 import streams
 import sts
+from runlog import flag
 
-P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
-# The separation sweep (--sweep): a budget short enough for the grid to take minutes on 2 CPU cores,
-# with the transformer at its floor by then; eps sits above the floor that random unit PEs leave.
-SWEEP = dict(
-    sweep_T=[10, 20, 40, 80, 160],               # sequence lengths at course scale
-    sweep_width=[2 ** k for k in range(4, 13)],  # FCN hidden widths m: 16 ... 4096
-    sweep_de=[2 ** k for k in range(2, 8)],      # transformer PE dimensions d_e: 4 ... 128
-    eps=0.3,                                     # target loss / the starting loss d/(2q)
-    steps=1500, batch=256,                       # the budget: 384,000 fresh sequences per model
-    seed=[0, 1, 2],                              # a row's loss is their mean (its spread in val_sd)
-    test_q=[], eval_every=1500,                  # one evaluation, at the end
-)
-# The hyper-parameters, each declared once: (default, --help, argparse options). A flag's value is
-# the command line's, else SWEEP's under --sweep, else its default (P(paper, course): --preset's).
-HPARAMS = dict(
-    preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
-            dict(choices=("paper", "course"))),
-    T=(P([200], [20]), "sequence length(s), trained one after another", dict(nargs="+", type=int)),
-    q=(P(3, 3), "subset size", dict(type=int)),
-    d=(P(5, 5), "token dimension", dict(type=int)),
-    width=([1024], "hidden widths m, trained one after another", dict(nargs="+", type=int)),
-    depth=(1, "hidden layers", dict(type=int)),
-    batch=(P(256, 256), "fresh sequences per step, n", dict(type=int)),
-    steps=(P(100_000, 10_000), "training steps", dict(type=int)),
-    optimizer=("adam", "Adam or plain SGD", dict(choices=("adam", "sgd"))),
-    lr=(None, "learning rate [adam 1e-3; sgd 0.2]", dict(type=float)),
-    seed=(P([0], [0]), "seeds (data, init); the validation sets are common to every seed",
-          dict(nargs="+", type=int)),
-    eval_every=(P(500, 100), "steps between evaluations and log records", dict(type=int)),
-    n_test=(P(1024, 1024), "sequences in each validation set, fixed before training",
-            dict(type=int)),
-    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets",
-            dict(nargs="*", type=int)),
-    device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
-    dtype=("float32", "floating-point precision", dict(choices=("float32", "float64"))),
-    out=("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)", {}),
-    force=(False, "replace run directories that already hold a run", dict(action="store_true")),
-    resume=(False, "--sweep: reuse the finished runs in --out that a cell needs and the transformer"
-            " cells of its sweep.json; redo the runs cut short", dict(action="store_true")),
-    sweep=(False, "run the width-vs-T sweep for both models (SWEEP's budget unless given)",
-           dict(action="store_true")),
-    sweep_T=(SWEEP["sweep_T"], "--sweep: sequence lengths", dict(nargs="+", type=int)),
-    sweep_width=(SWEEP["sweep_width"], "--sweep: FCN widths m", dict(nargs="+", type=int)),
-    sweep_de=(SWEEP["sweep_de"], "--sweep: transformer d_e values", dict(nargs="+", type=int)),
-    sweep_steps=(None, "--sweep: budgets (steps) at which the needed widths are read, each"
-                 " evaluated on the way to the largest [--steps]", dict(nargs="+", type=int)),
-    eps=(SWEEP["eps"], "--sweep: target loss, a fraction of d/(2q)", dict(type=float)),
-)
+POSITIVE = runlog.number(int, 0)
+NATURAL = runlog.number(int, -1, words="an integer >= 0")
+RATE = runlog.number(float, 0)                     # a positive finite number
+# The separation sweep (--sweep) sets these unless given: a budget short enough for the grid to take
+# minutes on 2 CPU cores, with the transformer at its floor by then (384,000 sequences per model).
+SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],   # a row's loss: their mean (its spread: val_sd)
+             test_q=[], eval_every=1500)                                 # one evaluation, at the end
+
+
+@dataclass
+class Args:
+    preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
+                       choices=("paper", "course"))
+    T: list = flag([200], "sequence length(s), trained one after another", type=POSITIVE)
+    q: int = flag(3, "subset size", type=POSITIVE)
+    d: int = flag(5, "token dimension", type=POSITIVE)
+    width: list = flag([1024], "hidden widths m, trained one after another", type=POSITIVE)
+    depth: int = flag(1, "hidden layers", type=POSITIVE)
+    batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
+    steps: int = flag(100_000, "training steps", type=POSITIVE)
+    optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
+    lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
+    seed: list = flag([0], "seeds (data, init); the validation sets are common to every seed",
+                      type=NATURAL)
+    eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
+    n_test: int = flag(1024, "sequences in each validation set, fixed before training", type=POSITIVE)
+    test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", nargs="*",
+                        type=POSITIVE)
+    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
+    dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
+    out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
+    force: bool = flag(False, "replace run directories that already hold a run")
+    resume: bool = flag(False, "--sweep: reuse the finished runs in --out that a cell needs and the"
+                        " transformer cells of its sweep.json; redo the runs cut short")
+    sweep: bool = flag(False, "run the width-vs-T sweep for both models; unless given: " + " ".join(
+        f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
+        for k, v in SWEEP.items()))
+    sweep_T: list = flag([10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE)
+    sweep_width: list = flag([2 ** k for k in range(4, 13)], "--sweep: FCN widths m", type=POSITIVE)
+    sweep_de: list = flag([2 ** k for k in range(2, 8)], "--sweep: transformer d_e values",
+                          type=POSITIVE)
+    sweep_steps: list = flag(None, "--sweep: budgets (steps) at which the needed widths are read,"
+                             " each evaluated on the way to the largest [--steps]", nargs="+",
+                             type=POSITIVE)
+    # eps sits above the floor that random unit PEs leave at the sweep's budget
+    eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)", type=RATE)
+
+
+PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=[20], steps=10_000,
+                                            eval_every=100))
 # the FCN's learning rates: at T=20, m=256, 1500 steps Adam 1e-3 was best; SGD diverged at 0.5
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
@@ -109,51 +111,54 @@ def sample(gen, words, n, T, q, d, dtype):
 
 
 def parse_args(argv=None):
-    args = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], HPARAMS).parse_args(argv)
-    args.both_budgets = args.steps is not None and args.sweep_steps is not None    # check_args' say
-    if args.sweep:
-        vars(args).update({k: v for k, v in SWEEP.items() if getattr(args, k) is None})
-    runlog.fill_presets(args, HPARAMS, args.preset)
+    """The flags resolved: the command line's, else SWEEP's under --sweep, else --preset's; bad
+    input refused in one line (exit 2) before anything is written."""
+    parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
+    given = runlog.given(parser.parse_args(argv))
+    args = replace(PRESETS[given.get("preset", "paper")],
+                   **{**(SWEEP if given.get("sweep") else {}), **given})
+    args.lr = args.lr or FCN_LR[args.optimizer]
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
-    args.lr = FCN_LR[args.optimizer] if args.lr is None else args.lr
     args.sweep_steps = sorted(set(args.sweep_steps or [args.steps]), reverse=True)  # largest first
+    for ok, message in rules(args, given):
+        if not ok:
+            parser.error(message)
     return args
 
 
-def check_args(args):
-    runlog.require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth",
-                                   "width", "sweep_width", "sweep_de", "sweep_steps"))
-    runlog.require(not args.both_budgets, "--steps and --sweep-steps: give one (a sweep's budgets"
-                   " are --sweep-steps; --steps alone is a one-budget sweep)")
-    runlog.require(not args.resume or (args.sweep and not args.force),
-                   "--resume goes on with a --sweep, without --force")
-    for name in ("lr", "eps"):
-        runlog.require(0 < getattr(args, name) < float("inf"),
-                       f"--{name} must be a positive finite number (got {getattr(args, name)})")
-    finfo = torch.finfo(getattr(torch, args.dtype))  # a rate the weights' dtype can hold
-    runlog.require(args.lr < finfo.max, f"--lr must be below {finfo.max:.3g} in {args.dtype}")
-    runlog.require_distinct(args, ("T", "width", "seed"))
-    runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
-    runlog.check_out(args.out)
-    widest = max(args.sweep_width if args.sweep else args.width)
-    for T in (args.sweep_T if args.sweep else args.T):
-        for q, flag in [(args.q, "q"), *((q, "test-q") for q in args.test_q)]:
-            runlog.check_task(T, q, args.d, flags=("sweep-T" if args.sweep else "T", flag))
-        runlog.require_memory(                      # weights, Adam's two moments, activations
-            finfo.bits // 8 * (4 * (T * args.d + T + 1) * widest * args.depth
-                               + max(args.batch, args.n_test) * (T * args.d + T + 3 * widest)),
-            f"--width {widest} at T={T}")
-        runlog.require(not args.sweep or args.force or args.resume
-                       or not (Path(args.out) / "sweep.json").exists(),
-                       f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
-                       " another --out or --force")
-        for width, seed in itertools.product(args.sweep_width if args.sweep else args.width,
-                                             args.seed):     # every run a sweep may write
-            path = run_dir(args, T, width, seed)
-            runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
-            differ = unlike(args, path) if args.resume and runlog.finished(path) else []
-            runlog.require(not differ, f"--resume: {path} was trained with other settings"
-                           f" ({', '.join(differ)}); pass --force to redo it, or another --out")
+def rules(args, given):
+    """The rules across flags: (whether it holds, a message naming the flag and the fix)."""
+    top = torch.finfo(getattr(torch, args.dtype)).max      # a rate the weights' dtype can hold
+    name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
+    return [
+        (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
+         " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
+        (not args.resume or (args.sweep and not args.force),
+         "--resume goes on with a --sweep, without --force"),
+        (args.lr < top, f"--lr must be below {top:.3g} in {args.dtype}"),
+        *((len(set(values)) == len(values), f"--{key} lists a value twice (got {values}); give"
+           " each once") for key, values in (("T", args.T), ("width", args.width),
+                                              ("seed", args.seed))),
+        *((q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
+           " smaller q or a longer T")
+          for T in lengths for flag, q in [("q", args.q), *(("test-q", q) for q in args.test_q)]),
+    ]
+
+
+def check_runs(args):
+    """Every run directory this job may write holds no run, or one that --resume reuses: checked
+    before any training, and again under the lock (another writer may have been first)."""
+    runlog.require(not args.sweep or args.force or args.resume
+                   or not (Path(args.out) / "sweep.json").exists(),
+                   f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
+                   " another --out or --force")
+    grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
+    for T, width, seed in itertools.product(*grid, args.seed):
+        path = run_dir(args, T, width, seed)
+        runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
+        differ = unlike(args, path) if args.resume and runlog.finished(path) else []
+        runlog.require(not differ, f"--resume: {path} was trained with other settings"
+                       f" ({', '.join(differ)}); pass --force to redo it, or another --out")
 
 
 def run_dir(args, T, width, seed):
@@ -162,9 +167,9 @@ def run_dir(args, T, width, seed):
 
 def run_config(args, T, width, seed, steps, device):
     """A run's config.json: every resolved setting but the sweep's own."""
-    return dict({k: v for k, v in vars(args).items() if not k.startswith("sweep")
-                 and k not in ("force", "out", "resume", "both_budgets")},
-                model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
+    mine = {k: v for k, v in asdict(args).items()
+            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
+    return dict(mine, model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
 
 
 def unlike(args, path):
@@ -213,36 +218,34 @@ def train(args, T, width, seed, device, steps=None, progress=True):
     steps = steps or args.steps
     path, model, optimizer, gen, sets = open_run(args, T, width, seed, steps, device)
     loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
-    bar = tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
-               disable=not progress, leave=False)
-    log = open(path / "log.jsonl", "w")
     try:
-        for step in range(steps + 1):
-            if step % args.eval_every == 0 or step == steps or step in args.sweep_steps:
-                train_loss = loss_sum.item() / since if since else None
-                rec = dict(step=step, train_loss=train_loss, lr=args.lr,
-                           time=round(time.time() - t0, 3), **evaluate(model, sets))
-                # the FCN's random init starts above d/(2q), far below the divergence threshold
-                runlog.write_record(log, rec, path.name, [rec["val"], train_loss],
-                                    args.d / 2 / args.q)
-                bar.set_postfix(val=f"{rec['val']:.4f}")
-                loss_sum, since = 0.0, 0
-            if step == steps:
-                break
-            x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q, args.d,
-                               args.dtype)
-            optimizer.zero_grad()
-            loss = sts.loss(model(x), target)
-            loss.backward()
-            optimizer.step()
-            loss_sum, since = loss_sum + loss.detach(), since + 1
-            bar.update()
+        with open(path / "log.jsonl", "w") as log, tqdm(
+                total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
+                disable=not progress, leave=False) as bar:
+            for step in range(steps + 1):
+                if step % args.eval_every == 0 or step == steps or step in args.sweep_steps:
+                    train_loss = loss_sum.item() / since if since else None
+                    rec = dict(step=step, train_loss=train_loss, lr=args.lr,
+                               time=round(time.time() - t0, 3), **evaluate(model, sets))
+                    # the FCN's random init starts above d/(2q), far below the divergence threshold
+                    runlog.write_record(log, rec, path.name, [rec["val"], train_loss],
+                                        args.d / 2 / args.q)
+                    bar.set_postfix(val=f"{rec['val']:.4f}")
+                    loss_sum, since = 0.0, 0
+                if step == steps:
+                    break
+                x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q,
+                                   args.d, args.dtype)
+                optimizer.zero_grad()
+                loss = sts.loss(model(x), target)
+                loss.backward()
+                optimizer.step()
+                loss_sum, since = loss_sum + loss.detach(), since + 1
+                bar.update()
     except BaseException as error:
         status = runlog.ended_by(error)
         raise
     finally:
-        bar.close()
-        log.close()
         runlog.write_summary(path, status, step, time.time() - t0, rec)
         if progress:
             print(runlog.closing_line(path, status, step, rec, args.n_test))
@@ -404,41 +407,31 @@ def sweep(args, device):
 
 
 def write_table(args, rows, slopes, eps):
-    text = io.StringIO()
-    w = csv.DictWriter(text, fieldnames=["model", "T", "steps", "width", "params", "val", "val_sd"],
-                       extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
-    runlog.write_bytes(Path(args.out) / "sweep.csv", text.getvalue().encode())
-    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after "
-          f"each budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
-          f" transformer: D = d + d_e")
-    print(f"{'model':<12}{'T':>5}{'steps':>7}{'width':>7}{'params':>10}{'val':>8}{'+-':>8}"
-          "   tried [width, val]")
-    for r in rows:
-        print(f"{r['model']:<12}{r['T']:>5}{r['steps']:>7}{r['width'] or '>max':>7}"
-              f"{r['params'] or '-':>10}{r['val'] if r['val'] is not None else '-':>8}"
-              f"{r['val_sd'] or '':>8}   {r['tried']}")
+    """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
+    fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
+    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"  # as csv writes it
+                   for row in [fields, *([r[k] for k in fields] for r in rows)])
+    runlog.write_bytes(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode())
+    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after each"
+          f" budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m; transformer:"
+          " D = d + d_e\n" + text)
+    shown = lambda s: "fewer than 2 points" if s is None else f"{s:.2f}"  # noqa: E731
     for m, at in slopes.items():
         print(f"{m}: log-log slope of width against T (over the T that reached eps): " + ", ".join(
-            f"{b} steps {fmt_slope(s)}" for b, s in at.items() if b != "settled"))
+            f"{b} steps {shown(s)}" for b, s in at.items() if b != "settled"))
         if "settled" in at:
             print(f"{m}: the same width at the two largest budgets at T = {at['settled']['T']};"
-                  f" slope over those: {fmt_slope(at['settled']['slope'])}")
-
-
-def fmt_slope(s):
-    return "fewer than 2 points" if s is None else f"{s:.2f}"
+                  f" slope over those: {shown(at['settled']['slope'])}")
 
 
 def main(argv=None):
     args = parse_args(argv)
 
     def body():
-        check_args(args)
+        check_runs(args)
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
-            check_args(args)                    # again: another writer may have been first
+            check_runs(args)                    # again: another writer may have been first
             if args.sweep:
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
