@@ -1,12 +1,10 @@
-"""The s-sparse AND of T bits: the critical sample size of a one-head transformer and of an FCN against T.
+"""The s-sparse AND of T bits: the critical sample size of a one-head transformer and an FCN vs T.
 
 Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function of T
 inputs from a sample size growing like log T. This script measures it on the s-sparse AND:
 
-    python train_bool.py                          # course scale: 57 min (24 min CPU), one shared core
+    python train_bool.py                        # course scale: 57 min (24 min CPU), one shared core
     python train_bool.py --out runs/bool --resume # go on after an interruption
-    python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda \
-        --out runs/bool_gpu
     python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
 
 The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with probability
@@ -43,27 +41,24 @@ POSITIVE = runlog.number(int, 0)
 
 
 @dataclass
-class Args:  # the course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot,
-    # s = 2 a second point; m steps ~ 19%
-    model: list = flag(list(MODELS), f"models: {', '.join(MODELS)}", choices=MODELS,
-                       metavar="MODEL")
+class Args:
+    """The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a
+    second point; m steps ~ 19%."""
+    model: list = flag(list(MODELS), "transformer, fcn or both", choices=MODELS, metavar="MODEL")
     s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE)
     T: list = flag([50, 100, 200, 500], "sequence lengths (a log-spaced range)", type=POSITIVE)
     seeds: int = flag(10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE)
-    points: int = flag(6, "grid points around the first guess at which every seed trains",
-                       type=POSITIVE)
+    points: int = flag(6, "m around the first guess at which every seed trains", type=POSITIVE)
     m_min: int = flag(16, "smallest training-set size of the grid", type=POSITIVE)
     m_max: int = flag(8192, "largest training-set size of the grid", type=POSITIVE)
     per_octave: int = flag(4, "grid points per doubling of m", type=POSITIVE)
     m: list = flag(None, "no search: train every seed at these m and print the accuracies",
                    nargs="+", type=POSITIVE)
     device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    threads: int = flag(1, "CPU threads of torch (one is fastest for these small tensors)",
-                        type=POSITIVE)
+    threads: int = flag(1, "torch's CPU threads (one is fastest for small tensors)", type=POSITIVE)
     out: str = flag("runs/bool", "output folder")
     force: bool = flag(False, "overwrite an --out that already holds a run")
-    resume: bool = flag(False, "reuse the trainings in --out's log.jsonl (same hparams), train the"
-                        " rest")
+    resume: bool = flag(False, "reuse the trainings of --out's log.jsonl, train the rest")
 
 
 PASS_ACC = 0.99              # held-out accuracy that counts as having learned the function
@@ -275,17 +270,18 @@ def fit_curves(Ts, m50, lo, hi):
 
 
 def parse_args(argv=None):
-    """The flags; bad input refused in one line (exit 2) before anything is written."""
+    """The flags, the rules checked (one line and exit 2 for a broken one, before anything is
+    written)."""
     parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
     args = Args(**runlog.given(parser.parse_args(argv)))
-    for ok, message in rules(args):
-        if not ok:
+    for holds, message in rules(args):
+        if not holds:
             parser.error(message)
     return args
 
 
 def rules(args):
-    """The rules across flags: (whether it holds, a message naming the flag and the fix)."""
+    """The rules between flags: (whether it holds, a message naming the flag and the fix)."""
     return [
         (args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max (got"
          f" {args.m_min}, {args.m_max})"),

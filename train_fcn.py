@@ -1,12 +1,9 @@
-"""Train a fully-connected ReLU network (FCN) on STS_q, and measure the width each model needs as T grows.
+"""Train a fully-connected ReLU net (FCN) on STS_q; measure the width each model needs as T grows.
 
     python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, in turn
     python train_fcn.py --preset course --sweep --out runs/fcn-sweep  # the separation sweep
     python train_fcn.py --preset course --sweep --sweep-T 10 20 40 80 \
         --sweep-steps 1500 6000 24000 --out runs/fcn-budgets    # the needed width at three budgets
-    python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 \
-        --sweep-width 16 32 64 128 256 512 1024 2048 4096 8192 16384 \
-        --sweep-de 4 8 16 32 64 128 256 512 --device cuda         # longer sequences, a GPU
 
 The FCN maps [vec(X); 1_y] (the tokens, then the subset's indicator) to R^d under sts.loss, online
 on the very batches that train_tf.py's runs of its seed see; each run writes a directory in
@@ -38,10 +35,10 @@ from runlog import flag
 POSITIVE = runlog.number(int, 0)
 NATURAL = runlog.number(int, -1, words="an integer >= 0")
 RATE = runlog.number(float, 0)                     # a positive finite number
-# The separation sweep (--sweep) sets these unless given: a budget short enough for the grid to take
-# minutes on 2 CPU cores, with the transformer at its floor by then (384,000 sequences per model).
-SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],   # a row's loss: their mean (its spread: val_sd)
-             test_q=[], eval_every=1500)                                 # one evaluation, at the end
+# --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
+# cores, with the transformer at its floor by then (384,000 fresh sequences per model)
+SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],  # a row's loss: their mean (its spread: val_sd)
+             test_q=[], eval_every=1500)                                # one evaluation, at the end
 
 
 @dataclass
@@ -57,29 +54,25 @@ class Args:
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
     lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
-    seed: list = flag([0], "seeds (data, init); the validation sets are common to every seed",
-                      type=NATURAL)
+    seed: list = flag([0], "seeds (data, init); the validation sets are common", type=NATURAL)
     eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
-    n_test: int = flag(1024, "sequences in each validation set, fixed before training", type=POSITIVE)
-    test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", nargs="*",
-                        type=POSITIVE)
+    n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
+    test_q: list = flag([2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE)
     device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
     out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
     force: bool = flag(False, "replace run directories that already hold a run")
     resume: bool = flag(False, "--sweep: reuse the finished runs in --out that a cell needs and the"
                         " transformer cells of its sweep.json; redo the runs cut short")
-    sweep: bool = flag(False, "run the width-vs-T sweep for both models; unless given: " + " ".join(
+    sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
         f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
         for k, v in SWEEP.items()))
     sweep_T: list = flag([10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE)
-    sweep_width: list = flag([2 ** k for k in range(4, 13)], "--sweep: FCN widths m", type=POSITIVE)
-    sweep_de: list = flag([2 ** k for k in range(2, 8)], "--sweep: transformer d_e values",
-                          type=POSITIVE)
+    sweep_width: list = flag([2 ** k for k in range(4, 13)], "--sweep: FCN widths", type=POSITIVE)
+    sweep_de: list = flag([2 ** k for k in range(2, 8)], "--sweep: transformer d_e", type=POSITIVE)
     sweep_steps: list = flag(None, "--sweep: budgets (steps) at which the needed widths are read,"
-                             " each evaluated on the way to the largest [--steps]", nargs="+",
-                             type=POSITIVE)
-    # eps sits above the floor that random unit PEs leave at the sweep's budget
+                             " each on the way to the largest [--steps]", nargs="+", type=POSITIVE)
+    # above the floor that random unit PEs leave at the sweep's budget
     eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)", type=RATE)
 
 
@@ -111,8 +104,8 @@ def sample(gen, words, n, T, q, d, dtype):
 
 
 def parse_args(argv=None):
-    """The flags resolved: the command line's, else SWEEP's under --sweep, else --preset's; bad
-    input refused in one line (exit 2) before anything is written."""
+    """The flags: the command line's, else SWEEP's under --sweep, else --preset's; the rules
+    checked (one line and exit 2 for a broken one, before anything is written)."""
     parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
     given = runlog.given(parser.parse_args(argv))
     args = replace(PRESETS[given.get("preset", "paper")],
@@ -120,34 +113,30 @@ def parse_args(argv=None):
     args.lr = args.lr or FCN_LR[args.optimizer]
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
     args.sweep_steps = sorted(set(args.sweep_steps or [args.steps]), reverse=True)  # largest first
-    for ok, message in rules(args, given):
-        if not ok:
+    for holds, message in rules(args, given):
+        if not holds:
             parser.error(message)
     return args
 
 
 def rules(args, given):
-    """The rules across flags: (whether it holds, a message naming the flag and the fix)."""
-    top = torch.finfo(getattr(torch, args.dtype)).max      # a rate the weights' dtype can hold
+    """The rules between flags: (whether it holds, a message naming the flag and the fix)."""
+    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
     name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
-    return [
+    qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
+    return [(q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
+             " smaller q or a longer T") for T in lengths for flag, q in qs] + [
+        (len(set(v)) == len(v), f"--{key} lists a value twice (got {v}); give each once")
+        for key, v in (("T", args.T), ("width", args.width), ("seed", args.seed))] + [
         (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
          " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
         (not args.resume or (args.sweep and not args.force),
          "--resume goes on with a --sweep, without --force"),
-        (args.lr < top, f"--lr must be below {top:.3g} in {args.dtype}"),
-        *((len(set(values)) == len(values), f"--{key} lists a value twice (got {values}); give"
-           " each once") for key, values in (("T", args.T), ("width", args.width),
-                                              ("seed", args.seed))),
-        *((q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
-           " smaller q or a longer T")
-          for T in lengths for flag, q in [("q", args.q), *(("test-q", q) for q in args.test_q)]),
-    ]
+        (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")]
 
 
 def check_runs(args):
-    """Every run directory this job may write holds no run, or one that --resume reuses: checked
-    before any training, and again under the lock (another writer may have been first)."""
+    """Every run directory this job may write holds no run, or one --resume reuses."""
     runlog.require(not args.sweep or args.force or args.resume
                    or not (Path(args.out) / "sweep.json").exists(),
                    f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
@@ -174,20 +163,10 @@ def run_config(args, T, width, seed, steps, device):
 
 def unlike(args, path):
     """The settings in which the finished run at `path` differs from what this sweep would train
-    there (its length and device aside: a longer run holds a shorter one's numbers); --resume
-    reuses it only if there are none, and redoes a run cut short."""
+    there, its length and device aside (a longer run holds a shorter one's numbers)."""
     config = runlog.read_config(path)
     ours = run_config(args, config.get("T"), config.get("width"), config.get("seed"), None, None)
     return sorted(k for k in ours if k not in ("steps", "device") and config.get(k) != ours[k])
-
-
-def logged_val(path, steps):
-    """The validation loss a finished run logged at `steps`, or None (it stopped short or diverged,
-    or was not evaluated there)."""
-    if not runlog.finished(path):
-        return None
-    records = (json.loads(line) for line in (path / "log.jsonl").read_text().splitlines())
-    return next((r["val"] for r in records if r["step"] == steps), None)
 
 
 def evaluate(model, sets):
@@ -214,7 +193,7 @@ def open_run(args, T, width, seed, steps, device):
 
 
 def train(args, T, width, seed, device, steps=None, progress=True):
-    """One FCN run of `steps` (default --steps): write its directory, return its final record."""
+    """One FCN run of `steps` (default --steps): write its directory, return its last record."""
     steps = steps or args.steps
     path, model, optimizer, gen, sets = open_run(args, T, width, seed, steps, device)
     loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
@@ -267,20 +246,19 @@ def transformer_vals(args, T, d_e, device):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
         if t + 1 in args.sweep_steps:
-            per_sequence = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
-            vals[t + 1] = per_sequence.double().mean(0).tolist()
+            losses = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
+            vals[t + 1] = losses.double().mean(0).tolist()
     return vals
 
 
-def slope(rows):
-    """Least-squares slope of log(width) against log(T) over the rows that reached the target."""
-    pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
-    return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
-
-
 def fits(rows, budgets):
-    """Each model's log-log slope at each budget; and where the budget has stopped mattering (the
-    T whose width is the same at the two largest budgets, each reached) the slope over those."""
+    """Each model's least-squares slope of ln(width) against ln(T) at each budget, over the T that
+    reached the target; and where the budget has stopped mattering (the T whose width is the same
+    at the two largest budgets, each reached) the slope over those."""
+    def slope(rows):
+        pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
+        return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
+
     at = {(m, b): {r["T"]: r for r in rows if (r["model"], r["steps"]) == (m, b)}
           for m in MODELS for b in budgets}
     out = {m: {str(b): slope(at[m, b].values()) for b in budgets} for m in MODELS}
@@ -302,15 +280,18 @@ def search(grid, first, reached):
 
 
 def fcn_val(args, T, width, seed, steps, device):
-    """An FCN seed's validation loss after `steps`: read from its run when one in --out got that far
-    (a sweep's longer budget, or a sweep resumed), else trained; a diverged seed counts as inf."""
+    """An FCN seed's validation loss after `steps`: read from its run's log when a finished run in
+    --out evaluated it there (a sweep's longer budget, or a sweep resumed), else trained; a
+    diverged seed counts as inf, and the other seeds and sizes go on."""
     path = run_dir(args, T, width, seed)
-    val = logged_val(path, steps) if (path / "log.jsonl").exists() else None
-    if val is not None:
-        return val
+    if runlog.finished(path) and (path / "log.jsonl").exists():
+        records = map(json.loads, (path / "log.jsonl").read_text().splitlines())
+        val = next((r["val"] for r in records if r["step"] == steps), None)
+        if val is not None:
+            return val
     try:
         return train(args, T, width, seed, device, steps, progress=False)["val"]
-    except runlog.Stop as stop:                                # the other seeds and sizes go on
+    except runlog.Stop as stop:
         tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
         return math.inf
 
@@ -346,6 +327,13 @@ def note(row, width, params, vals, eps):
     return val <= eps
 
 
+def sweep_settings(args):
+    return dict(eps_fraction=args.eps, budgets=sorted(args.sweep_steps), batch=args.batch,
+                seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer,
+                fcn_depth=args.depth, tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic",
+                n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
+
+
 def resumed_cells(args):
     """The transformer cells ({"T d_e": {budget: seed losses}}) of the sweep.json --resume goes on
     with, where it was made with the same settings; else none."""
@@ -357,20 +345,12 @@ def resumed_cells(args):
     return old.get("transformer_cells", {}) if same else {}
 
 
-def sweep_settings(args):
-    return dict(eps_fraction=args.eps, budgets=sorted(args.sweep_steps), batch=args.batch,
-                seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer,
-                fcn_depth=args.depth, tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic",
-                n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
-
-
 def sweep(args, device):
     """For each T and budget the smallest width of each model whose seed-mean val loss is <=
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
     taken to need no less width); the largest budget first, whose runs hold the others' numbers."""
-    eps, out, rows = args.eps * args.d / (2 * args.q), Path(args.out), []   # out: made by the lock
+    eps, rows, cells = args.eps * args.d / (2 * args.q), [], resumed_cells(args)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
-    cells = resumed_cells(args)
     bar = tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps), desc="sweep (T, budget, model)",
                dynamic_ncols=True)
     # one thread: on 2 shared cores torch's second thread cost more than it saved at each size timed
@@ -382,7 +362,7 @@ def sweep(args, device):
         return note(row, *seed_vals(args, model, T, size, steps, device, eps, cells), eps)
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
-        runlog.write_json(out / "sweep.json", dict(
+        runlog.write_json(Path(args.out) / "sweep.json", dict(
             status=status, eps=eps, **sweep_settings(args), rows=rows,
             loglog_slope=fits(rows, args.sweep_steps), transformer_cells=cells))
 
