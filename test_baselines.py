@@ -203,8 +203,10 @@ def test_bool_resume_trains_only_what_the_log_lacks_and_gives_the_same_table(tmp
     train_bool.main(job)
     whole = (tmp_path / "log.jsonl").read_text().splitlines()
     table = json.loads((tmp_path / "critical.json").read_text())
-    # killed during its 4th record: 3 whole lines and a cut one; the summary of a killed run
-    (tmp_path / "log.jsonl").write_text("\n".join(whole[:3]) + "\n" + whole[3][:20])
+    # killed during its 4th record: 3 whole lines and a cut one (and lines that are no record);
+    # the summary of a killed run
+    (tmp_path / "log.jsonl").write_text("\n".join(whole[:3] + ["[]", '{"m": 3}']) + "\n"
+                                        + whole[3][:20])
     (tmp_path / "summary.json").unlink()
     train_bool.main(job + ["--resume"])
     again = (tmp_path / "log.jsonl").read_text().splitlines()
@@ -230,27 +232,6 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(tmp_path, capsys, on
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1, err
     assert "holds a run finished;" in err and "--force" in err
-
-
-@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
-    (["--s", "9", "--T", "8"], "got s=9"),
-    (["--s", "0"], "--s: must be a positive integer (got 0)"),
-    (["--m", "0"], "--m: must be a positive integer (got 0)"),
-    (["--m-min", "0"], "--m-min"),
-    (["--model", "transformer", "rnn"], "'rnn'"),
-    (["--device", "cuda"], "--device cuda"),
-    (["--T", "8", "8"], "--T lists a value twice"),
-    (["--points", "0"], "--points"),
-    (["--resume", "--force"], "exclude each other"),
-])
-def test_bool_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
-    if "cuda" in word and torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
-    with pytest.raises(SystemExit) as done:
-        train_bool.main([*flags, "--out", str(tmp_path / "out")])
-    out, err = capsys.readouterr()
-    assert done.value.code == 2 and out == "" and err.count("\n") == 1 and word in err
-    assert not (tmp_path / "out").exists()                              # nothing written
 
 
 def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summaries(
@@ -329,29 +310,44 @@ def test_train_fcn_stops_a_diverging_run_and_keeps_its_log(tmp_path, capsys, one
             and json.loads((run / "summary.json").read_text())["status"] == "diverged")
 
 
-@pytest.mark.parametrize("flags, word", [   # `word`: a fragment only the right message holds
-    (["--q", "7"], "got q=7"),
-    (["--width", "64", "0"], "--width: must be a positive integer (got 0)"),
-    (["--optimizer", "adamw"], "--optimizer"),
-    (["--device", "cuda"], "--device cuda"),
-    (["--sweep", "--sweep-T", "1"], "T=1"),
-    (["--lr", "0"], "--lr: must be a positive finite number (got 0)"),
-    (["--eps", "inf"], "--eps: must be a positive finite number (got inf)"),
-    (["--sweep", "--steps", "0"], "--steps: must be a positive integer (got 0)"),
-    (["--seed", "-1"], "--seed: must be an integer >= 0 (got -1)"),
-    (["--width", "8", "8"], "--width lists a value twice"),
-    (["--test-q", "7"], "--test-q must satisfy 1 <= q <= T (got q=7, T=6, --T)"),
-    (["--resume"], "--resume goes on with a --sweep"),
-    (["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
+BOOL, FCN = "train_bool", "train_fcn"
+
+
+@pytest.mark.parametrize("script, flags, word", [   # `word`: a fragment only the right message holds
+    (BOOL, ["--s", "9", "--T", "8"], "--s must satisfy 1 <= s <= T (got s=9, T=8)"),
+    (BOOL, ["--s", "0"], "--s: must be a positive integer (got 0)"),
+    (BOOL, ["--m", "0"], "--m: must be a positive integer (got 0)"),
+    (BOOL, ["--m-min", "0"], "--m-min"),
+    (BOOL, ["--m-min", "64", "--m-max", "32"], "1 <= m-min <= m-max (got 64, 32)"),
+    (BOOL, ["--model", "transformer", "rnn"], "'rnn'"),
+    (BOOL, ["--device", "cuda"], "--device cuda"),
+    (BOOL, ["--T", "8", "8"], "--T lists a value twice"),
+    (BOOL, ["--points", "0"], "--points"),
+    (BOOL, ["--resume", "--force"], "exclude each other"),
+    (FCN, ["--q", "7"], "got q=7"),
+    (FCN, ["--width", "64", "0"], "--width: must be a positive integer (got 0)"),
+    (FCN, ["--optimizer", "adamw"], "--optimizer"),
+    (FCN, ["--device", "cuda"], "--device cuda"),
+    (FCN, ["--sweep", "--sweep-T", "1"], "T=1"),
+    (FCN, ["--lr", "0"], "--lr: must be a positive finite number (got 0)"),
+    (FCN, ["--eps", "inf"], "--eps: must be a positive finite number (got inf)"),
+    (FCN, ["--sweep", "--steps", "0"], "--steps: must be a positive integer (got 0)"),
+    (FCN, ["--seed", "-1"], "--seed: must be an integer >= 0 (got -1)"),
+    (FCN, ["--width", "8", "8"], "--width lists a value twice"),
+    (FCN, ["--test-q", "7"], "--test-q must satisfy 1 <= q <= T (got q=7, T=6, --T)"),
+    (FCN, ["--resume"], "--resume goes on with a --sweep"),
+    (FCN, ["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
 ])
-def test_train_fcn_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, flags, word):
+def test_bad_input_is_one_line_and_exit_status_2_and_writes_nothing(tmp_path, capsys, script,
+                                                                    flags, word):
     if "cuda" in word and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(SystemExit) as e:
-        train_fcn.main(FCN_TINY + flags + ["--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert (e.value.code == 2 and err.count("\n") == 1 and word in err
-            and err.startswith("train_fcn.py: error:"))
+        {BOOL: train_bool, FCN: train_fcn}[script].main(
+            (FCN_TINY if script == FCN else []) + flags + ["--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert (e.value.code == 2 and out == "" and err.count("\n") == 1 and word in err
+            and err.startswith(f"{script}.py: error:")), err
     assert not (tmp_path / "out").exists()                              # nothing written
 
 

@@ -338,16 +338,18 @@ def write_results(out, rows, status, seconds):
 
 
 def read_log(out):
-    """An interrupted run's records (a line cut by a kill is dropped), its log rewritten so that
-    new records start on a line of their own, and the seconds its summary counted."""
-    log, records = out / "log.jsonl", []
+    """An interrupted run's trainings {(model, m, T, s, seed): record} (a line cut by a kill, or
+    not a record, is dropped and trained again), its log rewritten so that new records start on a
+    line of their own, and the seconds its summary counted."""
+    log, done = out / "log.jsonl", {}
     for line in log.read_text().splitlines() if log.exists() else []:
-        with contextlib.suppress(ValueError):
-            records.append(json.loads(line))
-    runlog.write_bytes(log, "".join(json.dumps(r) + "\n" for r in records).encode())
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            record = json.loads(line)
+            done[record["model"], record["m"], record["T"], record["s"], record["seed"]] = record
+    runlog.write_bytes(log, "".join(json.dumps(r) + "\n" for r in done.values()).encode())
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return records, json.loads((out / "summary.json").read_text())["seconds"]
-    return records, 0.0                                # killed before its first summary
+        return done, json.loads((out / "summary.json").read_text())["seconds"]
+    return done, 0.0                                   # killed before its first summary
 
 
 def fit_row(model, s, T, mine):
@@ -362,12 +364,11 @@ def run(args, device):
     """The grid, a cell (model, s, T) at a time: a search and its fit, or (--m) the accuracies;
     each training appended to log.jsonl as it ends, the results rewritten after each cell."""
     out, seeds = Path(args.out), list(range(args.seeds))
-    records, before = read_log(out) if args.resume else ([], 0.0)
+    done, before = read_log(out) if args.resume else ({}, 0.0)
     for old in [] if args.resume else out.iterdir():   # --force: no old file stays but our lock
         if old.is_file() and old.name != ".lock":
             old.unlink()
     t0 = time.time() - before                          # a resumed run's seconds go on counting
-    done = {(r["model"], r["m"], r["T"], r["s"], r["seed"]): r for r in records}
     grid = m_grid(args.m_min, args.m_max, args.per_octave)
     runlog.write_json(out / "config.json", dict(asdict(args), device=str(device), grid=grid,
                                                 seeds=seeds, pass_acc=PASS_ACC, **SETTINGS))

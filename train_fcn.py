@@ -96,16 +96,15 @@ def n_params(module):
 
 
 def sample(gen, words, n, T, q, d, dtype):
-    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of the batch `words` = (seed, stream,
-    index) of streams.py: the very tokens and subsets that train_tf.py's runs see."""
+    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of streams.py's batch `words`."""
     X, idx, target = streams.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
     return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
 
 
 def parse_args(argv=None):
-    """The flags: the command line's, else SWEEP's under --sweep, else --preset's; the rules
-    checked (one line and exit 2 for a broken one, before anything is written)."""
+    """The flags: the command line's, else SWEEP's under --sweep, else --preset's; a broken rule
+    is one line and exit 2, before anything is written."""
     parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
     given = runlog.given(parser.parse_args(argv))
     args = replace(PRESETS[given.get("preset", "paper")],
@@ -176,7 +175,6 @@ def evaluate(model, sets):
 
 
 def open_run(args, T, width, seed, steps, device):
-    """A new run's directory and config; its model, optimiser, generator and validation sets."""
     path = run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
