@@ -293,7 +293,7 @@ def rules(args):
     ]
 
 
-def check_out(args):
+def check_runs(args):
     """--out holds no run, or one whose log --resume replays (trained with our settings)."""
     runlog.check_free(args.out, args.force, args.resume, can_resume=True)   # the log is the state
     if args.resume and (Path(args.out) / "config.json").exists():  # its accuracies must be ours
@@ -405,11 +405,11 @@ def main(argv=None):
     args = parse_args(argv)
 
     def body():
-        check_out(args)
+        check_runs(args)
         device = runlog.resolve_device(args.device)
         torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
         with runlog.lock(args.out):
-            check_out(args)                   # again: another writer may have been first
+            check_runs(args)                  # again: another writer may have been first
             run(args, device)
     runlog.run_command("train_bool.py", body, "the log and the rows so far are saved")
 
