@@ -4,6 +4,9 @@
     python train_fcn.py --preset course --sweep --out runs/fcn-sweep  # the separation sweep
     python train_fcn.py --preset course --sweep --sweep-T 10 20 40 80 \
         --sweep-steps 1500 6000 24000 --out runs/fcn-budgets    # the needed width at three budgets
+    python train_fcn.py --sweep --sweep-T 10 20 40 80 160 320 640 \
+        --sweep-width 16 32 64 128 256 512 1024 2048 4096 8192 16384 \
+        --sweep-de 4 8 16 32 64 128 256 512 --device cuda         # longer sequences, a GPU
 
 The FCN maps [vec(X); 1_y] (the tokens, then the subset's indicator) to R^d under sts.loss, online
 on the very batches that train_tf.py's runs of its seed see; each run writes a directory in
