@@ -1,12 +1,10 @@
-"""The s-sparse AND of T bits: the critical sample size of a one-head transformer and of an FCN against T.
+"""The s-sparse AND of T bits: the critical sample size of a one-head transformer and an FCN vs T.
 
 Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function of T
 inputs from a sample size growing like log T. This script measures it on the s-sparse AND:
 
-    python train_bool.py                          # course scale: 57 min (24 min CPU), one shared core
+    python train_bool.py                        # course scale: 57 min (24 min CPU), one shared core
     python train_bool.py --out runs/bool --resume # go on after an interruption
-    python train_bool.py --T 100 200 500 1000 2000 5000 --m-max 16384 --device cuda \
-        --out runs/bool_gpu
     python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
 
 The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with probability
@@ -22,13 +20,12 @@ interval; then m50 against T, fitted by a + b ln T and by c T^k. Writes config.j
 record per training; --resume replays it), critical.json/csv and summary.json (after each cell).
 """
 import contextlib
-import csv
 import functools
-import io
 import itertools
 import json
 import math
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,29 +34,33 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import runlog
+from runlog import flag
 
 MODELS = ("transformer", "fcn")
-# The flags, each declared once: (default, --help, argparse options). The course-scale grid: T
-# spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a second point; m steps ~ 19%.
-FLAGS = dict(
-    model=(list(MODELS), f"models: {', '.join(MODELS)}",
-           dict(nargs="+", choices=MODELS, metavar="MODEL")),
-    s=([3, 2], "numbers of relevant bits", dict(nargs="+", type=int)),
-    T=([50, 100, 200, 500], "sequence lengths (a log-spaced range)", dict(nargs="+", type=int)),
-    seeds=(10, "seeds 0..k-1 trained at each m around the transition", dict(type=int)),
-    points=(6, "grid points around the first guess at which every seed trains", dict(type=int)),
-    m_min=(16, "smallest training-set size of the grid", dict(type=int)),
-    m_max=(8192, "largest training-set size of the grid", dict(type=int)),
-    per_octave=(4, "grid points per doubling of m", dict(type=int)),
-    m=(None, "no search: train every seed at these m and print the accuracies",
-       dict(nargs="+", type=int)),
-    device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
-    threads=(1, "CPU threads of torch (one is fastest for these small tensors)", dict(type=int)),
-    out=("runs/bool", "output folder", {}),
-    force=(False, "overwrite an --out that already holds a run", dict(action="store_true")),
-    resume=(False, "reuse the trainings in --out's log.jsonl (same hparams), train the rest",
-            dict(action="store_true")),
-)
+POSITIVE = runlog.number(int, 0)
+
+
+@dataclass
+class Args:
+    """The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a
+    second point; m steps ~ 19%."""
+    model: list = flag(list(MODELS), "transformer, fcn or both", choices=MODELS, metavar="MODEL")
+    s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE)
+    T: list = flag([50, 100, 200, 500], "sequence lengths (a log-spaced range)", type=POSITIVE)
+    seeds: int = flag(10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE)
+    points: int = flag(6, "m around the first guess at which every seed trains", type=POSITIVE)
+    m_min: int = flag(16, "smallest training-set size of the grid", type=POSITIVE)
+    m_max: int = flag(8192, "largest training-set size of the grid", type=POSITIVE)
+    per_octave: int = flag(4, "grid points per doubling of m", type=POSITIVE)
+    m: list = flag(None, "no search: train every seed at these m and print the accuracies",
+                   nargs="+", type=POSITIVE)
+    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
+    threads: int = flag(1, "torch's CPU threads (one is fastest for small tensors)", type=POSITIVE)
+    out: str = flag("runs/bool", "output folder")
+    force: bool = flag(False, "overwrite an --out that already holds a run")
+    resume: bool = flag(False, "reuse the trainings of --out's log.jsonl, train the rest")
+
+
 PASS_ACC = 0.99              # held-out accuracy that counts as having learned the function
 N_TEST = 10_000              # held-out samples
 # The training budget: the rates and inits at which most seeds learn at every T of the grid
@@ -74,12 +75,6 @@ HPARAMS = {
 SETTINGS = json.loads(json.dumps(dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)))
 
 
-def check_task(T, s, m=1):
-    runlog.require(isinstance(s, (int, np.integer)) and 1 <= s <= T, f"s must satisfy 1 <= s <= T "
-                   f"(got s={s!r}, T={T!r}): pick a smaller s or a longer T")
-    runlog.require(isinstance(m, (int, np.integer)) and m >= 1, f"m must be >= 1 (got m={m!r})")
-
-
 def sample(rng, n, T, s, relevant):
     """n rows of T i.i.d. Bernoulli(2^(-1/s)) bits with labels AND_{i in relevant} b_i (bool)."""
     bits = rng.random((n, T)) < 2 ** (-1 / s)
@@ -88,7 +83,6 @@ def sample(rng, n, T, s, relevant):
 
 def make_task(T, s, m, seed):
     """The relevant positions (sorted), the training and held-out sets of one seed, as numpy."""
-    check_task(T, s, m)
     fixed = np.random.default_rng([seed, 0])        # apart from the training stream: same for all m
     relevant = np.sort(fixed.choice(T, s, replace=False))
     test = sample(fixed, N_TEST, T, s, relevant)
@@ -276,21 +270,31 @@ def fit_curves(Ts, m50, lo, hi):
 
 
 def parse_args(argv=None):
-    return runlog.argument_parser("train_bool.py", __doc__.split("\n")[0], FLAGS).parse_args(argv)
+    """The flags, the rules checked (one line and exit 2 for a broken one, before anything is
+    written)."""
+    parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
+    args = Args(**runlog.given(parser.parse_args(argv)))
+    for holds, message in rules(args):
+        if not holds:
+            parser.error(message)
+    return args
 
 
-def check_args(args):
-    runlog.require_positive(args, ("seeds", "points", "per_octave", "threads"))
-    runlog.require(1 <= args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min "
-                                                  f"<= m-max (got {args.m_min}, {args.m_max})")
-    for m, T, s in itertools.product(args.m or [args.m_min], args.T, args.s):
-        check_task(T, s, m)
-    runlog.require_distinct(args, ("T", "s"))
-    runlog.require(not (args.resume and args.force), "--resume and --force exclude each other; "
-                                                     "pick one")
-    runlog.check_out(args.out)
-    runlog.require_memory(4 * (N_TEST + max(args.m or [args.m_max])) * max(args.T) * 2,
-                          f"--T {max(args.T)}")
+def rules(args):
+    """The rules between flags: (whether it holds, a message naming the flag and the fix)."""
+    return [
+        (args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max (got"
+         f" {args.m_min}, {args.m_max})"),
+        *((s <= T, f"--s must satisfy 1 <= s <= T (got s={s}, T={T}): pick a smaller s or a"
+           " longer T") for s, T in itertools.product(args.s, args.T)),
+        *((len(set(values)) == len(values), f"--{key} lists a value twice (got {values}); give"
+           " each once") for key, values in (("T", args.T), ("s", args.s))),
+        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
+    ]
+
+
+def check_runs(args):
+    """--out holds no run, or one whose log --resume replays (trained with our settings)."""
     runlog.check_free(args.out, args.force, args.resume, can_resume=True)   # the log is the state
     if args.resume and (Path(args.out) / "config.json").exists():  # its accuracies must be ours
         config = runlog.read_config(Path(args.out))
@@ -303,26 +307,27 @@ FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
 
 
 def write_results(out, rows, status, seconds):
-    """critical.json (for plots.py), critical.csv, summary.json; print the table and the fits."""
+    """critical.json (for plots.py), critical.csv, summary.json; at the end, the table and the fits
+    printed. rows None (--m, no search): summary.json alone."""
+    if rows is None:
+        return runlog.write_json(out / "summary.json", dict(status=status,
+                                                            seconds=round(seconds, 1)))
     fits = {}
     for r in rows:                                     # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
         fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(
             *([o[k] for o in mine] for k in ("T", "m50", "lo", "hi")))
     runlog.write_json(out / "critical.json", {"status": status, "rows": rows, "fits": fits})
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=FIELDS)
-    writer.writeheader()
-    writer.writerows({k: r[k] for k in FIELDS} for r in rows)
-    runlog.write_bytes(out / "critical.csv", text.getvalue().encode())
+    table = [FIELDS, *([r[k] for k in FIELDS] for r in rows)]          # as csv.writer writes it
+    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n" for row in table)
+    runlog.write_bytes(out / "critical.csv", text.replace("\n", "\r\n").encode())
     runlog.write_json(out / "summary.json", dict(status=status, seconds=round(seconds, 1),
                                                  rows=rows, fits=fits))
     if status == "running":
         return
     print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
           f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
-          "empty: beyond the scan\n"
-          + (out / "critical.csv").read_text())
+          "empty: beyond the scan\n" + text)
     for model, by_s in fits.items():
         for s, f in by_s.items():
             print(f"{model} s={s}: " + ("fewer than 3 bounded points, no fit" if f is None else
@@ -333,32 +338,43 @@ def write_results(out, rows, status, seconds):
 
 
 def read_log(out):
-    """An interrupted run's records (a line cut by a kill is dropped), its log rewritten so that
-    new records start on a line of their own, and the seconds its summary counted."""
-    log, records = out / "log.jsonl", []
-    out.mkdir(parents=True, exist_ok=True)             # --resume of a run never started
+    """An interrupted run's trainings {(model, m, T, s, seed): record} (a line cut by a kill, or
+    not a record, is dropped and trained again), its log rewritten so that new records start on a
+    line of their own, and the seconds its summary counted."""
+    log, done = out / "log.jsonl", {}
     for line in log.read_text().splitlines() if log.exists() else []:
-        with contextlib.suppress(ValueError):
-            records.append(json.loads(line))
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            record = json.loads(line)
+            done[record["model"], record["m"], record["T"], record["s"], record["seed"]] = record
+    runlog.write_bytes(log, "".join(json.dumps(r) + "\n" for r in done.values()).encode())
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return records, json.loads((out / "summary.json").read_text())["seconds"]
-    return records, 0.0                                # killed before its first summary
+        return done, json.loads((out / "summary.json").read_text())["seconds"]
+    return done, 0.0                                   # killed before its first summary
+
+
+def fit_row(model, s, T, mine):
+    """A cell's row: the fit of its search's trainings `mine`; capped: how many of them ended
+    unfit at the step cap."""
+    return dict(model=model, s=s, T=T, **logistic_fit(
+        [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
+        r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS for r in mine))
 
 
 def run(args, device):
-    out = Path(args.out)
-    records, before = read_log(out) if args.resume else (runlog.fresh_dir(out) or ([], 0.0))
+    """The grid, a cell (model, s, T) at a time: a search and its fit, or (--m) the accuracies;
+    each training appended to log.jsonl as it ends, the results rewritten after each cell."""
+    out, seeds = Path(args.out), list(range(args.seeds))
+    done, before = read_log(out) if args.resume else ({}, 0.0)
+    for old in [] if args.resume else out.iterdir():   # --force: no old file stays but our lock
+        if old.is_file() and old.name != ".lock":
+            old.unlink()
     t0 = time.time() - before                          # a resumed run's seconds go on counting
-    done = {(r["model"], r["m"], r["T"], r["s"], r["seed"]): r for r in records}
-    seeds = list(range(args.seeds))
     grid = m_grid(args.m_min, args.m_max, args.per_octave)
-    config = dict(vars(args), device=str(device), grid=grid, seeds=seeds, pass_acc=PASS_ACC,
-                  **SETTINGS)
-    runlog.write_json(out / "config.json", config)
-    cells = list(itertools.product(args.model, args.s, args.T))
+    runlog.write_json(out / "config.json", dict(asdict(args), device=str(device), grid=grid,
+                                                seeds=seeds, pass_acc=PASS_ACC, **SETTINGS))
     rows, status, asked = [], "finished", []
-    with open(out / "log.jsonl", "a") as log, tqdm(cells, desc="grid", dynamic_ncols=True) as bar:
+    with open(out / "log.jsonl", "a") as log, tqdm(list(itertools.product(
+            args.model, args.s, args.T)), desc="grid", dynamic_ncols=True) as bar:
         def trainer(model, m, T, s, seed):             # each (model, m, T, s, seed) trains once
             key = (model, m, T, s, seed)
             if key not in done:
@@ -370,40 +386,30 @@ def run(args, device):
 
         try:
             for model, s, T in bar:
-                if args.m:
-                    accs = {m: [trainer(model, m, T, s, seed) for seed in seeds] for m in args.m}
-                    bar.write("\n".join(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds "
-                                        f"{seeds}: " + " ".join(f"{acc:.4f}" for acc in a)
-                                        for m, a in accs.items()))
-                    continue
                 asked.clear()          # the fit: what this search asked for, not all of the log
-                search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
-                mine = [done[key] for key in dict.fromkeys(asked)]
-                rows.append(dict(model=model, s=s, T=T, **logistic_fit(      # capped: unfit sets
-                    [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
-                    r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS
-                    for r in mine)))
-                write_results(out, rows, "running", time.time() - t0)
+                for m in args.m or []:
+                    bar.write(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds {seeds}: "
+                              + " ".join(f"{trainer(model, m, T, s, k):.4f}" for k in seeds))
+                if not args.m:
+                    search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
+                    rows.append(fit_row(model, s, T, [done[k] for k in dict.fromkeys(asked)]))
+                    write_results(out, rows, "running", time.time() - t0)
         except BaseException as error:
             status = runlog.ended_by(error)
             raise
-        finally:
-            if not args.m:
-                write_results(out, rows, status, time.time() - t0)
-            else:                                       # a rerun is told how this one ended
-                runlog.write_json(out / "summary.json",
-                                  dict(status=status, seconds=round(time.time() - t0, 1)))
+        finally:                                       # a rerun is told how this one ended
+            write_results(out, None if args.m else rows, status, time.time() - t0)
 
 
 def main(argv=None):
     args = parse_args(argv)
 
     def body():
-        check_args(args)
+        check_runs(args)
         device = runlog.resolve_device(args.device)
         torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
         with runlog.lock(args.out):
-            check_args(args)                  # again: another writer may have been first
+            check_runs(args)                  # again: another writer may have been first
             run(args, device)
     runlog.run_command("train_bool.py", body, "the log and the rows so far are saved")
 

@@ -1,4 +1,4 @@
-"""Train a fully-connected ReLU network (FCN) on STS_q, and measure the width each model needs as T grows.
+"""Train a fully-connected ReLU net (FCN) on STS_q; measure the width each model needs as T grows.
 
     python train_fcn.py --preset course --width 64 1024 4096      # three FCN runs at T=20, in turn
     python train_fcn.py --preset course --sweep --out runs/fcn-sweep  # the separation sweep
@@ -17,13 +17,12 @@ same budget; it writes sweep.json and sweep.csv, and prints the table and the lo
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
 only widths a smaller budget needs beyond are trained anew. --resume reuses the finished runs.
 """
-import csv
-import io
 import itertools
 import json
 import math
 import sys
 import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,55 +33,54 @@ import fused
 import runlog
 import streams
 import sts
+from runlog import flag
 
-P = lambda paper, course: dict(paper=paper, course=course)   # noqa: E731  a default set by --preset
-# The separation sweep (--sweep): a budget short enough for the grid to take minutes on 2 CPU cores,
-# with the transformer at its floor by then; eps sits above the floor that random unit PEs leave.
-SWEEP = dict(
-    sweep_T=[10, 20, 40, 80, 160],               # sequence lengths at course scale
-    sweep_width=[2 ** k for k in range(4, 13)],  # FCN hidden widths m: 16 ... 4096
-    sweep_de=[2 ** k for k in range(2, 8)],      # transformer PE dimensions d_e: 4 ... 128
-    eps=0.3,                                     # target loss / the starting loss d/(2q)
-    steps=1500, batch=256,                       # the budget: 384,000 fresh sequences per model
-    seed=[0, 1, 2],                              # a row's loss is their mean (its spread in val_sd)
-    test_q=[], eval_every=1500,                  # one evaluation, at the end
-)
-# The hyper-parameters, each declared once: (default, --help, argparse options). A flag's value is
-# the command line's, else SWEEP's under --sweep, else its default (P(paper, course): --preset's).
-HPARAMS = dict(
-    preset=("paper", "the defaults of the flags marked [paper ...; course ...]",
-            dict(choices=("paper", "course"))),
-    T=(P([200], [20]), "sequence length(s), trained one after another", dict(nargs="+", type=int)),
-    q=(P(3, 3), "subset size", dict(type=int)),
-    d=(P(5, 5), "token dimension", dict(type=int)),
-    width=([1024], "hidden widths m, trained one after another", dict(nargs="+", type=int)),
-    depth=(1, "hidden layers", dict(type=int)),
-    batch=(P(256, 256), "fresh sequences per step, n", dict(type=int)),
-    steps=(P(100_000, 10_000), "training steps", dict(type=int)),
-    optimizer=("adam", "Adam or plain SGD", dict(choices=("adam", "sgd"))),
-    lr=(None, "learning rate [adam 1e-3; sgd 0.2]", dict(type=float)),
-    seed=(P([0], [0]), "seeds (data, init); the validation sets are common to every seed",
-          dict(nargs="+", type=int)),
-    eval_every=(P(500, 100), "steps between evaluations and log records", dict(type=int)),
-    n_test=(P(1024, 1024), "sequences in each validation set, fixed before training",
-            dict(type=int)),
-    test_q=(P([2, 4, 6], [2, 4, 6]), "subset sizes of the q-generalisation sets",
-            dict(nargs="*", type=int)),
-    device=("auto", "auto: cuda where there is one", dict(choices=("auto", "cuda", "cpu"))),
-    dtype=("float32", "floating-point precision", dict(choices=("float32", "float64"))),
-    out=("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)", {}),
-    force=(False, "replace run directories that already hold a run", dict(action="store_true")),
-    resume=(False, "--sweep: reuse the finished runs in --out that a cell needs and the transformer"
-            " cells of its sweep.json; redo the runs cut short", dict(action="store_true")),
-    sweep=(False, "run the width-vs-T sweep for both models (SWEEP's budget unless given)",
-           dict(action="store_true")),
-    sweep_T=(SWEEP["sweep_T"], "--sweep: sequence lengths", dict(nargs="+", type=int)),
-    sweep_width=(SWEEP["sweep_width"], "--sweep: FCN widths m", dict(nargs="+", type=int)),
-    sweep_de=(SWEEP["sweep_de"], "--sweep: transformer d_e values", dict(nargs="+", type=int)),
-    sweep_steps=(None, "--sweep: budgets (steps) at which the needed widths are read, each"
-                 " evaluated on the way to the largest [--steps]", dict(nargs="+", type=int)),
-    eps=(SWEEP["eps"], "--sweep: target loss, a fraction of d/(2q)", dict(type=float)),
-)
+POSITIVE = runlog.number(int, 0)
+NATURAL = runlog.number(int, -1, words="an integer >= 0")
+RATE = runlog.number(float, 0)                     # a positive finite number
+# --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
+# cores, with the transformer at its floor by then (384,000 fresh sequences per model)
+SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],  # a row's loss: their mean (its spread: val_sd)
+             test_q=[], eval_every=1500)                                # one evaluation, at the end
+
+
+@dataclass
+class Args:
+    preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
+                       choices=("paper", "course"))
+    T: list = flag([200], "sequence length(s), trained one after another", type=POSITIVE)
+    q: int = flag(3, "subset size", type=POSITIVE)
+    d: int = flag(5, "token dimension", type=POSITIVE)
+    width: list = flag([1024], "hidden widths m, trained one after another", type=POSITIVE)
+    depth: int = flag(1, "hidden layers", type=POSITIVE)
+    batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
+    steps: int = flag(100_000, "training steps", type=POSITIVE)
+    optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
+    lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
+    seed: list = flag([0], "seeds (data, init); the validation sets are common", type=NATURAL)
+    eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
+    n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
+    test_q: list = flag([2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE)
+    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
+    dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
+    out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
+    force: bool = flag(False, "replace run directories that already hold a run")
+    resume: bool = flag(False, "--sweep: reuse the finished runs in --out that a cell needs and the"
+                        " transformer cells of its sweep.json; redo the runs cut short")
+    sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
+        f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
+        for k, v in SWEEP.items()))
+    sweep_T: list = flag([10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE)
+    sweep_width: list = flag([2 ** k for k in range(4, 13)], "--sweep: FCN widths", type=POSITIVE)
+    sweep_de: list = flag([2 ** k for k in range(2, 8)], "--sweep: transformer d_e", type=POSITIVE)
+    sweep_steps: list = flag(None, "--sweep: budgets (steps) at which the needed widths are read,"
+                             " each on the way to the largest [--steps]", nargs="+", type=POSITIVE)
+    # above the floor that random unit PEs leave at the sweep's budget
+    eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)", type=RATE)
+
+
+PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=[20], steps=10_000,
+                                            eval_every=100))
 # the FCN's learning rates: at T=20, m=256, 1500 steps Adam 1e-3 was best; SGD diverged at 0.5
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
@@ -101,59 +99,57 @@ def n_params(module):
 
 
 def sample(gen, words, n, T, q, d, dtype):
-    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of the batch `words` = (seed, stream,
-    index) of streams.py: the very tokens and subsets that train_tf.py's runs see."""
+    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of streams.py's batch `words`."""
     X, idx, target = streams.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
     return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
 
 
 def parse_args(argv=None):
-    args = runlog.argument_parser("train_fcn.py", __doc__.split("\n")[0], HPARAMS).parse_args(argv)
-    args.both_budgets = args.steps is not None and args.sweep_steps is not None    # check_args' say
-    if args.sweep:
-        vars(args).update({k: v for k, v in SWEEP.items() if getattr(args, k) is None})
-    runlog.fill_presets(args, HPARAMS, args.preset)
+    """The flags: the command line's, else SWEEP's under --sweep, else --preset's; a broken rule
+    is one line and exit 2, before anything is written."""
+    parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
+    given = runlog.given(parser.parse_args(argv))
+    args = replace(PRESETS[given.get("preset", "paper")],
+                   **{**(SWEEP if given.get("sweep") else {}), **given})
+    args.lr = args.lr or FCN_LR[args.optimizer]
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
-    args.lr = FCN_LR[args.optimizer] if args.lr is None else args.lr
     args.sweep_steps = sorted(set(args.sweep_steps or [args.steps]), reverse=True)  # largest first
+    for holds, message in rules(args, given):
+        if not holds:
+            parser.error(message)
     return args
 
 
-def check_args(args):
-    runlog.require_positive(args, ("q", "d", "batch", "steps", "n_test", "eval_every", "depth",
-                                   "width", "sweep_width", "sweep_de", "sweep_steps"))
-    runlog.require(not args.both_budgets, "--steps and --sweep-steps: give one (a sweep's budgets"
-                   " are --sweep-steps; --steps alone is a one-budget sweep)")
-    runlog.require(not args.resume or (args.sweep and not args.force),
-                   "--resume goes on with a --sweep, without --force")
-    for name in ("lr", "eps"):
-        runlog.require(0 < getattr(args, name) < float("inf"),
-                       f"--{name} must be a positive finite number (got {getattr(args, name)})")
-    finfo = torch.finfo(getattr(torch, args.dtype))  # a rate the weights' dtype can hold
-    runlog.require(args.lr < finfo.max, f"--lr must be below {finfo.max:.3g} in {args.dtype}")
-    runlog.require_distinct(args, ("T", "width", "seed"))
-    runlog.require(min(args.seed) >= 0, f"--seed must be >= 0 (got {args.seed})")
-    runlog.check_out(args.out)
-    widest = max(args.sweep_width if args.sweep else args.width)
-    for T in (args.sweep_T if args.sweep else args.T):
-        for q, flag in [(args.q, "q"), *((q, "test-q") for q in args.test_q)]:
-            runlog.check_task(T, q, args.d, flags=("sweep-T" if args.sweep else "T", flag))
-        runlog.require_memory(                      # weights, Adam's two moments, activations
-            finfo.bits // 8 * (4 * (T * args.d + T + 1) * widest * args.depth
-                               + max(args.batch, args.n_test) * (T * args.d + T + 3 * widest)),
-            f"--width {widest} at T={T}")
-        runlog.require(not args.sweep or args.force or args.resume
-                       or not (Path(args.out) / "sweep.json").exists(),
-                       f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
-                       " another --out or --force")
-        for width, seed in itertools.product(args.sweep_width if args.sweep else args.width,
-                                             args.seed):     # every run a sweep may write
-            path = run_dir(args, T, width, seed)
-            runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
-            differ = unlike(args, path) if args.resume and runlog.finished(path) else []
-            runlog.require(not differ, f"--resume: {path} was trained with other settings"
-                           f" ({', '.join(differ)}); pass --force to redo it, or another --out")
+def rules(args, given):
+    """The rules between flags: (whether it holds, a message naming the flag and the fix)."""
+    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
+    name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
+    qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
+    return [(q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
+             " smaller q or a longer T") for T in lengths for flag, q in qs] + [
+        (len(set(v)) == len(v), f"--{key} lists a value twice (got {v}); give each once")
+        for key, v in (("T", args.T), ("width", args.width), ("seed", args.seed))] + [
+        (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
+         " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
+        (not args.resume or (args.sweep and not args.force),
+         "--resume goes on with a --sweep, without --force"),
+        (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")]
+
+
+def check_runs(args):
+    """Every run directory this job may write holds no run, or one --resume reuses."""
+    runlog.require(not args.sweep or args.force or args.resume
+                   or not (Path(args.out) / "sweep.json").exists(),
+                   f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
+                   " another --out or --force")
+    grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
+    for T, width, seed in itertools.product(*grid, args.seed):
+        path = run_dir(args, T, width, seed)
+        runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
+        differ = unlike(args, path) if args.resume and runlog.finished(path) else []
+        runlog.require(not differ, f"--resume: {path} was trained with other settings"
+                       f" ({', '.join(differ)}); pass --force to redo it, or another --out")
 
 
 def run_dir(args, T, width, seed):
@@ -162,27 +158,17 @@ def run_dir(args, T, width, seed):
 
 def run_config(args, T, width, seed, steps, device):
     """A run's config.json: every resolved setting but the sweep's own."""
-    return dict({k: v for k, v in vars(args).items() if not k.startswith("sweep")
-                 and k not in ("force", "out", "resume", "both_budgets")},
-                model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
+    mine = {k: v for k, v in asdict(args).items()
+            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
+    return dict(mine, model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
 
 
 def unlike(args, path):
     """The settings in which the finished run at `path` differs from what this sweep would train
-    there (its length and device aside: a longer run holds a shorter one's numbers); --resume
-    reuses it only if there are none, and redoes a run cut short."""
+    there, its length and device aside (a longer run holds a shorter one's numbers)."""
     config = runlog.read_config(path)
     ours = run_config(args, config.get("T"), config.get("width"), config.get("seed"), None, None)
     return sorted(k for k in ours if k not in ("steps", "device") and config.get(k) != ours[k])
-
-
-def logged_val(path, steps):
-    """The validation loss a finished run logged at `steps`, or None (it stopped short or diverged,
-    or was not evaluated there)."""
-    if not runlog.finished(path):
-        return None
-    records = (json.loads(line) for line in (path / "log.jsonl").read_text().splitlines())
-    return next((r["val"] for r in records if r["step"] == steps), None)
 
 
 def evaluate(model, sets):
@@ -192,7 +178,6 @@ def evaluate(model, sets):
 
 
 def open_run(args, T, width, seed, steps, device):
-    """A new run's directory and config; its model, optimiser, generator and validation sets."""
     path = run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
@@ -209,40 +194,38 @@ def open_run(args, T, width, seed, steps, device):
 
 
 def train(args, T, width, seed, device, steps=None, progress=True):
-    """One FCN run of `steps` (default --steps): write its directory, return its final record."""
+    """One FCN run of `steps` (default --steps): write its directory, return its last record."""
     steps = steps or args.steps
     path, model, optimizer, gen, sets = open_run(args, T, width, seed, steps, device)
     loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
-    bar = tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
-               disable=not progress, leave=False)
-    log = open(path / "log.jsonl", "w")
     try:
-        for step in range(steps + 1):
-            if step % args.eval_every == 0 or step == steps or step in args.sweep_steps:
-                train_loss = loss_sum.item() / since if since else None
-                rec = dict(step=step, train_loss=train_loss, lr=args.lr,
-                           time=round(time.time() - t0, 3), **evaluate(model, sets))
-                # the FCN's random init starts above d/(2q), far below the divergence threshold
-                runlog.write_record(log, rec, path.name, [rec["val"], train_loss],
-                                    args.d / 2 / args.q)
-                bar.set_postfix(val=f"{rec['val']:.4f}")
-                loss_sum, since = 0.0, 0
-            if step == steps:
-                break
-            x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q, args.d,
-                               args.dtype)
-            optimizer.zero_grad()
-            loss = sts.loss(model(x), target)
-            loss.backward()
-            optimizer.step()
-            loss_sum, since = loss_sum + loss.detach(), since + 1
-            bar.update()
+        with open(path / "log.jsonl", "w") as log, tqdm(
+                total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
+                disable=not progress, leave=False) as bar:
+            for step in range(steps + 1):
+                if step % args.eval_every == 0 or step == steps or step in args.sweep_steps:
+                    train_loss = loss_sum.item() / since if since else None
+                    rec = dict(step=step, train_loss=train_loss, lr=args.lr,
+                               time=round(time.time() - t0, 3), **evaluate(model, sets))
+                    # the FCN's random init starts above d/(2q), far below the divergence threshold
+                    runlog.write_record(log, rec, path.name, [rec["val"], train_loss],
+                                        args.d / 2 / args.q)
+                    bar.set_postfix(val=f"{rec['val']:.4f}")
+                    loss_sum, since = 0.0, 0
+                if step == steps:
+                    break
+                x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q,
+                                   args.d, args.dtype)
+                optimizer.zero_grad()
+                loss = sts.loss(model(x), target)
+                loss.backward()
+                optimizer.step()
+                loss_sum, since = loss_sum + loss.detach(), since + 1
+                bar.update()
     except BaseException as error:
         status = runlog.ended_by(error)
         raise
     finally:
-        bar.close()
-        log.close()
         runlog.write_summary(path, status, step, time.time() - t0, rec)
         if progress:
             print(runlog.closing_line(path, status, step, rec, args.n_test))
@@ -264,20 +247,19 @@ def transformer_vals(args, T, d_e, device):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
         if t + 1 in args.sweep_steps:
-            per_sequence = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
-            vals[t + 1] = per_sequence.double().mean(0).tolist()
+            losses = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
+            vals[t + 1] = losses.double().mean(0).tolist()
     return vals
 
 
-def slope(rows):
-    """Least-squares slope of log(width) against log(T) over the rows that reached the target."""
-    pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
-    return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
-
-
 def fits(rows, budgets):
-    """Each model's log-log slope at each budget; and where the budget has stopped mattering (the
-    T whose width is the same at the two largest budgets, each reached) the slope over those."""
+    """Each model's least-squares slope of ln(width) against ln(T) at each budget, over the T that
+    reached the target; and where the budget has stopped mattering (the T whose width is the same
+    at the two largest budgets, each reached) the slope over those."""
+    def slope(rows):
+        pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
+        return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
+
     at = {(m, b): {r["T"]: r for r in rows if (r["model"], r["steps"]) == (m, b)}
           for m in MODELS for b in budgets}
     out = {m: {str(b): slope(at[m, b].values()) for b in budgets} for m in MODELS}
@@ -299,15 +281,18 @@ def search(grid, first, reached):
 
 
 def fcn_val(args, T, width, seed, steps, device):
-    """An FCN seed's validation loss after `steps`: read from its run when one in --out got that far
-    (a sweep's longer budget, or a sweep resumed), else trained; a diverged seed counts as inf."""
+    """An FCN seed's validation loss after `steps`: read from its run's log when a finished run in
+    --out evaluated it there (a sweep's longer budget, or a sweep resumed), else trained; a
+    diverged seed counts as inf, and the other seeds and sizes go on."""
     path = run_dir(args, T, width, seed)
-    val = logged_val(path, steps) if (path / "log.jsonl").exists() else None
-    if val is not None:
-        return val
+    if runlog.finished(path) and (path / "log.jsonl").exists():
+        records = map(json.loads, (path / "log.jsonl").read_text().splitlines())
+        val = next((r["val"] for r in records if r["step"] == steps), None)
+        if val is not None:
+            return val
     try:
         return train(args, T, width, seed, device, steps, progress=False)["val"]
-    except runlog.Stop as stop:                                # the other seeds and sizes go on
+    except runlog.Stop as stop:
         tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
         return math.inf
 
@@ -343,6 +328,13 @@ def note(row, width, params, vals, eps):
     return val <= eps
 
 
+def sweep_settings(args):
+    return dict(eps_fraction=args.eps, budgets=sorted(args.sweep_steps), batch=args.batch,
+                seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer,
+                fcn_depth=args.depth, tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic",
+                n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
+
+
 def resumed_cells(args):
     """The transformer cells ({"T d_e": {budget: seed losses}}) of the sweep.json --resume goes on
     with, where it was made with the same settings; else none."""
@@ -354,20 +346,12 @@ def resumed_cells(args):
     return old.get("transformer_cells", {}) if same else {}
 
 
-def sweep_settings(args):
-    return dict(eps_fraction=args.eps, budgets=sorted(args.sweep_steps), batch=args.batch,
-                seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer,
-                fcn_depth=args.depth, tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic",
-                n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
-
-
 def sweep(args, device):
     """For each T and budget the smallest width of each model whose seed-mean val loss is <=
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
     taken to need no less width); the largest budget first, whose runs hold the others' numbers."""
-    eps, out, rows = args.eps * args.d / (2 * args.q), Path(args.out), []   # out: made by the lock
+    eps, rows, cells = args.eps * args.d / (2 * args.q), [], resumed_cells(args)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
-    cells = resumed_cells(args)
     bar = tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps), desc="sweep (T, budget, model)",
                dynamic_ncols=True)
     # one thread: on 2 shared cores torch's second thread cost more than it saved at each size timed
@@ -379,7 +363,7 @@ def sweep(args, device):
         return note(row, *seed_vals(args, model, T, size, steps, device, eps, cells), eps)
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
-        runlog.write_json(out / "sweep.json", dict(
+        runlog.write_json(Path(args.out) / "sweep.json", dict(
             status=status, eps=eps, **sweep_settings(args), rows=rows,
             loglog_slope=fits(rows, args.sweep_steps), transformer_cells=cells))
 
@@ -404,41 +388,31 @@ def sweep(args, device):
 
 
 def write_table(args, rows, slopes, eps):
-    text = io.StringIO()
-    w = csv.DictWriter(text, fieldnames=["model", "T", "steps", "width", "params", "val", "val_sd"],
-                       extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
-    runlog.write_bytes(Path(args.out) / "sweep.csv", text.getvalue().encode())
-    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after "
-          f"each budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
-          f" transformer: D = d + d_e")
-    print(f"{'model':<12}{'T':>5}{'steps':>7}{'width':>7}{'params':>10}{'val':>8}{'+-':>8}"
-          "   tried [width, val]")
-    for r in rows:
-        print(f"{r['model']:<12}{r['T']:>5}{r['steps']:>7}{r['width'] or '>max':>7}"
-              f"{r['params'] or '-':>10}{r['val'] if r['val'] is not None else '-':>8}"
-              f"{r['val_sd'] or '':>8}   {r['tried']}")
+    """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
+    fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
+    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"  # as csv writes it
+                   for row in [fields, *([r[k] for k in fields] for r in rows)])
+    runlog.write_bytes(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode())
+    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after each"
+          f" budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m; transformer:"
+          " D = d + d_e\n" + text)
+    shown = lambda s: "fewer than 2 points" if s is None else f"{s:.2f}"  # noqa: E731
     for m, at in slopes.items():
         print(f"{m}: log-log slope of width against T (over the T that reached eps): " + ", ".join(
-            f"{b} steps {fmt_slope(s)}" for b, s in at.items() if b != "settled"))
+            f"{b} steps {shown(s)}" for b, s in at.items() if b != "settled"))
         if "settled" in at:
             print(f"{m}: the same width at the two largest budgets at T = {at['settled']['T']};"
-                  f" slope over those: {fmt_slope(at['settled']['slope'])}")
-
-
-def fmt_slope(s):
-    return "fewer than 2 points" if s is None else f"{s:.2f}"
+                  f" slope over those: {shown(at['settled']['slope'])}")
 
 
 def main(argv=None):
     args = parse_args(argv)
 
     def body():
-        check_args(args)
+        check_runs(args)
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
-            check_args(args)                    # again: another writer may have been first
+            check_runs(args)                    # again: another writer may have been first
             if args.sweep:
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
