@@ -227,37 +227,10 @@ def require(ok, message):
         raise ValueError(message)
 
 
-def check_task(T, q, d, d_e=1, flags=("T", "q")):
-    """The task's sizes are positive integers and the subset fits the sequence: 1 <= q <= T.
-    flags: the flags that gave T and q (a test set's are --test-T, --test-q)."""
-    for name, value in ((flags[0], T), ("d", d), ("de", d_e)):
-        require(value >= 1, f"--{name} must be a positive integer (got {value})")
-    require(1 <= q <= T, f"--{flags[1]} must satisfy 1 <= q <= T (got q={q}, T={T}, --{flags[0]}):"
-            " pick a smaller q or a longer T")
-
-
 def fail(program, error):
     """Bad input ends a command with one line on stderr and exit status 2, never a traceback."""
     print(f"{program}: error: {error}", file=sys.stderr)
     sys.exit(2)
-
-
-def argument_parser(program, description, table, **kwargs):
-    """argparse for a script's hyper-parameter table, its errors one line via fail (not argparse's
-    usage block). table: flag name -> (default, help, argparse options); a default {preset: value}
-    depends on --preset (--help lists each preset's value); the script derives a default None."""
-    p = argparse.ArgumentParser(prog=program, description=description, **kwargs)
-    p.error = lambda message: fail(program, message)
-    for name, (default, text, options) in table.items():
-        if isinstance(default, dict):
-            shown = "; ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                              for k, v in default.items())
-            text, default = f"{text} [{shown}]", None
-        elif default not in (None, False):
-            text = (f"{text} ["
-                    f"{' '.join(map(str, default)) if isinstance(default, list) else default}]")
-        p.add_argument("--" + name.replace("_", "-"), default=default, help=text, **options)
-    return p
 
 
 def flag(default, help, **options):
@@ -326,24 +299,6 @@ def given(namespace):
     return {k: v for k, v in vars(namespace).items() if v is not None}
 
 
-def fill_presets(args, table, preset):
-    """Each flag left unset whose table default depends on the preset takes `preset`'s value."""
-    for name, (default, _, _) in table.items():
-        if isinstance(default, dict) and getattr(args, name) is None:
-            setattr(args, name, default[preset])
-
-
-def check_out(out):
-    """--out must name a folder we can write: not a file, its nearest existing parent writable."""
-    path = Path(out)
-    require(not path.exists() or path.is_dir(), f"--out: {out} is a file; name a folder")
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    require(parent.is_dir() and os.access(parent, os.W_OK | os.X_OK),
-            f"--out: cannot write under {parent}; name a folder you can write to")
-
-
 def run_state(path):
     """What a run directory holds, as "finished at step 100000" or "interrupted at step 412"; a job
     with no steps (train_bool.py's grid) as "finished"."""
@@ -376,34 +331,12 @@ def finished(path):
 
 
 def fresh_dir(path):
-    """Create a run directory; with --force, nothing of an old run stays in it."""
+    """Create a run directory; with --force, nothing of an old run stays in it (but the lock of a
+    --out that is its own run directory: deleted, a second writer would take a lock of its own)."""
     path.mkdir(parents=True, exist_ok=True)
     for old in path.iterdir():
-        if old.is_file():
+        if old.is_file() and old.name != ".lock":
             old.unlink()
-
-
-def require_memory(nbytes, what):
-    """Refuse, before any training, a size that cannot fit in this machine's memory (80% of it)."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    require(nbytes < 0.8 * total, f"{what} needs about {nbytes / 2 ** 30:,.1f} GiB of memory, "
-            f"more than this machine's {total / 2 ** 30:.0f} GiB; choose smaller sizes")
-
-
-def require_distinct(args, keys):
-    """A flag given the same value twice would train (and write) one run twice."""
-    for key in keys:
-        values = getattr(args, key) or []                  # None: a flag not in use
-        require(len(set(values)) == len(values),
-                f"--{key.replace('_', '-')} lists a value twice (got {values}); give each once")
-
-
-def require_positive(args, keys):
-    """Each flag in `keys` (one value or a list) is >= 1; ValueError names the flag otherwise."""
-    for key in keys:
-        value = getattr(args, key)
-        require(min(value if isinstance(value, list) else [value]) >= 1,
-                     f"--{key.replace('_', '-')} must be >= 1 (got {value})")
 
 
 def resolve_device(name):

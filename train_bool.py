@@ -365,9 +365,8 @@ def run(args, device):
     each training appended to log.jsonl as it ends, the results rewritten after each cell."""
     out, seeds = Path(args.out), list(range(args.seeds))
     done, before = read_log(out) if args.resume else ({}, 0.0)
-    for old in [] if args.resume else out.iterdir():   # --force: no old file stays but our lock
-        if old.is_file() and old.name != ".lock":
-            old.unlink()
+    if not args.resume:
+        runlog.fresh_dir(out)                          # --force: no old file stays but our lock
     t0 = time.time() - before                          # a resumed run's seconds go on counting
     grid = m_grid(args.m_min, args.m_max, args.per_octave)
     runlog.write_json(out / "config.json", dict(asdict(args), device=str(device), grid=grid,
@@ -411,7 +410,8 @@ def main(argv=None):
         with runlog.lock(args.out):
             check_runs(args)                  # again: another writer may have been first
             run(args, device)
-    runlog.run_command("train_bool.py", body, "the log and the rows so far are saved")
+    runlog.run_command("train_bool.py", body, "the log and the rows so far are saved",
+                       sizes="--T, --m-max, --m")
 
 
 if __name__ == "__main__":

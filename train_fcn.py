@@ -417,7 +417,8 @@ def main(argv=None):
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
                 train(args, T, width, seed, device)
-    runlog.run_command("train_fcn.py", body, "the logs so far are saved")
+    runlog.run_command("train_fcn.py", body, "the logs so far are saved",
+                       sizes="--width, --batch, --n-test")
 
 
 if __name__ == "__main__":
