@@ -352,8 +352,6 @@ def test_bad_input_is_one_line_and_exit_status_2_and_writes_nothing(tmp_path, ca
 
 
 def test_train_fcn_a_width_beyond_memory_is_one_line_and_trains_nothing(tmp_path, capsys):
-    if not hasattr(runlog, "out_of_memory"):            # runlog.run_command's, from issue 28 on
-        pytest.skip("this runlog.run_command does not yet say a failed allocation in one line")
     with pytest.raises(SystemExit) as e:               # 1.4 PB of weights: no machine allocates it
         train_fcn.main(FCN_TINY + ["--width", str(10 ** 13), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err

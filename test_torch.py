@@ -307,9 +307,9 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
     checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
     step = torch.load(checkpoint, weights_only=False)["step"]
     assert 0 < step < 600 and not (tmp_path / "cut" / "fixed-de8-seed0" / "summary.json").exists()
-    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
+    train_tf.main(STOPPED + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
-        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
+        whole, cut = read_log(whole_job / run), read_log(tmp_path / "cut" / run)
         assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
         for part in ("W", "V"):
             np.testing.assert_array_equal(
@@ -318,15 +318,25 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
 
 
 
+# 1,000 steps: seconds of training left when the signal comes after the third record
+STOPPED = [*TINY, "--steps", "1000", "--eval-every", "7", "--pe", "stochastic", "fixed",
+           "--optimizer", "adam", "--checkpoint-every", "1e9"]          # no timed checkpoint
+
+
+@pytest.fixture(scope="module")
+def whole_job(tmp_path_factory):
+    """The uninterrupted job that the stopped ones must equal, trained once for both signals."""
+    out = tmp_path_factory.mktemp("whole")
+    train_tf.main(STOPPED + ["--out", str(out)])
+    return out
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_job_stopped_by_sigterm_or_ctrl_c_between_evaluations_resumes_bit_for_bit(tmp_path,
-                                                                                    sig):
+                                                                                    whole_job, sig):
     # a scheduler's preemption: the job checkpoints where it stands (mid-way between two
     # evaluations, the training-loss sums included), every run gets a summary, --resume goes on
-    flags = [*TINY, "--steps", "3000", "--eval-every", "7", "--pe", "stochastic", "fixed",
-             "--optimizer", "adam", "--checkpoint-every", "1e9"]        # no timed checkpoint
-    train_tf.main(flags + ["--out", str(tmp_path / "whole")])
-    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags,
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *STOPPED,
                              "--out", str(tmp_path / "cut")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log, deadline = tmp_path / "cut" / "fixed-de8-seed0" / "log.jsonl", time.time() + 60
@@ -335,16 +345,16 @@ def test_a_job_stopped_by_sigterm_or_ctrl_c_between_evaluations_resumes_bit_for_
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == (143 if sig == signal.SIGTERM else 130)
     checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
-    assert 14 <= torch.load(checkpoint, weights_only=False)["step"] < 3000
+    assert 14 <= torch.load(checkpoint, weights_only=False)["step"] < 1000
     assert all(json.loads((tmp_path / "cut" / run / "summary.json").read_text())["status"]
                in ("terminated", "interrupted") for run in ("stochastic-de8-seed0",
                                                             "fixed-de8-seed0"))
-    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
+    train_tf.main(STOPPED + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
-        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
+        whole, cut = read_log(whole_job / run), read_log(tmp_path / "cut" / run)
         assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
         for name in ("weights_final.npz", "final_losses.npz"):
-            with np.load(tmp_path / "whole" / run / name) as a, \
+            with np.load(whole_job / run / name) as a, \
                     np.load(tmp_path / "cut" / run / name) as b:
                 assert all(np.array_equal(a[k], b[k]) for k in a.files)
     assert not list((tmp_path / "cut").glob("checkpoint-*.pt"))       # finished: none left
