@@ -307,9 +307,9 @@ def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
     checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
     step = torch.load(checkpoint, weights_only=False)["step"]
     assert 0 < step < 600 and not (tmp_path / "cut" / "fixed-de8-seed0" / "summary.json").exists()
-    train_tf.main(STOPPED + ["--out", str(tmp_path / "cut"), "--resume"])
+    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
-        whole, cut = read_log(whole_job / run), read_log(tmp_path / "cut" / run)
+        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
         assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
         for part in ("W", "V"):
             np.testing.assert_array_equal(
