@@ -225,12 +225,11 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_p
                                                                             flags, fragment):
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    t0 = time.time()
     with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + flags + ["--out", str(tmp_path / "out")])
     out, err = capsys.readouterr()
     assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
-    assert not (tmp_path / "out").exists() and time.time() - t0 < 10         # refused up front
+    assert not (tmp_path / "out").exists()                                   # refused up front
 
 
 @pytest.mark.parametrize("error", [MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried"
