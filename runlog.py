@@ -73,6 +73,8 @@ def cannot_write(error):
         fix = "free space on its disk, or give an --out on another"
     elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = "give an --out you can write to"
+    elif error.errno in (errno.EEXIST, errno.ENOTDIR):    # a file where --out needs a folder
+        fix = "a file stands in --out's path; name a folder"
     else:
         fix = "check --out and free space"
     return f"cannot write {error.filename or 'under --out'}: {error.strerror or error}; {fix}"

@@ -311,6 +311,7 @@ def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
     r = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *base[script],
                         "--out", str(blocker)], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "--out" in r.stderr and "name a folder" in r.stderr, r.stderr     # the flag, the fix
     assert blocker.read_text() == "not a folder"
 
 
