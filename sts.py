@@ -27,7 +27,12 @@ file anywhere and run it. Pasted into a notebook cell it defines all and prints 
 `%run sts.py ARGS` runs the command line with ARGS. A bad argument to any function raises a one-line
 ValueError naming it and what it accepts.
 """
+import argparse
 import itertools
+import json
+import os
+import sys
+import time
 from collections import namedtuple
 
 import numpy as np
@@ -350,138 +355,97 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     return rows
 
 
-def floors(Ts, q, d, des, seed=0):
-    """family_floor of stochastic and fixed PE at every T and d_e, printed; the rows for --json."""
-    rows = []
-    for T, d_e, kind in itertools.product(Ts, des, ("stochastic", "fixed")):
-        value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
-        rows.append(dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha))
-        print(f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
-              f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
-    return rows
+def floors(Ts, q, d, des, Ls=None, seed=0):
+    """--floor's rows, printed: stochastic and fixed PE's family_floor, or randomized's with Ls."""
+    for T, d_e, L in itertools.product(Ts, des, Ls or [None]):
+        if L is None:
+            for kind in ("stochastic", "fixed"):
+                value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
+                print(f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
+                      f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+                yield dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha)
+        elif L >= T:
+            family = family_floor("randomized", T, q, d, d_e, seed=seed, positions=L)[0]
+            table, c, alpha, ridge = table_floor("randomized", T, q, d, d_e, seed=seed, positions=L)
+            print(f"randomized: T={T} q={q} d={d} d_e={d_e} L={L}: W = c W*: {family:.4f};"
+                  f" W = c M (the table learned): {table:.4f} at c={c:.3g}, alpha={alpha:.3f},"
+                  f" ridge {ridge} L/d_e (4096 sequences)")
+            yield dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=family,
+                       table=table, c=c, alpha=alpha, ridge=ridge)
 
 
-def table_floors(Ts, q, d, des, Ls, seed=0):
-    """Randomized PE with tables of L >= T positions: the ground-truth family's floor and a
-    table-learning W's (table_floor) at every T, d_e and L, printed; the rows for --json."""
-    rows = []
-    for T, d_e, L in [(T, d_e, L) for T, d_e, L in itertools.product(Ts, des, Ls) if L >= T]:
-        family = family_floor("randomized", T, q, d, d_e, seed=seed, positions=L)[0]
-        table, c, alpha, ridge = table_floor("randomized", T, q, d, d_e, seed=seed, positions=L)
-        rows.append(dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=family,
-                         table=table, c=c, alpha=alpha, ridge=ridge))
-        print(f"randomized: T={T} q={q} d={d} d_e={d_e} L={L}: W = c W*: {family:.4f};"
-              f" W = c M (the table learned): {table:.4f} at c={c:.3g}, alpha={alpha:.3f},"
-              f" ridge {ridge} L/d_e (4096 sequences)")
-    return rows
-
-
-def widths(Ts, q, d, eps, seed=0):
-    """needed_de at each T (ascending, each search from the last answer) for the target eps d/(2q),
-    printed; the rows for --json. de_se: the d_e shift one se of the floor makes at the floor's
-    slope against ln d_e over the d_e tried within a factor 2 (tables.py fits d_e against T)."""
-    import time
-    rows, de, target = [], 8, eps * d / (2 * q)
+def widths(Ts, q, d, target, seed=0, de=8):
+    """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
+    answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
     for T in sorted(Ts):
         start = time.time()
         de, tried = needed_de(T, q, d, target, seed=seed, start=de)
         near = [k for k in tried if de / 2 <= k <= 2 * de]
         slope = np.polyfit(np.log(near), [tried[k][0] for k in near], 1)[0] if near[1:] else 0
-        floor, c, alpha, se = tried[de]
-        rows.append(dict(T=T, de=de, floor=floor, se=se, de_se=-de * se / slope if slope < 0 else
-                         None, c=c, alpha=alpha, seconds=round(time.time() - start, 1),
-                         tried=sorted([k, v[0]] for k, v in tried.items())))
+        (floor, c, alpha, se), seconds = tried[de], round(time.time() - start, 1)
         print(f"T={T}: d_e={de}, floor {floor:.4f} ± {se:.4f} (se) <= {target:.4f}; {len(tried)}"
-              f" floors in {rows[-1]['seconds']} s", flush=True)
-    return rows
-
-
-def parser(stop):
-    """The command line's flags; an argparse error is one line through stop, never a usage block."""
-    import argparse
-    p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.error = lambda message: stop(f"error: {message}", 2)
-    p.add_argument("--T", type=int, nargs="+", default=[20],
-                   help="sequence length (several with --floor)")
-    p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T")
-    p.add_argument("--d", type=int, default=5, help="token dimension")
-    p.add_argument("--de", type=int, nargs="+", default=[64],
-                   help="PE dimension d_e (several with --floor)")
-    p.add_argument("--steps", type=int, default=1500, help="SGD steps per run")
-    p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the data, the fixed PE table and the init")
-    p.add_argument("--floor", action="store_true", help="print the best loss of W = c W*, V = alpha V*"
-                   " (family_floor) for stochastic and fixed PE at each --T and --de, and exit")
-    p.add_argument("--needed-de", action="store_true", help="print the smallest d_e whose stochastic"
-                   "-PE floor is <= --eps d/(2q) at each --T (needed_de), and exit")
-    p.add_argument("--eps", type=float, default=0.3, help="with --needed-de: the target loss over"
-                   " d/(2q), the loss at W = V = 0 (train_fcn.py --sweep's target)")
-    p.add_argument("--json", help="with --floor or --needed-de: also write the rows to this file"
-                   " (plots.py draws them)")
-    p.add_argument("--positions", type=int, nargs="+",
-                   help="with --floor: randomized PE with tables of these L >= T positions instead:"
-                   " the floor of W = c W* and of a W that learns its table (table_floor)")
-    return p
-
-
-def check_flags(args):
-    """Every flag checked before anything runs: a ValueError naming the flag otherwise."""
-    import os
-    for T in args.T:
-        check_task(T, args.q, args.d)
-    check(min(args.de) >= 1, "--de", "positive integers", args.de)
-    check(args.steps >= 1, "--steps", "a positive integer", args.steps)
-    check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
-    check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
-    check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
-          "one value each without --floor", (args.T, args.de))
-    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time", "both")
-    check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
-          "--json", "a file in a writable folder (checked before the search)", args.json)
-    check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
-    check(not args.positions or args.floor and max(args.positions) >= min(args.T),
-          "--positions", "a table size L >= some --T, with --floor", args.positions)
-
-
-def floor_rows(args):
-    """--floor, --needed-de: the rows, printed as they come and written to --json at the end."""
-    import json
-    rows = (widths(args.T, args.q, args.d, args.eps, args.seed) if args.needed_de else
-            table_floors(args.T, args.q, args.d, args.de, args.positions, args.seed)
-            if args.positions else floors(args.T, args.q, args.d, args.de, args.seed))
-    family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
-              if args.positions else "W = c W*, V = alpha V*")
-    search = dict(pe="stochastic", q=args.q, d=args.d, eps=args.eps,
-                  target=args.eps * args.d / (2 * args.q)) if args.needed_de else {}
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows, **search),
-                      fh, indent=2)
+              f" floors in {seconds} s", flush=True)
+        yield dict(T=T, de=de, floor=floor, se=se, de_se=-de * se / slope if slope < 0 else None,
+                   c=c, alpha=alpha, seconds=seconds,
+                   tried=sorted([k, v[0]] for k, v in tried.items()))
 
 
 def main(argv=None):
-    """Command line: the demo, with --floor the family floor per --T, --de, with --needed-de the
-    least d_e whose floor is <= --eps d/(2q) per --T (rows to --json).
-    Exit status: 0 done, 1 a loss diverged, 2 bad input (one line naming the flag), 130 Ctrl-C."""
-    import sys
-
-    def stop(message, status):                      # one line on stderr, never a usage block
-        print(f"sts.py: {message}", file=sys.stderr)
-        sys.exit(status)
-
-    args = parser(stop).parse_args(argv)
+    """The command line; exits 0 done, 1 a loss diverged, 2 bad input (one line), 130 Ctrl-C."""
+    p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    stop = lambda message, status: p.exit(status, f"sts.py: {message}\n")  # one line, no usage
+    p.error, add = lambda message: stop(f"error: {message}", 2), p.add_argument
+    add("--T", type=int, nargs="+", default=[20], help="sequence length (several with --floor)")
+    add("--q", type=int, default=3, help="subset size, 1 <= q <= T")
+    add("--d", type=int, default=5, help="token dimension")
+    add("--de", type=int, nargs="+", default=[64], help="PE dimension d_e (several with --floor)")
+    add("--steps", type=int, default=1500, help="SGD steps per run")
+    add("--lr", type=float, default=1.0, help="SGD learning rate")
+    add("--seed", type=int, default=0, help="seed of the data, the fixed PE table and the init")
+    add("--floor", action="store_true", help="print the best loss of W = c W*, V = alpha V*"
+        " (family_floor) for stochastic and fixed PE at each --T and --de, and exit")
+    add("--needed-de", action="store_true", help="print the smallest d_e whose stochastic-PE floor"
+        " is <= --eps d/(2q) at each --T (needed_de), and exit")
+    add("--eps", type=float, default=0.3, help="with --needed-de: the target loss over d/(2q), the"
+        " loss at W = V = 0 (train_fcn.py --sweep's target)")
+    add("--json", help="with --floor or --needed-de: also write the rows to this file (plots.py)")
+    add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
+        " L >= T positions instead: the floors of W = c W* and of a table-learning W (table_floor)")
+    args = p.parse_args(argv)
     try:
-        check_flags(args)
+        for T in args.T:
+            check_task(T, args.q, args.d)
+        check(min(args.de) >= 1, "--de", "positive integers", args.de)
+        check(args.steps >= 1, "--steps", "a positive integer", args.steps)
+        check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
+        check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
+        check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
+              "one value each without --floor", (args.T, args.de))
+        check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
+              "both")
+        check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
+              "--json", "a file in a writable folder (checked before the search)", args.json)
+        check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
+        check(not args.positions or args.floor and max(args.positions) >= min(args.T),
+              "--positions", "a table size L >= some --T, with --floor", args.positions)
     except ValueError as e:
         stop(f"error: {e}", 2)
+    q, d, start = args.q, args.d, args.d / (2 * args.q)   # start: the loss at W = V = 0
     try:
-        if args.floor or args.needed_de:
-            return floor_rows(args)
-        start = args.d / (2 * args.q)               # the loss at W = V = 0
-        worst = [r[1] for r in demo(args.T[0], args.q, args.d, args.de[0], args.steps, args.lr,
-                                    args.seed) if not r[1] < 100 * start]     # NaN fails `<` too
+        if args.floor or args.needed_de:        # the rows, printed as they come, then to --json
+            search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
+            rows = list(widths(args.T, q, d, search["target"], args.seed) if args.needed_de else
+                        floors(args.T, q, d, args.de, args.positions, args.seed))
+            family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+                      if args.positions else "W = c W*, V = alpha V*")
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows,
+                                   **(search if args.needed_de else {})), fh, indent=2)
+            return
+        worst = [r[1] for r in demo(args.T[0], q, d, args.de[0], args.steps, args.lr, args.seed)
+                 if not r[1] < 100 * start]                            # NaN fails `<` too
         if worst:
             stop(f"stopped: train loss {worst[0]} is NaN or diverging (start {start:.3g});"
                  " lower --lr", 1)
@@ -493,19 +457,11 @@ def main(argv=None):
         stop("interrupted", 130)
 
 
-def run_or_define():
-    """`python sts.py ARGS` and IPython's `%run sts.py ARGS` set sys.argv[0] to this file: run main
-    with ARGS. A cell pasted into a kernel (Jupyter, Colab, VS Code) also runs as "__main__", but with
-    no __file__ and the launcher's argv (ipykernel_launcher.py -f kernel.json): define, and say so."""
-    import os
-    import sys
-    here = globals().get("__file__")
-    if here and os.path.basename(sys.argv[0]) == os.path.basename(here):
+# `python sts.py ARGS` or `%run sts.py ARGS` (argv[0] is this file): run main. A cell pasted into a
+# kernel (Jupyter, Colab, VS Code) has no __file__ and the launcher's argv: define, and say so.
+if __name__ == "__main__":
+    if globals().get("__file__") and os.path.basename(sys.argv[0]) == os.path.basename(__file__):
         main(sys.argv[1:])
     else:
         print("sts.py is defined: call demo() (stochastic against fixed PE, about 90 s on a CPU),"
               " or main(['--help']) for the command line")
-
-
-if __name__ == "__main__":
-    run_or_define()
