@@ -21,11 +21,8 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     python sts.py --floor --T 200 --de 170          # the predicted loss floor, stochastic and fixed PE
     python sts.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor is <= 0.3 d/(2q)
 
-NumPy only (tqdm for the progress bar, the standard library for the command line), read top to
-bottom: task, PEs, model, hand-written backward, SGD, the floor, demo, the command line. Copy this one
-file anywhere and run it. Pasted into a notebook cell it defines all and prints one line (call demo());
-`%run sts.py ARGS` runs the command line with ARGS. A bad argument to any function raises a one-line
-ValueError naming it and what it accepts.
+NumPy and tqdm only, read top to bottom: copy this file anywhere and run it, paste it in a notebook
+cell (then call demo()) or `%run sts.py ARGS`. A bad argument raises a ValueError naming it.
 """
 import argparse
 import itertools
@@ -40,6 +37,7 @@ import numpy as np
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
 PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")  # the encodings PositionalEncoding draws
 ATTENDS, INITS = ("tokens", "query"), ("zero", "random")  # forward's attend, init_weights' init
+Batch = namedtuple("Batch", "Z z_q target idx mask")  # what sample_batch returns
 
 
 def check(ok, argument, accepts, got):
@@ -56,25 +54,19 @@ def check_task(T, q, d):
 
 
 def stream(seed, purpose):
-    """The numpy Generator of one purpose of a seed, so that (say) the random init and the fixed PE
-    table of one seed draw different numbers. ("data" is default_rng(seed) itself: numpy's seeding
-    pads [seed, 0] and seed alike.)"""
+    """A seed's Generator for one purpose ("data" is default_rng(seed): [seed, 0] seeds alike)."""
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
 
 
 # ---------------------------------------------------------------------------------------- The task
 def unit_columns(G):
-    """Scale each column (axis -2 holds coordinates) to unit norm: a Gaussian column so scaled is
-    uniform on the unit sphere."""
+    """Each column (axis -2) to unit norm: a Gaussian column so scaled is uniform on the sphere."""
     return G / ((G * G).sum(-2, keepdims=True)) ** 0.5
 
 
 class PositionalEncoding:
-    """p_1 ... p_T in R^{d_e}: onehot (p_i = e_i, needs d_e >= max_len), fixed (uniform on the unit
-    sphere, drawn once from the seed's table stream for each position up to max_len: a run of length
-    T uses the first T), stochastic (uniform on the unit sphere, drawn afresh per sequence) or
-    randomized (fixed's table of L = max_len positions; each sequence takes T distinct positions of
-    it, uniformly at random, in increasing order: with L = T exactly fixed PE)."""
+    """p_1 ... p_T in R^{d_e} (the module's notation). fixed and randomized draw one table of L =
+    max_len positions from the seed's table stream: fixed uses its first T. onehot: d_e >= L."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
         check(kind in PE_KINDS, "kind", f"one of {PE_KINDS}", kind)
@@ -99,9 +91,6 @@ class PositionalEncoding:
             positions = np.sort(np.argsort(rng.random((n, L)), axis=-1)[:, :T], axis=-1)
             return self.table[:, positions].transpose(1, 0, 2).astype(dtype, copy=False)
         return self.table[None, :, :T].astype(dtype, copy=False)
-
-
-Batch = namedtuple("Batch", "Z z_q target idx mask")
 
 
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
@@ -240,13 +229,12 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
           " table", ridge)
     M = np.eye(d_e) if ridge is None else np.linalg.pinv(pe.table @ pe.table.T
                                                           + ridge * np.eye(d_e))       # (d_e, d_e)
-    X, scores, target = [], [], []
+    chunks = []
     for lo in range(0, n, 512):                      # chunks: P at n = 4096, T = 200 would not fit
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
-        scores.append(np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:] @ M))  # p_i^T M s (m, T)
-        X.append(b.Z[:, :d])
-        target.append(b.target)
-    return np.concatenate(X), np.concatenate(scores), np.concatenate(target)
+        scores = np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:] @ M)  # p_i^T M s   (m, T)
+        chunks.append((b.Z[:, :d], scores, b.target))                  # X, scores, target
+    return tuple(np.concatenate(part) for part in zip(*chunks))
 
 
 def family_output(draws, c):
@@ -256,16 +244,14 @@ def family_output(draws, c):
 
 
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
-    """The loss of W = c W*, V = alpha V* at any T, q, d_e (Monte Carlo, n sequences): what a model
-    of the ground-truth direction, with its scale c and gain alpha, scores at another T or q."""
+    """What W = c W*, V = alpha V* (a fitted c, alpha) scores at any T, q, d_e on n sequences."""
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
-    """min over (c, alpha) of family_loss on the same n sequences (scale_floor of family_draws):
-    the floor a model of the ground-truth direction cannot beat. Returns (loss, c, alpha).
-    With a ridge, the floor of W = c [[0, 0], [0, M]] (family_draws), a table's own family."""
+    """min over (c, alpha) of family_loss on the same n sequences, (loss, c, alpha): the floor a
+    model of the ground-truth direction cannot beat; with a ridge, W = c [[0, 0], [0, M]]'s."""
     check(c_max > 1e-3, "c_max", "> 0.001, where the search over c starts", c_max)
     return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)
 
@@ -273,7 +259,6 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, 
 def scale_floor(draws, c_max=1e4):
     """min over (c, alpha) of the family's loss on `draws`. The best alpha at c is E<g, y> /
     E||g||^2 (least squares, g = family_output); c from a golden-section search over log c."""
-
     def best(log_c):
         g = family_output(draws, np.exp(log_c))
         alpha = (g * draws[2]).sum() / (g * g).sum()                    # the least-squares alpha
@@ -289,9 +274,8 @@ def scale_floor(draws, c_max=1e4):
 
 def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
                 ridges=(None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)):
-    """The least family_floor over ridge = r L / d_e (L/d_e: P_L P_L^T's mean eigenvalue), r in
-    ridges (None: M = I, the ground-truth family): what a W that learns its table's cross-talk can
-    reach with a fixed or randomized table. Returns (loss, c, alpha, r)."""
+    """(loss, c, alpha, r): the least family_floor over ridge = r L / d_e, r in ridges (None: M = I;
+    L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can reach."""
     L = positions or T
     return min(family_floor(kind, T, q, d, d_e, n, seed, positions=positions,
                             ridge=None if r is None else r * L / d_e) + (r,) for r in ridges)
@@ -304,10 +288,9 @@ def family_fit(W, V, d):
 
 
 def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
-    """The smallest d_e whose stochastic-PE family_floor is <= target: up by 3/2 from `start` until
-    it is met, down by 2/3 until it is not, then bisection (the floor taken to fall with d_e; every
-    d_e on `seed`, common random numbers). Returns (d_e, {d_e tried: (floor, c, alpha, se)}), se
-    the floor's Monte-Carlo standard error: the n sequences' losses' std / sqrt(n)."""
+    """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
+    on `seed`'s draws) and {d_e tried: (floor, c, alpha, se)}, se the floor's Monte-Carlo standard
+    error: the n sequences' losses' std / sqrt(n). Up by 3/2, down by 2/3, then bisection."""
     check(target > 0, "target", "> 0 (the floor is 0 only as d_e -> infinity)", target)
     tried = {}
 
