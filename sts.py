@@ -373,12 +373,11 @@ def widths(Ts, q, d, target, seed=0, de=8):
                    tried=sorted([k, v[0]] for k, v in tried.items()))
 
 
-def main(argv=None):
-    """The command line; exits 0 done, 1 a loss diverged, 2 bad input (one line), 130 Ctrl-C."""
+def parser():
+    """The command line's flags; an error is one line on stderr (no usage block), exit status 2."""
     p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    stop = lambda message, status: p.exit(status, f"sts.py: {message}\n")  # one line, no usage
-    p.error, add = lambda message: stop(f"error: {message}", 2), p.add_argument
+    p.error, add = lambda message: p.exit(2, f"sts.py: error: {message}\n"), p.add_argument
     add("--T", type=int, nargs="+", default=[20], help="sequence length (several with --floor)")
     add("--q", type=int, default=3, help="subset size, 1 <= q <= T")
     add("--d", type=int, default=5, help="token dimension")
@@ -395,23 +394,35 @@ def main(argv=None):
     add("--json", help="with --floor or --needed-de: also write the rows to this file (plots.py)")
     add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
         " L >= T positions instead: the floors of W = c W* and of a table-learning W (table_floor)")
+    return p
+
+
+def check_flags(args):
+    """Every flag checked before anything runs: a ValueError naming the flag otherwise."""
+    for T in args.T:
+        check_task(T, args.q, args.d)
+    check(min(args.de) >= 1, "--de", "positive integers", args.de)
+    check(args.steps >= 1, "--steps", "a positive integer", args.steps)
+    check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
+    check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
+    check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
+          "one value each without --floor", (args.T, args.de))
+    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
+          "both")
+    check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
+          "--json", "a file in a writable folder (checked before the search)", args.json)
+    check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
+    check(not args.positions or args.floor and max(args.positions) >= min(args.T),
+          "--positions", "a table size L >= some --T, with --floor", args.positions)
+
+
+def main(argv=None):
+    """The command line; exits 0 done, 1 a loss diverged, 2 bad input (one line), 130 Ctrl-C."""
+    p = parser()
+    stop = lambda message, status: p.exit(status, f"sts.py: {message}\n")  # noqa: E731
     args = p.parse_args(argv)
     try:
-        for T in args.T:
-            check_task(T, args.q, args.d)
-        check(min(args.de) >= 1, "--de", "positive integers", args.de)
-        check(args.steps >= 1, "--steps", "a positive integer", args.steps)
-        check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
-        check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
-        check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
-              "one value each without --floor", (args.T, args.de))
-        check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
-              "both")
-        check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
-              "--json", "a file in a writable folder (checked before the search)", args.json)
-        check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
-        check(not args.positions or args.floor and max(args.positions) >= min(args.T),
-              "--positions", "a table size L >= some --T, with --floor", args.positions)
+        check_flags(args)
     except ValueError as e:
         stop(f"error: {e}", 2)
     q, d, start = args.q, args.d, args.d / (2 * args.q)   # start: the loss at W = V = 0
