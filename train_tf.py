@@ -317,7 +317,7 @@ class Trainer:
 def evaluate_and_log(tr, step, t0):
     """Evaluate every run on its --n-test sets and log the records of those still running; a run
     whose loss diverges stops alone (its summary says so)."""
-    since = step - max((rec["step"] for rec in tr.records if rec), default=step)  # in loss_sum
+    since = step - max((rec["step"] for rec in tr.records if rec), default=step)  # loss_sum's steps
     train_loss = (tr.loss_sum / since).tolist() if since else [None] * len(tr.specs)
     evaluations, now = tr.evaluate(tr.args.n_test), round(time.time() - t0, 3)
     tr.loss_sum.zero_()
