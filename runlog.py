@@ -90,10 +90,7 @@ def nest(losses):
     from [((group, key), x), ...] where key is None for "val"."""
     out = {"val": None, "test_T": {}, "test_q": {}}
     for (group, key), x in losses:
-        if key is None:
-            out[group] = x
-        else:
-            out[group][key] = x
+        out[group] = x if key is None else {**out[group], key: x}
     return out
 
 

@@ -12,12 +12,10 @@ Each run writes a directory under --out: config.json, log.jsonl (a record per ev
 weights_init.npz, weights_final.npz, final_losses.npz (each final sequence's loss), summary.json.
 """
 import contextlib
-import dataclasses
 import hashlib
-import itertools
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -93,14 +91,15 @@ PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=20, de=[6
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
 FIGURE_SET = {  # --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
     "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
-    # as the paper ran
-    "query": [dict(pe="stochastic", attend="query"), dict(pe="fixed", attend="query")],
+    "query": [dict(pe=pe, attend="query") for pe in ("stochastic", "fixed")],  # as the paper ran
     "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
     "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],  # Fig 5
 }
 RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimizer", "lr",
             "anneal_at", "anneal_factor")
 NOT_IN_CONFIG = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
+SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # --evaluate scores these together
+CPU_MS = (27.6, 2.7)   # bench.py, 2-core CPU, paper scale: ms a step for one run, and per more run
 
 
 def parse_args(argv=None):
@@ -141,8 +140,7 @@ def check_args(args):
 
 
 def check_runs(args):
-    """Before any training: every run directory of every d_e is free (or, with --resume, its job
-    has a checkpoint or it finished)."""
+    """Before any training: every run directory is free, or with --resume its job can go on."""
     for d_e in args.de:
         specs = run_specs(args, d_e)
         job = job_checkpoint(args, specs, d_e)
@@ -160,14 +158,11 @@ def run_specs(args, d_e):
         grid = [(folder, dict(base, **{**plain, **change}), seed) for seed in args.seed
                 for folder, changes in FIGURE_SET.items() for change in changes]
     else:
-        pes = [(pe, L) for pe in args.pe
-               for L in (args.positions if pe == "randomized" else [None])]
-        grid = [("", dict(base, pe=pe, positions=L), seed)
-                for (pe, L), seed in itertools.product(pes, args.seed)]
+        grid = [("", dict(base, pe=pe, positions=L), seed) for pe in args.pe
+                for L in (args.positions if pe == "randomized" else [None]) for seed in args.seed]
+    size_L = lambda spec: f"-L{spec['positions']}" if spec["positions"] else ""  # noqa: E731
     return [dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]],
-                 dir=Path(args.out) / folder / (spec["pe"] + (f"-L{spec['positions']}"
-                                                              if spec["positions"] else "")
-                                                + f"-de{d_e}-seed{seed}"))
+                 dir=Path(args.out) / folder / f"{spec['pe']}{size_L(spec)}-de{d_e}-seed{seed}")
             for folder, spec, seed in grid]
 
 
@@ -194,8 +189,7 @@ class Trainer:
     """The runs of one d_e: weights, optimisers, the step, evaluation, files."""
 
     def __init__(self, args, d_e, device, specs=None):
-        self.args, self.d_e, self.device = args, d_e, device
-        self.dtype = getattr(torch, args.dtype)
+        self.args, self.d_e, self.device, self.dtype = args, d_e, device, getattr(torch, args.dtype)
         self.specs = specs or run_specs(args, d_e)
         self.sets = [("val", None, args.T, args.q)]  # (group, key, T, q): from the VAL streams
         self.sets += [("test_T", str(T), T, args.q) for T in args.test_T]
@@ -205,8 +199,8 @@ class Trainer:
         self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads)
         inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
                  for s in self.specs]
-        self.W = [torch.tensor(W0, dtype=self.dtype, device=device) for W0, _ in inits]
-        self.V = [torch.tensor(V0, dtype=self.dtype, device=device) for _, V0 in inits]
+        self.W, self.V = ([torch.tensor(M, dtype=self.dtype, device=device) for M in Ms]
+                          for Ms in zip(*inits))
         self.optimizers = [(torch.optim.SGD if s["optimizer"] == "sgd" else torch.optim.Adam)(
                                [W, V], lr=s["lr"]) for s, W, V in zip(self.specs, self.W, self.V)]
         self.W_star, self.V_star = (torch.as_tensor(M, dtype=self.dtype, device=device)
@@ -214,13 +208,11 @@ class Trainer:
 
     def train_step(self, step):
         """One step of every run on batch `step`; returns each run's training loss (on device)."""
-        a = self.args
-        for spec, opt in zip(self.specs, self.optimizers):
+        losses, dW, dV = self.step_fn(torch.stack(self.W), torch.stack(self.V), step,
+                                      self.args.batch, self.args.T, self.args.q)
+        for r, (spec, opt) in enumerate(zip(self.specs, self.optimizers)):
             opt.param_groups[0]["lr"] = sts.learning_rate(step, spec["lr"], spec["anneal_at"],
                                                           spec["anneal_factor"])
-        losses, dW, dV = self.step_fn(torch.stack(self.W), torch.stack(self.V),
-                                      step, a.batch, a.T, a.q)
-        for r, opt in enumerate(self.optimizers):
             self.W[r].grad, self.V[r].grad = dW[r], dV[r]
             opt.step()
         return losses
@@ -229,9 +221,8 @@ class Trainer:
     def sequence_losses(self, n):
         """Each run's loss on each of the first n sequences per set: [((group, key), (n, R))]."""
         W, V = torch.stack(self.W), torch.stack(self.V)
-        return [((group, key),
-                 self.step_fn(W, V, streams.val_index(T, q), n, T, q, val=True).double())
-                for group, key, T, q in self.sets]
+        return [((group, key), self.step_fn(W, V, streams.val_index(T, q), n, T, q, val=True)
+                 .double()) for group, key, T, q in self.sets]
 
     @torch.no_grad()
     def evaluate(self, n):
@@ -247,22 +238,20 @@ class Trainer:
         """Per run: the mean loss on each validation set of n sequences and its Monte-Carlo standard
         error (std / sqrt n) for summary.json; each sequence's loss goes to final_losses.npz for
         paired differences between runs (all runs of all seeds see the same sequences)."""
-        losses = self.sequence_losses(n)
-        out = []
+        losses, out = self.sequence_losses(n), []
         for r, spec in enumerate(self.specs):
-            arrays = {"_".join(filter(None, name)): x[:, r].float().cpu().numpy()
-                      for name, x in losses}
+            run = [(name, x[:, r]) for name, x in losses]
+            arrays = {"_".join(filter(None, name)): x.float().cpu().numpy() for name, x in run}
             runlog.write_atomic(spec["dir"] / "final_losses.npz",
                                 lambda handle: np.savez(handle, **arrays))
-            out.append(dict(
-                final=runlog.nest([(name, x[:, r].mean().item()) for name, x in losses]),
-                final_se=runlog.nest([(name, x[:, r].std().item() / n ** 0.5)
-                                      for name, x in losses]), n_final=n))
+            out.append(dict(final=runlog.nest([(name, x.mean().item()) for name, x in run]),
+                            final_se=runlog.nest([(name, x.std().item() / n ** 0.5)
+                                                  for name, x in run]), n_final=n))
         return out
 
     def config(self, spec):
         """A run's config.json ("step": the step that trained it, a key older runs have too)."""
-        keep = {k: v for k, v in dataclasses.asdict(self.args).items() if k not in NOT_IN_CONFIG}
+        keep = {k: v for k, v in asdict(self.args).items() if k not in NOT_IN_CONFIG}
         return dict(keep, step="fused", **{k: spec[k] for k in RUN_KEYS}, de=self.d_e,
                     device=str(self.device), model="transformer")
 
@@ -273,48 +262,42 @@ class Trainer:
 
     def open_runs(self):
         """Create (or with --resume restore from the job's checkpoint) the run directories and the
-        training state; returns the first step to train and the seconds already spent."""
-        a, R = self.args, len(self.specs)
-        self.status, self.records = ["running"] * R, [{} for _ in range(R)]  # diverged: stops alone
-        self.loss_sum, self.since = torch.zeros(R, dtype=self.dtype, device=self.device), 0
-        self.file = job_checkpoint(a, self.specs, self.d_e)
-        self.resumed = a.resume and self.file.exists()     # --resume of a job never started: start
-        if not self.resumed:
+        training state at self.step, the first step to train; returns the seconds already spent."""
+        R, self.file = len(self.specs), job_checkpoint(self.args, self.specs, self.d_e)
+        if not (self.args.resume and self.file.exists()):  # --resume of a job never started: start
             self.file.unlink(missing_ok=True)              # an old job's state must not resume
             for spec in self.specs:
                 runlog.fresh_dir(spec["dir"])              # --force: nothing of the old run stays
                 runlog.write_json(spec["dir"] / "config.json", self.config(spec))
             self.save_weights("weights_init.npz")
             self.logs = [open(spec["dir"] / "log.jsonl", "w") for spec in self.specs]
-            return 0, 0.0
+            self.status, self.records = ["running"] * R, [{} for _ in range(R)]
+            self.loss_sum, self.step = torch.zeros(R, dtype=self.dtype, device=self.device), 0
+            return 0.0
         state = runlog.load_checkpoint(self.file)
-        for spec in self.specs:
+        for spec in self.specs:                            # all checked before any log is rewritten
             old, new = runlog.read_config(spec["dir"]), json.loads(json.dumps(self.config(spec)))
             changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
                        and old.get(k) != new[k]]
             runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
                            f"config.json in {', '.join(changed)}; resume with the run's own flags")
-        self.logs = []
         for spec, run, W, V, opt in zip(self.specs, state["runs"], self.W, self.V, self.optimizers):
             W.copy_(run["W"]), V.copy_(run["V"])
             opt.load_state_dict(run["optimizer"])
             runlog.write_bytes(spec["dir"] / "log.jsonl", run["log"])  # the log as checkpointed
-            self.logs.append(open(spec["dir"] / "log.jsonl", "a"))
-        self.status, self.records, self.since = state["status"], state["records"], state["since"]
-        self.loss_sum.copy_(state["loss_sum"])
-        return state["step"], state["seconds"]
+        self.logs = [open(spec["dir"] / "log.jsonl", "a") for spec in self.specs]
+        self.status, self.records, self.step = state["status"], state["records"], state["step"]
+        self.loss_sum = state["loss_sum"]
+        return state["seconds"]
 
     def checkpoint(self, step, seconds):
-        """The whole job's state at `step` in one file, one atomic rename: a kill at any moment
-        leaves the previous checkpoint or this one, whole."""
-        for log in self.logs:
-            log.flush()
+        """The whole job's state at `step` in one file (each log as flushed by append_record)."""
         runs = [dict(dir=spec["dir"].name, W=W, V=V, optimizer=opt.state_dict(),
                      log=(spec["dir"] / "log.jsonl").read_bytes())
                 for spec, W, V, opt in zip(self.specs, self.W, self.V, self.optimizers)]
         runlog.save_checkpoint(self.file, dict(step=step, seconds=seconds, runs=runs,
                                                status=self.status, records=self.records,
-                                               loss_sum=self.loss_sum, since=self.since))
+                                               loss_sum=self.loss_sum))
 
     def close(self, done, step, seconds):
         """A summary for each run still running (`done`: how it ended), then the final weights (a
@@ -334,16 +317,13 @@ class Trainer:
 def evaluate_and_log(tr, step, t0):
     """Evaluate every run on its --n-test sets and log the records of those still running; a run
     whose loss diverges stops alone (its summary says so)."""
-    train_loss = (tr.loss_sum / tr.since).tolist() if tr.since else [None] * len(tr.specs)
-    records = [dict(step=step, train_loss=train_loss[r], time=round(time.time() - t0, 3),
-                    lr=tr.optimizers[r].param_groups[0]["lr"], **rec)
-               for r, rec in enumerate(tr.evaluate(tr.args.n_test))]
+    since = step - max((rec["step"] for rec in tr.records if rec), default=step)  # loss_sum's steps
+    train_loss = (tr.loss_sum / since).tolist() if since else [None] * len(tr.specs)
+    evaluations, now = tr.evaluate(tr.args.n_test), round(time.time() - t0, 3)
     tr.loss_sum.zero_()
-    tr.since = 0
-    for r, rec in enumerate(records):
-        if tr.status[r] != "running":
-            continue
-        tr.records[r] = rec
+    for r in [r for r, state in enumerate(tr.status) if state == "running"]:
+        tr.records[r] = rec = dict(step=step, train_loss=train_loss[r], time=now,
+                                   lr=tr.optimizers[r].param_groups[0]["lr"], **evaluations[r])
         runlog.append_record(tr.logs[r], rec)
         why = runlog.divergence([rec["val"], train_loss[r]], tr.args.d / (2 * tr.args.q))
         if why:
@@ -354,16 +334,16 @@ def evaluate_and_log(tr, step, t0):
         raise runlog.Stop("every run diverged; lower --lr")
 
 
-def run_steps(tr, first, t0, signals):
-    """Steps `first` on to --steps of every run: evaluations, their records, checkpoints (timed, at
+def run_steps(tr, t0, signals):
+    """Steps tr.step on to --steps of every run: evaluations, their records, checkpoints (timed, at
     the end, and where a signal came: then signals.stop() raises); tr.step: the step reached."""
     args, last_checkpoint = tr.args, time.time()
     name = f"{tr.specs[0]['dir'].parent.name}/{tr.specs[0]['dir'].name}".lstrip("/")
-    with tqdm(total=args.steps, initial=first, desc=f"d_e={tr.d_e} x{len(tr.specs)} runs",
+    with tqdm(total=args.steps, initial=tr.step, desc=f"d_e={tr.d_e} x{len(tr.specs)} runs",
               dynamic_ncols=True) as bar:
-        if not tr.resumed:                # the job's start, before any record: --resume finds it
-            tr.checkpoint(first, time.time() - t0)
-        for step in range(first, args.steps + 1):
+        if not tr.file.exists():          # the job's start, before any record: --resume finds it
+            tr.checkpoint(tr.step, time.time() - t0)
+        for step in range(tr.step, args.steps + 1):
             tr.step = step                                    # where a signal or error ends it
             if ((step % args.eval_every == 0 or step == args.steps)     # unless checkpointed
                     and not any(rec.get("step") == step for rec in tr.records)):
@@ -375,27 +355,23 @@ def run_steps(tr, first, t0, signals):
                 tr.checkpoint(step, time.time() - t0)         # the state before step `step`
                 last_checkpoint = time.time()
                 signals.stop()                                # raises if one was caught
-            if step == args.steps:
-                return
-            tr.loss_sum += tr.train_step(step)
-            tr.since += 1
-            bar.update()
+            if step < args.steps:
+                tr.loss_sum += tr.train_step(step)
+                bar.update()
 
 
 def train(args, d_e, device):
     """Train the runs of one d_e and write their directories. Ctrl-C and SIGTERM are taken between
     steps: the job checkpoints, every run gets its summary, then it ends (130, 143)."""
-    specs = run_specs(args, d_e)
-    if (args.resume and not job_checkpoint(args, specs, d_e).exists()
-            and all(runlog.finished(spec["dir"]) for spec in specs)):
+    tr = Trainer(args, d_e, device)
+    if (args.resume and not job_checkpoint(args, tr.specs, d_e).exists()
+            and all(runlog.finished(spec["dir"]) for spec in tr.specs)):
         print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
         return
-    tr = Trainer(args, d_e, device, specs)
-    first, seconds_before = tr.open_runs()
-    t0, tr.step = time.time() - seconds_before, first
+    t0 = time.time() - tr.open_runs()
     try:
         with runlog.Signals() as signals:
-            run_steps(tr, first, t0, signals)
+            run_steps(tr, t0, signals)
         for r, final in enumerate(tr.final_evaluation(args.n_final)):
             if tr.status[r] == "running":
                 tr.records[r].update(final)
@@ -414,13 +390,10 @@ def train(args, d_e, device):
                           " (see their summary.json)")
 
 
-SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # runs scored together agree on these
-
-
 def rescore(args, device):
     """--evaluate: each run's final weights on the common validation sets, runs that agree on SHARED
     side by side (each with its own PE table); rewrites their finals."""
-    configs = {}
+    groups = {}                                       # SHARED's values -> (them, their runs)
     for path in map(Path, args.evaluate):
         try:
             config = json.loads((path / "config.json").read_text())
@@ -429,27 +402,22 @@ def rescore(args, device):
         except (OSError, ValueError, AttributeError) as e:
             raise ValueError(f"--evaluate: {path}: {e}; name directories of finished"
                              " train_tf.py runs") from None
-        configs[path] = config
-    shared = lambda c: tuple(json.dumps(c[k]) for k in SHARED)  # noqa: E731
-    for key in {shared(c) for c in configs.values()}:
-        group = [(p, c) for p, c in configs.items() if shared(c) == key]
-        like = replace(args, **{k: group[0][1][k] for k in SHARED})
-        tr = Trainer(like, like.de, device, [dict({k: c.get(k) for k in RUN_KEYS}, dir=p)
-                                             for p, c in group])
-        for (path, _), W, V in zip(group, tr.W, tr.V):
-            with np.load(path / "weights_final.npz") as saved:
+        shared = {k: config[k] for k in SHARED}
+        groups.setdefault(json.dumps(shared), (shared, []))[1].append(
+            dict({k: config.get(k) for k in RUN_KEYS}, dir=path))
+    for shared, specs in groups.values():
+        tr = Trainer(replace(args, **shared), shared["de"], device, specs)
+        for spec, W, V in zip(specs, tr.W, tr.V):
+            with np.load(spec["dir"] / "weights_final.npz") as saved:
                 W.copy_(torch.as_tensor(saved["W"])), V.copy_(torch.as_tensor(saved["V"]))
         t0 = time.time()
-        for (path, _), final in zip(group, tr.final_evaluation(args.n_final)):
-            summary = json.loads((path / "summary.json").read_text())
-            runlog.write_json(path / "summary.json", dict(summary, **final))
-            print(runlog.closing_line(path, "rescored", summary["stopped_at"], dict(
-                summary, **final), args.n_test))
-        print(f"train_tf.py: {len(group)} run(s) rescored on {args.n_final} sequences per set in"
+        for spec, final in zip(specs, tr.final_evaluation(args.n_final)):
+            summary = dict(json.loads((spec["dir"] / "summary.json").read_text()), **final)
+            runlog.write_json(spec["dir"] / "summary.json", summary)
+            print(runlog.closing_line(spec["dir"], "rescored", summary["stopped_at"], summary,
+                                      args.n_test))
+        print(f"train_tf.py: {len(specs)} run(s) rescored on {args.n_final} sequences per set in"
               f" {time.time() - t0:.0f} s; final_losses.npz and summary.json rewritten")
-
-
-CPU_MS = (27.6, 2.7)   # bench.py, 2-core CPU, paper scale: ms a step for one run, and per more run
 
 
 def main(argv=None):
