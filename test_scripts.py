@@ -283,6 +283,17 @@ def test_evaluate_rescores_saved_runs_on_their_own_sets_bit_for_bit_and_extends_
     with pytest.raises(SystemExit) as done:                    # not a run: one line, status 2
         train_tf.main(["--evaluate", str(tmp_path), "--device", "cpu"])
     assert done.value.code == 2 and "--evaluate: " in capsys.readouterr().err
+    before = (runs[0] / "summary.json").read_text()
+    config = json.loads((runs[-1] / "config.json").read_text())
+    (runs[-1] / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "T"}))
+    for broken in (None, "[]"):                                # a config without T, or not a dict
+        if broken:
+            (runs[-2] / "config.json").write_text(broken)
+        with pytest.raises(SystemExit) as done:                # one line, before any rescoring
+            train_tf.main(["--evaluate", *map(str, runs), "--device", "cpu"])
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("\n") == 1 and "--evaluate: " in err, err
+        assert (runs[0] / "summary.json").read_text() == before
 
 
 @pytest.mark.parametrize("name", ["config.json", "weights_init.npz", "log.jsonl", "checkpoint-",

@@ -399,10 +399,11 @@ def rescore(args, device):
             config = json.loads((path / "config.json").read_text())
             runlog.require(config.get("model") == "transformer" and (path / "summary.json").exists()
                            and (path / "weights_final.npz").exists(), "not a finished run")
-        except (OSError, ValueError, AttributeError) as e:
-            raise ValueError(f"--evaluate: {path}: {e}; name directories of finished"
+            shared = {k: config[k] for k in SHARED}
+        except (OSError, ValueError, AttributeError, KeyError) as e:
+            why = f"config.json has no key {e}" if isinstance(e, KeyError) else e
+            raise ValueError(f"--evaluate: {path}: {why}; name directories of finished"
                              " train_tf.py runs") from None
-        shared = {k: config[k] for k in SHARED}
         groups.setdefault(json.dumps(shared), (shared, []))[1].append(
             dict({k: config.get(k) for k in RUN_KEYS}, dir=path))
     for shared, specs in groups.values():
