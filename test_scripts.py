@@ -150,8 +150,8 @@ def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_noth
                              "--steps", "10000000", "--out", str(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log, deadline = tmp_path / "stochastic-de8-seed0" / "log.jsonl", time.time() + 60
-    while not log.exists() and time.time() < deadline:
-        time.sleep(0.05)
+    while not (log.exists() and list(tmp_path.glob("checkpoint-*.pt"))) and time.time() < deadline:
+        time.sleep(0.05)                        # its files made: the job's start checkpoint is last
     before = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(SystemExit) as done:                        # a d_e the first will reach
         train_tf.main(TINY + ["--de", "16", "--force", "--out", str(tmp_path)])
