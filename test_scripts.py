@@ -149,17 +149,21 @@ def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_noth
     proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--de", "8", "16",
                              "--steps", "10000000", "--out", str(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log, deadline = tmp_path / "stochastic-de8-seed0" / "log.jsonl", time.time() + 60
-    while not (log.exists() and list(tmp_path.glob("checkpoint-*.pt"))) and time.time() < deadline:
-        time.sleep(0.05)                        # its files made: the job's start checkpoint is last
-    before = sorted(p.name for p in tmp_path.iterdir())
-    with pytest.raises(SystemExit) as done:                        # a d_e the first will reach
-        train_tf.main(TINY + ["--de", "16", "--force", "--out", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "another process is writing" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == before and proc.poll() is None
-    proc.terminate()
-    assert proc.wait(timeout=60) == 143
+    try:
+        log, deadline = tmp_path / "stochastic-de8-seed0" / "log.jsonl", time.time() + 60
+        while (not (log.exists() and list(tmp_path.glob("checkpoint-*.pt")))
+               and time.time() < deadline):
+            time.sleep(0.05)                    # its files made: the job's start checkpoint is last
+        before = sorted(p.name for p in tmp_path.iterdir())
+        with pytest.raises(SystemExit) as done:                    # a d_e the first will reach
+            train_tf.main(TINY + ["--de", "16", "--force", "--out", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("\n") == 1 and "another process is writing" in err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before and proc.poll() is None
+        proc.terminate()
+        assert proc.wait(timeout=60) == 143
+    finally:
+        proc.kill()                     # a failed assertion must not leave a 10M-step job running
 
 
 def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path,
