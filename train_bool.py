@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import runlog
-from runlog import flag
+from runlog import Distinct, flag
 
 MODELS = ("transformer", "fcn")
 POSITIVE = runlog.number(int, 0)
@@ -45,8 +45,9 @@ class Args:
     """The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a
     second point; m steps ~ 19%."""
     model: list = flag(list(MODELS), "transformer, fcn or both", choices=MODELS, metavar="MODEL")
-    s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE)
-    T: list = flag([50, 100, 200, 500], "sequence lengths (a log-spaced range)", type=POSITIVE)
+    s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE, action=Distinct)
+    T: list = flag([50, 100, 200, 500], "sequence lengths (a log-spaced range)", type=POSITIVE,
+                   action=Distinct)
     seeds: int = flag(10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE)
     points: int = flag(6, "m around the first guess at which every seed trains", type=POSITIVE)
     m_min: int = flag(16, "smallest training-set size of the grid", type=POSITIVE)
@@ -287,8 +288,6 @@ def rules(args):
          f" {args.m_min}, {args.m_max})"),
         *((s <= T, f"--s must satisfy 1 <= s <= T (got s={s}, T={T}): pick a smaller s or a"
            " longer T") for s, T in itertools.product(args.s, args.T)),
-        *((len(set(values)) == len(values), f"--{key} lists a value twice (got {values}); give"
-           " each once") for key, values in (("T", args.T), ("s", args.s))),
         (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
     ]
 

@@ -33,7 +33,7 @@ import fused
 import runlog
 import streams
 import sts
-from runlog import flag
+from runlog import Distinct, flag
 
 POSITIVE = runlog.number(int, 0)
 NATURAL = runlog.number(int, -1, words="an integer >= 0")
@@ -48,16 +48,19 @@ SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],  # a row's loss: their mean 
 class Args:
     preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
                        choices=("paper", "course"))
-    T: list = flag([200], "sequence length(s), trained one after another", type=POSITIVE)
+    T: list = flag([200], "sequence length(s), trained one after another", type=POSITIVE,
+                   action=Distinct)
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
-    width: list = flag([1024], "hidden widths m, trained one after another", type=POSITIVE)
+    width: list = flag([1024], "hidden widths m, trained one after another", type=POSITIVE,
+                       action=Distinct)
     depth: int = flag(1, "hidden layers", type=POSITIVE)
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
     lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
-    seed: list = flag([0], "seeds (data, init); the validation sets are common", type=NATURAL)
+    seed: list = flag([0], "seeds (data, init); the validation sets are common", type=NATURAL,
+                      action=Distinct)
     eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
     n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
     test_q: list = flag([2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE)
@@ -128,8 +131,6 @@ def rules(args, given):
     qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
     return [(q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
              " smaller q or a longer T") for T in lengths for flag, q in qs] + [
-        (len(set(v)) == len(v), f"--{key} lists a value twice (got {v}); give each once")
-        for key, v in (("T", args.T), ("width", args.width), ("seed", args.seed))] + [
         (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
          " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
         (not args.resume or (args.sweep and not args.force),
