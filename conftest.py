@@ -19,6 +19,18 @@ FCN_TINY = ["--T", "6", "--q", "2", "--d", "2", "--batch", "64", "--steps", "150
             "--device", "cpu"]
 
 
+def cuda_available():
+    try:
+        import torch
+    except ImportError:                  # the NumPy tests run without torch
+        return False
+    return torch.cuda.is_available()
+
+
+# the torch tests that run on CUDA as well where there is a device (the CPU alone runs the rest)
+CUDA = pytest.mark.skipif(not cuda_available(), reason="no CUDA device here")
+
+
 def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):
     pe = sts.PositionalEncoding(kind, d_e, max_len=T, seed=seed)
     return sts.sample_batch(np.random.default_rng(seed), n, T, q, d, pe)

@@ -1,7 +1,7 @@
 """The two baselines (test_sts.py runs this file too): train_bool.py, the s-sparse AND of Edelman
 et al. (its task, its transformer, the critical-size search and the fits), and train_fcn.py, the
 FCN on STS_q (its input, its runs, the width search and the sweep), each with its bad input.
-Seeded, CPU only.
+Seeded; two short runs on CUDA too where there is a device.
 """
 import json
 
@@ -14,7 +14,7 @@ import runlog
 import streams
 import train_bool
 import train_fcn
-from conftest import FCN_TINY, read_log
+from conftest import CUDA, FCN_TINY, read_log
 
 
 # ------------------------------------------------------------------------------------ train_bool.py
@@ -60,9 +60,14 @@ def test_bool_transformer_forward_equals_plain_attention_over_all_tokens():
         np.testing.assert_allclose(net(bits).numpy(), plain.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_bool_transformer_learns_a_short_and_deterministically(one_thread):
-    first, again = (train_bool.train_one("transformer", 200, 20, 2, 0, torch.device("cpu"))
-                    for _ in range(2))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_bool_transformer_learns_a_short_and_deterministically(one_thread, device):
+    train_bool.reproducible(torch.device(device))      # as main() does (on CUDA: atomics' order)
+    try:
+        first, again = (train_bool.train_one("transformer", 200, 20, 2, 0, torch.device(device))
+                        for _ in range(2))
+    finally:
+        torch.use_deterministic_algorithms(False)
     assert first["acc"] >= 0.99 and first["train_acc"] == 1.0
     assert first["acc"] == again["acc"] and first["train_loss"] == again["train_loss"]
 
@@ -286,8 +291,10 @@ def test_fcn_search_returns_the_first_width_that_reaches_the_target():
     assert train_fcn.search([1, 2, 4, 8], None, reach) == 3 and tried == [2, 4, 8]
 
 
-def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path, one_thread):
-    train_fcn.main(FCN_TINY + ["--width", "64", "--out", str(tmp_path)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path, one_thread,
+                                                                        device):
+    train_fcn.main(FCN_TINY + ["--width", "64", "--out", str(tmp_path), "--device", device])
     run = tmp_path / "fcn-T6-m64-depth1-seed0"
     log = read_log(run)
     assert [r["step"] for r in log] == [0, 50, 100, 150]

@@ -6,9 +6,10 @@ streams (streams.py) against sts.sample_batch from the same recorded numbers; wh
 train_tf.py, the fused step against the reference step on the same draws; runs of
 one seed sharing their draws and every run sharing the validation sets; runs together against apart;
 a killed and resumed run against an uninterrupted one, bit for bit (killed after any of its writes
-too). Seeded, CPU only.
+too). Seeded; on the CPU, and on CUDA too where there is a device (skipped otherwise).
 """
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,7 +23,8 @@ import fused
 import streams
 import sts
 import train_tf
-from conftest import HERE, TINY, assert_same_logs, random_batch, random_weights, read_log
+from conftest import (CUDA, HERE, TINY, assert_same_logs, random_batch, random_weights,
+                      read_log)
 
 
 
@@ -140,22 +142,36 @@ def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, p
                                                                 chunks, monkeypatch):
     monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
     monkeypatch.setattr(fused, "THREAD_WORK", work)
+    assert_fused_equals_numpy(kind, torch.device("cpu"), threads, chunks)
+
+
+@CUDA
+@pytest.mark.parametrize("kind", sts.PE_KINDS)
+def test_fused_step_on_cuda_equals_the_numpy_backward_on_its_draws(kind):
+    # on CUDA the streams' generators are CUDA's (other numbers than the CPU's), the batch is one
+    # chunk: the step must still be sts.backward on whatever it drew
+    assert_fused_equals_numpy(kind, torch.device("cuda"), 1, 1)
+
+
+def assert_fused_equals_numpy(kind, device, threads, chunks):
+    """FusedStep's losses and gradients on `device` against sts.backward on the draws it made."""
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
-    step = fused.FusedStep([(c["seed"], kind, table, list(range(len(W))))], query, d, d_e,
-                           torch.device("cpu"), torch.float64, threads=threads)
+    step = fused.FusedStep([(c["seed"], kind, None if table is None else table.to(device),
+                             list(range(len(W))))], query.to(device), d, d_e, device,
+                           torch.float64, threads=threads)
     assert len(step.bounds(n, T)) == chunks
-    losses, dW, dV = step(W, V, 7, n, T, q)
-    X, idx, target, G = (a.numpy() for a in draw_batch(
-        streams.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, torch.device("cpu")))
+    losses, dW, dV = (a.cpu() for a in step(W.to(device), V.to(device), 7, n, T, q))
+    X, idx, target, G = (a.cpu().numpy() for a in draw_batch(
+        streams.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, device))
     mask = np.zeros((n, T))
     np.put_along_axis(mask, idx, 1.0, -1)
     np.testing.assert_allclose(target, sts.sts_target(X, mask), rtol=1e-12)
     P = (sts.unit_columns(G.transpose(0, 2, 1)) if table is None
          else np.broadcast_to(table[:T].T.numpy(), (n, d_e, T)))
     if kind == "randomized":          # each sequence's T positions of the table's L, from its stream
-        positions = streams.draw_positions(torch.Generator(), streams.words(c["seed"], 7)[1], 0, n,
-                                           T, len(table)).numpy()
+        positions = streams.draw_positions(torch.Generator(device), streams.words(c["seed"], 7)[1],
+                                           0, n, T, len(table)).cpu().numpy()
         assert np.all(np.diff(positions, axis=1) > 0) and positions.max() >= T   # ordered, beyond T
         P = table.numpy()[positions].transpose(0, 2, 1)
     Z, z_q = sts.embed(X, P, mask)
@@ -248,13 +264,16 @@ def test_randomized_pe_with_L_equal_to_T_trains_exactly_as_fixed_pe(tmp_path):
 FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
 
 
-def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path, monkeypatch):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path, monkeypatch,
+                                                                       device):
     # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam;
     # the same command again with the reference step in the place of the fused one
-    train_tf.main(FIG_TINY + ["--out", str(tmp_path / "fused")])
+    flags = FIG_TINY + ["--device", device]
+    train_tf.main(flags + ["--out", str(tmp_path / "fused")])
     monkeypatch.setattr(fused, "FusedStep", Reference)
-    train_tf.main(FIG_TINY + ["--out", str(tmp_path / "autograd")])
-    assert isinstance(train_tf.Trainer(train_tf.parse_args(FIG_TINY), 8, torch.device("cpu"))
+    train_tf.main(flags + ["--out", str(tmp_path / "autograd")])
+    assert isinstance(train_tf.Trainer(train_tf.parse_args(flags), 8, torch.device(device))
                       .step_fn, Reference)
     runs = sorted(p.relative_to(tmp_path / "fused") for p in (tmp_path / "fused").glob("*/*-seed0"))
     assert len(runs) == 7
@@ -289,9 +308,10 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
     assert losses[seeds.index(1)] != losses[seeds.index(2)]
 
 
-def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, device):
     flags = [*TINY, "--steps", "600", "--pe", "stochastic", "fixed", "--optimizer", "adam",
-             "--checkpoint-every", "0.05"]
+             "--checkpoint-every", "0.05", "--device", device]
     train_tf.main(flags + ["--out", str(tmp_path / "whole")])
     proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags,
                              "--out", str(tmp_path / "cut")],
@@ -454,8 +474,12 @@ def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_fi
     # (one thread: no pool in the driver before it forks)
     flags = [*TINY, "--pe", "stochastic", "fixed", "--de", "8", "12", "--optimizer", "adam",
              "--threads", "1"]
+    # no CUDA device for the driver: on a machine with one, Adam's step asks CUDA whether a graph is
+    # being captured, which starts CUDA in the driver, and a forked child then cannot use it (every
+    # child exited 1 on an H100 machine); the runs are on the CPU anyway
     r = subprocess.run([sys.executable, "-c", KILL_DRIVER, json.dumps(flags), str(tmp_path)],
-                       cwd=HERE, capture_output=True, text=True, timeout=600)
+                       cwd=HERE, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.splitlines()[-1])
     assert report["counts"] == dict(save_checkpoint=4, write_summary=4, append_record=12)
