@@ -1,15 +1,15 @@
 """The data streams of the torch scripts: a batch is a function of (seed, stream, index) alone.
 
 Sequences are drawn in chunks of DRAW_CHUNK, each from a torch.Generator seeded by (seed, stream,
-index, chunk), so the numbers do not depend on threads, chunking or device order. Tokens and subsets
-come from one stream, stochastic PEs from another: runs of one seed see the same tokens and subsets
-whatever their PE, optimiser or attention, and a process training several of them draws each batch
-once. The validation sets come from streams that do not depend on the run's seed: every run of every
+index, chunk), so the numbers do not depend on threads or chunking (CUDA's generator draws other
+numbers than the CPU's from the same seed: a GPU run is another seed). Tokens and subsets come from one
+stream, stochastic PEs from another: runs of one seed see the same tokens and subsets whatever their
+PE, optimiser or attention, and a process training several of them draws each batch once. The validation sets come from streams that do not depend on the run's seed: every run of every
 seed is scored on the same sequences, so runs compare sequence by sequence (paired differences).
 """
 import torch
 
-DRAW_CHUNK = 8         # sequences per seeded draw: fixes the streams whatever the threads or device
+DRAW_CHUNK = 8         # sequences per seeded draw: fixes the streams whatever the threads or chunks
 TRAIN, TRAIN_PE, VAL, VAL_PE = 1, 2, 3, 4   # the stream ids: tokens and subsets, and PEs, of each
 EVAL_WORD = 0          # the seed word of every validation set, whatever the run's seed
 
