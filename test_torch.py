@@ -475,8 +475,8 @@ def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_fi
     flags = [*TINY, "--pe", "stochastic", "fixed", "--de", "8", "12", "--optimizer", "adam",
              "--threads", "1"]
     # no CUDA device for the driver: on a machine with one, Adam's step asks CUDA whether a graph is
-    # being captured, which starts CUDA in the driver, and a forked child then cannot use it (every
-    # child exited 1 on an H100 machine); the runs are on the CPU anyway
+    # being captured, which starts CUDA in the driver, and a forked child then cannot use it (each
+    # child that trained exited 1 on an H100 machine); the runs are on the CPU anyway
     r = subprocess.run([sys.executable, "-c", KILL_DRIVER, json.dumps(flags), str(tmp_path)],
                        cwd=HERE, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
