@@ -2,9 +2,9 @@
 
 Sequences are drawn in chunks of DRAW_CHUNK, each from a torch.Generator seeded by (seed, stream,
 index, chunk), so the numbers do not depend on threads or chunking (CUDA's generator draws other
-numbers than the CPU's from the same seed: a GPU run is another seed). Tokens and subsets come from one
-stream, stochastic PEs from another: runs of one seed see the same tokens and subsets whatever their
-PE, optimiser or attention, and a process training several of them draws each batch once. The
+numbers than the CPU's from the same seed: a GPU run is another seed). Tokens and subsets come from
+one stream, stochastic PEs from another: runs of one seed see the same tokens and subsets whatever
+their PE, optimiser or attention, and a process training several of them draws each batch once. The
 validation sets come from streams that do not depend on the run's seed: every run of every seed is
 scored on the same sequences, so runs compare sequence by sequence (paired differences).
 """
