@@ -29,6 +29,7 @@ def cuda_available():
 
 # the torch tests that run on CUDA as well where there is a device (the CPU alone runs the rest)
 CUDA = pytest.mark.skipif(not cuda_available(), reason="no CUDA device here")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]   # parametrize("device", DEVICES)
 
 
 def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):

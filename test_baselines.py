@@ -14,7 +14,7 @@ import runlog
 import streams
 import train_bool
 import train_fcn
-from conftest import CUDA, FCN_TINY, read_log
+from conftest import DEVICES, FCN_TINY, read_log
 
 
 # ------------------------------------------------------------------------------------ train_bool.py
@@ -60,7 +60,7 @@ def test_bool_transformer_forward_equals_plain_attention_over_all_tokens():
         np.testing.assert_allclose(net(bits).numpy(), plain.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", DEVICES)
 def test_bool_transformer_learns_a_short_and_deterministically(one_thread, device):
     train_bool.reproducible(torch.device(device))      # as main() does (on CUDA: atomics' order)
     try:
@@ -291,7 +291,7 @@ def test_fcn_search_returns_the_first_width_that_reaches_the_target():
     assert train_fcn.search([1, 2, 4, 8], None, reach) == 3 and tried == [2, 4, 8]
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", DEVICES)
 def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(tmp_path, one_thread,
                                                                         device):
     train_fcn.main(FCN_TINY + ["--width", "64", "--out", str(tmp_path), "--device", device])

@@ -23,8 +23,8 @@ import fused
 import streams
 import sts
 import train_tf
-from conftest import (CUDA, HERE, TINY, assert_same_logs, random_batch, random_weights,
-                      read_log)
+from conftest import (CUDA, DEVICES, HERE, TINY, assert_same_logs, random_batch,
+                      random_weights, read_log)
 
 
 
@@ -264,7 +264,7 @@ def test_randomized_pe_with_L_equal_to_T_trains_exactly_as_fixed_pe(tmp_path):
 FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", DEVICES)
 def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path, monkeypatch,
                                                                        device):
     # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam;
@@ -308,7 +308,7 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
     assert losses[seeds.index(1)] != losses[seeds.index(2)]
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, device):
     flags = [*TINY, "--steps", "600", "--pe", "stochastic", "fixed", "--optimizer", "adam",
              "--checkpoint-every", "0.05", "--device", device]
