@@ -16,6 +16,7 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -24,6 +25,10 @@ DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the ru
 
 class Stop(Exception):
     """A run that cannot go on (NaN or diverging loss): the message says why; the logs are kept."""
+
+
+class Unusable(ValueError):
+    """A file that cannot be read or used (bad input): the message names it and the fix."""
 
 
 # The signal behind a KeyboardInterrupt: SIGTERM (a timeout, a scheduler, docker stop) is taken as
@@ -53,18 +58,28 @@ def strict(value):
 
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills path.tmp, renamed onto path, so that a
-    kill at any moment leaves the old file or the new one. An error (a read-only folder, a full
-    disk) names path and leaves no partial .tmp behind."""
+    kill at any moment leaves the old file or the new one. Any error (a read-only folder, a full
+    disk, torch's writer's RuntimeError) is an OSError naming path (see named); no .tmp is left."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as handle:
             write(handle)
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:            # Ctrl-C too leaves no partial .tmp behind
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        e.filename = str(path)            # the file meant, not its .tmp (a full disk names none)
-        raise
+        if not isinstance(e, Exception):
+            raise
+        raise named(e, path) from None
+
+
+def named(error, path):
+    """An error met writing path as an OSError naming path, for cannot_write (a full disk names no
+    file; torch's writer says it as a RuntimeError)."""
+    if not isinstance(error, OSError):
+        error = OSError(errno.EIO, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}")
+    error.filename = str(path)
+    return error
 
 
 def cannot_write(error):
@@ -82,7 +97,7 @@ def cannot_write(error):
 
 def write_json(path, obj):
     """Write obj as JSON atomically (no reader sees half a file), non-finite numbers as null."""
-    write_atomic(path, lambda handle: handle.write(json.dumps(strict(obj), indent=2).encode()))
+    write_bytes(path, json.dumps(strict(obj), indent=2).encode())  # a bad obj: a TypeError here
 
 
 def nest(losses):
@@ -135,9 +150,8 @@ def append_record(log, record):
     try:
         log.write(json.dumps(strict(record)) + "\n")
         log.flush()
-    except OSError as e:
-        e.filename = e.filename or log.name   # write() on a full disk names no file
-        raise
+    except Exception as e:
+        raise named(e, log.name) from None
 
 
 def write_record(log, record, run_name, losses, start_loss):
@@ -171,13 +185,26 @@ def load_checkpoint(file):
                          " delete it and rerun with --force") from None
 
 
+def read(path, parse=json.loads, fix="rerun the run with --force"):
+    """parse(the bytes of path), a regular file: one that is not (a folder; a FIFO, whose read would
+    hang), is missing, or cannot be read or parsed is Unusable, naming path and then `fix`."""
+    path = Path(path)
+    try:
+        if stat.S_ISREG(path.stat().st_mode):
+            return parse(path.read_bytes())
+        why = "not a regular file"
+    except FileNotFoundError:
+        why = "missing"
+    except json.JSONDecodeError:
+        why = "not valid JSON"
+    except Exception as e:                # whatever a parser raises for a cut or foreign file
+        why = f"cannot be read ({type(e).__name__})"
+    raise Unusable(f"{path}: {why}; {fix}")
+
+
 def read_config(path):
     """A run directory's config.json as a dict; a missing or malformed one is bad input."""
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path / 'config.json'}: cannot be read ({type(e).__name__}); rerun"
-                         " the run with --force") from None
+    config = read(path / "config.json")
     require(isinstance(config, dict), f"{path / 'config.json'}: not a JSON object; rerun the run"
             " with --force")
     return config
@@ -303,7 +330,7 @@ def run_state(path):
     with no steps (train_bool.py's grid) as "finished"."""
     summary = Path(path) / "summary.json"
     try:
-        state = json.loads(summary.read_text())
+        state = read(summary)
         step = state.get("stopped_at")
         return state["status"] + (f" at step {step}" if step is not None else "")
     except (OSError, ValueError, KeyError, TypeError):
