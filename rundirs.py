@@ -2,14 +2,18 @@
 one name here, "val", "T=250" or "q=2" (flat() and final_losses() translate the files' forms);
 what cannot be read raises Skip, whose message names the file and says why.
 """
+import io
 import json
 import math
+import re
 import os
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+import runlog
+from runlog import Unusable as Skip  # what cannot be drawn: its message names the file and why
 
 # the config.json keys that a model's figures and tables read; a run without one of them is skipped
 NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
@@ -28,10 +32,6 @@ PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final
 # n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
 FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor; row keys
 NAN = float("nan")
-
-
-class Skip(Exception):
-    """Something that cannot be drawn; the message names the file and says why."""
 
 
 class Report(list):
@@ -53,22 +53,18 @@ class Report(list):
 
 
 def origin(args):
-    """Where a job's data came from: its first argument, a path or a list of runs (their folder)."""
-    first = args[0] if args else None
-    if isinstance(first, list) and first and isinstance(first[0], dict) and "path" in first[0]:
-        return first[0]["path"].parent
-    return first if isinstance(first, Path) else "plots.py"
+    """Where a job's data came from: its first argument that is a path or a list of runs (their
+    folder)."""
+    for a in args:
+        if isinstance(a, list) and a and isinstance(a[0], dict) and "path" in a[0]:
+            return a[0]["path"].parent
+        if isinstance(a, Path):
+            return a
+    return "plots.py"
 
 
 def read(path, parse=json.loads):
-    if path.exists() and not path.is_file():          # a folder or a FIFO: reading it would hang
-        raise Skip(f"{path}: not a regular file")
-    try:
-        return parse(path.read_text())
-    except FileNotFoundError:
-        raise Skip(f"{path}: missing; rerun the experiment that writes it") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise Skip(f"{path}: not valid JSON") from None
+    return runlog.read(path, parse, "rerun the experiment that writes it")
 
 
 def need_keys(obj, keys, where):
@@ -86,15 +82,22 @@ def flat(record):
 
 
 def final_losses(run):
-    """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none."""
+    """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none; Skip
+    for a key or shape that train_tf.py does not write."""
     arrays = Report().attempt(npz, run, "final_losses") or {}
-    return {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in arrays.items()}
+    names = {k: re.sub(r"^test_([Tq])_(\d+)$", r"\1=\2", k) for k in arrays}
+    for k, x in arrays.items():
+        if not ("=" in names[k] or k == "val") or x.ndim != 1:
+            raise Skip(f"{run['path']}/final_losses.npz: {k!r} {x.shape} is none of train_tf.py's"
+                       " sets (val, test_T_8, test_q_2: a loss per sequence)")
+    return {names[k]: x for k, x in arrays.items()}
 
 
 def read_log(path, report):
     """The records of a log.jsonl, flat(); a last line cut mid-record (a run killed mid-write, a log
     still being written) is left out with a warning, a line that is no record skipped."""
-    lines = [(i, line) for i, line in enumerate(read(path, str.splitlines), 1) if line.strip()]
+    lines = [(i, line) for i, line in enumerate(read(path, lambda b: b.decode().splitlines()), 1)
+             if line.strip()]
     records, cut = [], None
     for i, line in lines:
         try:
@@ -125,10 +128,15 @@ def load_run(path, report):
         raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
                    f" {', '.join(NEEDS)}")
     need_keys(config, NEEDS[config["model"]], path / "config.json")
+    odd = [k for k in ("T", "q", "d", "de", "width", "seed", "batch") if type(config.get(k, 0)) is not int]
+    if odd:                                   # "seed": null or "0" would not sort among the seeds
+        raise Skip(f"{path / 'config.json'}: {odd[0]} {config[odd[0]]!r} is not an integer")
     log = read_log(path / "log.jsonl", report)
     summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # running
-    if not isinstance(summary, dict) or not isinstance(summary.get("final", {}), dict):
-        raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
+    if not (isinstance(summary, dict) and isinstance(summary.get("final", {}), dict)
+            and isinstance(summary.get("status", ""), str)):
+        raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final' and a"
+                   " string 'status'")
     if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
         raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
     if not any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
@@ -139,9 +147,17 @@ def load_run(path, report):
 
 
 def below(folder, names):
-    """The regular files called one of `names` at or below `folder`, symlinked folders followed."""
-    return sorted(Path(top) / name for top, _, files in os.walk(folder, followlinks=True)
-                  for name in names if name in files and (Path(top) / name).is_file())
+    """The regular files called one of `names` at or below `folder`, symlinked folders followed,
+    each real folder once (links to . or .. would branch without end), real ones before links."""
+    found, seen = [], set()
+    for top, dirs, files in os.walk(folder, followlinks=True):
+        if os.path.realpath(top) in seen:     # reached again through a link: walked once
+            dirs.clear()
+            continue
+        seen.add(os.path.realpath(top))
+        dirs.sort(key=lambda d: (os.path.islink(os.path.join(top, d)), d))
+        found += [Path(top) / n for n in names if n in files and (Path(top) / n).is_file()]
+    return sorted(found)
 
 
 def find_experiments(paths, report):
@@ -166,16 +182,23 @@ def find_experiments(paths, report):
 
 
 def unique(runs, report):
-    """The runs but a second of one configuration and seed (a backup copy, say), reported."""
-    kept = {}
+    """The runs, each configuration and seed once: of copies (a backup, a renamed folder) the one at
+    the path its trainer names (runlog.run_name), the others reported; none there: all refused."""
+    copies = defaultdict(list)
     for run in runs:
-        key = (setting(run["config"]), run["config"].get("seed"))
-        if key in kept:
-            report.say("skipped", f"{run['path']}: the same configuration and seed as"
-                       f" {kept[key]['path']}; left out, so that the seed counts once")
-        else:
-            kept[key] = run
-    return list(kept.values())
+        copies[setting(run["config"]), run["config"]["seed"]].append(run)
+    kept = []
+    for same in copies.values():
+        real = [r for r in same if r["path"].name == runlog.run_name(r["config"])]
+        kept += (real or same)[:1] if real or len(same) == 1 else []
+        others = ", ".join(str(r["path"]) for r in same if r not in real[:1])
+        if real and len(same) > 1:
+            report.say("skipped", f"{others}: the same configuration and seed as {real[0]['path']};"
+                       " left out, so that the seed counts once")
+        elif len(same) > 1:
+            report.say("skipped", f"{others}: the same configuration and seed, none named"
+                       f" {runlog.run_name(same[0]['config'])}; all left out: keep the real one")
+    return kept
 
 
 def load_summary(path, report):
@@ -285,12 +308,9 @@ def describe(c, groups=()):
 
 def npz(run, name, keys=()):
     """The arrays of a run's `name`.npz, in float64; Skip if missing, unreadable or without keys."""
-    try:
-        with np.load(run["path"] / f"{name}.npz") as f:
-            arrays = {k: f[k].astype(float) for k in f.files}
-    except Exception as e:  # missing, cut or foreign: whatever np.load raises, it is unusable
-        raise Skip(f"{run['path']}/{name}.npz: cannot be read ({type(e).__name__})") from None
-    return need_keys(arrays, keys, f"{run['path']}/{name}.npz")
+    path = run["path"] / f"{name}.npz"
+    arrays = read(path, lambda data: {k: x.astype(float) for k, x in np.load(io.BytesIO(data)).items()})
+    return need_keys(arrays, keys, path)
 
 
 def weights(run, when="final"):

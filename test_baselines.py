@@ -261,6 +261,33 @@ def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summa
         assert json.loads((tmp_path / name).read_text())["status"] == "interrupted"
 
 
+def fake_train_one(model, m, T, s, seed, device):          # learned from m = 32 on, in no time
+    return dict(model=model, T=T, s=s, m=m, seed=seed, acc=float(m >= 32), train_acc=1.0,
+                train_loss=0.0, steps=1, seconds=0.0)
+
+
+def test_bool_resume_retrains_a_record_without_its_accuracy_and_reads_no_folder_as_a_log(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(train_bool, "train_one", fake_train_one)
+    job = ["--model", "fcn", "--s", "2", "--T", "8", "--seeds", "3", "--m-max", "64", "--device",
+           "cpu", "--out", str(tmp_path)]
+    train_bool.main(job)
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    damaged = json.loads(lines[0])
+    del damaged["acc"]                                        # a record without its accuracy
+    (tmp_path / "log.jsonl").write_text("\n".join([json.dumps(damaged), *lines[1:]]) + "\n")
+    train_bool.main(job + ["--resume"])                       # dropped, trained again
+    assert sorted((tmp_path / "log.jsonl").read_text().splitlines()) == sorted(lines)
+    (tmp_path / "log.jsonl").unlink()
+    (tmp_path / "log.jsonl").mkdir()                          # a folder where the log belongs
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_bool.main(job + ["--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "cannot write" not in err, err
+    assert f"{tmp_path / 'log.jsonl'}: not a regular file; remove it" in err
+
+
 # ------------------------------------------------------------------------------------- train_fcn.py
 
 @pytest.mark.parametrize("depth", [1, 3])
@@ -522,3 +549,37 @@ def test_steps_and_sweep_steps_together_are_refused_in_one_line(tmp_path, capsys
         train_fcn.main(BUDGETS + ["--steps", "20", "--sweep-steps", "20", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and "--sweep-steps" in err
+
+
+def damage_json(path, change):
+    path.write_text(change(path.read_text()))
+
+
+SWEEP_DAMAGE = {   # damage to a finished sweep, then --resume: what stderr says (None: it goes on)
+    "a garbage line in a run's log (sweep.json holds its numbers)": (
+        "fcn-T6-m8-depth1-seed0/log.jsonl", lambda text: "garbage\n" + text, None),
+    "a truncated sweep.json": ("sweep.json", lambda text: text[:50], "sweep.json: not valid JSON"),
+    "a list for sweep.json": ("sweep.json", lambda text: "[]", "sweep.json: not an object"),
+    "a list for its cells": ("sweep.json", lambda text: json.dumps(dict(
+        json.loads(text), cells=[], transformer_cells=[])), "sweep.json: not an object")}
+
+
+@pytest.mark.parametrize("case", SWEEP_DAMAGE)
+def test_a_sweep_resumed_over_a_damaged_file_goes_on_or_says_which_in_one_line(
+        tmp_path, one_thread, capsys, case):
+    name, damage, fragment = SWEEP_DAMAGE[case]
+    job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
+                      "--seed", "0", "--out", str(tmp_path)]
+    train_fcn.main(job)
+    rows = sweep_rows(tmp_path)
+    damage_json(tmp_path / name, damage)
+    capsys.readouterr()
+    if fragment is None:
+        train_fcn.main(job + ["--resume"])
+        assert sweep_rows(tmp_path) == rows
+        return
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(job + ["--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert "--force" in err and "Traceback" not in err

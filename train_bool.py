@@ -339,16 +339,18 @@ def write_results(out, rows, status, seconds):
 
 def read_log(out):
     """An interrupted run's trainings {(model, m, T, s, seed): record} (a line cut by a kill, or
-    not a record, is dropped and trained again), its log rewritten so that new records start on a
-    line of their own, and the seconds its summary counted."""
+    not a record with its numbers, is dropped and trained again), its log rewritten so that new
+    records start on a line of their own, and the seconds its summary counted."""
     log, done = out / "log.jsonl", {}
-    for line in log.read_text().splitlines() if log.exists() else []:
+    for line in (runlog.read(log, bytes.splitlines, "remove it, or rerun with --force")
+                 if log.exists() else []):
         with contextlib.suppress(ValueError, KeyError, TypeError):
             record = json.loads(line)
-            done[record["model"], record["m"], record["T"], record["s"], record["seed"]] = record
+            if all(type(record[k]) in (int, float) for k in ("acc", "train_loss", "steps")):
+                done[record["model"], record["m"], record["T"], record["s"], record["seed"]] = record
     runlog.write_bytes(log, "".join(json.dumps(r) + "\n" for r in done.values()).encode())
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return done, json.loads((out / "summary.json").read_text())["seconds"]
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return done, runlog.read(out / "summary.json")["seconds"]
     return done, 0.0                                   # killed before its first summary
 
 
