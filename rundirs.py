@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 
 import runlog
-from runlog import Unusable as Skip  # what cannot be drawn: its message names the file and why
+from runlog import Unusable as Skip, read  # Skip: what cannot be drawn, its message naming the file
 
 # the config.json keys that a model's figures and tables read; a run without one of them is skipped
 NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
                          "attend"),
          "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
+WHOLE = ("T", "q", "d", "de", "width", "seed", "batch")  # those of them that are integers
 # a search in one file (train_fcn.py, train_bool.py, sts.py --needed-de): its keys, a row's keys
 SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_slope"),
                             ("model", "T", "steps", "width", "params", "val", "tried")),
@@ -53,18 +54,11 @@ class Report(list):
 
 
 def origin(args):
-    """Where a job's data came from: its first argument that is a path or a list of runs (their
-    folder)."""
-    for a in args:
-        if isinstance(a, list) and a and isinstance(a[0], dict) and "path" in a[0]:
-            return a[0]["path"].parent
-        if isinstance(a, Path):
-            return a
-    return "plots.py"
-
-
-def read(path, parse=json.loads):
-    return runlog.read(path, parse, "rerun the experiment that writes it")
+    """Where a job's data came from: its first path or list of runs (their folder) among args."""
+    first = next((a for a in args if isinstance(a, (Path, list))), None)
+    if isinstance(first, list) and first and isinstance(first[0], dict) and "path" in first[0]:
+        return first[0]["path"].parent
+    return first if isinstance(first, Path) else "plots.py"
 
 
 def need_keys(obj, keys, where):
@@ -85,12 +79,11 @@ def final_losses(run):
     """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none; Skip
     for a key or shape that train_tf.py does not write."""
     arrays = Report().attempt(npz, run, "final_losses") or {}
-    names = {k: re.sub(r"^test_([Tq])_(\d+)$", r"\1=\2", k) for k in arrays}
-    for k, x in arrays.items():
-        if not ("=" in names[k] or k == "val") or x.ndim != 1:
-            raise Skip(f"{run['path']}/final_losses.npz: {k!r} {x.shape} is none of train_tf.py's"
-                       " sets (val, test_T_8, test_q_2: a loss per sequence)")
-    return {names[k]: x for k, x in arrays.items()}
+    odd = [k for k, x in arrays.items() if not re.fullmatch(r"val|test_[Tq]_\d+", k) or x.ndim != 1]
+    if odd:
+        raise Skip(f"{run['path']}/final_losses.npz: {odd[0]!r} is none of train_tf.py's sets (val,"
+                   " test_T_8, test_q_2: a loss per sequence)")
+    return {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in arrays.items()}
 
 
 def read_log(path, report):
@@ -128,8 +121,8 @@ def load_run(path, report):
         raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
                    f" {', '.join(NEEDS)}")
     need_keys(config, NEEDS[config["model"]], path / "config.json")
-    odd = [k for k in ("T", "q", "d", "de", "width", "seed", "batch") if type(config.get(k, 0)) is not int]
-    if odd:                                   # "seed": null or "0" would not sort among the seeds
+    odd = [k for k in WHOLE if type(config.get(k, 0)) is not int]  # "seed": null, "0": unsortable
+    if odd:
         raise Skip(f"{path / 'config.json'}: {odd[0]} {config[odd[0]]!r} is not an integer")
     log = read_log(path / "log.jsonl", report)
     summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # running
@@ -151,12 +144,10 @@ def below(folder, names):
     each real folder once (links to . or .. would branch without end), real ones before links."""
     found, seen = [], set()
     for top, dirs, files in os.walk(folder, followlinks=True):
-        if os.path.realpath(top) in seen:     # reached again through a link: walked once
-            dirs.clear()
-            continue
+        new = os.path.realpath(top) not in seen
         seen.add(os.path.realpath(top))
-        dirs.sort(key=lambda d: (os.path.islink(os.path.join(top, d)), d))
-        found += [Path(top) / n for n in names if n in files and (Path(top) / n).is_file()]
+        dirs[:] = sorted(dirs, key=lambda d: (os.path.islink(os.path.join(top, d)), d)) * new
+        found += [Path(top) / n for n in names if new and n in files and (Path(top) / n).is_file()]
     return sorted(found)
 
 
@@ -182,23 +173,19 @@ def find_experiments(paths, report):
 
 
 def unique(runs, report):
-    """The runs, each configuration and seed once: of copies (a backup, a renamed folder) the one at
-    the path its trainer names (runlog.run_name), the others reported; none there: all refused."""
+    """The runs, each configuration and seed once: of copies (a backup, a renamed folder), the one
+    at the path its trainer names (runlog.run_name), the others reported; none there: none kept."""
     copies = defaultdict(list)
     for run in runs:
         copies[setting(run["config"]), run["config"]["seed"]].append(run)
-    kept = []
-    for same in copies.values():
+    for same in [same for same in copies.values() if len(same) > 1]:
         real = [r for r in same if r["path"].name == runlog.run_name(r["config"])]
-        kept += (real or same)[:1] if real or len(same) == 1 else []
-        others = ", ".join(str(r["path"]) for r in same if r not in real[:1])
-        if real and len(same) > 1:
-            report.say("skipped", f"{others}: the same configuration and seed as {real[0]['path']};"
-                       " left out, so that the seed counts once")
-        elif len(same) > 1:
-            report.say("skipped", f"{others}: the same configuration and seed, none named"
-                       f" {runlog.run_name(same[0]['config'])}; all left out: keep the real one")
-    return kept
+        report.say("skipped", ", ".join(str(r["path"]) for r in same if r not in real) + (
+            f": the same configuration and seed as {real[0]['path']}; left out, so that the seed"
+            " counts once" if real else ": the same configuration and seed, none named"
+            f" {runlog.run_name(same[0]['config'])}; all left out: keep the real one alone"))
+        same[:] = real
+    return [run for same in copies.values() for run in same]
 
 
 def load_summary(path, report):
@@ -309,7 +296,8 @@ def describe(c, groups=()):
 def npz(run, name, keys=()):
     """The arrays of a run's `name`.npz, in float64; Skip if missing, unreadable or without keys."""
     path = run["path"] / f"{name}.npz"
-    arrays = read(path, lambda data: {k: x.astype(float) for k, x in np.load(io.BytesIO(data)).items()})
+    arrays = read(path, lambda data: {k: x.astype(float) for k, x in
+                                      np.load(io.BytesIO(data)).items()})
     return need_keys(arrays, keys, path)
 
 

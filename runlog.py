@@ -59,27 +59,21 @@ def strict(value):
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills path.tmp, renamed onto path, so that a
     kill at any moment leaves the old file or the new one. Any error (a read-only folder, a full
-    disk, torch's writer's RuntimeError) is an OSError naming path (see named); no .tmp is left."""
+    disk; torch's writer says one as a RuntimeError) is an OSError naming path, for run_command's
+    line "cannot write PATH"; no partial .tmp is left behind, after Ctrl-C neither."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as handle:
             write(handle)
         os.replace(tmp, path)
-    except BaseException as e:            # Ctrl-C too leaves no partial .tmp behind
+    except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        if not isinstance(e, Exception):
-            raise
-        raise named(e, path) from None
-
-
-def named(error, path):
-    """An error met writing path as an OSError naming path, for cannot_write (a full disk names no
-    file; torch's writer says it as a RuntimeError)."""
-    if not isinstance(error, OSError):
-        error = OSError(errno.EIO, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}")
-    error.filename = str(path)
-    return error
+        if isinstance(e, Exception):
+            e = e if isinstance(e, OSError) else OSError(errno.EIO, " ".join(
+                f"{type(e).__name__}: {e}".split())[:200])
+            e.filename = str(path)        # the file meant, not its .tmp (a full disk names none)
+        raise e from None
 
 
 def cannot_write(error):
@@ -150,8 +144,9 @@ def append_record(log, record):
     try:
         log.write(json.dumps(strict(record)) + "\n")
         log.flush()
-    except Exception as e:
-        raise named(e, log.name) from None
+    except OSError as e:
+        e.filename = e.filename or log.name   # write() on a full disk names no file
+        raise
 
 
 def write_record(log, record, run_name, losses, start_loss):
@@ -186,19 +181,15 @@ def load_checkpoint(file):
 
 
 def read(path, parse=json.loads, fix="rerun the run with --force"):
-    """parse(the bytes of path), a regular file: one that is not (a folder; a FIFO, whose read would
+    """parse(the bytes of path), a regular file; one that is not (a folder; a FIFO, whose read would
     hang), is missing, or cannot be read or parsed is Unusable, naming path and then `fix`."""
-    path = Path(path)
+    path, why = Path(path), "not a regular file"
     try:
         if stat.S_ISREG(path.stat().st_mode):
             return parse(path.read_bytes())
-        why = "not a regular file"
-    except FileNotFoundError:
-        why = "missing"
-    except json.JSONDecodeError:
-        why = "not valid JSON"
-    except Exception as e:                # whatever a parser raises for a cut or foreign file
-        why = f"cannot be read ({type(e).__name__})"
+    except Exception as e:                # missing, cut, foreign: whatever a parser raises
+        why = {FileNotFoundError: "missing", json.JSONDecodeError: "not valid JSON"}.get(
+            type(e), f"cannot be read ({type(e).__name__})")
     raise Unusable(f"{path}: {why}; {fix}")
 
 

@@ -529,7 +529,7 @@ def test_resume_refuses_a_finished_run_trained_with_other_settings(tmp_path, one
     with pytest.raises(SystemExit) as done:
         train_fcn.main(BUDGETS + ["--sweep-steps", "20", "--out", str(tmp_path), "--resume"])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "other settings (lr)" in err
+    assert done.value.code == 2 and err.count("\n") == 1 and "other settings (fcn_lr)" in err
 
 
 def test_a_diverging_fcn_seed_leaves_the_sweep_going(tmp_path, one_thread, capsys):

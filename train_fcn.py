@@ -149,9 +149,6 @@ def check_runs(args):
     for T, width, seed in itertools.product(*grid, args.seed):
         path = run_dir(args, T, width, seed)
         runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
-        differ = unlike(args, path) if args.resume and runlog.finished(path) else []
-        runlog.require(not differ, f"--resume: {path} was trained with other settings"
-                       f" ({', '.join(differ)}); pass --force to redo it, or another --out")
 
 
 def run_dir(args, T, width, seed):
@@ -164,14 +161,6 @@ def run_config(args, T, width, seed, steps, device):
     mine = {k: v for k, v in asdict(args).items()
             if not k.startswith("sweep") and k not in ("force", "out", "resume")}
     return dict(mine, model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
-
-
-def unlike(args, path):
-    """The settings in which the finished run at `path` differs from what this sweep would train
-    there, its length and device aside (a longer run holds a shorter one's numbers)."""
-    config = runlog.read_config(path)
-    ours = run_config(args, config.get("T"), config.get("width"), config.get("seed"), None, None)
-    return sorted(k for k in ours if k not in ("steps", "device") and config.get(k) != ours[k])
 
 
 def evaluate(model, sets):
@@ -340,15 +329,18 @@ def sweep_settings(args):
 
 
 def resumed_cells(args):
-    """The cells (cached's) of the sweep.json --resume goes on with, where it was made with the
-    same settings; else none. A damaged sweep.json is bad input, naming it."""
-    path, fix = Path(args.out) / "sweep.json", "pass --force to start the sweep afresh"
+    """The cells (cached's) of the sweep.json --resume goes on with; one made with other settings
+    (but the target and budgets, which the cells do not depend on) or damaged is bad input."""
+    path, fix = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out"
     old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
     runlog.require(isinstance(old, dict) and isinstance(old.get("cells", {}), dict) and all(
         isinstance(c, dict) for c in old.get("cells", {}).values()), f"{path}: not an object"
         f" whose 'cells' is an object of objects; {fix}")
-    same = all(old.get(k) == v for k, v in sweep_settings(args).items() if k != "budgets")
-    return old.get("cells", {}) if same else {}
+    differ = [k for k, v in sweep_settings(args).items()
+              if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
+    runlog.require(not differ, f"--resume: {path} was made with other settings"
+                   f" ({', '.join(differ)}); {fix}")
+    return old.get("cells", {})
 
 
 def sweep(args, device):
@@ -369,7 +361,7 @@ def sweep(args, device):
         save("running")                  # each size's numbers kept in cells, for --resume
         return ok
 
-    def save(status):                    # after each cell, atomically: an ending keeps the rows
+    def save(status):                    # after each size, atomically: an ending keeps the rows
         runlog.write_json(Path(args.out) / "sweep.json", dict(
             status=status, eps=eps, **sweep_settings(args), rows=rows,
             loglog_slope=fits(rows, args.sweep_steps), cells=cells))
@@ -383,7 +375,6 @@ def sweep(args, device):
                                              lambda size: reached(model, T, size, steps, row))
                 rows.append(row)
                 bar.update()
-                save("running")
     except BaseException as error:
         save(runlog.ended_by(error))
         raise
