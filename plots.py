@@ -487,8 +487,7 @@ def draw_summary(path, out, report):
 
 
 def draw_all(experiments, summaries, out, report):
-    """Every figure (or, with out=None, table) of the experiments and summaries found; out: (the
-    folder, the file formats)."""
+    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats)."""
     if out and (experiments or summaries):
         try:
             out[0].mkdir(parents=True, exist_ok=True)

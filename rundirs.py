@@ -5,8 +5,8 @@ what cannot be read raises Skip, whose message names the file and says why.
 import io
 import json
 import math
-import re
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -128,8 +128,7 @@ def load_run(path, report):
     summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # running
     if not (isinstance(summary, dict) and isinstance(summary.get("final", {}), dict)
             and isinstance(summary.get("status", ""), str)):
-        raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final' and a"
-                   " string 'status'")
+        raise Skip(f"{path}/summary.json: not a JSON object (an object 'final', a string 'status')")
     if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
         raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
     if not any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
@@ -144,8 +143,7 @@ def below(folder, names):
     each real folder once (links to . or .. would branch without end), real ones before links."""
     found, seen = [], set()
     for top, dirs, files in os.walk(folder, followlinks=True):
-        new = os.path.realpath(top) not in seen
-        seen.add(os.path.realpath(top))
+        new = (real := os.path.realpath(top)) not in seen and not seen.add(real)  # the first time
         dirs[:] = sorted(dirs, key=lambda d: (os.path.islink(os.path.join(top, d)), d)) * new
         found += [Path(top) / n for n in names if new and n in files and (Path(top) / n).is_file()]
     return sorted(found)

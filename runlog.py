@@ -164,8 +164,7 @@ def write_bytes(path, data):
 
 
 def save_checkpoint(file, state):
-    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole (through
-    a handle: torch's own file writer says a full disk as a RuntimeError naming no file)."""
+    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole."""
     import torch
     write_atomic(file, lambda handle: torch.save(state, handle))
 
@@ -196,8 +195,7 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
 def read_config(path):
     """A run directory's config.json as a dict; a missing or malformed one is bad input."""
     config = read(path / "config.json")
-    require(isinstance(config, dict), f"{path / 'config.json'}: not a JSON object; rerun the run"
-            " with --force")
+    require(isinstance(config, dict), f"{path}/config.json: not a JSON object; rerun with --force")
     return config
 
 
@@ -327,9 +325,8 @@ def given(namespace):
 def run_state(path):
     """What a run directory holds, as "finished at step 100000" or "interrupted at step 412"; a job
     with no steps (train_bool.py's grid) as "finished"."""
-    summary = Path(path) / "summary.json"
     try:
-        state = read(summary)
+        state = read(Path(path) / "summary.json")
         step = state.get("stopped_at")
         return state["status"] + (f" at step {step}" if step is not None else "")
     except (OSError, ValueError, KeyError, TypeError):
@@ -341,8 +338,7 @@ def check_free(path, force, resume=False, can_resume=False):
     its job has a checkpoint or it finished (can_resume); --resume starts an empty one afresh.
     The message says what is there."""
     path = Path(path)
-    # an empty log holds none
-    held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
+    held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0  # empty: none
     require(not (resume and held) or can_resume, f"--resume: {path} has no checkpoint to go on"
             f" from (it is {run_state(path)}); rerun it with --force")
     require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass"

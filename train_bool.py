@@ -345,9 +345,9 @@ def read_log(out):
     for line in (runlog.read(log, bytes.splitlines, "remove it, or rerun with --force")
                  if log.exists() else []):
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            record = json.loads(line)
-            if all(type(record[k]) in (int, float) for k in ("acc", "train_loss", "steps")):
-                done[record["model"], record["m"], record["T"], record["s"], record["seed"]] = record
+            r = json.loads(line)
+            if all(type(r[k]) in (int, float) for k in ("acc", "train_loss", "steps")):
+                done[r["model"], r["m"], r["T"], r["s"], r["seed"]] = r
     runlog.write_bytes(log, "".join(json.dumps(r) + "\n" for r in done.values()).encode())
     with contextlib.suppress(ValueError, KeyError, TypeError):
         return done, runlog.read(out / "summary.json")["seconds"]

@@ -156,13 +156,6 @@ def run_dir(args, T, width, seed):
                                                  seed=seed))
 
 
-def run_config(args, T, width, seed, steps, device):
-    """A run's config.json: every resolved setting but the sweep's own."""
-    mine = {k: v for k, v in asdict(args).items()
-            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
-    return dict(mine, model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
-
-
 def evaluate(model, sets):
     with torch.no_grad():
         losses = {name: sts.loss(model(x), target).item() for name, (x, target) in sets.items()}
@@ -180,8 +173,10 @@ def open_run(args, T, width, seed, steps, device):
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
-    config = dict(run_config(args, T, width, seed, steps, device), params=n_params(model))
-    runlog.write_json(path / "config.json", config)
+    mine = {k: v for k, v in asdict(args).items()             # every setting but the sweep's own
+            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
+    runlog.write_json(path / "config.json", dict(mine, model="fcn", T=T, width=width, seed=seed,
+                      steps=steps, device=str(device), params=n_params(model)))
     return path, model, optimizer, gen, sets
 
 
@@ -297,9 +292,9 @@ def seed_vals(args, model, T, size, steps, device, eps, cells):
     transformer's seeds side by side (every budget at once); the FCN's seed by seed, stopping once
     the seeds so far put the mean of all above eps (losses are >= 0, so the size has failed
     whatever the other seeds would give)."""
-    if model == "transformer":
-        return (args.d + size, (args.d + size) * (2 * args.d + size),  # D x D + d x D
-                cached(cells, f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device)))
+    if model == "transformer":                                       # D x D + d x D parameters
+        return args.d + size, (args.d + size) * (2 * args.d + size), cached(
+            cells, f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
     vals = []
     for seed in args.seed:
         vals.append(cached(cells, f"fcn {T} {size} {seed}", steps,
