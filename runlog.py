@@ -57,10 +57,9 @@ def strict(value):
 
 
 def write_atomic(path, write):
-    """path written whole or not at all: write(handle) fills path.tmp, renamed onto path, so that a
-    kill at any moment leaves the old file or the new one. Any error (a read-only folder, a full
-    disk; torch's writer says one as a RuntimeError) is an OSError naming path, for run_command's
-    line "cannot write PATH"; no partial .tmp is left behind, after Ctrl-C neither."""
+    """path written whole or not at all: write(handle) fills path.tmp, renamed onto path (a kill at
+    any moment leaves the old file or the new). Any error (a full disk: torch's writer says it as a
+    RuntimeError) is an OSError naming path, for run_command; no .tmp is left, after Ctrl-C neither."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as handle:
@@ -337,8 +336,7 @@ def check_free(path, force, resume=False, can_resume=False):
     """Before any training: a directory holding a run is refused unless --force, or --resume where
     its job has a checkpoint or it finished (can_resume); --resume starts an empty one afresh.
     The message says what is there."""
-    path = Path(path)
-    held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0  # empty: none
+    held = (log := Path(path) / "log.jsonl").exists() and log.stat().st_size > 0  # empty: none
     require(not (resume and held) or can_resume, f"--resume: {path} has no checkpoint to go on"
             f" from (it is {run_state(path)}); rerun it with --force")
     require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass"
@@ -392,6 +390,8 @@ def run_command(program, body, kept="the logs and weights so far are saved", siz
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:                  # an unwritable --out (read-only, a full disk, /proc)
+        while isinstance(e.__context__, OSError) and e.__context__.filename:  # the file that
+            e = e.__context__             # failed first, not a summary that failed after it
         fail(program, cannot_write(e))
     except KeyboardInterrupt:
         sigterm = SIGNAL[0] == signal.SIGTERM

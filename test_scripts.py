@@ -317,6 +317,17 @@ def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_half_written_file
     assert name == "log.jsonl" or not Path(named[1]).exists()     # a log keeps its whole lines
 
 
+def test_a_full_disk_names_the_file_that_failed_first_not_a_summary_that_failed_after_it(
+        tmp_path, capsys, full_disk):
+    full_disk(lambda file: file.startswith(("checkpoint-", "summary.json")))
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--out", str(tmp_path)])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 2 and line.startswith(f"train_tf.py: error: cannot write {tmp_path}/"
+                                                    "checkpoint-"), line
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
 def test_a_file_size_limit_inside_torch_save_is_one_line_naming_the_checkpoint(tmp_path):
     """torch's writer says a short write as a RuntimeError (not an OSError): the issue's command."""
     import resource
