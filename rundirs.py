@@ -81,8 +81,7 @@ def final_losses(run):
     arrays = Report().attempt(npz, run, "final_losses") or {}
     odd = [k for k, x in arrays.items() if not re.fullmatch(r"val|test_[Tq]_\d+", k) or x.ndim != 1]
     if odd:
-        raise Skip(f"{run['path']}/final_losses.npz: {odd[0]!r} is none of train_tf.py's sets (val,"
-                   " test_T_8, test_q_2: a loss per sequence)")
+        raise Skip(f"{run['path']}/final_losses.npz: {odd[0]!r} is none of train_tf.py's sets")
     return {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in arrays.items()}
 
 

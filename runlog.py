@@ -59,7 +59,7 @@ def strict(value):
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills path.tmp, renamed onto path (a kill at
     any moment leaves the old file or the new). Any error (a full disk: torch's writer says it as a
-    RuntimeError) is an OSError naming path, for run_command; no .tmp is left, after Ctrl-C neither."""
+    RuntimeError) is an OSError naming path, for run_command; no .tmp is left, nor after Ctrl-C."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as handle:
@@ -77,14 +77,11 @@ def write_atomic(path, write):
 
 def cannot_write(error):
     """One line for an OSError of writing: the file, why, and the fix."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = "free space on its disk, or give an --out on another"
-    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = "give an --out you can write to"
-    elif error.errno in (errno.EEXIST, errno.ENOTDIR):    # a file where --out needs a folder
-        fix = "a file stands in --out's path; name a folder"
-    else:
-        fix = "check --out and free space"
+    fix = next((fix for codes, fix in [
+        ((errno.ENOSPC, errno.EDQUOT), "free space on its disk, or give an --out on another"),
+        ((errno.EACCES, errno.EPERM, errno.EROFS), "give an --out you can write to"),
+        ((errno.EEXIST, errno.ENOTDIR), "a file stands in --out's path; name a folder")]  # a file
+        if error.errno in codes), "check --out and free space")            # where a folder must be
     return f"cannot write {error.filename or 'under --out'}: {error.strerror or error}; {fix}"
 
 

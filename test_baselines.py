@@ -551,35 +551,55 @@ def test_steps_and_sweep_steps_together_are_refused_in_one_line(tmp_path, capsys
     assert done.value.code == 2 and err.count("\n") == 1 and "--sweep-steps" in err
 
 
-def damage_json(path, change):
+def rewrite(path, change):
     path.write_text(change(path.read_text()))
 
 
-SWEEP_DAMAGE = {   # damage to a finished sweep, then --resume: what stderr says (None: it goes on)
-    "a garbage line in a run's log (sweep.json holds its numbers)": (
-        "fcn-T6-m8-depth1-seed0/log.jsonl", lambda text: "garbage\n" + text, None),
-    "a truncated sweep.json": ("sweep.json", lambda text: text[:50], "sweep.json: not valid JSON"),
-    "a list for sweep.json": ("sweep.json", lambda text: "[]", "sweep.json: not an object"),
-    "a list for its cells": ("sweep.json", lambda text: json.dumps(dict(
-        json.loads(text), cells=[], transformer_cells=[])), "sweep.json: not an object")}
+def older(out):       # sweep.json as written before its cells held the FCN's numbers (their logs)
+    rewrite(out / "sweep.json", lambda text: json.dumps(dict(
+        {k: v for k, v in json.loads(text).items() if k != "cells"}, transformer_cells={})))
+
+
+RUN = "fcn-T6-m8-depth1-seed0"
+SWEEP_DAMAGE = {   # damage to a finished sweep, then --resume: what stderr says
+    "a garbage line in a run's log": (
+        lambda out: rewrite(out / RUN / "log.jsonl", lambda text: "garbage\n" + text),
+        f"{RUN}/log.jsonl: not valid JSON; delete"),
+    "a garbage line in a run's log, a sweep.json older than its cells": (
+        lambda out: [older(out), rewrite(out / RUN / "log.jsonl", lambda text: "garbage\n" + text)],
+        f"{RUN}/log.jsonl: not valid JSON; delete"),
+    "a truncated sweep.json": (
+        lambda out: rewrite(out / "sweep.json", lambda text: text[:9]),
+        "sweep.json: not valid JSON"),
+    "a list for sweep.json": (
+        lambda out: rewrite(out / "sweep.json", lambda text: "[]"), "sweep.json: not an object"),
+    "a list for its cells": (lambda out: rewrite(out / "sweep.json", lambda text: json.dumps(dict(
+        json.loads(text), cells=[], transformer_cells=[]))), "sweep.json: not an object")}
 
 
 @pytest.mark.parametrize("case", SWEEP_DAMAGE)
 def test_a_sweep_resumed_over_a_damaged_file_goes_on_or_says_which_in_one_line(
         tmp_path, one_thread, capsys, case):
-    name, damage, fragment = SWEEP_DAMAGE[case]
+    damage, fragment = SWEEP_DAMAGE[case]
     job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
                       "--seed", "0", "--out", str(tmp_path)]
     train_fcn.main(job)
-    rows = sweep_rows(tmp_path)
-    damage_json(tmp_path / name, damage)
+    damage(tmp_path)
     capsys.readouterr()
-    if fragment is None:
-        train_fcn.main(job + ["--resume"])
-        assert sweep_rows(tmp_path) == rows
-        return
     with pytest.raises(SystemExit) as done:
         train_fcn.main(job + ["--resume"])
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
-    assert "--force" in err and "Traceback" not in err
+    assert ("--force" in err or "train it again" in err) and "Traceback" not in err
+
+
+def test_a_sweep_older_than_its_cells_resumes_from_its_finished_runs_without_training_them(
+        tmp_path, one_thread, monkeypatch):
+    job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "16", "--sweep-de", "4",
+                      "--eps", "0.01", "--seed", "0", "--out", str(tmp_path)]   # no width reaches
+    train_fcn.main(job)
+    rows = sweep_rows(tmp_path)
+    older(tmp_path)
+    monkeypatch.setattr(train_fcn, "train", lambda *args, **kw: pytest.fail("trained again"))
+    train_fcn.main(job + ["--resume"])
+    assert sweep_rows(tmp_path) == rows

@@ -309,9 +309,9 @@ FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
 def write_results(out, rows, status, seconds):
     """critical.json (for plots.py), critical.csv, summary.json; at the end, the table and the fits
     printed. rows None (--m, no search): summary.json alone."""
+    summary = dict(status=status, seconds=round(seconds, 1))
     if rows is None:
-        return runlog.write_json(out / "summary.json", dict(status=status,
-                                                            seconds=round(seconds, 1)))
+        return runlog.write_json(out / "summary.json", summary)
     fits = {}
     for r in rows:                                     # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
@@ -321,8 +321,7 @@ def write_results(out, rows, status, seconds):
     table = [FIELDS, *([r[k] for k in FIELDS] for r in rows)]          # as csv.writer writes it
     text = "".join(",".join("" if v is None else str(v) for v in row) + "\n" for row in table)
     runlog.write_bytes(out / "critical.csv", text.replace("\n", "\r\n").encode())
-    runlog.write_json(out / "summary.json", dict(status=status, seconds=round(seconds, 1),
-                                                 rows=rows, fits=fits))
+    runlog.write_json(out / "summary.json", dict(summary, rows=rows, fits=fits))
     if status == "running":
         return
     print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "

@@ -15,8 +15,8 @@ D = d + d_e (fused.py's step) whose seed-mean final validation loss is <= --eps 
 same budget; it writes sweep.json and sweep.csv, and prints the table and the log-log slopes.
 --sweep-steps B1 B2 ...: the search at each budget, the largest first: a run trained to it holds
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
-only widths a smaller budget needs beyond are trained anew. --resume goes on from the numbers of
-every size tried that sweep.json keeps (its cells), training only what they lack.
+only widths a smaller budget needs beyond are trained anew. --resume goes on from the numbers that
+sweep.json keeps (its cells) and the finished runs in --out, training only what they lack.
 """
 import itertools
 import json
@@ -69,8 +69,8 @@ class Args:
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
     out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
     force: bool = flag(False, "replace run directories that already hold a run")
-    resume: bool = flag(False, "--sweep: go on from the numbers its sweep.json keeps of every size"
-                        " tried; train what they lack (the runs cut short)")
+    resume: bool = flag(False, "--sweep: go on from the numbers its sweep.json keeps and the"
+                        " finished runs in --out; train what they lack (the runs cut short)")
     sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
         f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
         for k, v in SWEEP.items()))
@@ -288,10 +288,9 @@ def cached(cells, key, steps, compute):
 
 
 def seed_vals(args, model, T, size, steps, device, eps, cells):
-    """(width, parameters, val losses of the seeds after `steps`) of a model at one size: the
-    transformer's seeds side by side (every budget at once); the FCN's seed by seed, stopping once
-    the seeds so far put the mean of all above eps (losses are >= 0, so the size has failed
-    whatever the other seeds would give)."""
+    """(width, parameters, the seeds' val losses after `steps`) of a model at one size: the
+    transformer's seeds side by side (every budget at once), the FCN's one by one until those so
+    far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
     if model == "transformer":                                       # D x D + d x D parameters
         return args.d + size, (args.d + size) * (2 * args.d + size), cached(
             cells, f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
@@ -324,18 +323,25 @@ def sweep_settings(args):
 
 
 def resumed_cells(args):
-    """The cells (cached's) of the sweep.json --resume goes on with; one made with other settings
-    (but the target and budgets, which the cells do not depend on) or damaged is bad input."""
+    """The cells (cached's) of the sweep.json --resume goes on with, and finished FCN runs' numbers
+    (a kill mid-cell, an old sweep.json); other settings (but eps, budgets), damage: bad input."""
     path, fix = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out"
     old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
-    runlog.require(isinstance(old, dict) and isinstance(old.get("cells", {}), dict) and all(
-        isinstance(c, dict) for c in old.get("cells", {}).values()), f"{path}: not an object"
-        f" whose 'cells' is an object of objects; {fix}")
+    cells = old.get("cells", old.get("transformer_cells", {})) if isinstance(old, dict) else None
+    runlog.require(isinstance(cells, dict) and all(isinstance(c, dict) for c in cells.values()),
+                   f"{path}: not an object whose 'cells' is an object of objects; {fix}")
     differ = [k for k, v in sweep_settings(args).items()
               if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
     runlog.require(not differ, f"--resume: {path} was made with other settings"
                    f" ({', '.join(differ)}); {fix}")
-    return old.get("cells", {})
+    for run in [r for r in Path(args.out).glob(f"fcn-*-depth{args.depth}-seed*") if old
+                and runlog.finished(r)]:
+        c, log = runlog.read_config(run), runlog.read(run / "log.jsonl", lambda b: [
+            json.loads(line) for line in b.splitlines()], f"delete {run} to train it again")
+        cells.setdefault(f"fcn {c.get('T')} {c.get('width')} {c.get('seed')}", {}).update({
+            str(r["step"]): r["val"] for r in log if isinstance(r, dict) and r.get("step") in
+            args.sweep_steps and type(r.get("val")) is float})
+    return cells
 
 
 def sweep(args, device):
@@ -352,11 +358,9 @@ def sweep(args, device):
 
     def reached(model, T, size, steps, row):
         bar.set_postfix(T=T, steps=steps, model=model, size=size)
-        ok = note(row, *seed_vals(args, model, T, size, steps, device, eps, cells), eps)
-        save("running")                  # each size's numbers kept in cells, for --resume
-        return ok
+        return note(row, *seed_vals(args, model, T, size, steps, device, eps, cells), eps)
 
-    def save(status):                    # after each size, atomically: an ending keeps the rows
+    def save(status):                    # after each cell, atomically: an ending keeps the rows
         runlog.write_json(Path(args.out) / "sweep.json", dict(
             status=status, eps=eps, **sweep_settings(args), rows=rows,
             loglog_slope=fits(rows, args.sweep_steps), cells=cells))
@@ -370,6 +374,7 @@ def sweep(args, device):
                                              lambda size: reached(model, T, size, steps, row))
                 rows.append(row)
                 bar.update()
+                save("running")
     except BaseException as error:
         save(runlog.ended_by(error))
         raise
