@@ -198,9 +198,8 @@ def read_config(path):
 def run_name(config):
     """A run directory's name, from its config.json: where train_tf.py or train_fcn.py writes it."""
     c, L = config, f"-L{config['positions']}" if config.get("positions") else ""
-    if c["model"] == "fcn":
-        return f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
-    return f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
+    return (f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
+            if c["model"] == "fcn" else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}")
 
 
 class Signals:

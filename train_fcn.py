@@ -366,6 +366,7 @@ def sweep(args, device):
             loglog_slope=fits(rows, args.sweep_steps), cells=cells))
 
     try:
+        save("running")                  # its settings, for a --resume after a kill in its first cell
         for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
             for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
                 row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None,
