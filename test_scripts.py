@@ -339,7 +339,8 @@ def test_a_file_size_limit_inside_torch_save_is_one_line_naming_the_checkpoint(t
     line = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert re.fullmatch(rf"train_tf.py: error: cannot write {tmp_path}/checkpoint-\S+\.pt:"
-                        r" RuntimeError: .*; check --out and free space", line), line
+                        r" (RuntimeError: .*|File too large); check --out and free space",  # or,
+                        line), line                               # in another torch, an OSError
     assert not list(tmp_path.rglob("*.tmp"))
     assert [summary_of(run)["status"] for run in sorted(tmp_path.glob("*-seed0"))] == ["failed"] * 2
 
