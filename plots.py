@@ -95,15 +95,16 @@ def save(fig, out, name, title):
     if entries:
         fig.legend(entries.values(), entries.keys(), loc="outside lower center",
                    ncols=max(1, min(len(entries), round(width / 2.3))))
+    folder, formats = out                     # main's --out and --formats
     try:
-        for ext in FORMATS:           # whole or not at all: no truncated figure is left behind
-            runlog.write_atomic(out / f"{name}.{ext}",
+        for ext in formats:           # whole or not at all: no truncated figure is left behind
+            runlog.write_atomic(folder / f"{name}.{ext}",
                                 lambda handle: fig.savefig(handle, format=ext))
     except OSError as e:
         raise CannotWrite(runlog.cannot_write(e)) from None
     finally:
         plt.close(fig)
-    print(f"wrote {out / name}.{' and .'.join(FORMATS)}")
+    print(f"wrote {folder / name}.{' and .'.join(formats)}")
     return True
 
 
@@ -442,16 +443,14 @@ def figure_positions(runs, out, name):
 
 
 def tabulate(name, runs, report, predicted):
-    """Every table of tables.py that an experiment's runs allow."""
+    """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
     for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
-        report.drawn += 1
-        table(name, [r for r in runs if r["config"]["model"] == model])
-    if tf:
-        table_paired(name, tf)
-        table_length(name, tf, predicted)
-    if predicted:
-        table_floor(name, tf, predicted)
+        report.drawn += bool(report.attempt(table, name, [r for r in runs
+                                                         if r["config"]["model"] == model]))
+    for job in [(table_paired, name, tf), (table_length, name, tf, predicted)] * bool(tf) + [
+            (table_floor, name, tf, predicted)] * bool(predicted):
+        report.attempt(*job)
 
 
 def draw(name, runs, out, report, predicted):
@@ -488,10 +487,10 @@ def draw_summary(path, out, report):
 
 
 def draw_all(experiments, summaries, out, report):
-    """Every figure (or, with out=None, table) of the experiments and summaries found."""
+    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats)."""
     if out and (experiments or summaries):
         try:
-            out.mkdir(parents=True, exist_ok=True)
+            out[0].mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CannotWrite(runlog.cannot_write(e)) from None
     for folder, dirs in sorted(experiments.items()):
@@ -517,14 +516,13 @@ def main(argv=None):
     p.add_argument("--table", action="store_true", help="print the numbers as Markdown tables")
     p.add_argument("--formats", nargs="+", default=list(FORMATS), choices=("png", "pdf", "svg"),
                    help="file formats of each figure (default png pdf; PDF takes half the time)")
-    args = p.parse_args(argv)
-    globals()["FORMATS"] = tuple(args.formats)                # every figure's save() reads it
-    report, out = Report(), None if args.table else Path(args.out)
-    if out and out.exists() and not out.is_dir():            # before anything is read or drawn
-        runlog.fail("plots.py", f"--out: {out} is a file; name a folder")
+    args, report = p.parse_args(argv), Report()
+    if not args.table and Path(args.out).exists() and not Path(args.out).is_dir():  # before all
+        runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     try:
-        draw_all(experiments, summaries, out, report)
+        draw_all(experiments, summaries, None if args.table else (Path(args.out),
+                                                                  tuple(args.formats)), report)
     except CannotWrite as e:                                  # read-only, a full disk: stop here
         runlog.fail("plots.py", e)
     print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")

@@ -2,19 +2,24 @@
 one name here, "val", "T=250" or "q=2" (flat() and final_losses() translate the files' forms);
 what cannot be read raises Skip, whose message names the file and says why.
 """
+import io
 import json
 import math
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+import runlog
+from runlog import Unusable as Skip, read  # Skip: what cannot be drawn, its message naming the file
 
 # the config.json keys that a model's figures and tables read; a run without one of them is skipped
 NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
                          "attend"),
          "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
+WHOLE = ("T", "q", "d", "de", "width", "seed", "batch")  # those of them that are integers
 # a search in one file (train_fcn.py, train_bool.py, sts.py --needed-de): its keys, a row's keys
 SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_slope"),
                             ("model", "T", "steps", "width", "params", "val", "tried")),
@@ -28,10 +33,6 @@ PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final
 # n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
 FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor; row keys
 NAN = float("nan")
-
-
-class Skip(Exception):
-    """Something that cannot be drawn; the message names the file and says why."""
 
 
 class Report(list):
@@ -53,22 +54,11 @@ class Report(list):
 
 
 def origin(args):
-    """Where a job's data came from: its first argument, a path or a list of runs (their folder)."""
-    first = args[0] if args else None
+    """Where a job's data came from: its first path or list of runs (their folder) among args."""
+    first = next((a for a in args if isinstance(a, (Path, list))), None)
     if isinstance(first, list) and first and isinstance(first[0], dict) and "path" in first[0]:
         return first[0]["path"].parent
     return first if isinstance(first, Path) else "plots.py"
-
-
-def read(path, parse=json.loads):
-    if path.exists() and not path.is_file():          # a folder or a FIFO: reading it would hang
-        raise Skip(f"{path}: not a regular file")
-    try:
-        return parse(path.read_text())
-    except FileNotFoundError:
-        raise Skip(f"{path}: missing; rerun the experiment that writes it") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise Skip(f"{path}: not valid JSON") from None
 
 
 def need_keys(obj, keys, where):
@@ -86,15 +76,20 @@ def flat(record):
 
 
 def final_losses(run):
-    """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none."""
+    """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none; Skip
+    for a key or shape that train_tf.py does not write."""
     arrays = Report().attempt(npz, run, "final_losses") or {}
+    odd = [k for k, x in arrays.items() if not re.fullmatch(r"val|test_[Tq]_\d+", k) or x.ndim != 1]
+    if odd:
+        raise Skip(f"{run['path']}/final_losses.npz: {odd[0]!r} is none of train_tf.py's sets")
     return {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in arrays.items()}
 
 
 def read_log(path, report):
     """The records of a log.jsonl, flat(); a last line cut mid-record (a run killed mid-write, a log
     still being written) is left out with a warning, a line that is no record skipped."""
-    lines = [(i, line) for i, line in enumerate(read(path, str.splitlines), 1) if line.strip()]
+    lines = [(i, line) for i, line in enumerate(read(path, lambda b: b.decode().splitlines()), 1)
+             if line.strip()]
     records, cut = [], None
     for i, line in lines:
         try:
@@ -125,10 +120,14 @@ def load_run(path, report):
         raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
                    f" {', '.join(NEEDS)}")
     need_keys(config, NEEDS[config["model"]], path / "config.json")
+    odd = [k for k in WHOLE if type(config.get(k, 0)) is not int]  # "seed": null, "0": unsortable
+    if odd:
+        raise Skip(f"{path / 'config.json'}: {odd[0]} {config[odd[0]]!r} is not an integer")
     log = read_log(path / "log.jsonl", report)
     summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # running
-    if not isinstance(summary, dict) or not isinstance(summary.get("final", {}), dict):
-        raise Skip(f"{path / 'summary.json'}: not a JSON object with an object 'final'")
+    if not (isinstance(summary, dict) and isinstance(summary.get("final", {}), dict)
+            and isinstance(summary.get("status", ""), str)):
+        raise Skip(f"{path}/summary.json: not a JSON object (an object 'final', a string 'status')")
     if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
         raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
     if not any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
@@ -139,9 +138,14 @@ def load_run(path, report):
 
 
 def below(folder, names):
-    """The regular files called one of `names` at or below `folder`, symlinked folders followed."""
-    return sorted(Path(top) / name for top, _, files in os.walk(folder, followlinks=True)
-                  for name in names if name in files and (Path(top) / name).is_file())
+    """The regular files called one of `names` at or below `folder`, symlinked folders followed,
+    each real folder once (links to . or .. would branch without end), real ones before links."""
+    found, seen = [], set()
+    for top, dirs, files in os.walk(folder, followlinks=True):
+        new = (real := os.path.realpath(top)) not in seen and not seen.add(real)  # the first time
+        dirs[:] = sorted(dirs, key=lambda d: (os.path.islink(os.path.join(top, d)), d)) * new
+        found += [Path(top) / n for n in names if new and n in files and (Path(top) / n).is_file()]
+    return sorted(found)
 
 
 def find_experiments(paths, report):
@@ -166,16 +170,19 @@ def find_experiments(paths, report):
 
 
 def unique(runs, report):
-    """The runs but a second of one configuration and seed (a backup copy, say), reported."""
-    kept = {}
+    """The runs, each configuration and seed once: of copies (a backup, a renamed folder), the one
+    at the path its trainer names (runlog.run_name), the others reported; none there: none kept."""
+    copies = defaultdict(list)
     for run in runs:
-        key = (setting(run["config"]), run["config"].get("seed"))
-        if key in kept:
-            report.say("skipped", f"{run['path']}: the same configuration and seed as"
-                       f" {kept[key]['path']}; left out, so that the seed counts once")
-        else:
-            kept[key] = run
-    return list(kept.values())
+        copies[setting(run["config"]), run["config"]["seed"]].append(run)
+    for same in [same for same in copies.values() if len(same) > 1]:
+        real = [r for r in same if r["path"].name == runlog.run_name(r["config"])]
+        report.say("skipped", ", ".join(str(r["path"]) for r in same if r not in real) + (
+            f": the same configuration and seed as {real[0]['path']}; left out, so that the seed"
+            " counts once" if real else ": the same configuration and seed, none named"
+            f" {runlog.run_name(same[0]['config'])}; all left out: keep the real one alone"))
+        same[:] = real
+    return [run for same in copies.values() for run in same]
 
 
 def load_summary(path, report):
@@ -285,12 +292,10 @@ def describe(c, groups=()):
 
 def npz(run, name, keys=()):
     """The arrays of a run's `name`.npz, in float64; Skip if missing, unreadable or without keys."""
-    try:
-        with np.load(run["path"] / f"{name}.npz") as f:
-            arrays = {k: f[k].astype(float) for k in f.files}
-    except Exception as e:  # missing, cut or foreign: whatever np.load raises, it is unusable
-        raise Skip(f"{run['path']}/{name}.npz: cannot be read ({type(e).__name__})") from None
-    return need_keys(arrays, keys, f"{run['path']}/{name}.npz")
+    path = run["path"] / f"{name}.npz"
+    arrays = read(path, lambda data: {k: x.astype(float) for k, x in
+                                      np.load(io.BytesIO(data)).items()})
+    return need_keys(arrays, keys, path)
 
 
 def weights(run, when="final"):

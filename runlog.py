@@ -16,6 +16,7 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -24,6 +25,10 @@ DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the ru
 
 class Stop(Exception):
     """A run that cannot go on (NaN or diverging loss): the message says why; the logs are kept."""
+
+
+class Unusable(ValueError):
+    """A file that cannot be read or used (bad input): the message names it and the fix."""
 
 
 # The signal behind a KeyboardInterrupt: SIGTERM (a timeout, a scheduler, docker stop) is taken as
@@ -52,37 +57,37 @@ def strict(value):
 
 
 def write_atomic(path, write):
-    """path written whole or not at all: write(handle) fills path.tmp, renamed onto path, so that a
-    kill at any moment leaves the old file or the new one. An error (a read-only folder, a full
-    disk) names path and leaves no partial .tmp behind."""
+    """path written whole or not at all: write(handle) fills path.tmp, renamed onto path (a kill at
+    any moment leaves the old file or the new). Any error (a full disk: torch's writer says it as a
+    RuntimeError) is an OSError naming path, for run_command; no .tmp is left, nor after Ctrl-C."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as handle:
             write(handle)
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        e.filename = str(path)            # the file meant, not its .tmp (a full disk names none)
-        raise
+        if isinstance(e, Exception):
+            e = e if isinstance(e, OSError) else OSError(errno.EIO, " ".join(
+                f"{type(e).__name__}: {e}".split())[:200])
+            e.filename = str(path)        # the file meant, not its .tmp (a full disk names none)
+        raise e from None
 
 
 def cannot_write(error):
     """One line for an OSError of writing: the file, why, and the fix."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = "free space on its disk, or give an --out on another"
-    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = "give an --out you can write to"
-    elif error.errno in (errno.EEXIST, errno.ENOTDIR):    # a file where --out needs a folder
-        fix = "a file stands in --out's path; name a folder"
-    else:
-        fix = "check --out and free space"
+    fix = next((fix for codes, fix in [
+        ((errno.ENOSPC, errno.EDQUOT), "free space on its disk, or give an --out on another"),
+        ((errno.EACCES, errno.EPERM, errno.EROFS), "give an --out you can write to"),
+        ((errno.EEXIST, errno.ENOTDIR), "a file stands in --out's path; name a folder")]  # a file
+        if error.errno in codes), "check --out and free space")            # where a folder must be
     return f"cannot write {error.filename or 'under --out'}: {error.strerror or error}; {fix}"
 
 
 def write_json(path, obj):
     """Write obj as JSON atomically (no reader sees half a file), non-finite numbers as null."""
-    write_atomic(path, lambda handle: handle.write(json.dumps(strict(obj), indent=2).encode()))
+    write_bytes(path, json.dumps(strict(obj), indent=2).encode())  # a bad obj: a TypeError here
 
 
 def nest(losses):
@@ -155,8 +160,7 @@ def write_bytes(path, data):
 
 
 def save_checkpoint(file, state):
-    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole (through
-    a handle: torch's own file writer says a full disk as a RuntimeError naming no file)."""
+    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole."""
     import torch
     write_atomic(file, lambda handle: torch.save(state, handle))
 
@@ -171,16 +175,31 @@ def load_checkpoint(file):
                          " delete it and rerun with --force") from None
 
 
+def read(path, parse=json.loads, fix="rerun the run with --force"):
+    """parse(the bytes of path), a regular file; one that is not (a folder; a FIFO, whose read would
+    hang), is missing, or cannot be read or parsed is Unusable, naming path and then `fix`."""
+    path, why = Path(path), "not a regular file"
+    try:
+        if stat.S_ISREG(path.stat().st_mode):
+            return parse(path.read_bytes())
+    except Exception as e:                # missing, cut, foreign: whatever a parser raises
+        why = {FileNotFoundError: "missing", json.JSONDecodeError: "not valid JSON"}.get(
+            type(e), f"cannot be read ({type(e).__name__})")
+    raise Unusable(f"{path}: {why}; {fix}")
+
+
 def read_config(path):
     """A run directory's config.json as a dict; a missing or malformed one is bad input."""
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path / 'config.json'}: cannot be read ({type(e).__name__}); rerun"
-                         " the run with --force") from None
-    require(isinstance(config, dict), f"{path / 'config.json'}: not a JSON object; rerun the run"
-            " with --force")
+    config = read(path / "config.json")
+    require(isinstance(config, dict), f"{path}/config.json: not a JSON object; rerun with --force")
     return config
+
+
+def run_name(config):
+    """A run directory's name, from its config.json: where train_tf.py or train_fcn.py writes it."""
+    c, L = config, f"-L{config['positions']}" if config.get("positions") else ""
+    return (f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
+            if c["model"] == "fcn" else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}")
 
 
 class Signals:
@@ -301,9 +320,8 @@ def given(namespace):
 def run_state(path):
     """What a run directory holds, as "finished at step 100000" or "interrupted at step 412"; a job
     with no steps (train_bool.py's grid) as "finished"."""
-    summary = Path(path) / "summary.json"
     try:
-        state = json.loads(summary.read_text())
+        state = read(Path(path) / "summary.json")
         step = state.get("stopped_at")
         return state["status"] + (f" at step {step}" if step is not None else "")
     except (OSError, ValueError, KeyError, TypeError):
@@ -314,9 +332,7 @@ def check_free(path, force, resume=False, can_resume=False):
     """Before any training: a directory holding a run is refused unless --force, or --resume where
     its job has a checkpoint or it finished (can_resume); --resume starts an empty one afresh.
     The message says what is there."""
-    path = Path(path)
-    # an empty log holds none
-    held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
+    held = (log := Path(path) / "log.jsonl").exists() and log.stat().st_size > 0  # empty: none
     require(not (resume and held) or can_resume, f"--resume: {path} has no checkpoint to go on"
             f" from (it is {run_state(path)}); rerun it with --force")
     require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass"
@@ -370,6 +386,8 @@ def run_command(program, body, kept="the logs and weights so far are saved", siz
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:                  # an unwritable --out (read-only, a full disk, /proc)
+        while isinstance(e.__context__, OSError) and e.__context__.filename:  # the file that
+            e = e.__context__             # failed first, not a summary that failed after it
         fail(program, cannot_write(e))
     except KeyboardInterrupt:
         sigterm = SIGNAL[0] == signal.SIGTERM

@@ -150,7 +150,7 @@ def table(name, runs):
                      "-".join(map(str, sorted({min(steps), max(steps)}))), *cells,
                      *(mean_sd([value(r["log"][-1], k) for r in g]) for k in cos)])
     sizes = sorted({r["summary"].get("n_final") for r in runs} - {None})
-    markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
+    return markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
         f" [se] of the final evaluation (n = {'/'.join(map(str, sizes))} sequences a set, the"
         " same sequences for every run; se: the mean Monte-Carlo standard error of one run)"
         if final else "") + ", s the"

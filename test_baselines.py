@@ -261,6 +261,33 @@ def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summa
         assert json.loads((tmp_path / name).read_text())["status"] == "interrupted"
 
 
+def fake_train_one(model, m, T, s, seed, device):          # learned from m = 32 on, in no time
+    return dict(model=model, T=T, s=s, m=m, seed=seed, acc=float(m >= 32), train_acc=1.0,
+                train_loss=0.0, steps=1, seconds=0.0)
+
+
+def test_bool_resume_retrains_a_record_without_its_accuracy_and_reads_no_folder_as_a_log(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(train_bool, "train_one", fake_train_one)
+    job = ["--model", "fcn", "--s", "2", "--T", "8", "--seeds", "3", "--m-max", "64", "--device",
+           "cpu", "--out", str(tmp_path)]
+    train_bool.main(job)
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    damaged = json.loads(lines[0])
+    del damaged["acc"]                                        # a record without its accuracy
+    (tmp_path / "log.jsonl").write_text("\n".join([json.dumps(damaged), *lines[1:]]) + "\n")
+    train_bool.main(job + ["--resume"])                       # dropped, trained again
+    assert sorted((tmp_path / "log.jsonl").read_text().splitlines()) == sorted(lines)
+    (tmp_path / "log.jsonl").unlink()
+    (tmp_path / "log.jsonl").mkdir()                          # a folder where the log belongs
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_bool.main(job + ["--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "cannot write" not in err, err
+    assert f"{tmp_path / 'log.jsonl'}: not a regular file; remove it" in err
+
+
 # ------------------------------------------------------------------------------------- train_fcn.py
 
 @pytest.mark.parametrize("depth", [1, 3])
@@ -502,7 +529,7 @@ def test_resume_refuses_a_finished_run_trained_with_other_settings(tmp_path, one
     with pytest.raises(SystemExit) as done:
         train_fcn.main(BUDGETS + ["--sweep-steps", "20", "--out", str(tmp_path), "--resume"])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "other settings (lr)" in err
+    assert done.value.code == 2 and err.count("\n") == 1 and "other settings (fcn_lr)" in err
 
 
 def test_a_diverging_fcn_seed_leaves_the_sweep_going(tmp_path, one_thread, capsys):
@@ -522,3 +549,57 @@ def test_steps_and_sweep_steps_together_are_refused_in_one_line(tmp_path, capsys
         train_fcn.main(BUDGETS + ["--steps", "20", "--sweep-steps", "20", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and "--sweep-steps" in err
+
+
+def rewrite(path, change):
+    path.write_text(change(path.read_text()))
+
+
+def older(out):       # sweep.json as written before its cells held the FCN's numbers (their logs)
+    rewrite(out / "sweep.json", lambda text: json.dumps(dict(
+        {k: v for k, v in json.loads(text).items() if k != "cells"}, transformer_cells={})))
+
+
+RUN = "fcn-T6-m8-depth1-seed0"
+SWEEP_DAMAGE = {   # damage to a finished sweep, then --resume: what stderr says
+    "a garbage line in a run's log": (
+        lambda out: rewrite(out / RUN / "log.jsonl", lambda text: "garbage\n" + text),
+        f"{RUN}/log.jsonl: not valid JSON; delete"),
+    "a garbage line in a run's log, a sweep.json older than its cells": (
+        lambda out: [older(out), rewrite(out / RUN / "log.jsonl", lambda text: "garbage\n" + text)],
+        f"{RUN}/log.jsonl: not valid JSON; delete"),
+    "a truncated sweep.json": (
+        lambda out: rewrite(out / "sweep.json", lambda text: text[:9]),
+        "sweep.json: not valid JSON"),
+    "a list for sweep.json": (
+        lambda out: rewrite(out / "sweep.json", lambda text: "[]"), "sweep.json: not an object"),
+    "a list for its cells": (lambda out: rewrite(out / "sweep.json", lambda text: json.dumps(dict(
+        json.loads(text), cells=[], transformer_cells=[]))), "sweep.json: not an object")}
+
+
+@pytest.mark.parametrize("case", SWEEP_DAMAGE)
+def test_a_sweep_resumed_over_a_damaged_file_goes_on_or_says_which_in_one_line(
+        tmp_path, one_thread, capsys, case):
+    damage, fragment = SWEEP_DAMAGE[case]
+    job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
+                      "--seed", "0", "--out", str(tmp_path)]
+    train_fcn.main(job)
+    damage(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(job + ["--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert ("--force" in err or "train it again" in err) and "Traceback" not in err
+
+
+def test_a_sweep_older_than_its_cells_resumes_from_its_finished_runs_without_training_them(
+        tmp_path, one_thread, monkeypatch):
+    job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "16", "--sweep-de", "4",
+                      "--eps", "0.01", "--seed", "0", "--out", str(tmp_path)]   # no width reaches
+    train_fcn.main(job)
+    rows = sweep_rows(tmp_path)
+    older(tmp_path)
+    monkeypatch.setattr(train_fcn, "train", lambda *args, **kw: pytest.fail("trained again"))
+    train_fcn.main(job + ["--resume"])
+    assert sweep_rows(tmp_path) == rows

@@ -2,9 +2,11 @@
 tiny runs, three seeds as mean and spread, the paired, family and length tables, and one line on
 stderr for each thing that cannot be drawn. Seeded, CPU only.
 """
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -435,6 +437,31 @@ PLOT_CASES = {
         lambda r: (r / "exp" / "family_floor.json").write_text(json.dumps({"rows": [
             dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})), 2, WHOLE, 1,
         "exp/family_floor.json: no row for the runs' (pe, T, q, d)"),
+    "a FIFO named weights_final.npz (reading it would hang)": (
+        lambda r: [(r / FIXED / "weights_final.npz").unlink(),
+                   os.mkfifo(r / FIXED / "weights_final.npz")],
+        2, WHOLE, 1, "fixed-de3-seed0/weights_final.npz: not a regular file"),
+    "links to . and .. (a walk that would branch without end)": (
+        lambda r: [os.symlink(".", r / "exp" / "a"), os.symlink(".", r / "exp" / "b"),
+                   os.symlink("..", r / FIXED / "up"),
+                   os.symlink("..", r / "exp" / "stochastic-de3-seed0" / "up")], 0, WHOLE, 0, ""),
+    "a config.json whose seed is null": (
+        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.update(seed=None)), 2, WHOLE, 1,
+        "fixed-de3-seed0/config.json: seed None is not an integer"),
+    "a config.json whose seed is a string": (
+        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.update(seed="0")), 2, WHOLE, 1,
+        "fixed-de3-seed0/config.json: seed '0' is not an integer"),
+    "a summary.json whose status is a list": (
+        lambda r: edit_json(r / FIXED / "summary.json", lambda s: s.update(status=[])), 2, WHOLE,
+        1, "fixed-de3-seed0/summary.json: not a JSON object"),
+    "a copy whose name sorts first, with edited numbers": (
+        lambda r: [shutil.copytree(r / FIXED, r / "exp" / "backup-fixed-de3-seed0"), edit_json(
+            r / "exp" / "backup-fixed-de3-seed0" / "summary.json", lambda s: s.update(val=9.9))],
+        2, WHOLE, 1, "backup-fixed-de3-seed0: the same configuration and seed as"),
+    "two copies, neither at the run's own path": (
+        lambda r: [shutil.copytree(r / FIXED, r / "exp" / "copy-a"),
+                   (r / FIXED).rename(r / "exp" / "copy-b")],
+        2, WHOLE, 1, "copy-b: the same configuration and seed, none named fixed-de3-seed0"),
     "nothing drawable: every run diverged": (
         lambda r: [edit_json(r / "exp" / run / "summary.json",
                              lambda s: s.update(status="diverged"))
@@ -479,13 +506,44 @@ def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path
     for pe in ("stochastic", "fixed"):
         fake_run(tmp_path / "runs" / "exp" / f"{pe}-de3-seed0", pe)
     damage(tmp_path / "runs")
-    with pytest.raises(SystemExit) as done:
+    with pytest.raises(SystemExit) as done, hang_fails():
         plots.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     err = capsys.readouterr().err.splitlines()
     assert done.value.code == status and len(err) == n_lines, err
     assert (all(line.startswith("plots.py: ") for line in err)
-            and any(fragment in line for line in err)), err
+            and any(fragment in line for line in err) or not err), err
     assert sorted(f.name for f in (tmp_path / "fig").glob("*.png")) == sorted(pngs)
+
+
+@contextlib.contextmanager
+def hang_fails(seconds=30):
+    """A test that would hang (a FIFO read, a walk without end) fails instead, after `seconds`."""
+    def fail(*_):
+        raise TimeoutError(f"hung for {seconds} s")
+    before = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+
+
+@pytest.mark.parametrize("arrays", [dict(val=np.ones(16), x=np.ones(16)),    # a foreign key
+                                    dict(val=np.float64(1.0)),                # a foreign shape
+                                    dict(val=np.ones((16, 2)))])
+def test_a_final_losses_npz_that_train_tf_does_not_write_is_one_line_and_the_rest_tabulated(
+        tmp_path, capsys, arrays):
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
+        np.savez(tmp_path / "exp" / f"{pe}-de3-seed0" / "final_losses.npz", val=np.ones(16))
+    np.savez(tmp_path / FIXED / "final_losses.npz", **arrays)
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "exp"), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{tmp_path / FIXED}/final_losses.npz: " in err and "none of train_tf.py's sets" in err
+    assert len(table_cells(out, "| fixed PE")) == 1                 # the configurations' table
 
 
 def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
@@ -545,7 +603,8 @@ def test_plots_draws_and_tabulates_the_needed_width_with_the_trained_sweep_besid
     monkeypatch.setattr(plots, "FORMATS", ("png",))
     report = rundirs.Report()                                   # the figure alone, not the sweep's
     (tmp_path / "fig").mkdir()
-    assert plots.draw_summary(tmp_path / "width" / "needed_de.json", tmp_path / "fig", report)
+    assert plots.draw_summary(tmp_path / "width" / "needed_de.json", (tmp_path / "fig", ("png",)),
+                              report)
     assert report == [] and [f.name for f in (tmp_path / "fig").iterdir()] == ["width_needed_de.png"]
     with pytest.raises(SystemExit) as done:
         plots.main([str(tmp_path / "width"), "--table"])

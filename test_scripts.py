@@ -317,6 +317,48 @@ def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_half_written_file
     assert name == "log.jsonl" or not Path(named[1]).exists()     # a log keeps its whole lines
 
 
+def test_a_full_disk_names_the_file_that_failed_first_not_a_summary_that_failed_after_it(
+        tmp_path, capsys, full_disk):
+    full_disk(lambda file: file.startswith(("checkpoint-", "summary.json")))
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--out", str(tmp_path)])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.value.code == 2 and line.startswith(f"train_tf.py: error: cannot write {tmp_path}/"
+                                                    "checkpoint-"), line
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_file_size_limit_inside_torch_save_is_one_line_naming_the_checkpoint(tmp_path):
+    """torch's writer says a short write as a RuntimeError (not an OSError): the issue's command."""
+    import resource
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (30 * 1024, 30 * 1024))  # noqa: E731
+    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), "--preset", "course", "--steps",
+                        "300", "--n-test", "64", "--n-final", "128", "--pe", "stochastic", "fixed",
+                        "--checkpoint-every", "0.5", "--device", "cpu", "--out", str(tmp_path)],
+                       capture_output=True, text=True, preexec_fn=limit)
+    line = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert re.fullmatch(rf"train_tf.py: error: cannot write {tmp_path}/checkpoint-\S+\.pt:"
+                        r" (RuntimeError: .*|File too large); check --out and free space",  # or,
+                        line), line                               # in another torch, an OSError
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert [summary_of(run)["status"] for run in sorted(tmp_path.glob("*-seed0"))] == ["failed"] * 2
+
+
+@pytest.mark.parametrize("error", [RuntimeError("unexpected pos"), KeyboardInterrupt()])
+def test_any_error_inside_a_write_leaves_no_tmp_and_names_the_file(tmp_path, error):
+    def write(handle):
+        handle.write(b"half")
+        raise error
+    with pytest.raises(OSError if isinstance(error, Exception) else KeyboardInterrupt) as raised:
+        runlog.write_atomic(tmp_path / "file.pt", write)
+    assert list(tmp_path.iterdir()) == []
+    if isinstance(error, Exception):
+        assert runlog.cannot_write(raised.value) == (f"cannot write {tmp_path / 'file.pt'}:"
+                                                     " RuntimeError: unexpected pos; check --out"
+                                                     " and free space")
+
+
 @pytest.mark.parametrize("script", ["train_tf", "train_fcn", "train_bool", "plots"])
 def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
     blocker = tmp_path / "a_file"

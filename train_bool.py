@@ -309,9 +309,9 @@ FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
 def write_results(out, rows, status, seconds):
     """critical.json (for plots.py), critical.csv, summary.json; at the end, the table and the fits
     printed. rows None (--m, no search): summary.json alone."""
+    summary = dict(status=status, seconds=round(seconds, 1))
     if rows is None:
-        return runlog.write_json(out / "summary.json", dict(status=status,
-                                                            seconds=round(seconds, 1)))
+        return runlog.write_json(out / "summary.json", summary)
     fits = {}
     for r in rows:                                     # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
@@ -321,8 +321,7 @@ def write_results(out, rows, status, seconds):
     table = [FIELDS, *([r[k] for k in FIELDS] for r in rows)]          # as csv.writer writes it
     text = "".join(",".join("" if v is None else str(v) for v in row) + "\n" for row in table)
     runlog.write_bytes(out / "critical.csv", text.replace("\n", "\r\n").encode())
-    runlog.write_json(out / "summary.json", dict(status=status, seconds=round(seconds, 1),
-                                                 rows=rows, fits=fits))
+    runlog.write_json(out / "summary.json", dict(summary, rows=rows, fits=fits))
     if status == "running":
         return
     print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
@@ -339,16 +338,18 @@ def write_results(out, rows, status, seconds):
 
 def read_log(out):
     """An interrupted run's trainings {(model, m, T, s, seed): record} (a line cut by a kill, or
-    not a record, is dropped and trained again), its log rewritten so that new records start on a
-    line of their own, and the seconds its summary counted."""
+    not a record with its numbers, is dropped and trained again), its log rewritten so that new
+    records start on a line of their own, and the seconds its summary counted."""
     log, done = out / "log.jsonl", {}
-    for line in log.read_text().splitlines() if log.exists() else []:
+    for line in (runlog.read(log, bytes.splitlines, "remove it, or rerun with --force")
+                 if log.exists() else []):
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            record = json.loads(line)
-            done[record["model"], record["m"], record["T"], record["s"], record["seed"]] = record
+            r = json.loads(line)
+            if all(type(r[k]) in (int, float) for k in ("acc", "train_loss", "steps")):
+                done[r["model"], r["m"], r["T"], r["s"], r["seed"]] = r
     runlog.write_bytes(log, "".join(json.dumps(r) + "\n" for r in done.values()).encode())
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return done, json.loads((out / "summary.json").read_text())["seconds"]
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return done, runlog.read(out / "summary.json")["seconds"]
     return done, 0.0                                   # killed before its first summary
 
 

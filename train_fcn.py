@@ -15,7 +15,8 @@ D = d + d_e (fused.py's step) whose seed-mean final validation loss is <= --eps 
 same budget; it writes sweep.json and sweep.csv, and prints the table and the log-log slopes.
 --sweep-steps B1 B2 ...: the search at each budget, the largest first: a run trained to it holds
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
-only widths a smaller budget needs beyond are trained anew. --resume reuses the finished runs.
+only widths a smaller budget needs beyond are trained anew. --resume goes on from the numbers that
+sweep.json keeps (its cells) and the finished runs in --out, training only what they lack.
 """
 import itertools
 import json
@@ -68,8 +69,8 @@ class Args:
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
     out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
     force: bool = flag(False, "replace run directories that already hold a run")
-    resume: bool = flag(False, "--sweep: reuse the finished runs in --out that a cell needs and the"
-                        " transformer cells of its sweep.json; redo the runs cut short")
+    resume: bool = flag(False, "--sweep: go on from the numbers its sweep.json keeps and the"
+                        " finished runs in --out; train what they lack (the runs cut short)")
     sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
         f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
         for k, v in SWEEP.items()))
@@ -148,28 +149,11 @@ def check_runs(args):
     for T, width, seed in itertools.product(*grid, args.seed):
         path = run_dir(args, T, width, seed)
         runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
-        differ = unlike(args, path) if args.resume and runlog.finished(path) else []
-        runlog.require(not differ, f"--resume: {path} was trained with other settings"
-                       f" ({', '.join(differ)}); pass --force to redo it, or another --out")
 
 
 def run_dir(args, T, width, seed):
-    return Path(args.out) / f"fcn-T{T}-m{width}-depth{args.depth}-seed{seed}"
-
-
-def run_config(args, T, width, seed, steps, device):
-    """A run's config.json: every resolved setting but the sweep's own."""
-    mine = {k: v for k, v in asdict(args).items()
-            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
-    return dict(mine, model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device))
-
-
-def unlike(args, path):
-    """The settings in which the finished run at `path` differs from what this sweep would train
-    there, its length and device aside (a longer run holds a shorter one's numbers)."""
-    config = runlog.read_config(path)
-    ours = run_config(args, config.get("T"), config.get("width"), config.get("seed"), None, None)
-    return sorted(k for k in ours if k not in ("steps", "device") and config.get(k) != ours[k])
+    return Path(args.out) / runlog.run_name(dict(model="fcn", T=T, width=width, depth=args.depth,
+                                                 seed=seed))
 
 
 def evaluate(model, sets):
@@ -189,16 +173,18 @@ def open_run(args, T, width, seed, steps, device):
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
     runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
-    config = dict(run_config(args, T, width, seed, steps, device), params=n_params(model))
-    runlog.write_json(path / "config.json", config)
+    mine = {k: v for k, v in asdict(args).items()             # every setting but the sweep's own
+            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
+    runlog.write_json(path / "config.json", dict(mine, model="fcn", T=T, width=width, seed=seed,
+                      steps=steps, device=str(device), params=n_params(model)))
     return path, model, optimizer, gen, sets
 
 
 def train(args, T, width, seed, device, steps=None, progress=True):
-    """One FCN run of `steps` (default --steps): write its directory, return its last record."""
+    """One FCN run of `steps` (default --steps): write its directory, return its records."""
     steps = steps or args.steps
     path, model, optimizer, gen, sets = open_run(args, T, width, seed, steps, device)
-    loss_sum, since, t0, rec, step, status = 0.0, 0, time.time(), {}, 0, "finished"
+    loss_sum, since, t0, rec, step, status, records = 0.0, 0, time.time(), {}, 0, "finished", []
     try:
         with open(path / "log.jsonl", "w") as log, tqdm(
                 total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
@@ -208,6 +194,7 @@ def train(args, T, width, seed, device, steps=None, progress=True):
                     train_loss = loss_sum.item() / since if since else None
                     rec = dict(step=step, train_loss=train_loss, lr=args.lr,
                                time=round(time.time() - t0, 3), **evaluate(model, sets))
+                    records.append(rec)
                     # the FCN's random init starts above d/(2q), far below the divergence threshold
                     runlog.write_record(log, rec, path.name, [rec["val"], train_loss],
                                         args.d / 2 / args.q)
@@ -230,7 +217,7 @@ def train(args, T, width, seed, device, steps=None, progress=True):
         runlog.write_summary(path, status, step, time.time() - t0, rec)
         if progress:
             print(runlog.closing_line(path, status, step, rec, args.n_test))
-    return rec
+    return records
 
 
 def transformer_vals(args, T, d_e, device):
@@ -281,37 +268,36 @@ def search(grid, first, reached):
     return None
 
 
-def fcn_val(args, T, width, seed, steps, device):
-    """An FCN seed's validation loss after `steps`: read from its run's log when a finished run in
-    --out evaluated it there (a sweep's longer budget, or a sweep resumed), else trained; a
-    diverged seed counts as inf, and the other seeds and sizes go on."""
-    path = run_dir(args, T, width, seed)
-    if runlog.finished(path) and (path / "log.jsonl").exists():
-        records = map(json.loads, (path / "log.jsonl").read_text().splitlines())
-        val = next((r["val"] for r in records if r["step"] == steps), None)
-        if val is not None:
-            return val
+def fcn_vals(args, T, width, seed, steps, device):
+    """{budget: an FCN seed's validation loss} of its run trained to `steps` (which evaluates it at
+    each smaller budget too); none for a diverged seed, and the other seeds and sizes go on."""
     try:
-        return train(args, T, width, seed, device, steps, progress=False)["val"]
+        records = train(args, T, width, seed, device, steps, progress=False)
     except runlog.Stop as stop:
         tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
-        return math.inf
+        return {}
+    return {r["step"]: r["val"] for r in records if r["step"] in args.sweep_steps}
+
+
+def cached(cells, key, steps, compute):
+    """cells[key][steps], the sweep's one cache of what a model and size gave (kept in sweep.json
+    for --resume); where absent, compute() ({budget: value}) fills it; inf if it gave none."""
+    if str(steps) not in cells.get(key, {}):
+        cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
+    return cells[key].get(str(steps), math.inf)
 
 
 def seed_vals(args, model, T, size, steps, device, eps, cells):
-    """(width, parameters, val losses of the seeds after `steps`) of a model at one size: the
-    transformer's seeds side by side (every budget at once, kept in `cells`); the FCN's seed by
-    seed, stopping once the seeds so far put the mean of all above eps (losses are >= 0, so the
-    size has failed whatever the other seeds would give)."""
-    if model == "transformer":
-        key = f"{T} {size}"
-        if not all(str(b) in cells.get(key, {}) for b in args.sweep_steps):
-            cells[key] = {str(b): v for b, v in transformer_vals(args, T, size, device).items()}
-        return (args.d + size, (args.d + size) * (2 * args.d + size),  # D x D + d x D
-                cells[key][str(steps)])
+    """(width, parameters, the seeds' val losses after `steps`) of a model at one size: the
+    transformer's seeds side by side (every budget at once), the FCN's one by one until those so
+    far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
+    if model == "transformer":                                       # D x D + d x D parameters
+        return args.d + size, (args.d + size) * (2 * args.d + size), cached(
+            cells, f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
     vals = []
     for seed in args.seed:
-        vals.append(fcn_val(args, T, size, seed, steps, device))
+        vals.append(cached(cells, f"fcn {T} {size} {seed}", steps,
+                           lambda: fcn_vals(args, T, size, seed, steps, device)))
         if not sum(vals) / len(args.seed) <= eps:
             break
     return size, n_params(FCN(T * args.d + T, size, args.depth, args.d)), vals
@@ -337,14 +323,25 @@ def sweep_settings(args):
 
 
 def resumed_cells(args):
-    """The transformer cells ({"T d_e": {budget: seed losses}}) of the sweep.json --resume goes on
-    with, where it was made with the same settings; else none."""
-    path = Path(args.out) / "sweep.json"
-    if not (args.resume and path.exists()):
-        return {}
-    old = json.loads(path.read_text())
-    same = all(old.get(k) == v for k, v in sweep_settings(args).items() if k != "budgets")
-    return old.get("transformer_cells", {}) if same else {}
+    """The cells (cached's) of the sweep.json --resume goes on with, and finished FCN runs' numbers
+    (a kill mid-cell, an old sweep.json); other settings (but eps, budgets), damage: bad input."""
+    path, fix = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out"
+    old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
+    cells = old.get("cells", old.get("transformer_cells", {})) if isinstance(old, dict) else None
+    runlog.require(isinstance(cells, dict) and all(isinstance(c, dict) for c in cells.values()),
+                   f"{path}: not an object whose 'cells' is an object of objects; {fix}")
+    differ = [k for k, v in sweep_settings(args).items()
+              if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
+    runlog.require(not differ, f"--resume: {path} was made with other settings"
+                   f" ({', '.join(differ)}); {fix}")
+    for run in [r for r in Path(args.out).glob(f"fcn-*-depth{args.depth}-seed*") if old
+                and runlog.finished(r)]:
+        c, log = runlog.read_config(run), runlog.read(run / "log.jsonl", lambda b: [
+            json.loads(line) for line in b.splitlines()], f"delete {run} to train it again")
+        cells.setdefault(f"fcn {c.get('T')} {c.get('width')} {c.get('seed')}", {}).update({
+            str(r["step"]): r["val"] for r in log if isinstance(r, dict) and r.get("step") in
+            args.sweep_steps and type(r.get("val")) is float})
+    return cells
 
 
 def sweep(args, device):
@@ -366,9 +363,10 @@ def sweep(args, device):
     def save(status):                    # after each cell, atomically: an ending keeps the rows
         runlog.write_json(Path(args.out) / "sweep.json", dict(
             status=status, eps=eps, **sweep_settings(args), rows=rows,
-            loglog_slope=fits(rows, args.sweep_steps), transformer_cells=cells))
+            loglog_slope=fits(rows, args.sweep_steps), cells=cells))
 
     try:
+        save("running")                  # its settings, for a --resume after a kill in its first cell
         for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
             for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
                 row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None,
