@@ -7,12 +7,13 @@ import numpy as np
 
 import sts
 from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
-                     final_losses, finite, flat, label, lengths, read, sets, setting, task, value,
+                     final_losses, finite, flat, label, lengths, read, read_log, sets, setting, task, value,
                      weights)
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
 LENGTH_N = 1024  # sequences per sts.family_loss in the length table: its cost grows with T, d_e
+SETTLED = 0.005  # settled: a move below ~1 Monte-Carlo se of 1,024 sequences' val near a loss 0.25
 WINDOW = 50_000  # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
 
 
@@ -335,15 +336,31 @@ def table_needed(path, summary, sweep):
           fmt(f["rms"]), fmt(f["rms"] / best, ".2f")] for name, f in fits.items()])
 
 
+def last_quarter(path, row, eps):
+    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of the row's budget and
+    at the end, and whether it has settled above eps: moved by less than SETTLED over that quarter."""
+    below = [w for w, _ in row["tried"] if w < (row["width"] or math.inf)]
+    if row["model"] != "fcn" or not below:
+        return ["-", "-"]
+    logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in
+            path.parent.glob(f"fcn-T{row['T']}-m{max(below)}-depth*-seed*/log.jsonl")]
+    a, b = (mean([log.get(s, NAN) for log in logs]) for s in (row["steps"] * 3 // 4, row["steps"]))
+    return [f"m = {max(below)}: {fmt(a)} → {fmt(b)}",
+            "-" if not finite(a - b) else "yes" if abs(a - b) < SETTLED and b > eps else "no"]
+
+
 def table_sweep(path, summary):
     """sweep.json (train_fcn.py): the smallest width reaching the target at each T and budget."""
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
     return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
                     f" loss <= {summary['eps']:.4f} after each budget of steps of"
-                    f" {summary['batch']}, seeds {summary['seeds']}",
-                    ["model", "T", "steps", "width", "params", "val (mean ± s)"],
+                    f" {summary['batch']}, seeds {summary['seeds']}; the FCN width just below it:"
+                    " its mean val over the last quarter of the budget, settled if that moved by"
+                    f" less than {SETTLED} (about the Monte-Carlo se of a 1,024-sequence val near"
+                    " the target) and stays above it",
+                    ["model", "T", "steps", "width", "params", "val (mean ± s)",
+                     "width below: last quarter", "settled"],
                     [[r["model"], r["T"], r["steps"], r["width"] or "> %s" % max(
                         (w for w, _ in r["tried"]), default="?"),
-                      r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}"]
-                     for r in summary["rows"]])
-
+                      r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}",
+                      *last_quarter(path, r, summary["eps"])] for r in summary["rows"]])
