@@ -243,9 +243,10 @@ def family_output(draws, c):
     return np.einsum("ndt,nt->nd", X, softmax(c * scores))
 
 
-def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
-    """What W = c W*, V = alpha V* (a fitted c, alpha) scores at any T, q, d_e on n sequences."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
+def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ridge=None):
+    """What W = c W*, V = alpha V* (a fitted c, alpha; with a ridge, W = c M's) scores at any T,
+    q, d_e on n sequences."""
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 

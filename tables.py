@@ -72,18 +72,20 @@ def family_pair(run, row):
 
 
 def family_curves(groups, predicted):
-    """{first run's path: {set name: (own, best)}}. Stochastic PE: own, the seeds' mean of
-    sts.family_loss at their sts.family_fit; best, FLOOR's loss at the set's T and q. Fixed PE: best,
-    FLOOR's W = c M that learned its table (sts.table_floor) at the training T and the set's q."""
+    """{first run's path: {set name: (own, best)}}, best FLOOR's at the set's T and q. Stochastic
+    PE: W = c W*, V = alpha V*, own the seeds' mean at their sts.family_fit. Fixed PE, at the
+    training T: W = c M that learned its table (sts.table_floor), own at the training q's c, M."""
     curves = {}
     for g in [g for g in groups if predicted and g[0]["config"]["pe"] in ("stochastic", "fixed")]:
         c, best = g[0]["config"], "loss" if g[0]["config"]["pe"] == "stochastic" else "table"
+        row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})  # the trained q's
         fits = [sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
-                if w] if best == "loss" else []
+                if w] if best == "loss" else [(row["table_c"], row["table_alpha"])] * (best in row)
+        ridge = None if best == "loss" or row.get("ridge") is None else row["ridge"] * c["T"] / c["de"]
         at = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})  # noqa: E731
-        curves[g[0]["path"]] = {k: (mean([sts.family_loss("stochastic", *task(k, c), c["d"], c["de"],
-                                                          *f, n=LENGTH_N) for f in fits]) if fits
-                                        else None, at(k).get(best))
+        curves[g[0]["path"]] = {k: (mean([sts.family_loss(c["pe"], *task(k, c), c["d"], c["de"], *f,
+                                                          n=LENGTH_N, ridge=ridge) for f in fits]),
+                                    at(k).get(best))
                                 for k in sets(g, "T", "q") if best == "loss" or k[0] != "T"}
     return curves
 
@@ -226,10 +228,10 @@ def table_length(name, runs, predicted):
                  f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the"
                  " sample standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at"
                  " each seed's own c, α (sts.family_fit; the seeds' mean) and the family's best"
-                 f" ({FLOOR}); fixed PE: the best W = c M that learned its table (sts.table_floor,"
-                 " its 'table'); each one's rise from the training set over the trained rise; the"
-                 f" slope of the logged loss over the last {WINDOW:,} steps (the last half of a"
-                 " shorter run) per 10k steps.",
+                 f" ({FLOOR}); fixed PE, at the training T: W = c M that learned its table"
+                 " (sts.table_floor) at the training q's c, M and retuned; each one's rise from the"
+                 " training set over the trained rise; the slope of the logged loss over the last"
+                 f" {WINDOW:,} steps (the last half of a                 " shorter run) per 10k steps.",
                  ["at", "configuration", "trained", "at own c, α", "predicted best",
                   "share of the rise: own / best", "slope per 10k steps"], rows)
 
