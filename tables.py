@@ -231,7 +231,7 @@ def table_length(name, runs, predicted):
                  f" ({FLOOR}); fixed PE, at the training T: W = c M that learned its table"
                  " (sts.table_floor) at the training q's c, M and retuned; each one's rise from the"
                  " training set over the trained rise; the slope of the logged loss over the last"
-                 f" {WINDOW:,} steps (the last half of a                 " shorter run) per 10k steps.",
+                 f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
                  ["at", "configuration", "trained", "at own c, α", "predicted best",
                   "share of the rise: own / best", "slope per 10k steps"], rows)
 
