@@ -25,11 +25,11 @@ import numpy as np
 
 import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, finite, label,
-                     length, load_prediction, load_run, load_summary, read, sets, spread, unique,
+                     load_prediction, load_run, load_summary, read, sets, spread, unique,
                      value, weights)
-from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, length_curves, partial, table,
+from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, family_curves, partial, table,
                     table_critical, table_floor, table_length, table_needed, table_paired,
-                    table_sweep, trained_de, width_fits)
+                    table_selection, table_sweep, trained_de, width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -148,10 +148,12 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
     for ax, key in zip(axes[0], names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            own, best = (curves or {}).get(g[0]["path"], {}).get(length(key, c), (None, None))
-            for y, ls, text in ((best, "--", "best of W = cW*, V = αV* (predicted by sts.py)"),
+            own, best = (curves or {}).get(g[0]["path"], {}).get(key, (None, None))
+            fixed = g[0]["config"]["pe"] == "fixed"
+            for y, ls, text in ((best, "--", "its table learned, best W = cM (sts.py; not drawn"
+                                 " where 0)" if fixed else "best of W = cW*, V = αV* (sts.py)"),
                                 (own, ":", "W = cW*, V = αV* at the trained c, α (seeds' mean)")):
-                if y is not None and np.isfinite(y):
+                if y is not None and y > 1e-9:        # 0 has no place on the log axis
                     ax.axhline(y, color=color(g, groups), ls=ls, lw=0.9, label=text)
         trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"
         ax.set(xlabel="step", yscale="log",
@@ -448,8 +450,10 @@ def tabulate(name, runs, report, predicted):
     for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
         report.drawn += bool(report.attempt(table, name, [r for r in runs
                                                          if r["config"]["model"] == model]))
+    selection = (runs[0]["path"].parent / "table_floor.json").exists()
     for job in [(table_paired, name, tf), (table_length, name, tf, predicted)] * bool(tf) + [
-            (table_floor, name, tf, predicted)] * bool(predicted):
+            (table_floor, name, tf, predicted)] * bool(predicted) + [
+            (table_selection, name, tf)] * selection:
         report.attempt(*job)
 
 
@@ -462,11 +466,11 @@ def draw(name, runs, out, report, predicted):
     elif len({r["config"]["de"] for r in tf}) >= 3:
         jobs.append((figure_floor, tf, out, name, predicted))
     elif tf:
-        curves = length_curves(configurations(tf), predicted)
+        curves = family_curves(configurations(tf), predicted)
         jobs.append((figure_training, tf, out, name))
-        for group, suffix, family in (("T", "length", curves), ("q", "qtest", None)):
+        for group, suffix in (("T", "length"), ("q", "qtest")):
             if sets(tf, group) != ["val"]:                  # some set of that group logged
-                jobs.append((figure_tests, tf, out, name, group, suffix, family))
+                jobs.append((figure_tests, tf, out, name, group, suffix, curves))
         jobs.append((figure_weights, tf, out, name, report))
         if len({k[4] for k in predicted if k[1] == tf[0]["config"]["T"]}) >= 3:
             jobs.append((figure_floor, tf, out, name, predicted))  # the trained d_e against these

@@ -200,7 +200,7 @@ def load_summary(path, report):
 
 
 def load_prediction(folder, runs):
-    """family_floor.json's rows {(pe, T, q, d, d_e): row} at the runs' (pe, q, d) and lengths;
+    """family_floor.json's rows {(pe, T, q, d, d_e): row} at the runs' (pe, d), sets' T and q;
     Skip if a row is malformed or none has a run's (pe, T, q, d)."""
     path, key = folder / FLOOR, lambda row, n=5: tuple(row[k] for k in PREDICTED[:n])
     rows = need_keys(read(path), ["rows"], path)["rows"]
@@ -213,7 +213,8 @@ def load_prediction(folder, runs):
     if not {key(c, 4) for c in tf} & {key(r, 4) for r in rows}:
         raise Skip(f"{path}: no row for the runs' (pe, T, q, d): "
                    f"{', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}")
-    at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in lengths(c)}
+    at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in lengths(c)} | {
+        (c["pe"], c["T"], q, c["d"]) for c in tf for q in c.get("test_q", [])}
     return {key(r): r for r in rows if key(r, 4) in at}
 
 
@@ -261,8 +262,10 @@ def lengths(config):
     return [config["T"], *config.get("test_T", [])]
 
 
-def length(name, config):
-    return config["T"] if name == "val" else int(name[2:])  # "val" is at the training T
+def task(name, config):
+    """A set's (T, q): "val" as trained, "T=250" at another length, "q=2" another subset size."""
+    T, q, other = config["T"], config["q"], name != "val" and int(name[2:])
+    return (other, q) if name[0] == "T" else (T, other) if name[0] == "q" else (T, q)
 
 
 def label(group, groups):

@@ -243,9 +243,10 @@ def family_output(draws, c):
     return np.einsum("ndt,nt->nd", X, softmax(c * scores))
 
 
-def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
-    """What W = c W*, V = alpha V* (a fitted c, alpha) scores at any T, q, d_e on n sequences."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
+def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ridge=None):
+    """What W = c W*, V = alpha V* (a fitted c, alpha; with a ridge, W = c M's) scores at any T,
+    q, d_e on n sequences."""
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
@@ -338,15 +339,22 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     return rows
 
 
-def floors(Ts, q, d, des, Ls=None, seed=0):
-    """--floor's rows, printed: stochastic and fixed PE's family_floor, or randomized's with Ls."""
-    for T, d_e, L in itertools.product(Ts, des, Ls or [None]):
+def floors(Ts, qs, d, des, Ls=None, seed=0):
+    """--floor's rows, printed: stochastic and fixed PE's family_floor (fixed: and table_floor, the
+    construction that learns its table of T positions), or randomized's with Ls."""
+    for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
         if L is None:
             for kind in ("stochastic", "fixed"):
                 value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
-                print(f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
-                      f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
-                yield dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha)
+                row = dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha)
+                line = (f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
+                        f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+                if kind == "fixed":             # the W that fixed PE can learn: its table's M
+                    row.update(zip(("table", "table_c", "table_alpha", "ridge"),
+                                   table_floor(kind, T, q, d, d_e, seed=seed)))
+                    line += f"; W = c M, its table learned: {row['table']:.4f}"
+                print(line)
+                yield row
         elif L >= T:
             family = family_floor("randomized", T, q, d, d_e, seed=seed, positions=L)[0]
             table, c, alpha, ridge = table_floor("randomized", T, q, d, d_e, seed=seed, positions=L)
@@ -379,7 +387,8 @@ def parser():
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.error, add = lambda message: p.exit(2, f"sts.py: error: {message}\n"), p.add_argument
     add("--T", type=int, nargs="+", default=[20], help="sequence length (several with --floor)")
-    add("--q", type=int, default=3, help="subset size, 1 <= q <= T")
+    add("--q", type=int, nargs="+", default=[3], help="subset size, 1 <= q <= T (several with"
+        " --floor)")
     add("--d", type=int, default=5, help="token dimension")
     add("--de", type=int, nargs="+", default=[64], help="PE dimension d_e (several with --floor)")
     add("--steps", type=int, default=1500, help="SGD steps per run")
@@ -399,14 +408,14 @@ def parser():
 
 def check_flags(args):
     """Every flag checked before anything runs: a ValueError naming the flag otherwise."""
-    for T in args.T:
-        check_task(T, args.q, args.d)
+    for T, q in itertools.product(args.T, args.q):
+        check_task(T, q, args.d)
     check(min(args.de) >= 1, "--de", "positive integers", args.de)
     check(args.steps >= 1, "--steps", "a positive integer", args.steps)
     check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
     check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
-    check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
-          "one value each without --floor", (args.T, args.de))
+    check(args.floor or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
+          "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
     check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
           "both")
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
@@ -425,12 +434,12 @@ def main(argv=None):
         check_flags(args)
     except ValueError as e:
         stop(f"error: {e}", 2)
-    q, d, start = args.q, args.d, args.d / (2 * args.q)   # start: the loss at W = V = 0
+    q, d, start = args.q[0], args.d, args.d / (2 * args.q[0])   # start: the loss at W = V = 0
     try:
         if args.floor or args.needed_de:        # the rows, printed as they come, then to --json
             search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
             rows = list(widths(args.T, q, d, search["target"], args.seed) if args.needed_de else
-                        floors(args.T, q, d, args.de, args.positions, args.seed))
+                        floors(args.T, args.q, d, args.de, args.positions, args.seed))
             family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
                       if args.positions else "W = c W*, V = alpha V*")
             if args.json:

@@ -7,12 +7,13 @@ import numpy as np
 
 import sts
 from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
-                     final_losses, finite, flat, label, length, lengths, sets, setting, value,
+                     final_losses, finite, flat, label, lengths, read, read_log, sets, setting, task, value,
                      weights)
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
 LENGTH_N = 1024  # sequences per sts.family_loss in the length table: its cost grows with T, d_e
+SETTLED = 0.005  # settled: a move below ~1 Monte-Carlo se of 1,024 sequences' val near a loss 0.25
 WINDOW = 50_000  # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
 
 
@@ -70,18 +71,22 @@ def family_pair(run, row):
     return np.concatenate(out, axis=1)
 
 
-def length_curves(groups, predicted):
-    """{first run's path: {T: (own, best)}} of the stochastic-PE configurations, with a FLOOR: own,
-    the seeds' mean of sts.family_loss at their sts.family_fit; best, FLOOR's loss at T or None."""
+def family_curves(groups, predicted):
+    """{first run's path: {set name: (own, best)}}, best FLOOR's at the set's T and q. Stochastic
+    PE: W = c W*, V = alpha V*, own the seeds' mean at their sts.family_fit. Fixed PE, at the
+    training T: W = c M that learned its table (sts.table_floor), own at the training q's c, M."""
     curves = {}
-    for g in [g for g in groups if predicted and g[0]["config"]["pe"] == "stochastic"]:
-        c = g[0]["config"]
+    for g in [g for g in groups if predicted and g[0]["config"]["pe"] in ("stochastic", "fixed")]:
+        c, best = g[0]["config"], "loss" if g[0]["config"]["pe"] == "stochastic" else "table"
+        row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})  # the trained q's
         fits = [sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
-                if w]
-        key = lambda T: ("stochastic", T, c["q"], c["d"], c["de"])  # noqa: E731
-        curves[g[0]["path"]] = {T: (mean([sts.family_loss(*key(T), *f, n=LENGTH_N) for f in fits]),
-                                    predicted.get(key(T), {}).get("loss"))
-                                for T in (length(k, c) for k in sets(g, "T"))}
+                if w] if best == "loss" else [(row["table_c"], row["table_alpha"])] * (best in row)
+        ridge = None if best == "loss" or row.get("ridge") is None else row["ridge"] * c["T"] / c["de"]
+        at = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})  # noqa: E731
+        curves[g[0]["path"]] = {k: (mean([sts.family_loss(c["pe"], *task(k, c), c["d"], c["de"], *f,
+                                                          n=LENGTH_N, ridge=ridge) for f in fits]),
+                                    at(k).get(best))
+                                for k in sets(g, "T", "q") if best == "loss" or k[0] != "T"}
     return curves
 
 
@@ -207,26 +212,65 @@ def table_floor(name, runs, predicted):
 
 
 def table_length(name, runs, predicted):
-    """At each length, a configuration's loss, its predictions, its slope (still falling?)."""
-    groups, names = configurations(runs), sets(runs, "T")
-    curves, rows = length_curves(groups, predicted), []
+    """At each length and subset size, a configuration's loss, its predictions, its slope."""
+    groups, names = configurations(runs), sets(runs, "T", "q")
+    curves, rows = family_curves(groups, predicted), []
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
-        T0, curve = g[0]["config"]["T"], curves.get(g[0]["path"], {})
-        T, trained = length(k, g[0]["config"]), [value(r["end"], k) for r in g]
+        curve, trained = curves.get(g[0]["path"], {}), [value(r["end"], k) for r in g]
         rise = mean(trained) - mean(value(r["end"], "val") for r in g)
-        shares = [fmt((curve[T][i] - curve[T0][i]) / rise, ".2f") if k != "val" and curve
-                  and finite(curve[T][i]) and finite(curve[T0][i]) else "-" for i in (0, 1)]
-        rows.append([f"T={T}", label(g, groups), mean_sd(trained), *map(fmt, curve.get(T, "--")),
-                     " / ".join(shares), mean_sd([slope(r, k) for r in g], ".2g")])
+        shares = [fmt((curve[k][i] - curve["val"][i]) / rise, ".2f") if k != "val" and k in curve
+                  and finite(curve[k][i]) and finite(curve["val"][i]) else "-" for i in (0, 1)]
+        rows.append(["T={}, q={}".format(*task(k, g[0]["config"])), label(g, groups),
+                     mean_sd(trained), *map(fmt, curve.get(k, "--")), " / ".join(shares),
+                     mean_sd([slope(r, k) for r in g], ".2g")])
     if rows:
-        markdown(f"{name}: at each length (T={groups[0][0]['config']['T']}: as trained), the"
-                 " final loss, mean ± s (the sample standard deviation) over the seeds; stochastic"
-                 " PE: W = c W*, V = α V* at each seed's own c, α (sts.family_fit; the seeds'"
-                 f" mean) and the family's best ({FLOOR}), with each one's rise from the training"
-                 " T over the trained rise; the slope of the logged loss over the last"
+        markdown(f"{name}: at each length and subset size (T={groups[0][0]['config']['T']},"
+                 f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the"
+                 " sample standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at"
+                 " each seed's own c, α (sts.family_fit; the seeds' mean) and the family's best"
+                 f" ({FLOOR}); fixed PE, at the training T: W = c M that learned its table"
+                 " (sts.table_floor) at the training q's c, M and retuned; each one's rise from the"
+                 " training set over the trained rise; the slope of the logged loss over the last"
                  f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
-                 ["at length", "configuration", "trained", "at own c, α", "family best",
+                 ["at", "configuration", "trained", "at own c, α", "predicted best",
                   "share of the rise: own / best", "slope per 10k steps"], rows)
+
+
+def selection(W_ee, P):
+    """How W's PE block tells its table's positions apart, G = Pᵀ W_ee P: the self-scores' mean
+    and spread over the positions, the cross-scores' spread, the first over the last; then the
+    extreme eigenvalues of W_ee's symmetric part and the off-diagonal share of ‖W_ee‖."""
+    G, off = P.T @ W_ee @ P, ~np.eye(P.shape[1], dtype=bool)
+    eig = np.linalg.eigvalsh((W_ee + W_ee.T) / 2)
+    share = np.linalg.norm(W_ee - np.diag(np.diag(W_ee))) / np.linalg.norm(W_ee)
+    return np.diag(G).mean(), np.diag(G).std(), G[off].std(), np.diag(G).mean() / G[off].std(), \
+        eig[0], eig[-1], share
+
+
+def table_selection(name, runs):
+    """Randomized PE: the trained W against table_floor.json's W = c M, each on its seed's table."""
+    rows, built = [], {r["positions"]: r for r in read(runs[0]["path"].parent / "table_floor.json")
+                       ["rows"] if r["T"] == runs[0]["config"]["T"] and r["pe"] == "randomized"}
+    groups = configurations(runs)           # L <= d_e: c M = c I on the table, exact; left out
+    for g in [g for g in groups if g[0]["config"].get("positions", 0) > g[0]["config"]["de"]
+              and g[0]["config"]["positions"] in built]:
+        c, row = g[0]["config"], built[g[0]["config"]["positions"]]
+        tables = [sts.PositionalEncoding("randomized", c["de"], c["positions"], r["config"]["seed"])
+                  .table for r in g]
+        ridge = lambda P: np.eye(c["de"]) if row["ridge"] is None else np.linalg.pinv(  # noqa
+            P @ P.T + row["ridge"] * c["positions"] / c["de"] * np.eye(c["de"]))
+        for what, W_ees in (("trained", [weights(r)[0][c["d"]:, c["d"]:] for r in g]),
+                            (f"c M, ridge {row['ridge']}", [row["c"] * ridge(P) for P in tables])):
+            cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
+            rows.append([label(g, groups), c["optimizer"], what, *(mean_sd(x, ".3g") for x in cells)])
+    if rows:
+        markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
+                 " (L × L) on each seed's own table, L > d_e; the trained W against table_floor.json's"
+                 " W = c M (sts.table_floor); over the seeds mean ± s (the sample standard"
+                 " deviation).",
+                 ["configuration", "optimizer", "W_ee", "self-score mean", "self-score s over"
+                  " positions", "cross-score s", "self mean / cross s", "least eigenvalue",
+                  "largest eigenvalue", "off-diagonal share of ‖W_ee‖"], rows)
 
 
 def partial(summary):
@@ -294,15 +338,31 @@ def table_needed(path, summary, sweep):
           fmt(f["rms"]), fmt(f["rms"] / best, ".2f")] for name, f in fits.items()])
 
 
+def last_quarter(path, row, eps):
+    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of the row's budget and
+    at the end, and whether it has settled above eps: moved by less than SETTLED over that quarter."""
+    below = [w for w, _ in row["tried"] if w < (row["width"] or math.inf)]
+    if row["model"] != "fcn" or not below:
+        return ["-", "-"]
+    logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in
+            path.parent.glob(f"fcn-T{row['T']}-m{max(below)}-depth*-seed*/log.jsonl")]
+    a, b = (mean([log.get(s, NAN) for log in logs]) for s in (row["steps"] * 3 // 4, row["steps"]))
+    return [f"m = {max(below)}: {fmt(a)} → {fmt(b)}",
+            "-" if not finite(a - b) else "yes" if abs(a - b) < SETTLED and b > eps else "no"]
+
+
 def table_sweep(path, summary):
     """sweep.json (train_fcn.py): the smallest width reaching the target at each T and budget."""
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
     return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
                     f" loss <= {summary['eps']:.4f} after each budget of steps of"
-                    f" {summary['batch']}, seeds {summary['seeds']}",
-                    ["model", "T", "steps", "width", "params", "val (mean ± s)"],
+                    f" {summary['batch']}, seeds {summary['seeds']}; the FCN width just below it:"
+                    " its mean val over the last quarter of the budget, settled if that moved by"
+                    f" less than {SETTLED} (about the Monte-Carlo se of a 1,024-sequence val near"
+                    " the target) and stays above it",
+                    ["model", "T", "steps", "width", "params", "val (mean ± s)",
+                     "width below: last quarter", "settled"],
                     [[r["model"], r["T"], r["steps"], r["width"] or "> %s" % max(
                         (w for w, _ in r["tried"]), default="?"),
-                      r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}"]
-                     for r in summary["rows"]])
-
+                      r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}",
+                      *last_quarter(path, r, summary["eps"])] for r in summary["rows"]])
