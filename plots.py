@@ -149,7 +149,7 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
             own, best = (curves or {}).get(g[0]["path"], {}).get(key, (None, None))
-            fixed = g[0]["config"]["pe"] == "fixed"
+            fixed = g[0]["config"].get("pe") == "fixed"
             for y, ls, text in ((best, "--", "its table learned, best W = cM (sts.py; not drawn"
                                  " where 0)" if fixed else "best of W = cW*, V = αV* (sts.py)"),
                                 (own, ":", "W = cW*, V = αV* at the trained c, α (seeds' mean)")):

@@ -278,8 +278,9 @@ def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
     """(loss, c, alpha, r): the least family_floor over ridge = r L / d_e, r in ridges (None: M = I;
     L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can reach."""
     L = positions or T
-    return min(family_floor(kind, T, q, d, d_e, n, seed, positions=positions,
-                            ridge=None if r is None else r * L / d_e) + (r,) for r in ridges)
+    return min((family_floor(kind, T, q, d, d_e, n, seed, positions=positions,  # ties: the first
+                             ridge=None if r is None else r * L / d_e) + (r,) for r in ridges),
+               key=lambda row: row[0])
 
 
 def family_fit(W, V, d):

@@ -79,9 +79,11 @@ def family_curves(groups, predicted):
     for g in [g for g in groups if predicted and g[0]["config"]["pe"] in ("stochastic", "fixed")]:
         c, best = g[0]["config"], "loss" if g[0]["config"]["pe"] == "stochastic" else "table"
         row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})  # the trained q's
-        fits = [sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
-                if w] if best == "loss" else [(row["table_c"], row["table_alpha"])] * (best in row)
-        ridge = None if best == "loss" or row.get("ridge") is None else row["ridge"] * c["T"] / c["de"]
+        fits = ([sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
+                 if w] if best == "loss" else [(row["table_c"], row["table_alpha"])] if best in row
+                else [])
+        ridge = row.get("ridge") if best == "table" else None
+        ridge = None if ridge is None else ridge * c["T"] / c["de"]
         at = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})  # noqa: E731
         curves[g[0]["path"]] = {k: (mean([sts.family_loss(c["pe"], *task(k, c), c["d"], c["de"], *f,
                                                           n=LENGTH_N, ridge=ridge) for f in fits]),

@@ -78,16 +78,16 @@ def test_configurations_come_in_numeric_order_of_what_varies():
 
 @pytest.fixture(scope="module")
 def three_seeds(tmp_path_factory):
-    """The tiny figure set, three seeds, 40 steps logged every 5, with sgd/family_floor.json at the
-    training T=6 and the test T=8 (no row at T=10: a '-'). Tests only read it (or copy it first)."""
+    """The tiny figure set, three seeds, 40 steps logged every 5, with sgd/family_floor.json (sts.py
+    --floor's rows) at the training T=6, q=2, the test T=8 and q=1 (no row at T=10: a '-'). Tests
+    only read it (or copy it first)."""
     root, threads = tmp_path_factory.mktemp("seeds"), torch.get_num_threads()
     torch.set_num_threads(1)
     train_tf.main(TINY + ["--steps", "40", "--eval-every", "5", "--test-T", "8", "10",
                           "--n-final", "128", "--figure-set", "--seed", "0", "1", "2",
                           "--out", str(root)])
     torch.set_num_threads(threads)
-    rows = [dict(pe=pe, T=T, q=2, d=2, de=8, **dict(zip(("loss", "c", "alpha"), sts.family_floor(
-        pe, T, 2, 2, 8, n=512)))) for pe in ("stochastic", "fixed") for T in (6, 8)]
+    rows = [*sts.floors([6, 8], [2], 2, [8]), *sts.floors([6], [1], 2, [8])]
     (root / "sgd" / "family_floor.json").write_text(json.dumps({"rows": rows}))
     return root
 
@@ -202,7 +202,7 @@ def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequen
     import statistics
     sgd = three_seeds / "sgd"
     family = {r["pe"]: r for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
-              if r["T"] == 6}
+              if (r["T"], r["q"]) == (6, 2)}
     out = tables_of(sgd, capsys)
     W_star, V_star = sts.ground_truth(2, 8)
     for pe, row in family.items():
@@ -225,40 +225,55 @@ def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequen
                               f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"]
 
 
-def test_plots_draws_and_tabulates_the_length_curve_of_each_seeds_own_c_and_alpha(
+def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_and_alpha(
         three_seeds, tmp_path, capsys, monkeypatch):
-    sgd, drawn = three_seeds / "sgd", {}
-    best = {r["T"]: r["loss"] for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
-            if r["pe"] == "stochastic"}
+    """Stochastic PE: the family at each seed's own c, alpha (dotted) and its best (dashed) at every
+    length and subset size; fixed PE: the construction that learns its table, at the trained q's
+    c, M (own) and retuned (best), at the training T only. Figures and table say the same."""
+    sgd, drawn, sets = three_seeds / "sgd", {}, {"val": (6, 2), "T=8": (8, 2), "T=10": (10, 2),
+                                                  "q=1": (6, 1)}
+    rows = {(r["pe"], r["T"], r["q"]): r for r in json.loads((sgd / "family_floor.json")
+                                                            .read_text())["rows"]}
     fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k]
                              for k in "WV"), 2) for seed in range(3)]
-    own = {T: np.mean([sts.family_loss("stochastic", T, 2, 2, 8, c, alpha, n=tables.LENGTH_N)
-                       for c, alpha in fits]) for T in (6, 8, 10)}
+    fixed = rows["fixed", 6, 2]
+    ridge = None if fixed["ridge"] is None else fixed["ridge"] * 6 / 8
+    own = {**{("stochastic", k): np.mean([sts.family_loss("stochastic", T, q, 2, 8, c, alpha,
+                                                          n=tables.LENGTH_N) for c, alpha in fits])
+              for k, (T, q) in sets.items()},
+           **{("fixed", k): sts.family_loss("fixed", 6, sets[k][1], 2, 8, fixed["table_c"],
+                                            fixed["table_alpha"], n=tables.LENGTH_N, ridge=ridge)
+              for k in ("val", "q=1")}}
+    best = {("stochastic", k): rows["stochastic", *sets[k]]["loss"] for k in ("val", "T=8", "q=1")}
+    best.update({("fixed", k): rows["fixed", *sets[k]]["table"] for k in ("val", "q=1")})
 
-    def keep(figure, out, name, title):                     # what the length figure draws, no file
-        drawn[name] = [[(ln.get_linestyle(), list(ln.get_ydata())) for ln in ax.lines]
-                       for ax in figure.axes]
+    def keep(figure, out, name, title):                     # what the figures draw, no file
+        drawn[name] = [[(ln.get_linestyle(), ln.get_ydata()[0]) for ln in ax.lines
+                        if len(ln.get_ydata())] for ax in figure.axes]   # not a legend's key
         plots.plt.close(figure)
         return True
     monkeypatch.setattr(plots, "save", keep)
     with pytest.raises(SystemExit) as done:
         plots.main([str(sgd), "--out", str(tmp_path)])
     assert done.value.code == 0
-    for panel, T in zip(drawn["sgd_length"], (6, 8, 10)):   # val (the training T), then T=8, T=10
-        assert [y for style, y in panel if style == ":"] == [pytest.approx([own[T]] * 2)]  # dotted
-        assert [y for style, y in panel if style == "--"] == ([pytest.approx([best[T]] * 2)]
-                                                              if T in best else [])
-    summaries = [json.loads((sgd / f"stochastic-de8-seed{seed}" / "summary.json")
-                            .read_text())["final"] for seed in range(3)]
-    trained = {T: np.mean([s["val"] if T == 6 else s["test_T"][str(T)] for s in summaries])
-               for T in (6, 8, 10)}
+    panels = dict(zip(["val", "T=8", "T=10"], drawn["sgd_length"]))
+    panels["q=1"] = drawn["sgd_qtest"][1]                   # the q figure: val, then q=1
+    for k, panel in panels.items():                         # lines at 0 are not drawn (log axis)
+        for style, wanted in ((":", own), ("--", best)):
+            ys = [wanted[pe, k] for pe in ("fixed", "stochastic") if wanted.get((pe, k), 0) > 1e-9]
+            assert sorted(y for s, y in panel if s == style) == pytest.approx(sorted(ys)), (k, style)
+    summaries = {pe: [json.loads((sgd / f"{pe}-de8-seed{seed}" / "summary.json").read_text())
+                      ["final"] for seed in range(3)] for pe in ("stochastic", "fixed")}
+    trained = {(pe, k): np.mean([s["val"] if k == "val" else s[f"test_{k[0]}"][k[2:]]
+                                 for s in summaries[pe]]) for pe in summaries for k in sets}
     out = tables_of(sgd, capsys)
-    for T in (8, 10):
-        row, = table_cells(out, f"| T={T} | stochastic PE (3 seeds) |")
-        share = f"{(own[T] - own[6]) / (trained[T] - trained[6]):.2f}"
-        assert row[3:6] == [f"{own[T]:.4f}", f"{best[T]:.4f}" if T in best else "-",
-                            share + (f" / {(best[T] - best[6]) / (trained[T] - trained[6]):.2f}"
-                                     if T in best else " / -")]
+    for pe, k in [(pe, k) for pe in ("stochastic", "fixed") for k in ("T=8", "T=10", "q=1")
+                  if (pe, k) in own]:
+        row, = table_cells(out, f"| T={sets[k][0]}, q={sets[k][1]} | {pe} PE (3 seeds) |")
+        rise = trained[pe, k] - trained[pe, "val"]
+        share = lambda f: f"{(f[pe, k] - f[pe, 'val']) / rise:.2f}" if (pe, k) in f else "-"
+        assert row[3:6] == [f"{own[pe, k]:.4f}", f"{best[pe, k]:.4f}" if (pe, k) in best else "-",
+                            f"{share(own)} / {share(best)}"], (pe, k)
 
 
 def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_seeds, capsys):
@@ -268,7 +283,7 @@ def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_
         points = [(r["step"], r["test_T"]["8"]) for r in read_log(sgd / f"fixed-de8-seed{seed}")
                   if r["step"] >= 20]
         slopes.append(np.polyfit(*np.array(points).T, 1)[0] * 1e4)
-    row, = table_cells(tables_of(sgd, capsys), "| T=8 | fixed PE (3 seeds) |")
+    row, = table_cells(tables_of(sgd, capsys), "| T=8, q=2 | fixed PE (3 seeds) |")
     assert row[-1] == f"{statistics.mean(slopes):.2g} ± {statistics.stdev(slopes):.2g}"
     log = [dict(step=s, val=1 / (1 + s / 1000) + 0.01 * (s // 1000 % 3))
            for s in range(0, 120_001, 1000)]
