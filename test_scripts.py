@@ -4,6 +4,7 @@ directories, the README's commands, run_course.sh (train_bool.py and train_fcn.p
 test_baselines.py; plots.py, rundirs.py and tables.py: test_plots.py). Seeded, CPU only.
 """
 import json
+import os
 import re
 import signal
 import subprocess
@@ -93,7 +94,8 @@ def test_train_tf_writes_a_run_directory(tmp_path):
 
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
-                                             (signal.SIGTERM, 143, "terminated")])
+                                             (signal.SIGTERM, 143, "terminated"),
+                                             (signal.SIGHUP, 129, "terminated")])  # ssh closed
 def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, sig, code,
                                                                           word):
     train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
@@ -166,11 +168,36 @@ def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_noth
         proc.kill()                     # a failed assertion must not leave a 10M-step job running
 
 
+@pytest.mark.parametrize("writer, name, times", [("write_atomic", "config.json", 1),
+                                                 ("write_atomic", "weights_init.npz", 1),
+                                                 ("write_summary", "summary.json", 2)])
+def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summary(
+        tmp_path, monkeypatch, writer, name, times):
+    # SIGTERM inside the first write of the job's config.json or weights_init.npz, or twice inside
+    # its first summary: taken once every file is whole, every run's summary written, no .tmp left
+    write, sent = getattr(runlog, writer), []
+
+    def signalled(path, *rest):
+        if not sent and (writer == "write_summary" or path.name == name):
+            sent.append([os.kill(os.getpid(), signal.SIGTERM) for _ in range(times)])
+        return write(path, *rest)
+    monkeypatch.setattr(runlog, writer, signalled)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
+    assert done.value.code == 143 and sent and not list(tmp_path.rglob("*.tmp"))
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        summary = summary_of(tmp_path / run)
+        assert summary["status"] == ("terminated" if times == 1 else "finished"), summary
+    monkeypatch.undo()
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path), "--resume"])
+    assert summary_of(tmp_path / "fixed-de8-seed0")["status"] == "finished"
+
+
 def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path,
                                                                                     monkeypatch):
-    def interrupted(self, n):
+    def interrupted(tr, n):
         raise KeyboardInterrupt
-    monkeypatch.setattr(train_tf.Trainer, "evaluate", interrupted)
+    monkeypatch.setattr(train_tf, "evaluate", interrupted)
     with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + ["--out", str(tmp_path)])
     run = tmp_path / "stochastic-de8-seed0"
@@ -220,7 +247,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
     (["--pe", "randomized", "--positions", "16", "16"], "--positions: lists a value twice"),
     (["--pe", "fixed", "fixed"], "argument --pe: lists a value twice"),
-    (["--step", "autograd"], "unrecognized arguments: --step autograd"),  # gone; no --steps
+    (["--step", "eager"], "argument --step: invalid choice: 'eager'"),   # not taken for --steps
 ]
 
 
@@ -241,9 +268,9 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_p
                                    "cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")])
 def test_too_little_memory_is_one_line_naming_the_sizes_to_lower_and_every_run_says_failed(
         tmp_path, capsys, monkeypatch, error):
-    def too_big(self, n):
+    def too_big(tr, n):
         raise error
-    monkeypatch.setattr(train_tf.Trainer, "evaluate", too_big)
+    monkeypatch.setattr(train_tf, "evaluate", too_big)
     with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
     err = capsys.readouterr().err                      # the progress bar's, then one line
@@ -255,9 +282,9 @@ def test_too_little_memory_is_one_line_naming_the_sizes_to_lower_and_every_run_s
 
 
 def test_a_runtime_error_that_is_no_allocation_stays_a_traceback(tmp_path, monkeypatch):
-    def broken(self, n):
+    def broken(tr, n):
         raise RuntimeError("shape mismatch")
-    monkeypatch.setattr(train_tf.Trainer, "evaluate", broken)
+    monkeypatch.setattr(train_tf, "evaluate", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         train_tf.main(TINY + ["--out", str(tmp_path)])
 
