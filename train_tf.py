@@ -15,6 +15,7 @@ final_losses.npz (each final sequence's loss), summary.json.
 import contextlib
 import hashlib
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -320,6 +321,26 @@ def run_specs(args, d_e):
             for folder, spec, seed in grid]
 
 
+def job_flags(names):
+    """A job's --pe, --positions, --seed and --figure-set, from its run directories' names."""
+    runs = [re.fullmatch(r"([a-z]+)(?:-L(\d+))?-de\d+-seed(\d+)", name) for name in names]
+    words = lambda i: " ".join(dict.fromkeys(m[i] for m in runs if m and m[i])) or "-"  # noqa: E731
+    return {"--pe": words(1), "--positions": words(2), "--seed": words(3),
+            "--figure-set": "on" if len(set(names)) < len(names) else "off"}
+
+
+def load_runs(file):
+    """The runs of a job's checkpoint, each a dict with its directory's name ("dir"); a file of
+    another structure is bad input naming it."""
+    state = runlog.load_checkpoint(file)
+    try:
+        runlog.require(all(isinstance(run["dir"], str) for run in state["runs"]), "")
+        return state["runs"]
+    except (ValueError, TypeError, KeyError, IndexError):
+        raise ValueError(f"--resume: {file} is not a job checkpoint of train_tf.py; delete it and"
+                         " rerun with --force") from None
+
+
 def job_checkpoint(args, specs, d_e):
     """The file of a job's checkpoint in --out, named by its runs: the same flags find it again."""
     names = "\n".join(str(spec["dir"].relative_to(args.out)) for spec in specs)
@@ -360,14 +381,33 @@ def open_runs(tr):
                    and old.get(k) != new[k]]
         runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
                        f"config.json in {', '.join(changed)}; resume with the run's own flags")
-    for spec, run, W, V, opt in zip(tr.specs, state["runs"], tr.W, tr.V, tr.optimizers):
-        W.copy_(run["W"]), V.copy_(run["V"])
-        opt.load_state_dict(run["optimizer"])
+    seconds = restore(tr, state)
+    for spec, run in zip(tr.specs, state["runs"]):
         runlog.write_bytes(spec["dir"] / "log.jsonl", run["log"])  # the log as checkpointed
     tr.logs = [open(spec["dir"] / "log.jsonl", "a") for spec in tr.specs]
-    tr.status, tr.records, tr.step = state["status"], state["records"], state["step"]
-    tr.loss_sum = state["loss_sum"]
-    return state["seconds"]
+    return seconds
+
+
+def restore(tr, state):
+    """The job's weights, optimisers and counters from its checkpoint (returns its seconds); one of
+    another structure or of other runs (a missing run would restart from init) is bad input."""
+    names = [spec["dir"].name for spec in tr.specs]
+    try:
+        runs = state["runs"]
+        runlog.require([run["dir"] for run in runs] == names and all(
+            isinstance(run["log"], bytes) and run["W"].shape == W.shape and run["V"].shape ==
+            V.shape for run, W, V in zip(runs, tr.W, tr.V)), "")
+        for run, W, V, opt in zip(runs, tr.W, tr.V, tr.optimizers):
+            W.copy_(run["W"]), V.copy_(run["V"])
+            opt.load_state_dict(run["optimizer"])
+        runlog.require(len(state["status"]) == len(state["records"]) == len(names), "")
+        tr.status, tr.records, tr.step = state["status"], state["records"], int(state["step"])
+        tr.loss_sum = state["loss_sum"].reshape(len(names))
+        return float(state["seconds"])
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError, AttributeError):
+        raise ValueError(f"--resume: {tr.file} does not hold the state of this job's runs "
+                         f"({', '.join(names)}); resume with the flags of the job it holds, or "
+                         "delete it and rerun with --force") from None
 
 
 def checkpoint(tr, step, seconds):
@@ -400,37 +440,67 @@ def close(tr, done, seconds, results):
                                   tr.args.n_test))
 
 
+def read_run(path):
+    """--evaluate: a finished run's config.json, summary.json and final weights, all checked before
+    anything is scored or written; anything else is one line naming the file and the fix."""
+    def read(name, load, check, what):
+        file = path / name
+        try:
+            value = load(file) if file.is_file() else None          # a FIFO is never opened
+            ok = value is not None and check(value)
+        except Exception:                          # truncated, foreign, of other types or shapes
+            ok = False
+        what = what if file.is_file() else "missing or not a regular file"
+        runlog.require(ok, f"--evaluate: {file} is {what}; name finished train_tf.py runs (or"
+                       " retrain this one)")
+        return value
+    config = read("config.json", lambda file: json.loads(file.read_text()), lambda c: all(
+        type(x) is int and x > 0 for x in [c["T"], c["q"], c["d"], c["de"], c["seed"] + 1,
+                                           c.get("positions") or 1, *c["test_T"], *c["test_q"]])
+        and c["model"] == "transformer" and c["pe"] in sts.PE_KINDS and c["dtype"] in
+        ("float32", "float64"), "not the config.json of a train_tf.py run")
+    summary = read("summary.json", lambda file: json.loads(file.read_text()),
+                   lambda s: isinstance(s, dict), "not a JSON object")
+    D = config["d"] + config["de"]
+    weights = read("weights_final.npz", lambda file: dict(np.load(file)), lambda w: w["W"].shape
+                   == (D, D) and w["V"].shape == (D - config["de"], D), f"not W ({D}, {D}), V")
+    return config, summary, weights
+
+
 def rescore(args, device):
     """--evaluate: each run's final weights on the common validation sets, runs that agree on SHARED
-    side by side (each with its own PE table); rewrites their finals."""
-    groups = {}                                       # SHARED's values -> (them, their runs)
-    for path in map(Path, args.evaluate):
-        try:
-            config = json.loads((path / "config.json").read_text())
-            runlog.require(config.get("model") == "transformer" and (path / "summary.json").exists()
-                           and (path / "weights_final.npz").exists(), "not a finished run")
+    side by side (each with its own PE table). One transaction under the lock of each run's --out:
+    every file read and every number computed first, then each run's final_losses.npz and
+    summary.json written, a signal held until all are."""
+    paths, groups, written = [Path(path) for path in args.evaluate], {}, []
+    runs = [read_run(path) for path in paths]          # bad input: before any lock or write
+    with contextlib.ExitStack() as locks:
+        for out in {p for path in paths for p in (path.parent, path.parent.parent)
+                    if p == path.parent or (p / ".lock").exists()}:  # a figure set's: one up
+            locks.enter_context(runlog.lock(out))
+        for path, (config, summary, weights) in zip(paths, runs):
             shared = {k: config[k] for k in SHARED}
-        except (OSError, ValueError, AttributeError, KeyError) as e:
-            why = f"config.json has no key {e}" if isinstance(e, KeyError) else e
-            raise ValueError(f"--evaluate: {path}: {why}; name directories of finished"
-                             " train_tf.py runs") from None
-        groups.setdefault(json.dumps(shared), (shared, []))[1].append(
-            dict({k: config.get(k) for k in RUN_KEYS}, dir=path))
-    for shared, specs in groups.values():
-        tr = Trainer(replace(args, **shared), shared["de"], device, specs)
-        for spec, W, V in zip(specs, tr.W, tr.V):
-            with np.load(spec["dir"] / "weights_final.npz") as saved:
-                W.copy_(torch.as_tensor(saved["W"])), V.copy_(torch.as_tensor(saved["V"]))
+            groups.setdefault(json.dumps(shared), (shared, []))[1].append((dict(
+                pe=config["pe"], positions=config.get("positions"), seed=config["seed"],
+                attend=config.get("attend"), init="zero", init_scale=1, optimizer="sgd", lr=1,
+                dir=path), summary, weights))
         t0 = time.time()
-        for spec, (final, arrays) in zip(specs, finals(tr, args.n_final)):
-            runlog.write_atomic(spec["dir"] / "final_losses.npz",
-                                lambda handle: np.savez(handle, **arrays))
-            summary = dict(json.loads((spec["dir"] / "summary.json").read_text()), **final)
-            runlog.write_json(spec["dir"] / "summary.json", summary)
-            print(runlog.closing_line(spec["dir"], "rescored", summary["stopped_at"], summary,
-                                      args.n_test))
-        print(f"train_tf.py: {len(specs)} run(s) rescored on {args.n_final} sequences per set in"
-              f" {time.time() - t0:.0f} s; final_losses.npz and summary.json rewritten")
+        for shared, group in groups.values():
+            tr = Trainer(replace(args, **shared), shared["de"], device, [g[0] for g in group])
+            for W, V, (_, _, weights) in zip(tr.W, tr.V, group):
+                W.copy_(torch.as_tensor(weights["W"])), V.copy_(torch.as_tensor(weights["V"]))
+            written += [(spec["dir"], dict(summary, **final), arrays) for (spec, summary, _),
+                        (final, arrays) in zip(group, finals(tr, args.n_final))]
+        with runlog.Signals() as signals:
+            for path, summary, arrays in written:
+                runlog.write_atomic(path / "final_losses.npz",
+                                    lambda handle: np.savez(handle, **arrays))
+                runlog.write_json(path / "summary.json", summary)
+                print(runlog.closing_line(path, "rescored", summary.get("stopped_at"), summary,
+                                          args.n_test))
+            print(f"train_tf.py: {len(paths)} run(s) rescored on {args.n_final} sequences per set"
+                  f" in {time.time() - t0:.0f} s; final_losses.npz and summary.json rewritten")
+            signals.stop()
 
 
 def parse_args(argv=None):
@@ -475,6 +545,14 @@ def check_runs(args):
     for d_e in args.de:
         specs = run_specs(args, d_e)
         job = job_checkpoint(args, specs, d_e)
+        for held in [] if job.exists() or not args.resume else Path(args.out).glob(
+                f"checkpoint-de{d_e}-*.pt"):                  # another job's: never --force it
+            mine, theirs = (job_flags(names) for names in (
+                [spec["dir"].name for spec in specs], [run["dir"] for run in load_runs(held)]))
+            runlog.require(False, f"--resume: {args.out} holds the checkpoint of a job of d_e={d_e}"
+                           " whose flags differ from these: " + "; ".join(
+                               f"its {k} {v} (here {mine[k]})" for k, v in theirs.items()
+                               if v != mine[k]) + "; resume with its flags, or give another --out")
         for spec in specs:
             runlog.check_free(spec["dir"], args.force, args.resume,
                               job.exists() or runlog.finished(spec["dir"]))
