@@ -8,7 +8,7 @@
 Each round times one step of every path in turn, so that the machine's drift hits them all alike:
   autograd     train_tf.py --step autograd for one run: the model in plain PyTorch, P and Z built,
                autograd for the gradient
-  fused        train_tf.py --step fused for one run (fused.py); the faster of the two is train_tf.STEP
+  fused        train_tf.py --step fused for one run (fused.py); the faster one is train_tf.STEP
   figure-set   train_tf.py --figure-set: the 7 runs of Figures 1-5 sharing one draw per step
   floor        the step's 8.7 M PE Gaussians alone, on the fused step's chunks and threads
   1 thread     the fused step on one worker thread instead of two (a CPU)

@@ -6,11 +6,11 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Read top to bottom: the flags, the model (plain autograd PyTorch), the batch, evaluate, the loop,
-the bookkeeping. The runs of several --pe and --seed (or --figure-set's seven) train side by side on
-each step's shared draws (fused.py), several --de one after another. Each run writes a directory
-under --out: config.json, log.jsonl (a record per evaluation), weights_init.npz, weights_final.npz,
-final_losses.npz (each final sequence's loss), summary.json.
+Read top to bottom: the flags, the model, the batch, evaluate, the loop, the bookkeeping. The runs
+of several --pe and --seed (or --figure-set's seven) train side by side on each step's shared draws
+(fused.py), several --de one after another. Each run writes a directory under --out: config.json,
+log.jsonl, weights_init.npz, weights_final.npz, final_losses.npz (each final sequence's loss),
+summary.json.
 """
 import contextlib
 import hashlib
@@ -73,8 +73,8 @@ class Args:
                         " final_se; the --n-test sets are its first part)", type=POSITIVE)
     eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
     device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    step: str = flag(None, "autograd: the model below by autograd; fused: fused.py's hand-fused step,"
-                     " the same maths on the same draws [the faster on the device: STEP]",
+    step: str = flag(None, "autograd: the model below by autograd; fused: fused.py's hand-fused "
+                     "step on the same draws [the faster on the device: STEP]",
                      choices=("autograd", "fused"))
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
     threads: int = flag(2, "CPU threads drawing and computing chunks", type=POSITIVE)
@@ -104,13 +104,12 @@ RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimize
 NOT_IN_CONFIG = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
 SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # --evaluate scores these together
 CPU_MS = (27.6, 2.7)   # bench.py, 2-core CPU, paper scale: ms a step for one run, and per more run
-# --step's default, the faster one bench.py measured: fused on the 2-core CPU (1.9x, loaded); autograd
+# --step's default, the faster bench.py measured: fused on the 2-core CPU (1.9x, loaded); autograd
 # on one H100 (2026-11-26, before CUDA drew per batch: eager autograd 2.6 ms a step, fused 5.8 ms)
 STEP = dict(cpu="fused", cuda="autograd")
 
 
-
-# ---------------------------------------------------------------- the model, in plain autograd PyTorch
+# ------------------------------------------------------------- the model, in plain autograd PyTorch
 def embed(X, P, idx):
     """sts.embed: Z = [X; P] (n, D, T), each token x_i over its PE p_i, and the query
     z_q = [0_d; sum_{i in y} p_i] (n, D) (x_query = 0, as in the paper's Theorem 1)."""
@@ -120,7 +119,7 @@ def embed(X, P, idx):
 
 def forward(W, V, Z, z_q, attend="tokens"):
     """sts.forward: f(Z, z_q) = V C softmax(C^T W z_q) (n, d), autograd its backward pass."""
-    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)  # keys = values: Z, [Z, z_q]
+    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)  # keys = values: Z, [Z z_q]
     u = z_q @ W.mT                                  # u = W z_q                             (n, D)
     a = torch.einsum("...dt,...d->...t", C, u)      # scores a_i = c_i^T W z_q              (n, T)
     s = torch.softmax(a, -1)                        # attention over the tokens (and the query)
@@ -133,12 +132,12 @@ def loss(f, target):
     return 0.5 * ((f - target) ** 2).sum(-1)
 
 
-# ------------------------------------------------------------------------------------------ the batch
+# ---------------------------------------------------------------------------------------- the batch
 def autograd_chunk(G, r, X, idx, target, W, V, query, n, val, model=forward):
     """--step autograd: fused.FusedStep's work on a chunk of a batch, as fused.fused_chunk's, by
     autograd through the model on the same draws: tokens X (c, d, T), subset idx (c, q), target
-    (c, d); the PEs' rows G (c, T, d_e) over their norms 1/r (c, T); runs W (R, D, D), V (R, d, D)."""
-    P = (G * r[..., None]).mT                     # p_i = g_i / |g_i|, or a table's rows (c, d_e, T)
+    (c, d); the PEs' rows G (c, T, d_e) over norms 1/r (c, T); runs W (R, D, D), V (R, d, D)."""
+    P = (G * r[..., None]).mT                      # p_i = g_i / |g_i|, or a table's rows (c, e, T)
     Z, z_q = embed(X, P, idx)
     with torch.set_grad_enabled(not val):
         W, V = W.detach().requires_grad_(not val), V.detach().requires_grad_(not val)
@@ -163,7 +162,6 @@ def pe_tables(specs, d_e, max_len, dtype, device):
             for (seed, kind, L), runs in parts.items()]
 
 
-
 class Trainer:
     """The runs of one d_e: their weights, optimisers, step and validation sets."""
 
@@ -175,8 +173,9 @@ class Trainer:
         self.sets += [("test_q", str(q), args.T, q) for q in args.test_q]
         query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
         parts = pe_tables(self.specs, d_e, max([args.T, *args.test_T]), self.dtype, device)
+        chunk = autograd_chunk if args.step == "autograd" else fused.fused_chunk   # --step
         self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads,
-                                       autograd_chunk if args.step == "autograd" else fused.fused_chunk)
+                                       chunk)
         inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
                  for s in self.specs]
         self.W, self.V = ([torch.tensor(M, dtype=self.dtype, device=device) for M in Ms]
@@ -245,7 +244,7 @@ def log_evaluation(tr, step, t0):
         raise runlog.Stop("every run diverged; lower --lr")
 
 
-# ------------------------------------------------------------------------------------------- the loop
+# ----------------------------------------------------------------------------------------- the loop
 def run_steps(tr, t0, signals):
     """Steps tr.step on to --steps of every run: evaluations, their records, checkpoints (timed, at
     the end, and where a signal came: then signals.stop() raises); tr.step: the step reached."""
@@ -420,9 +419,8 @@ def checkpoint(tr, step, seconds):
 
 
 def close(tr, done, seconds, results):
-    """Each run's final_losses.npz (with `results`, finals' per run), a summary for each run still
-    running (`done`: how it ended; the finals in it), then the final weights (a summary is never
-    missing where the weights are) and every run's closing line."""
+    """With `results` (finals'), each run's final_losses.npz; a summary for each run still running
+    (`done`: how it ended), then the final weights (never without a summary), the closing lines."""
     for r, (spec, log, state) in enumerate(zip(tr.specs, tr.logs, tr.status)):
         with contextlib.suppress(OSError):  # a record a full disk refused: said as it failed
             log.close()
