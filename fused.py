@@ -21,11 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-# Sequences per seeded draw, and whether a draw makes its whole chunk (the first ones kept). The CPU
-# draws 8 at a time, as many as asked (every CPU result here). On CUDA each seeded call is a few
-# launches, which bound a step: a chunk is a paper-scale batch (a few calls a step), drawn whole so
-# that a set's first sequences never depend on its size (a smaller set is the first part of a
-# larger one).
+# Sequences per seeded draw, and whether a draw makes its whole chunk (keeping the first ones). The
+# CPU draws 8 at a time, as many as asked (every CPU result here). On CUDA the seeded calls'
+# launches bound a step: a chunk is a paper-scale batch, drawn whole (a smaller set is the first
+# part of a larger one whatever the sizes).
 DRAWS = dict(cpu=(8, False), cuda=(256, True))
 TRAIN, TRAIN_PE, VAL, VAL_PE = 1, 2, 3, 4   # the stream ids: tokens and subsets, and PEs, of each
 EVAL_WORD = 0          # the seed word of every validation set, whatever the run's seed

@@ -83,8 +83,7 @@ class Args:
     force: bool = flag(False, "replace run directories that already hold a run")
     resume: bool = flag(False, "go on from the runs' checkpoints (same flags otherwise)")
     evaluate: list = flag(None, "no training: score these runs' final weights on the first "
-                          "--n-final sequences of each common validation set; rewrite their "
-                          "final_losses.npz and summary.json's final, final_se, n_final",
+                          "--n-final sequences of each common set; rewrite their finals",
                           nargs="+", metavar="DIR")
 
 
@@ -329,8 +328,7 @@ def job_flags(names):
 
 
 def load_runs(file):
-    """The runs of a job's checkpoint, each a dict with its directory's name ("dir"); a file of
-    another structure is bad input naming it."""
+    """A job checkpoint's runs (each names its directory, "dir"); another structure is bad input."""
     state = runlog.load_checkpoint(file)
     try:
         runlog.require(all(isinstance(run["dir"], str) for run in state["runs"]), "")
