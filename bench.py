@@ -6,13 +6,15 @@
     python bench.py --preset course     # the course scale (T=20, d_e=64) instead
 
 Each round times one step of every path in turn, so that the machine's drift hits them all alike:
-  eager        a typical eager PyTorch step as a researcher writes it (randn, normalise, cat, bmm,
-               softmax, autograd, SGD), materialising P and Z, on torch's own threads
-  fused        train_tf.py's step for one run (fused.py)
+  autograd     train_tf.py --step autograd for one run: the model in plain PyTorch, P and Z built,
+               autograd for the gradient
+  fused        train_tf.py --step fused for one run (fused.py); the faster one is train_tf.STEP
   figure-set   train_tf.py --figure-set: the 7 runs of Figures 1-5 sharing one draw per step
   floor        the step's 8.7 M PE Gaussians alone, on the fused step's chunks and threads
-  1 thread     the fused step on one worker thread instead of two
+  1 thread     the fused step on one worker thread instead of two (a CPU)
+  compiled     the autograd step with the model torch.compile'd into CUDA graphs (a GPU)
 """
+import functools
 import resource
 import statistics
 import time
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+import fused
 import runlog
 import train_tf
 from runlog import flag
@@ -34,9 +37,10 @@ class Args:
 
 
 # fused / floor: the step costs little more than drawing its PE Gaussians, which no rewrite removes;
-# eager / fused: well faster than an eager step as usually written; figure-set ms: at most 60 ms a
+# autograd / fused: well faster than the model by autograd (the CPU); figure-set ms: at most 60 ms a
 # step, so that the 7 runs of Figures 1-5 take their 100,000 steps in 100 minutes
-TARGETS = [("fused / floor", "<=", 1.3), ("eager / fused", ">=", 3.5), ("figure-set ms", "<=", 60)]
+TARGETS = [("fused / floor", "<=", 1.3), ("autograd / fused", ">=", 3.5),
+           ("figure-set ms", "<=", 60)]
 
 
 def sync(device):
@@ -44,30 +48,16 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def eager_step(scale, device, dtype):
-    """The step as it is usually written: every tensor materialised, autograd for the gradient."""
-    T, q, d, d_e, n = scale.T, scale.q, scale.d, scale.de[0], scale.batch
-    W = torch.zeros(d + d_e, d + d_e, device=device, dtype=dtype, requires_grad=True)
-    V = torch.zeros(d, d + d_e, device=device, dtype=dtype, requires_grad=True)
-    opt = torch.optim.SGD([W, V], lr=1.0)
+def floor(tr, index, n, T):
+    """The stochastic PE Gaussians of a training batch alone, on the fused step's chunks and
+    threads: the least a step can cost."""
+    step = tr.step_fn
 
-    def step():
-        X = torch.randn(n, d, T, device=device, dtype=dtype)
-        P = torch.randn(n, d_e, T, device=device, dtype=dtype)
-        P = P / P.norm(dim=1, keepdim=True)
-        idx = torch.rand(n, T, device=device).argsort(-1)[:, :q]
-        mask = torch.zeros(n, T, device=device, dtype=dtype).scatter_(1, idx, 1.0)
-        Z = torch.cat([X, P], 1)
-        z_q = torch.cat([torch.zeros(n, d, device=device, dtype=dtype),
-                         (P * mask[:, None]).sum(-1)], 1)
-        target = (X * mask[:, None]).sum(-1) / q
-        s = torch.softmax(torch.bmm(Z.mT, (z_q @ W.T)[..., None])[..., 0], -1)
-        f = torch.bmm(Z, s[..., None])[..., 0] @ V.T
-        loss = 0.5 * ((f - target) ** 2).sum(-1).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return step
+    def work(chunks):
+        for lo, hi in chunks:
+            gen, buf = step.thread_tools(fused.buffer_size(step.device, hi - lo, T, tr.d_e))
+            fused.draw_pe(gen, fused.words(0, index)[1], lo, hi, T, tr.d_e, buf)
+    step.each_thread(n, T, work)
 
 
 def trainer_step(scale, flags, device):
@@ -79,17 +69,20 @@ def trainer_step(scale, flags, device):
 
 
 def paths(scale, device):
-    """name -> (a step to time, torch threads to give it)."""
-    fused_one, tr = trainer_step(scale, ["--pe", "stochastic"], device)
+    """name -> a step to time (each on one torch thread, as in train_tf.py: the step's own worker
+    threads share the cores)."""
+    fused_one, tr = trainer_step(scale, ["--step", "fused"], device)
     counter = iter(range(10 ** 9))
-    # the eager step runs on torch's own threads (all cores); the fused ones on one torch thread,
-    # as in train_tf.py, because their own worker threads share the cores
-    out = {"eager": (eager_step(scale, device, torch.float32), torch.get_num_threads()),
-           "fused": (fused_one, 1),
-           "figure-set": (trainer_step(scale, ["--figure-set"], device)[0], 1),
-           "floor": (lambda: tr.step_fn.floor(next(counter), scale.batch, scale.T), 1)}
+    out = {"autograd": trainer_step(scale, ["--step", "autograd"], device)[0], "fused": fused_one,
+           "figure-set": trainer_step(scale, ["--figure-set", "--step", train_tf.STEP[
+               device.type]], device)[0],
+           "floor": lambda: floor(tr, next(counter), scale.batch, scale.T)}
     if device.type == "cpu":
-        out["1 thread"] = (trainer_step(scale, ["--threads", "1"], device)[0], 1)
+        out["1 thread"] = trainer_step(scale, ["--step", "fused", "--threads", "1"], device)[0]
+    else:              # the model as CUDA graphs: measured here before train_tf.py would use it
+        out["compiled"], graphs = trainer_step(scale, ["--step", "autograd"], device)
+        graphs.step_fn.chunk = functools.partial(train_tf.autograd_chunk, model=torch.compile(
+            train_tf.forward, mode="reduce-overhead"))
     return out
 
 
@@ -97,8 +90,7 @@ def time_paths(steps, repeats, device):
     """{name: ms of each timed round}: a step of every path per round, after 2 untimed rounds."""
     times = {name: [] for name in steps}
     for round_ in range(repeats + 2):
-        for name, (step, threads) in steps.items():
-            torch.set_num_threads(threads)
+        for name, step in steps.items():
             sync(device)
             t0 = time.perf_counter()
             step()
@@ -115,6 +107,7 @@ def main(argv=None):
 
     def body():
         device = runlog.resolve_device(args.device)
+        torch.set_num_threads(1)
         times = time_paths(paths(scale, device), args.repeats, device)
         med = {name: statistics.median(t) for name, t in times.items()}
         print(f"ms per step at T={scale.T}, d_e={scale.de[0]}, n={scale.batch} on {device.type} "
@@ -124,12 +117,15 @@ def main(argv=None):
             print(f"  {name:<12}{med[name]:8.1f}  [{min(t):.1f}, {max(t):.1f}]"
                   f"  {med[name] / med['fused']:.2f}x")
         ratios = {"fused / floor": med["fused"] / med["floor"],
-                  "eager / fused": med["eager"] / med["fused"], "figure-set ms": med["figure-set"]}
+                  "autograd / fused": med["autograd"] / med["fused"],
+                  "figure-set ms": med["figure-set"]}
         for name, sense, target in TARGETS:
             met = ratios[name] <= target if sense == "<=" else ratios[name] >= target
             print(f"{name} = {ratios[name]:.2f} (target {sense} {target}:"
                   f" {'met' if met else 'not met'})")
-        print(f"100k steps of the figure set: {med['figure-set'] * 1e5 / 6e4:.0f} min")
+        print(f"100k steps of the figure set: {med['figure-set'] * 1e5 / 6e4:.0f} min; the faster"
+              f" step: {min(('fused', 'autograd'), key=med.get)} (train_tf.STEP: "
+              f"{train_tf.STEP[device.type]})")
         peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         print(f"peak memory of the process (all paths): {peak / 2 ** 20:.0f} MiB")

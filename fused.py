@@ -1,26 +1,106 @@
-"""The training step of sts.py's model in PyTorch, CPU or CUDA, on the draws of streams.py.
+"""train_tf.py's torch engine, CPU or CUDA: the data streams and the hand-fused step (--step fused).
 
-The model needs the positional encodings P only through three products per sequence: the scores
-p_i^T u, the values V p_i and the backward pass's sums sum_i w_i p_i. So the step never builds P,
-Z = [X; P] or a masked copy: it keeps the raw Gaussians G (a row g_i per position, p_i = g_i/|g_i|),
-folds 1/|g_i| into the small vectors, and does both passes over G while a chunk of sequences is in
-cache. The gradient, sts.backward for that layout, is tested against sts.backward and autograd
-(test_torch.py).
-On a CPU a big enough batch is cut into a chunk per worker thread (torch's normal_ runs on one core;
-two threads with their own generators halve it); a small one (a course-scale step) stays one chunk.
+Streams: a batch is a function of (seed, stream, index) alone. Tokens and subsets come from one
+stream, stochastic PEs from another: runs of one seed see the same tokens and subsets whatever their
+PE, optimiser or attention, and a process training several draws each batch once. The validation
+sets' streams do not depend on the run's seed: every run of every seed is scored on the same
+sequences (paired differences). Sequences are drawn in chunks, each from a torch.Generator seeded by
+(seed, stream, index, chunk): the numbers do not depend on threads or chunking (DRAWS). CUDA's
+generator draws other numbers than the CPU's from the same seed: a GPU run is another seed.
+
+The step: the model needs the PEs P only through three products per sequence: the scores p_i^T u,
+the values V p_i and the backward pass's sums sum_i w_i p_i. So it never builds P, Z = [X; P] or a
+masked copy: it keeps the raw Gaussians G (a row g_i per position, p_i = g_i/|g_i|), folds 1/|g_i|
+into the small vectors, and does both passes over G while a chunk of sequences is in cache; its
+gradient is sts.backward for that layout (tested against it and train_tf.forward's autograd). On a
+CPU a big enough batch is cut into a chunk per worker thread (torch's normal_ runs on one core; two
+threads with their own generators halve it); a small one (a course-scale step) stays one chunk.
 """
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-import streams
-
+# Sequences per seeded draw, and whether a draw makes its whole chunk (keeping the first ones). The
+# CPU draws 8 at a time, as many as asked (every CPU result here). On CUDA the seeded calls'
+# launches bound a step: a chunk is a paper-scale batch, drawn whole (a smaller set is the first
+# part of a larger one whatever the sizes).
+DRAWS = dict(cpu=(8, False), cuda=(256, True))
+TRAIN, TRAIN_PE, VAL, VAL_PE = 1, 2, 3, 4   # the stream ids: tokens and subsets, and PEs, of each
+EVAL_WORD = 0          # the seed word of every validation set, whatever the run's seed
 CHUNK_POSITIONS = 2 ** 15   # most positions (c * T) per compute chunk on a CPU: its buffers stay a
                             # few MiB, and short sequences get chunks big enough that the fixed cost
                             # of a chunk's small torch ops does not dominate
 THREAD_WORK = 2 ** 19       # least PE entries (c * T * d_e) that make a chunk worth its own thread:
                             # below it the threads' turns at Python's lock cost more than they save
+
+
+def mix(*words):
+    """A 63-bit seed from integers (splitmix64 per word): distinct words, unrelated streams."""
+    h, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+    for w in words:
+        h = ((h ^ (w & mask)) * 0xBF58476D1CE4E5B9) & mask
+        h = ((h ^ (h >> 31)) * 0x94D049BB133111EB) & mask
+        h ^= h >> 29
+    return h >> 1
+
+
+def val_index(T, q):
+    """The index of the validation set of length T and subset size q in the VAL streams."""
+    return 1000 * T + q
+
+
+def words(seed, index, val=False):
+    """The (tokens, PEs) stream words of a batch: training batch `index` of a run of `seed`, or
+    with val the validation set `index` (val_index), the same for every run."""
+    if val:
+        return (EVAL_WORD, VAL, index), (EVAL_WORD, VAL_PE, index)
+    return (seed, TRAIN, index), (seed, TRAIN_PE, index)
+
+
+def seeded(gen, words, lo, hi):
+    """Each chunk of sequences lo..hi (lo a whole chunk) as (start, size, drawn): gen seeded for it
+    by (words, chunk), `drawn` the sequences to draw, of which the first `size` are kept."""
+    chunk, whole = DRAWS[gen.device.type]
+    for j in range(lo, hi, chunk):
+        gen.manual_seed(mix(*words, j // chunk))
+        size = min(j + chunk, hi) - j
+        yield j, size, chunk if whole else size
+
+
+def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
+    """Tokens X (c, d, T) ~ N(0, I_d), a uniform q-subset idx (c, q) and target (c, d) of sequences
+    lo..hi of batch `token_words` (sts.sample_batch's draws)."""
+    Xs, idxs = [], []
+    for _, c, drawn in seeded(gen, token_words, lo, hi):
+        Xs.append(torch.randn(drawn, d, T, generator=gen, device=gen.device, dtype=dtype)[:c])
+        uniform = torch.rand(drawn, T, generator=gen, device=gen.device, dtype=torch.float32)[:c]
+        idxs.append(uniform.argsort(-1)[:, :q])        # the first q of a uniform order: the subset
+    X, idx = torch.cat(Xs), torch.cat(idxs)
+    target = X.gather(2, idx[:, None, :].expand(-1, d, -1)).mean(-1)       # STS_q = mean of the x_y
+    return X, idx, target
+
+
+def draw_pe(gen, pe_words, lo, hi, T, d_e, out):
+    """Raw Gaussians G (c, T, d_e) of the stochastic PEs of sequences lo..hi, into `out` (of
+    buffer_size: whole chunks where they are drawn whole)."""
+    for j, _, drawn in seeded(gen, pe_words, lo, hi):
+        out[(j - lo) * T * d_e:(j - lo + drawn) * T * d_e].normal_(generator=gen)
+    return out[:(hi - lo) * T * d_e].view(hi - lo, T, d_e)
+
+
+def buffer_size(device, c, T, d_e):
+    """The numbers draw_pe writes for c sequences on `device` (whole chunks where drawn whole)."""
+    chunk, whole = DRAWS[device.type]
+    return (-(-c // chunk) * chunk if whole else c) * T * d_e
+
+
+def draw_positions(gen, pe_words, lo, hi, T, L):
+    """Randomized PE: T distinct positions (c, T) of a table of L for sequences lo..hi, uniform
+    and in increasing order (sts.PositionalEncoding("randomized")'s draw), from the PE stream."""
+    return torch.cat([torch.rand(drawn, L, generator=gen, device=gen.device,
+                                 dtype=torch.float32)[:c].argsort(-1)[:, :T].sort(-1).values
+                      for _, c, drawn in seeded(gen, pe_words, lo, hi)])  # the first T, in order
 
 
 def chunk_forward(G, r, X, idx, W, V, query):
@@ -65,16 +145,27 @@ def chunk_backward(err, n, cache):
     return torch.einsum("crD,ce->rDe", du, p_y), torch.einsum("crd,crD->rdD", df, h)
 
 
+def fused_chunk(G, r, X, idx, target, W, V, query, n, val):
+    """FusedStep's work on a chunk: with val each sequence's loss 1/2 ||f - y||^2 (c, R), else the
+    chunk's loss sum (R,), dW[:, :, d:] and dV of L = 1/(2n) sum ||f - y||^2."""
+    f, cache = chunk_forward(G, r, X, idx, W, V, query)
+    err = f - target[:, None, :]
+    if val:
+        return 0.5 * (err * err).sum(2)
+    return 0.5 * (err * err).sum((0, 2)), *chunk_backward(err, n, cache)
+
+
 class FusedStep:
     """Losses (and gradients) of R runs on a batch, each chunk drawn once for the runs sharing it.
 
     parts: runs sharing PEs, as (seed, kind, table, run indices): kind "stochastic" (table None),
     or a (L, d_e) tensor of unit rows, whose first T rows are used (fixed, onehot) or T of the L in
-    order, drawn per sequence (randomized). query: (R,) bool, which runs attend [Z, z_q].
+    order, drawn per sequence (randomized). query: (R,) bool, which runs attend [Z, z_q]. chunk:
+    the work on each chunk's draws, fused_chunk's (train_tf.autograd_chunk: --step autograd).
     """
 
-    def __init__(self, parts, query, d, d_e, device, dtype, threads=2):
-        self.parts, self.query, self.d, self.d_e = parts, query, d, d_e
+    def __init__(self, parts, query, d, d_e, device, dtype, threads=2, chunk=fused_chunk):
+        self.parts, self.query, self.d, self.d_e, self.chunk = parts, query, d, d_e, chunk
         self.device, self.dtype = device, dtype
         self.threads = threads if device.type == "cpu" else 1
         self.local = threading.local()                             # per-thread generator and buffer
@@ -82,11 +173,11 @@ class FusedStep:
 
     def bounds(self, n, T):
         """The compute chunks (lo, hi) of n sequences of length T. On a CPU: one per thread where
-        each gets THREAD_WORK, else one; more where a chunk would pass CHUNK_POSITIONS; each whole
-        DRAW_CHUNKs. On CUDA: the whole batch."""
+        each gets THREAD_WORK, else one; more where a chunk would pass CHUNK_POSITIONS; each in
+        whole draws (DRAWS). On CUDA: the whole batch."""
         if self.device.type != "cpu":
             return [(0, n)]
-        whole = streams.DRAW_CHUNK
+        whole = DRAWS["cpu"][0]
         ways = max(1, min(self.threads, n * T * self.d_e // THREAD_WORK))
         size = min(-(-n // ways), max(whole, CHUNK_POSITIONS // T // whole * whole))
         size = -(-size // whole) * whole                            # whole draws
@@ -109,19 +200,19 @@ class FusedStep:
     def draws(self, lo, hi, index, T, q, val):
         """Yields each part's PEs (G, r) and tokens on sequences lo..hi, tokens drawn once per
         stream; the PEs of every part share a buffer, so a part is used before the next is drawn."""
-        gen, buf = self.thread_tools((hi - lo) * T * self.d_e)
+        gen, buf = self.thread_tools(buffer_size(self.device, hi - lo, T, self.d_e))
         tokens = {}
         for seed, kind, table, runs in self.parts:
-            token_words, pe_words = streams.words(seed, index, val)
+            token_words, pe_words = words(seed, index, val)
             if token_words not in tokens:
-                tokens[token_words] = streams.draw_tokens(gen, token_words, lo, hi, T, q, self.d,
-                                                          self.dtype)
+                tokens[token_words] = draw_tokens(gen, token_words, lo, hi, T, q, self.d,
+                                                  self.dtype)
             if kind == "stochastic":
-                G = streams.draw_pe(gen, pe_words, lo, hi, T, self.d_e, buf)
+                G = draw_pe(gen, pe_words, lo, hi, T, self.d_e, buf)
                 r = torch.linalg.vector_norm(G, dim=-1).reciprocal_()  # 1/|g_i|
             else:                                                  # rows of a table: |p_i| = 1
                 if kind == "randomized":   # gathered into the buffer: a fresh tensor costs faults
-                    positions = streams.draw_positions(gen, pe_words, lo, hi, T, len(table))
+                    positions = draw_positions(gen, pe_words, lo, hi, T, len(table))
                     G = torch.index_select(table, 0, positions.view(-1), out=buf[
                         :(hi - lo) * T * self.d_e].view(-1, self.d_e)).view(hi - lo, T, -1)
                 else:
@@ -140,15 +231,14 @@ class FusedStep:
             sums = torch.zeros_like(W[:, 0, 0]), torch.zeros_like(W), torch.zeros_like(V)
             for lo, hi in chunks:
                 for runs, G, r, (X, idx, target) in self.draws(lo, hi, index, T, q, val):
-                    f, cache = chunk_forward(G, r, X, idx, W[runs], V[runs], self.query[runs])
-                    err = f - target[:, None, :]
+                    out = self.chunk(G, r, X, idx, target, W[runs], V[runs], self.query[runs], n,
+                                     val)
                     if val:
-                        per_sequence[lo:hi, runs] = 0.5 * (err * err).sum(2)   # 1/2 ||f - y||^2
+                        per_sequence[lo:hi, runs] = out
                         continue
-                    dW_e, dV = chunk_backward(err, n, cache)
-                    sums[0][runs] += 0.5 * (err * err).sum((0, 2))
-                    sums[1][runs, :, d:] += dW_e
-                    sums[2][runs] += dV
+                    sums[0][runs] += out[0]
+                    sums[1][runs, :, d:] += out[1]
+                    sums[2][runs] += out[2]
             return sums
 
         sums = self.each_thread(n, T, work)
@@ -156,13 +246,3 @@ class FusedStep:
             return per_sequence
         losses, dW, dV = (sum(parts[1:], parts[0]) for parts in zip(*sums))
         return losses / n, dW, dV
-
-    def floor(self, index, n, T):
-        """The stochastic PE Gaussians of a training batch alone, on the step's chunks and threads:
-        the least a step can cost (bench.py)."""
-        def work(chunks):
-            for lo, hi in chunks:
-                gen, buf = self.thread_tools((hi - lo) * T * self.d_e)
-                for seed, _, _, _ in (part for part in self.parts if part[1] == "stochastic"):
-                    streams.draw_pe(gen, streams.words(seed, index)[1], lo, hi, T, self.d_e, buf)
-        self.each_thread(n, T, work)

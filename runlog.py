@@ -4,7 +4,7 @@ A run directory holds config.json (every resolved setting), log.jsonl (one stric
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
 terminated or failed; its step; its last record), weights_*.npz and checkpoint.pt (for --resume).
 Exit status (run_command): 0 finished, 1 diverged, 2 bad input, an unwritable file or too little
-memory (one line each), 130 Ctrl-C, 143 SIGTERM.
+memory (one line each), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
 This module knows nothing of the models and imports torch only where a checkpoint or device needs it
 (plots.py uses it without torch).
 """
@@ -31,13 +31,14 @@ class Unusable(ValueError):
     """A file that cannot be read or used (bad input): the message names it and the fix."""
 
 
-# The signal behind a KeyboardInterrupt: SIGTERM (a timeout, a scheduler, docker stop) is taken as
-# Ctrl-C is, and this says which came, for the summaries ("terminated") and the exit status (143).
-SIGNAL = [signal.SIGINT]
+# The signals taken as Ctrl-C is (SIGTERM: a timeout, a scheduler, docker stop; SIGHUP: a closed
+# terminal or ssh connection): each raises KeyboardInterrupt, and SIGNAL says which came, for the
+# summaries ("interrupted" or "terminated") and the exit status (128 + its number: 130, 143, 129).
+SIGNALS, SIGNAL = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP), [signal.SIGINT]
 
 
 def take(signum, frame=None):
-    """run_command's handler of Ctrl-C and SIGTERM: notes which came, raises KeyboardInterrupt."""
+    """run_command's handler of SIGNALS: notes which came, raises KeyboardInterrupt."""
     SIGNAL[0] = signum
     raise KeyboardInterrupt
 
@@ -45,7 +46,7 @@ def take(signum, frame=None):
 def ended_by(error):
     """How a run ended, for its summary, from the exception that ended it."""
     if isinstance(error, KeyboardInterrupt):
-        return "terminated" if SIGNAL[0] == signal.SIGTERM else "interrupted"
+        return "interrupted" if SIGNAL[0] == signal.SIGINT else "terminated"
     return "diverged" if isinstance(error, Stop) else "failed"
 
 
@@ -203,17 +204,20 @@ def run_name(config):
 
 
 class Signals:
-    """Ctrl-C and SIGTERM noted, not raised, while a loop runs: the loop calls stop() where its
-    state is whole (checkpointed): KeyboardInterrupt. A second signal raises at once."""
+    """SIGNALS noted, not raised, for the whole of a job: it acts on one (stop(): KeyboardInterrupt)
+    where its state is whole: between steps (checkpointed), after its first files or its summaries
+    are written (while `hold`). Between steps (hold False) a second one raises at once."""
 
     def __enter__(self):
-        self.caught = None
-        self.before = {s: signal.signal(s, self.note) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.caught, self.hold = None, True
+        self.before = {s: signal.signal(s, self.note) for s in SIGNALS}
         return self
 
     def note(self, signum, frame):
-        self.stop()
-        self.caught = SIGNAL[0] = signum
+        if not self.caught:
+            self.caught = SIGNAL[0] = signum
+        elif not self.hold:
+            raise KeyboardInterrupt
 
     def stop(self):
         if self.caught:
@@ -374,10 +378,10 @@ def out_of_memory():
 def run_command(program, body, kept="the logs and weights so far are saved", sizes="sizes"):
     """All scripts' exit statuses: 2 bad input (one line, before anything is written), an unwritable
     file (one line naming it) or too little memory (one line naming `sizes`, the flags to lower:
-    the runs' summaries say "failed"); 1 a run stopped (diverged); 130 Ctrl-C, 143 SIGTERM (both
-    raise KeyboardInterrupt, see SIGNAL)."""
+    the runs' summaries say "failed"); 1 a run stopped (diverged); 130 Ctrl-C, 143 SIGTERM, 129
+    SIGHUP (each raises KeyboardInterrupt, see SIGNAL)."""
     SIGNAL[0] = signal.SIGINT
-    before = {s: signal.signal(s, take) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.signal(s, take) for s in SIGNALS}
     try:
         body()
     except ValueError as e:
@@ -390,10 +394,10 @@ def run_command(program, body, kept="the logs and weights so far are saved", siz
             e = e.__context__             # failed first, not a summary that failed after it
         fail(program, cannot_write(e))
     except KeyboardInterrupt:
-        sigterm = SIGNAL[0] == signal.SIGTERM
-        print(f"{program}: {'terminated (SIGTERM)' if sigterm else 'interrupted'}; {kept}",
+        name = signal.Signals(SIGNAL[0]).name
+        print(f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; {kept}",
               file=sys.stderr)
-        sys.exit(143 if sigterm else 130)
+        sys.exit(128 + SIGNAL[0])
     except out_of_memory() as e:
         if isinstance(e, RuntimeError) and "allocate" not in str(e):    # not an allocation's
             raise

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+import fused
 import plots
 import runlog
-import streams
 import train_bool
 import train_fcn
 from conftest import DEVICES, FCN_TINY, read_log
@@ -299,9 +299,9 @@ def test_fcn_output_shape_and_parameter_count(depth):
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
     n, T, q, d = 50, 9, 4, 3
-    words = streams.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
+    words = fused.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
     x, target = train_fcn.sample(torch.Generator(), words, n, T, q, d, "float64")
-    X, idx, _ = streams.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
+    X, idx, _ = fused.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
     assert x.shape == (n, T * d + T)
     tokens, indicator = x[:, :T * d].reshape(n, T, d), x[:, T * d:]
     np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())          # token i = column x_i of X

@@ -4,7 +4,9 @@ directories, the README's commands, run_course.sh (train_bool.py and train_fcn.p
 test_baselines.py; plots.py, rundirs.py and tables.py: test_plots.py). Seeded, CPU only.
 """
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,7 +95,8 @@ def test_train_tf_writes_a_run_directory(tmp_path):
 
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
-                                             (signal.SIGTERM, 143, "terminated")])
+                                             (signal.SIGTERM, 143, "terminated"),
+                                             (signal.SIGHUP, 129, "terminated")])  # ssh closed
 def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, sig, code,
                                                                           word):
     train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
@@ -166,11 +169,36 @@ def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_noth
         proc.kill()                     # a failed assertion must not leave a 10M-step job running
 
 
+@pytest.mark.parametrize("writer, name, times", [("write_atomic", "config.json", 1),
+                                                 ("write_atomic", "weights_init.npz", 1),
+                                                 ("write_summary", "summary.json", 2)])
+def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summary(
+        tmp_path, monkeypatch, writer, name, times):
+    # SIGTERM inside the first write of the job's config.json or weights_init.npz, or twice inside
+    # its first summary: taken once every file is whole, every run's summary written, no .tmp left
+    write, sent = getattr(runlog, writer), []
+
+    def signalled(path, *rest):
+        if not sent and (writer == "write_summary" or path.name == name):
+            sent.append([os.kill(os.getpid(), signal.SIGTERM) for _ in range(times)])
+        return write(path, *rest)
+    monkeypatch.setattr(runlog, writer, signalled)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
+    assert done.value.code == 143 and sent and not list(tmp_path.rglob("*.tmp"))
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        summary = summary_of(tmp_path / run)
+        assert summary["status"] == ("terminated" if times == 1 else "finished"), summary
+    monkeypatch.undo()
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path), "--resume"])
+    assert summary_of(tmp_path / "fixed-de8-seed0")["status"] == "finished"
+
+
 def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path,
                                                                                     monkeypatch):
-    def interrupted(self, n):
+    def interrupted(tr, n):
         raise KeyboardInterrupt
-    monkeypatch.setattr(train_tf.Trainer, "evaluate", interrupted)
+    monkeypatch.setattr(train_tf, "evaluate", interrupted)
     with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + ["--out", str(tmp_path)])
     run = tmp_path / "stochastic-de8-seed0"
@@ -220,7 +248,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--pe", "fixed", "--positions", "16"], "--positions sets randomized PE's table"),
     (["--pe", "randomized", "--positions", "16", "16"], "--positions: lists a value twice"),
     (["--pe", "fixed", "fixed"], "argument --pe: lists a value twice"),
-    (["--step", "autograd"], "unrecognized arguments: --step autograd"),  # gone; no --steps
+    (["--step", "eager"], "argument --step: invalid choice: 'eager'"),   # not taken for --steps
 ]
 
 
@@ -241,9 +269,9 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_p
                                    "cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")])
 def test_too_little_memory_is_one_line_naming_the_sizes_to_lower_and_every_run_says_failed(
         tmp_path, capsys, monkeypatch, error):
-    def too_big(self, n):
+    def too_big(tr, n):
         raise error
-    monkeypatch.setattr(train_tf.Trainer, "evaluate", too_big)
+    monkeypatch.setattr(train_tf, "evaluate", too_big)
     with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
     err = capsys.readouterr().err                      # the progress bar's, then one line
@@ -255,9 +283,9 @@ def test_too_little_memory_is_one_line_naming_the_sizes_to_lower_and_every_run_s
 
 
 def test_a_runtime_error_that_is_no_allocation_stays_a_traceback(tmp_path, monkeypatch):
-    def broken(self, n):
+    def broken(tr, n):
         raise RuntimeError("shape mismatch")
-    monkeypatch.setattr(train_tf.Trainer, "evaluate", broken)
+    monkeypatch.setattr(train_tf, "evaluate", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         train_tf.main(TINY + ["--out", str(tmp_path)])
 
@@ -590,3 +618,132 @@ def test_run_course_bad_input_is_one_line_and_exit_status_2_before_anything_is_w
     r = run_course(HERE / "run_course.sh", tmp_path / "out", *args, **env)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and word in r.stderr
     assert r.stderr.startswith("run_course.sh: error: ") and not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------- a resume, a checkpoint, --evaluate: their edges
+def sigterm_in_step(monkeypatch, k):
+    """train_tf.py's next job gets SIGTERM while it trains step k (taken after it)."""
+    step = train_tf.Trainer.train_step
+
+    def stopped(tr, t):
+        if t == k:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(tr, t)
+    monkeypatch.setattr(train_tf.Trainer, "train_step", stopped)
+
+
+def files_of(folder):
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def stopped_job(tmp_path, monkeypatch):
+    """A job of two runs (seed 0, stochastic and fixed PE) stopped by SIGTERM at step 15 of 40."""
+    flags = TINY + ["--pe", "stochastic", "fixed", "--steps", "40", "--out", str(tmp_path)]
+    sigterm_in_step(monkeypatch, 15)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(flags)
+    assert done.value.code == 143
+    monkeypatch.undo()
+    return flags
+
+
+def test_a_resume_with_other_flags_says_which_differ_from_the_job_held_and_never_advises_force(
+        tmp_path, capsys, stopped_job):
+    before, _ = files_of(tmp_path), capsys.readouterr()
+    for extra, differ in ((["--seed", "0", "1"], "--seed 0 (here 0 1)"),
+                          (["--pe", "fixed", "stochastic"], "--pe stochastic fixed (here fixed"
+                                                            " stochastic)")):
+        with pytest.raises(SystemExit) as done:
+            train_tf.main(stopped_job + extra + ["--resume"])
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("\n") == 1 and differ in err, err
+        assert "--force" not in err and files_of(tmp_path) == before
+    train_tf.main(stopped_job + ["--resume"])                    # the job's own flags: it goes on
+    assert json.loads((tmp_path / "fixed-de8-seed0" / "summary.json").read_text())["step"] == 40
+
+
+def test_a_hand_edited_job_checkpoint_is_refused_in_one_line_and_never_restarts_a_run(
+        tmp_path, capsys, stopped_job):
+    checkpoint, _ = *tmp_path.glob("checkpoint-*.pt"), capsys.readouterr()
+    state = torch.load(checkpoint, weights_only=False)
+    fewer = dict(state, runs=state["runs"][:1], status=state["status"][:1],
+                 records=state["records"][:1], loss_sum=state["loss_sum"][:1])
+    for edited in (fewer, {"runs": 3}, [1, 2], dict(state, runs=[dict(run, W=run["W"][:2])
+                                                                 for run in state["runs"]])):
+        torch.save(edited, checkpoint)
+        before = files_of(tmp_path)
+        with pytest.raises(SystemExit) as done:
+            train_tf.main(stopped_job + ["--resume"])
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("\n") == 1 and str(checkpoint) in err, err
+        assert "Traceback" not in err and files_of(tmp_path) == before
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two finished runs (stochastic and fixed PE), for --evaluate to rescore copies of."""
+    out = tmp_path_factory.mktemp("two")
+    train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(out)])
+    return out
+
+
+def broken_copy(two_runs, tmp_path, name, damage):
+    """A copy of two_runs whose fixed-PE run's file `name` is damaged; its run directories."""
+    shutil.copytree(two_runs, tmp_path / "out")
+    runs = [tmp_path / "out" / run for run in ("stochastic-de8-seed0", "fixed-de8-seed0")]
+    file = runs[1] / name
+    if damage == "fifo":
+        file.unlink()
+        os.mkfifo(file)
+    elif damage == "truncated":
+        file.write_bytes(file.read_bytes()[:100])
+    elif damage == "shape":
+        np.savez(file, W=np.zeros((3, 3)), V=np.zeros((2, 3)))
+    else:
+        file.write_text(json.dumps(damage(json.loads(file.read_text()))))
+    return runs
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("weights_final.npz", "truncated"), ("weights_final.npz", "shape"),
+    ("summary.json", lambda summary: []), ("config.json", lambda config: dict(config, T="6")),
+    ("config.json", "fifo")])
+def test_evaluate_refuses_a_damaged_run_in_one_line_naming_the_file_and_rewrites_nothing(
+        two_runs, tmp_path, name, damage):
+    runs = broken_copy(two_runs, tmp_path, name, damage)
+    before = {p: b for p, b in files_of(tmp_path / "out").items() if p.name != name}
+    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), "--evaluate", *map(str, runs),
+                        "--n-final", "128", "--device", "cpu"], capture_output=True, text=True,
+                       timeout=120)                              # a FIFO must not hang it
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert f"--evaluate: {runs[1] / name} is " in r.stderr, r.stderr
+    assert {p: b for p, b in files_of(tmp_path / "out").items() if p.name != name} == before
+
+
+def test_evaluate_is_one_transaction_under_the_lock_and_a_sigterm_waits_for_its_writes(
+        two_runs, tmp_path, monkeypatch, capsys):
+    shutil.copytree(two_runs, tmp_path / "out")
+    runs = [str(p) for p in sorted((tmp_path / "out").iterdir()) if p.is_dir()]
+    flags = ["--evaluate", *runs, "--n-final", "128", "--dtype", "float64", "--device", "cpu"]
+    before = files_of(tmp_path / "out")
+    with runlog.lock(tmp_path / "out"):                        # a job writing there: refused
+        with pytest.raises(SystemExit) as done:
+            train_tf.main(flags)
+    assert done.value.code == 2 and "another process is writing" in capsys.readouterr().err
+    assert files_of(tmp_path / "out") == before
+    write = runlog.write_atomic
+
+    def signalled(path, *rest):                               # SIGTERM at the first file written
+        if path.name == "final_losses.npz" and not signalled.sent:
+            signalled.sent = os.kill(os.getpid(), signal.SIGTERM) or True
+        return write(path, *rest)
+    signalled.sent = False
+    monkeypatch.setattr(runlog, "write_atomic", signalled)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(flags)
+    assert done.value.code == 143 and signalled.sent
+    for run in map(Path, runs):                           # every run's two files: both rewritten
+        with np.load(run / "final_losses.npz") as losses:
+            assert len(losses["val"]) == 128
+        assert json.loads((run / "summary.json").read_text())["n_final"] == 128

@@ -1,9 +1,9 @@
 """The parity checks: every faster torch path against the NumPy reference sts.py, on the same draws.
 
-The torch twin of sts.forward (autograd, the reference step below) against sts.backward; the fused
-step (fused.py) against sts.backward for every PE kind, attention variant and chunking; the torch
-streams (streams.py) against sts.sample_batch from the same recorded numbers; whole runs of
-train_tf.py, the fused step against the reference step on the same draws; runs of
+train_tf.py's model by autograd against sts.forward and sts.backward; both steps (--step fused,
+fused.py's, and --step autograd, the model on the same draws) against sts.backward for every PE
+kind, attention variant and chunking; the torch streams (fused.py) against sts.sample_batch from the
+same recorded numbers; whole runs of train_tf.py, --step fused against --step autograd; runs of
 one seed sharing their draws and every run sharing the validation sets; runs together against apart;
 a killed and resumed run against an uninterrupted one, bit for bit (killed after any of its writes
 too). Seeded; on the CPU, and on CUDA too where there is a device (skipped otherwise).
@@ -20,7 +20,6 @@ import pytest
 import torch
 
 import fused
-import streams
 import sts
 import train_tf
 from conftest import (CUDA, DEVICES, HERE, TINY, assert_same_logs, random_batch,
@@ -28,69 +27,18 @@ from conftest import (CUDA, DEVICES, HERE, TINY, assert_same_logs, random_batch,
 
 
 
-# ------------------------------------------------ the reference: autograd through sts.forward
+# --------------------------------------------------- train_tf.py's model (autograd) against sts.py
+CHUNK = fused.DRAWS["cpu"][0]                  # sequences per seeded draw on the CPU
+
+
 def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
-    """The whole batch of `batch_words` (streams.words(...)): X (n, d, T), idx (n, q), target
+    """The whole batch of `batch_words` (fused.words(...)): X (n, d, T), idx (n, q), target
     (n, d), raw PE Gaussians G (n, T, d_e), as the fused step draws them."""
     gen = torch.Generator(device)
-    X, idx, target = streams.draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
-    G = streams.draw_pe(gen, batch_words[1], 0, n, T, d_e,
-                        torch.empty(n * T * d_e, dtype=dtype, device=device))
+    X, idx, target = fused.draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
+    G = fused.draw_pe(gen, batch_words[1], 0, n, T, d_e, torch.empty(
+        fused.buffer_size(device, n, T, d_e), dtype=dtype, device=device))
     return X, idx, target, G
-
-
-def embed(X, P, mask):
-    """sts.embed in torch: Z = [X; P] (n, D, T) and query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
-    s = (P * mask[:, None, :]).sum(-1)
-    return torch.cat([X, P], -2), torch.cat([torch.zeros_like(X[:, :, 0]), s], -1)
-
-
-def forward(W, V, Z, z_q, attend="tokens"):
-    """sts.forward in torch, line for line; autograd gives the backward pass (the reference)."""
-    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)   # keys = values
-    u = z_q @ W.mT                                  # u = W z_q
-    a = torch.einsum("...ndt,...nd->...nt", C, u)   # a_i = c_i^T W z_q
-    s = torch.softmax(a, -1)                        # attention weights
-    h = torch.einsum("...ndt,...nt->...nd", C, s)   # h = C s
-    return h @ V.mT                                 # f = V h
-
-
-class Reference:
-    """fused.FusedStep's interface, by autograd on its draws: builds P, Z and z_q and runs the torch
-    twin of sts.forward (a test puts it in place of FusedStep in whole train_tf.py runs)."""
-
-    def __init__(self, parts, query, d, d_e, device, dtype, threads=1):
-        self.parts, self.query, self.d, self.d_e = parts, query, d, d_e
-        self.device, self.dtype = device, dtype
-
-    def __call__(self, W, V, index, n, T, q, val=False):
-        grad = not val
-        W, V = W.detach().requires_grad_(grad), V.detach().requires_grad_(grad)
-        losses = [None] * W.shape[0]
-        with torch.set_grad_enabled(grad):
-            for seed, kind, table, runs in self.parts:
-                batch_words = streams.words(seed, index, val)
-                X, idx, target, G = draw_batch(batch_words, n, T, q, self.d, self.d_e, self.dtype,
-                                               self.device)
-                if kind == "stochastic":
-                    P = (G / G.norm(dim=-1, keepdim=True)).mT
-                elif kind == "randomized":
-                    P = table[streams.draw_positions(torch.Generator(self.device), batch_words[1],
-                                                     0, n, T, len(table))].mT
-                else:
-                    P = table[:T].T.expand(n, -1, -1)
-                mask = torch.zeros(n, T, dtype=self.dtype, device=self.device).scatter_(1, idx, 1.0)
-                Z, z_q = embed(X, P, mask)
-                for r in runs:
-                    attend = "query" if self.query[r] else "tokens"
-                    err = forward(W[r], V[r], Z, z_q, attend) - target
-                    losses[r] = (0.5 * (err * err).sum(-1) if val  # 1/2 ||f - y||^2 per sequence
-                                 else 0.5 * (err * err).sum(-1).mean())
-            if not grad:
-                return torch.stack(losses, 1).detach()             # each sequence's loss (n, R)
-            losses = torch.stack(losses)
-            losses.sum().backward()
-        return losses.detach(), W.grad, V.grad
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +50,7 @@ def float64():
 
 
 @pytest.mark.parametrize("attend", ("tokens", "query"))
-def test_torch_autograd_agrees_with_numpy_forward_and_backward(attend):
+def test_train_tf_model_by_autograd_agrees_with_numpy_forward_and_backward(attend):
     d, d_e = 3, 5
     b = random_batch(seed=7, n=16, T=9, q=3, d=d, d_e=d_e)
     W, V = random_weights(8, d, d_e)
@@ -110,8 +58,12 @@ def test_torch_autograd_agrees_with_numpy_forward_and_backward(attend):
     dW, dV = sts.backward(W, V, b.z_q, f, b.target, cache)
 
     Wt, Vt = (torch.tensor(M, requires_grad=True) for M in (W, V))
-    ft = forward(Wt, Vt, *(torch.tensor(a) for a in (b.Z, b.z_q)), attend)  # torch twin
-    Lt = sts.loss(ft, torch.tensor(b.target))
+    X, P = (torch.tensor(a) for a in (b.Z[:, :d], b.Z[:, d:]))
+    Z, z_q = train_tf.embed(X, P, torch.tensor(b.idx))
+    np.testing.assert_array_equal(Z.numpy(), b.Z)
+    np.testing.assert_allclose(z_q.numpy(), b.z_q, rtol=1e-12)
+    ft = train_tf.forward(Wt, Vt, Z, z_q, attend)                  # the model in train_tf.py
+    Lt = train_tf.loss(ft, torch.tensor(b.target)).mean()
     Lt.backward()
     np.testing.assert_allclose(ft.detach().numpy(), f, rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose(Lt.item(), sts.loss(f, b.target), rtol=1e-6)
@@ -138,39 +90,43 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     (2, 2 ** 15, 1, 2), (2, 16 * 9, 1, 5)])         # a chunk per thread; chunks of <= 16 sequences,
                                                     # the last of 6
 @pytest.mark.parametrize("kind", sts.PE_KINDS)
-def test_fused_step_equals_the_numpy_backward_on_the_same_draws(kind, threads, positions, work,
-                                                                chunks, monkeypatch):
+@pytest.mark.parametrize("chunk", [fused.fused_chunk, train_tf.autograd_chunk])  # --step
+def test_both_steps_equal_the_numpy_backward_on_the_same_draws(kind, threads, positions, work,
+                                                               chunks, chunk, monkeypatch):
+    # the fused step, and the model of train_tf.py by autograd (--step autograd), each against
+    # sts.forward and sts.backward: every PE kind, both attentions (half the runs attend the query)
     monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
     monkeypatch.setattr(fused, "THREAD_WORK", work)
-    assert_fused_equals_numpy(kind, torch.device("cpu"), threads, chunks)
+    assert_step_equals_numpy(kind, torch.device("cpu"), threads, chunks, chunk)
 
 
 @CUDA
 @pytest.mark.parametrize("kind", sts.PE_KINDS)
-def test_fused_step_on_cuda_equals_the_numpy_backward_on_its_draws(kind):
-    # on CUDA the streams' generators are CUDA's (other numbers than the CPU's), the batch is one
-    # chunk: the step must still be sts.backward on whatever it drew
-    assert_fused_equals_numpy(kind, torch.device("cuda"), 1, 1)
+@pytest.mark.parametrize("chunk", [fused.fused_chunk, train_tf.autograd_chunk])
+def test_both_steps_on_cuda_equal_the_numpy_backward_on_their_draws(kind, chunk):
+    # on CUDA the streams' generators are CUDA's (other numbers than the CPU's), drawn a whole
+    # chunk at a time, and the batch is one chunk: each step must still be sts.backward on its draws
+    assert_step_equals_numpy(kind, torch.device("cuda"), 1, 1, chunk)
 
 
-def assert_fused_equals_numpy(kind, device, threads, chunks):
-    """FusedStep's losses and gradients on `device` against sts.backward on the draws it made."""
+def assert_step_equals_numpy(kind, device, threads, chunks, chunk):
+    """A step's losses and gradients on `device` against sts.backward on the draws it made."""
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
     step = fused.FusedStep([(c["seed"], kind, None if table is None else table.to(device),
                              list(range(len(W))))], query.to(device), d, d_e, device,
-                           torch.float64, threads=threads)
+                           torch.float64, threads, chunk)
     assert len(step.bounds(n, T)) == chunks
     losses, dW, dV = (a.cpu() for a in step(W.to(device), V.to(device), 7, n, T, q))
     X, idx, target, G = (a.cpu().numpy() for a in draw_batch(
-        streams.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, device))
+        fused.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, device))
     mask = np.zeros((n, T))
     np.put_along_axis(mask, idx, 1.0, -1)
     np.testing.assert_allclose(target, sts.sts_target(X, mask), rtol=1e-12)
     P = (sts.unit_columns(G.transpose(0, 2, 1)) if table is None
          else np.broadcast_to(table[:T].T.numpy(), (n, d_e, T)))
     if kind == "randomized":          # each sequence's T positions of the table's L, from its stream
-        positions = streams.draw_positions(torch.Generator(device), streams.words(c["seed"], 7)[1],
+        positions = fused.draw_positions(torch.Generator(device), fused.words(c["seed"], 7)[1],
                                            0, n, T, len(table)).cpu().numpy()
         assert np.all(np.diff(positions, axis=1) > 0) and positions.max() >= T   # ordered, beyond T
         P = table.numpy()[positions].transpose(0, 2, 1)
@@ -189,13 +145,13 @@ def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_t
     # record the numbers fused.py draws for one batch, hand them to sts.sample_batch for its numpy
     # generator and compare: same tokens, subsets, targets and PEs (the torch sampler mirrors it)
     n, T, q, d, d_e, seed, step = 20, 11, 3, 4, 6, 9, 5
-    X, idx, target, G = draw_batch(streams.words(seed, step), n, T, q, d, d_e,
+    X, idx, target, G = draw_batch(fused.words(seed, step), n, T, q, d, d_e,
                                          torch.float64, torch.device("cpu"))
     gen, uniforms = torch.Generator(), []
-    for j in range(0, n, streams.DRAW_CHUNK):                 # the subsets' uniforms, by chunk
-        gen.manual_seed(streams.mix(seed, streams.TRAIN, step, j // streams.DRAW_CHUNK))
-        torch.randn(min(streams.DRAW_CHUNK, n - j), d, T, generator=gen, dtype=torch.float64)
-        uniforms.append(torch.rand(min(streams.DRAW_CHUNK, n - j), T, generator=gen,
+    for j in range(0, n, CHUNK):                 # the subsets' uniforms, by chunk
+        gen.manual_seed(fused.mix(seed, fused.TRAIN, step, j // CHUNK))
+        torch.randn(min(CHUNK, n - j), d, T, generator=gen, dtype=torch.float64)
+        uniforms.append(torch.rand(min(CHUNK, n - j), T, generator=gen,
                                    dtype=torch.float32))
 
     class Recorded:                                          # sample_batch's 3 draws, in order
@@ -223,14 +179,14 @@ def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_t
 
 
 def test_the_torch_positions_are_sts_randomized_pe_from_the_same_numbers():
-    # sts.PositionalEncoding("randomized") given the uniforms that streams.draw_positions draws
+    # sts.PositionalEncoding("randomized") given the uniforms that fused.draw_positions draws
     # must pick the same positions: P is its table's columns at them, in increasing order
-    n, T, L, d_e, words = 20, 5, 12, 4, streams.words(3, 9)[1]
-    positions = streams.draw_positions(torch.Generator(), words, 0, n, T, L).numpy()
+    n, T, L, d_e, words = 20, 5, 12, 4, fused.words(3, 9)[1]
+    positions = fused.draw_positions(torch.Generator(), words, 0, n, T, L).numpy()
     gen, uniforms = torch.Generator(), []
-    for j in range(0, n, streams.DRAW_CHUNK):
-        gen.manual_seed(streams.mix(*words, j // streams.DRAW_CHUNK))
-        uniforms.append(torch.rand(min(streams.DRAW_CHUNK, n - j), L, generator=gen,
+    for j in range(0, n, CHUNK):
+        gen.manual_seed(fused.mix(*words, j // CHUNK))
+        uniforms.append(torch.rand(min(CHUNK, n - j), L, generator=gen,
                                    dtype=torch.float32))
 
     class Recorded:
@@ -265,16 +221,14 @@ FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path, monkeypatch,
-                                                                       device):
+def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(tmp_path, device):
     # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam;
-    # the same command again with the reference step in the place of the fused one
+    # the same command with --step fused and with --step autograd (the model in train_tf.py)
     flags = FIG_TINY + ["--device", device]
-    train_tf.main(flags + ["--out", str(tmp_path / "fused")])
-    monkeypatch.setattr(fused, "FusedStep", Reference)
-    train_tf.main(flags + ["--out", str(tmp_path / "autograd")])
-    assert isinstance(train_tf.Trainer(train_tf.parse_args(flags), 8, torch.device(device))
-                      .step_fn, Reference)
+    for step in ("fused", "autograd"):
+        train_tf.main(flags + ["--step", step, "--out", str(tmp_path / step)])
+        config = tmp_path / step / "sgd" / "fixed-de8-seed0" / "config.json"
+        assert json.loads(config.read_text())["step"] == step
     runs = sorted(p.relative_to(tmp_path / "fused") for p in (tmp_path / "fused").glob("*/*-seed0"))
     assert len(runs) == 7
     for run in runs:
@@ -297,13 +251,13 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
     for W, V in zip(trainer.W, trainer.V):
         W.zero_()
         V.copy_(trainer.V_star)
-    records = trainer.evaluate(64)
+    sets = train_tf.evaluate(trainer, 64)
     seeds = [spec["seed"] for spec in trainer.specs]
     losses = trainer.step_fn(torch.stack(trainer.W), torch.stack(trainer.V),
                              3, 64, 6, 2)[0].tolist()
-    for key in ("val", ("test_T", "8"), ("test_q", "1")):
-        value = (lambda rec: rec[key]) if key == "val" else (lambda rec: rec[key[0]][key[1]])
-        assert len({value(rec) for rec in records}) == 1, key
+    assert [name for name, _ in sets] == [("val", None), ("test_T", "8"), ("test_q", "1")]
+    for name, x in sets:                                # (64, runs): every run alike, every sequence
+        assert x.shape == (64, len(seeds)) and bool((x == x[:, :1]).all()), name
     assert len({losses[r] for r in range(len(seeds)) if seeds[r] == 1}) == 1
     assert losses[seeds.index(1)] != losses[seeds.index(2)]
 
@@ -378,6 +332,45 @@ def test_a_job_stopped_by_sigterm_or_ctrl_c_between_evaluations_resumes_bit_for_
                     np.load(tmp_path / "cut" / run / name) as b:
                 assert all(np.array_equal(a[k], b[k]) for k in a.files)
     assert not list((tmp_path / "cut").glob("checkpoint-*.pt"))       # finished: none left
+
+
+def test_the_cuda_draws_forced_on_the_cpu_keep_every_set_a_prefix_and_resume_bit_for_bit(
+        tmp_path, monkeypatch):
+    # CUDA draws a whole chunk of 256 sequences per seeded call (DRAWS): forced on the CPU, a set of
+    # any size is the first part of a larger one, and a job stopped by SIGTERM mid-way and resumed
+    # equals the uninterrupted job, with batches (50) and sets (100, 300) that cut chunks
+    monkeypatch.setitem(fused.DRAWS, "cpu", fused.DRAWS["cuda"])
+    gen, (tokens, pes) = torch.Generator(), fused.words(0, fused.val_index(6, 2), val=True)
+    for n, m in ((100, 300), (3, 256)):
+        small, large = ((*fused.draw_tokens(gen, tokens, 0, k, 6, 2, 2, torch.float64),
+                         fused.draw_pe(gen, pes, 0, k, 6, 8, torch.empty(fused.buffer_size(
+                             gen.device, k, 6, 8), dtype=torch.float64)),
+                         fused.draw_positions(gen, pes, 0, k, 6, 20)) for k in (n, m))
+        assert all(torch.equal(a, b[:n]) for a, b in zip(small, large))
+    flags = [*TINY, "--batch", "50", "--steps", "60", "--n-test", "100", "--n-final", "300",
+             "--pe", "stochastic", "fixed", "randomized", "--positions", "9", "--optimizer", "adam"]
+    train_tf.main(flags + ["--out", str(tmp_path / "whole")])
+    step = train_tf.Trainer.train_step
+
+    def stopped(tr, t):                                # SIGTERM in step 25: taken after it
+        if t == 25:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(tr, t)
+    monkeypatch.setattr(train_tf.Trainer, "train_step", stopped)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(flags + ["--out", str(tmp_path / "cut")])
+    assert done.value.code == 143
+    monkeypatch.setattr(train_tf.Trainer, "train_step", step)
+    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0", "randomized-L9-de8-seed0"):
+        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
+        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
+        for name in ("weights_final.npz", "final_losses.npz"):
+            with np.load(tmp_path / "whole" / run / name) as a, \
+                    np.load(tmp_path / "cut" / run / name) as b:
+                assert all(np.array_equal(a[k], b[k]) for k in a.files)
+        with np.load(tmp_path / "whole" / run / "final_losses.npz") as final:  # the log's 100
+            assert final["val"][:100].mean() == pytest.approx(whole[-1]["val"], rel=1e-6)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

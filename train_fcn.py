@@ -32,7 +32,6 @@ from tqdm import tqdm
 
 import fused
 import runlog
-import streams
 import sts
 from runlog import Distinct, flag
 
@@ -103,8 +102,8 @@ def n_params(module):
 
 
 def sample(gen, words, n, T, q, d, dtype):
-    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of streams.py's batch `words`."""
-    X, idx, target = streams.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
+    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of fused.py's batch `words`."""
+    X, idx, target = fused.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
     return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
 
@@ -168,7 +167,7 @@ def open_run(args, T, width, seed, steps, device):
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     gen = torch.Generator(device)
     subsets = {"val": args.q, **{str(q): q for q in args.test_q}}
-    sets = {name: sample(gen, streams.words(seed, streams.val_index(T, q), val=True)[0],
+    sets = {name: sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0],
                          args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
@@ -202,7 +201,7 @@ def train(args, T, width, seed, device, steps=None, progress=True):
                     loss_sum, since = 0.0, 0
                 if step == steps:
                     break
-                x, target = sample(gen, streams.words(seed, step)[0], args.batch, T, args.q,
+                x, target = sample(gen, fused.words(seed, step)[0], args.batch, T, args.q,
                                    args.d, args.dtype)
                 optimizer.zero_grad()
                 loss = sts.loss(model(x), target)
@@ -235,7 +234,7 @@ def transformer_vals(args, T, d_e, device):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
         if t + 1 in args.sweep_steps:
-            losses = step(W, V, streams.val_index(T, args.q), args.n_test, T, args.q, val=True)
+            losses = step(W, V, fused.val_index(T, args.q), args.n_test, T, args.q, val=True)
             vals[t + 1] = losses.double().mean(0).tolist()
     return vals
 
