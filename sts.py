@@ -21,8 +21,8 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     python sts.py --floor --T 200 --de 170          # the predicted loss floor, stochastic and fixed PE
     python sts.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor is <= 0.3 d/(2q)
 
-NumPy and tqdm only, read top to bottom: copy this file anywhere and run it, paste it in a notebook
-cell (then call demo()) or `%run sts.py ARGS`. A bad argument raises a ValueError naming it.
+NumPy only, read top to bottom: copy this file anywhere and run it, paste it in a notebook cell
+(then call demo()) or `%run sts.py ARGS`. A bad argument raises a one-line ValueError naming it.
 """
 import argparse
 import itertools
@@ -32,7 +32,10 @@ import sys
 import time
 from collections import namedtuple
 
-import numpy as np
+if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread (set before NumPy loads), as
+    for _blas in ("OPENBLAS", "OMP", "MKL"):  # threads that spin for a shared machine's cores: 4x
+        os.environ.setdefault(f"{_blas}_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
 PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")  # the encodings PositionalEncoding draws
@@ -46,15 +49,43 @@ def check(ok, argument, accepts, got):
         raise ValueError(f"{argument} must be {accepts} (got {got!r})")
 
 
-def check_task(T, q, d):
-    """The task's sizes: T and d positive integers, the subset fitting the sequence, 1 <= q <= T."""
-    for name, value in (("T", T), ("d", d)):
-        check(int(value) == value >= 1, name, "a positive integer", value)
-    check(int(q) == q and 1 <= q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
+def whole(v, low=1):  # an integer (not a bool, not 2.0) >= low
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
+
+
+def real(v, low=0.0):  # a finite number > low (NaN fails every comparison)
+    return isinstance(v, (int, float, np.integer, np.floating)) and v is not True and low < v < np.inf
+
+
+ARGUMENTS = {  # an argument's name in every public function: what it accepts, the test (check_args)
+    **dict.fromkeys(("T", "d", "d_e", "n", "steps", "max_len", "start"), ("a positive integer", whole)),
+    **dict.fromkeys(("seed", "anneal_at"), ("an integer >= 0", lambda v: whole(v, 0))),
+    **dict.fromkeys(("lr", "scale", "anneal_factor", "target"), ("a positive finite number", real)),
+    **{k: (f"one of {v}", v.__contains__) for k, v in
+       dict(kind=PE_KINDS, init=INITS, purpose=PURPOSES, attend=ATTENDS).items()},
+    "c": ("a finite number >= 0", lambda v: real(v, -1e-300)),
+    "alpha": ("a finite number", lambda v: real(v, -np.inf)),
+    "c_max": ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3)),
+    "ridge": ("None or a finite number >= 0", lambda v: v is None or real(v, -1e-300)),
+    "positions": ("None or a positive integer", lambda v: v is None or whole(v)),
+    "dtype": ("float32 or float64", lambda v: v in ("float32", "float64", np.float32, np.float64)),
+    "rng": ("a NumPy Generator, as sts.stream(0, 'data')", lambda v: isinstance(
+        v, np.random.Generator)),
+    "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
+    "f": ("an array (n, d)", lambda v: len(getattr(v, "shape", ())) >= 1),
+}
+
+
+def check_args(T=None, q=None, **named):
+    """Every public function's arguments, checked by ARGUMENTS' rule of their name; q against T."""
+    for name, value in dict({} if T is None else {"T": T}, **named).items():
+        check(ARGUMENTS[name][1](value), name, ARGUMENTS[name][0], value)
+    check(q is None or whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
 
 
 def stream(seed, purpose):
     """A seed's Generator for one purpose ("data" is default_rng(seed): [seed, 0] seeds alike)."""
+    check_args(seed=seed, purpose=purpose)
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
 
 
@@ -69,9 +100,7 @@ class PositionalEncoding:
     max_len positions from the seed's table stream: fixed uses its first T. onehot: d_e >= L."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
-        check(kind in PE_KINDS, "kind", f"one of {PE_KINDS}", kind)
-        check(int(d_e) == d_e >= 1, "d_e", "a positive integer", d_e)
-        check(int(max_len) == max_len >= 1, "max_len", "a positive integer", max_len)
+        check_args(kind=kind, d_e=d_e, max_len=max_len, seed=seed)
         if kind == "onehot" and d_e < max_len:
             raise ValueError(f"onehot PE needs d_e >= the longest T (got d_e={d_e}, T={max_len})")
         self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
@@ -82,6 +111,7 @@ class PositionalEncoding:
 
     def __call__(self, rng, n, T, dtype="float64"):
         """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
+        check_args(T, rng=rng, n=n, dtype=dtype)
         if self.kind == "stochastic":
             return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
         L = self.table.shape[1]
@@ -96,8 +126,7 @@ class PositionalEncoding:
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
     """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of {1..T}, the target.
     Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the subset, mask (n, T))."""
-    check_task(T, q, d)
-    check(int(n) == n >= 1, "n", "a positive integer", n)
+    check_args(T, q, d=d, n=n, rng=rng, pe=pe, dtype=dtype)
     X = rng.standard_normal((n, d, T), dtype=dtype)             # x_i ~ N(0, I_d)
     order = np.argsort(rng.random((n, T)), axis=-1)             # a uniform permutation of positions
     idx = order[:, :q]                                          # its first q: a uniform q-subset
@@ -131,7 +160,7 @@ def softmax(a):
 def forward(W, V, Z, z_q, attend="tokens"):
     """f = V C softmax(C^T W z_q) with C = Z (attend "tokens") or C = [Z, z_q] (attend "query").
     W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what `backward` needs."""
-    check(attend in ATTENDS, "attend", f"one of {ATTENDS}", attend)
+    check_args(attend=attend)
     C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
     u = z_q @ W.T                                   # u = W z_q                       (n, D)
     a = np.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
@@ -143,6 +172,7 @@ def forward(W, V, Z, z_q, attend="tokens"):
 
 def loss(f, target):
     """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
+    check_args(f=f)
     check_target(f, target)
     return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
 
@@ -170,6 +200,7 @@ def backward(W, V, z_q, f, target, cache):
 # -------------------------------------------------------- Ground truth, initialisation, online SGD
 def ground_truth(d, d_e):
     """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only) and V* = [I_d, 0] (token block only)."""
+    check_args(d=d, d_e=d_e)
     W_star = np.zeros((d + d_e, d + d_e))
     W_star[d:, d:] = np.eye(d_e)
     return W_star, np.eye(d, d + d_e)
@@ -183,7 +214,7 @@ def cosine(A, B):
 
 def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
     """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Fig. 3)."""
-    check(init in INITS, "init", f"one of {INITS}", init)
+    check_args(d=d, d_e=d_e, init=init, seed=seed, scale=scale)
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
@@ -193,16 +224,20 @@ def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
 
 def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
     """The paper's schedule: lr until `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
+    check_args(lr=lr, anneal_factor=anneal_factor, **{"anneal_at": anneal_at or 0})
     return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
 def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0, progress=True):
     """Online SGD, a fresh batch every step. Returns W, V and the training loss of every step."""
-    from tqdm import tqdm
+    check_args(T, q, d=d, pe=pe, steps=steps, lr=lr, n=n, attend=attend)
     rng = stream(seed, "data")
     W, V = init_weights(d, pe.d_e, init, seed)
     losses = np.empty(steps)
-    for step in tqdm(range(steps), disable=not progress, desc=f"numpy {pe.kind}", mininterval=0.5):
+    for step in range(steps):
+        if progress and ((step + 1) % 100 == 0 or step + 1 == steps):   # stderr: not the printout
+            print(f"\rnumpy {pe.kind}: step {step + 1}/{steps}", end="\n" * (step + 1 == steps),
+                  file=sys.stderr)
         b = sample_batch(rng, n, T, q, d, pe)
         f, cache = forward(W, V, b.Z, b.z_q, attend)
         losses[step] = loss(f, b.target)
@@ -213,6 +248,7 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
 
 def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
     """The loss on n fresh sequences of length T drawn from `seed` (the same set for all models)."""
+    check_args(seed=seed)
     b = sample_batch(np.random.default_rng(seed), n, T, q, d, pe)
     return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
 
@@ -224,6 +260,7 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     positions: the table's size L of randomized PE (default T). ridge: score a table's PEs through
     M = (P_L P_L^T + ridge I)^+ instead of I, p_i^T M s: W's PE block can learn its table's
     cross-talk, and M undoes it (at ridge 0 and L <= d_e exactly: p_i^T M p_j = [i = j])."""
+    check_args(T, q, d=d, n=n, positions=positions, ridge=ridge)
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
     check(ridge is None or pe.table is not None, "ridge", "None with stochastic PE, which has no"
           " table", ridge)
@@ -245,6 +282,7 @@ def family_output(draws, c):
 
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
     """What W = c W*, V = alpha V* (a fitted c, alpha) scores at any T, q, d_e on n sequences."""
+    check_args(c=c, alpha=alpha)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
@@ -252,7 +290,7 @@ def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
     """min over (c, alpha) of family_loss on the same n sequences, (loss, c, alpha): the floor a
     model of the ground-truth direction cannot beat; with a ridge, W = c [[0, 0], [0, M]]'s."""
-    check(c_max > 1e-3, "c_max", "> 0.001, where the search over c starts", c_max)
+    check_args(c_max=c_max)
     return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)
 
 
@@ -283,6 +321,9 @@ def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
 
 def family_fit(W, V, d):
     """(c, alpha), the projection of trained W, V on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
+    shapes = getattr(W, "shape", None), getattr(V, "shape", None)
+    check(len(shapes[0] or ()) == 2 and shapes[0][0] == shapes[0][1] > d
+          and shapes[1] == (d, shapes[0][0]), "W, V", f"(D, D) and (d, D), D > d = {d}", shapes)
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
@@ -291,7 +332,8 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
     on `seed`'s draws) and {d_e tried: (floor, c, alpha, se)}, se the floor's Monte-Carlo standard
     error: the n sequences' losses' std / sqrt(n). Up by 3/2, down by 2/3, then bisection."""
-    check(target > 0, "target", "> 0 (the floor is 0 only as d_e -> infinity)", target)
+    check_args(T, q, d=d, target=target, n=n, seed=seed, start=start)
+    check(whole(de_max, start), "de_max", f"an integer >= start = {start}", de_max)
     tried = {}
 
     def met(d_e):                                    # is the floor at d_e <= target? (cached)
@@ -318,24 +360,29 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
 # ---------------------------------------------------------------------------------------- The demo
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
+    check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, seed=seed)
     tests = (T, 2 * T, 4 * T)
     W_star, V_star = ground_truth(d, d_e)
     print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256, lr={lr}."
           f" Loss at W=V=0 is d/(2q) = {d / (2 * q):.3f}.")
-    rows = []
+    rows, last = [], min(100, steps)
     for kind in ("stochastic", "fixed"):
         pe = PositionalEncoding(kind, d_e, max_len=max(tests), seed=seed)
         W, V, losses = train(pe, T, q, d, steps, lr, seed=seed)
-        rows.append((kind, losses[-100:].mean(), cosine(W, W_star), cosine(V, V_star),
+        rows.append((kind, losses[-last:].mean(), cosine(W, W_star), cosine(V, V_star),
                      *(evaluate(W, V, pe, t, q, d) for t in tests)))
     print(f"\n{'PE':<11}{'train loss':>11}{'cos(W,W*)':>11}{'cos(V,V*)':>11}"
           + "".join(f"{'loss T=' + str(t):>13}" for t in tests))
     for kind, *values in rows:
         print(f"{kind:<11}" + "".join(f"{v:>11.4f}" for v in values[:3])
               + "".join(f"{v:>13.4f}" for v in values[3:]))
-    print("(train loss: mean of the last 100 steps;"
+    print(f"(train loss: mean of the last {last} steps;"
           " the others: 2048 fresh sequences of each length)")
     return rows
+
+
+WHAT = {"stochastic": ": stochastic PE's predicted floor", "fixed": " on the fixed table: not fixed"
+        " PE's floor, as a W that learns its table goes lower (--positions T)"}  # each --floor line
 
 
 def floors(Ts, q, d, des, Ls=None, seed=0):
@@ -345,14 +392,14 @@ def floors(Ts, q, d, des, Ls=None, seed=0):
             for kind in ("stochastic", "fixed"):
                 value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
                 print(f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
-                      f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
+                      f" alpha={alpha:.3f} of W = c W*, V = alpha V* (4096 sequences){WHAT[kind]}")
                 yield dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha)
         elif L >= T:
             family = family_floor("randomized", T, q, d, d_e, seed=seed, positions=L)[0]
             table, c, alpha, ridge = table_floor("randomized", T, q, d, d_e, seed=seed, positions=L)
             print(f"randomized: T={T} q={q} d={d} d_e={d_e} L={L}: W = c W*: {family:.4f};"
                   f" W = c M (the table learned): {table:.4f} at c={c:.3g}, alpha={alpha:.3f},"
-                  f" ridge {ridge} L/d_e (4096 sequences)")
+                  f" ridge {ridge} L/d_e (4096 sequences; achievable losses, not bounds)")
             yield dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=family,
                        table=table, c=c, alpha=alpha, ridge=ridge)
 
@@ -400,7 +447,7 @@ def parser():
 def check_flags(args):
     """Every flag checked before anything runs: a ValueError naming the flag otherwise."""
     for T in args.T:
-        check_task(T, args.q, args.d)
+        check_args(T, args.q, d=args.d)
     check(min(args.de) >= 1, "--de", "positive integers", args.de)
     check(args.steps >= 1, "--steps", "a positive integer", args.steps)
     check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
@@ -409,8 +456,8 @@ def check_flags(args):
           "one value each without --floor", (args.T, args.de))
     check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
           "both")
-    check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
-          "--json", "a file in a writable folder (checked before the search)", args.json)
+    check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
+          and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
     check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
     check(not args.positions or args.floor and max(args.positions) >= min(args.T),
           "--positions", "a table size L >= some --T, with --floor", args.positions)
@@ -420,7 +467,12 @@ def main(argv=None):
     """The command line; exits 0 done, 1 a loss diverged, 2 bad input (one line), 130 Ctrl-C."""
     p = parser()
     stop = lambda message, status: p.exit(status, f"sts.py: {message}\n")  # noqa: E731
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as done:      # --help: printed; return, as a kernel shows SystemExit(0) raised
+        if done.code:
+            raise
+        return
     try:
         check_flags(args)
     except ValueError as e:
@@ -447,6 +499,8 @@ def main(argv=None):
         stop(f"error: cannot write {e.filename}: {e.strerror}; check --json", 2)
     except ValueError as e:                         # an --eps no d_e <= 4096 reaches
         stop(f"error: {e}; raise --eps", 2)
+    except MemoryError as e:                        # np.empty of 10^15 steps, P at T = 10^8
+        stop(f"error: too little memory ({e}); lower --steps, --T or --de", 2)
     except KeyboardInterrupt:
         stop("interrupted", 130)
 

@@ -246,7 +246,7 @@ def test_needed_de_is_the_smallest_d_e_a_scan_finds_meeting_the_target_from_any_
     assert losses.mean() == pytest.approx(floor)
     assert se == pytest.approx(losses.std(ddof=1) / n ** 0.5)
     with pytest.raises(ValueError, match="target"):      # a target no d_e <= de_max reaches
-        sts.needed_de(T, q, d, 0.01, n=64, de_max=6)
+        sts.needed_de(T, q, d, 0.01, n=64, start=2, de_max=6)
 
 
 def test_sts_needed_de_writes_each_lengths_smallest_d_e_and_the_floors_it_tried(tmp_path):
