@@ -20,8 +20,7 @@ set -euo pipefail
 CALLER=$PWD; cd "$(dirname "$0")"
 LIST=0 ARGS=()
 for arg in "$@"; do if [ "$arg" = --list ]; then LIST=1; else ARGS+=("$arg"); fi; done
-OUT=${ARGS[0]:-runs/course}
-[ "${OUT:0:1}" = / ] || [ "$CALLER" -ef . ] || OUT=$CALLER/$OUT   # a relative OUT: from the caller's folder
+OUT=${ARGS[0]:-runs/course}; [ "${OUT:0:1}" = / ] || [ "$CALLER" -ef . ] || OUT=$CALLER/$OUT  # relative: the caller's
 SCALE=${ARGS[1]:-course}
 case $SCALE in
   course) SEEDS="0 1 2" ;;

@@ -32,9 +32,8 @@ import sys
 import time
 from collections import namedtuple
 
-if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread (set before NumPy loads), as
-    for _blas in ("OPENBLAS", "OMP", "MKL"):  # threads that spin for a shared machine's cores: 4x
-        os.environ.setdefault(f"{_blas}_NUM_THREADS", "1")
+if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread (set before NumPy loads), 4x
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a shared machine: a 2nd thread spins idle
 import numpy as np  # noqa: E402
 
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
@@ -49,28 +48,20 @@ def check(ok, argument, accepts, got):
         raise ValueError(f"{argument} must be {accepts} (got {got!r})")
 
 
-def whole(v, low=1):  # an integer (not a bool, not 2.0) >= low
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
-
-
-def real(v, low=0.0):  # a finite number > low (NaN fails every comparison)
-    return isinstance(v, (int, float, np.integer, np.floating)) and v is not True and low < v < np.inf
-
+whole = lambda v, low=1: (isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
+                         and v >= low)                            # an int >= low, not 2.0 or True
+real = lambda v, low=0.0: (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                           and low < v < np.inf)  # noqa: E731    finite, > low; NaN fails `<`
 
 ARGUMENTS = {  # an argument's name in every public function: what it accepts, the test (check_args)
-    **dict.fromkeys(("T", "d", "d_e", "n", "steps", "max_len", "start"), ("a positive integer", whole)),
-    **dict.fromkeys(("seed", "anneal_at"), ("an integer >= 0", lambda v: whole(v, 0))),
-    **dict.fromkeys(("lr", "scale", "anneal_factor", "target"), ("a positive finite number", real)),
+    **dict.fromkeys("T d d_e n steps max_len start".split(), ("a positive integer", whole)),
+    **dict.fromkeys("seed anneal_at".split(), ("an integer >= 0", lambda v: whole(v, 0))),
+    **dict.fromkeys("lr scale anneal_factor target".split(), ("a positive finite number", real)),
     **{k: (f"one of {v}", v.__contains__) for k, v in
        dict(kind=PE_KINDS, init=INITS, purpose=PURPOSES, attend=ATTENDS).items()},
     "c": ("a finite number >= 0", lambda v: real(v, -1e-300)),
-    "alpha": ("a finite number", lambda v: real(v, -np.inf)),
-    "c_max": ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3)),
-    "ridge": ("None or a finite number >= 0", lambda v: v is None or real(v, -1e-300)),
-    "positions": ("None or a positive integer", lambda v: v is None or whole(v)),
     "dtype": ("float32 or float64", lambda v: v in ("float32", "float64", np.float32, np.float64)),
-    "rng": ("a NumPy Generator, as sts.stream(0, 'data')", lambda v: isinstance(
-        v, np.random.Generator)),
+    "rng": ("a NumPy Generator", lambda v: isinstance(v, np.random.Generator)),
     "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
     "f": ("an array (n, d)", lambda v: len(getattr(v, "shape", ())) >= 1),
 }
@@ -101,8 +92,7 @@ class PositionalEncoding:
 
     def __init__(self, kind, d_e, max_len, seed=0):
         check_args(kind=kind, d_e=d_e, max_len=max_len, seed=seed)
-        if kind == "onehot" and d_e < max_len:
-            raise ValueError(f"onehot PE needs d_e >= the longest T (got d_e={d_e}, T={max_len})")
+        check(kind != "onehot" or d_e >= max_len, "d_e", f">= the longest T, {max_len} (onehot)", d_e)
         self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
@@ -111,12 +101,10 @@ class PositionalEncoding:
 
     def __call__(self, rng, n, T, dtype="float64"):
         """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
-        check_args(T, rng=rng, n=n, dtype=dtype)
         if self.kind == "stochastic":
             return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
         L = self.table.shape[1]
-        if T > L:
-            raise ValueError(f"T={T} exceeds the PE table's {L} positions")
+        check(T <= L, "T", f"at most the PE table's {L} positions", T)
         if self.kind == "randomized":                # T of the L positions, uniform, in order
             positions = np.sort(np.argsort(rng.random((n, L)), axis=-1)[:, :T], axis=-1)
             return self.table[:, positions].transpose(1, 0, 2).astype(dtype, copy=False)
@@ -200,7 +188,6 @@ def backward(W, V, z_q, f, target, cache):
 # -------------------------------------------------------- Ground truth, initialisation, online SGD
 def ground_truth(d, d_e):
     """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only) and V* = [I_d, 0] (token block only)."""
-    check_args(d=d, d_e=d_e)
     W_star = np.zeros((d + d_e, d + d_e))
     W_star[d:, d:] = np.eye(d_e)
     return W_star, np.eye(d, d + d_e)
@@ -236,8 +223,7 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
     losses = np.empty(steps)
     for step in range(steps):
         if progress and ((step + 1) % 100 == 0 or step + 1 == steps):   # stderr: not the printout
-            print(f"\rnumpy {pe.kind}: step {step + 1}/{steps}", end="\n" * (step + 1 == steps),
-                  file=sys.stderr)
+            print(f"\r{pe.kind}: {step + 1}/{steps}", end="\n"[step + 1 < steps:], file=sys.stderr)
         b = sample_batch(rng, n, T, q, d, pe)
         f, cache = forward(W, V, b.Z, b.z_q, attend)
         losses[step] = loss(f, b.target)
@@ -248,7 +234,6 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
 
 def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
     """The loss on n fresh sequences of length T drawn from `seed` (the same set for all models)."""
-    check_args(seed=seed)
     b = sample_batch(np.random.default_rng(seed), n, T, q, d, pe)
     return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
 
@@ -260,7 +245,7 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     positions: the table's size L of randomized PE (default T). ridge: score a table's PEs through
     M = (P_L P_L^T + ridge I)^+ instead of I, p_i^T M s: W's PE block can learn its table's
     cross-talk, and M undoes it (at ridge 0 and L <= d_e exactly: p_i^T M p_j = [i = j])."""
-    check_args(T, q, d=d, n=n, positions=positions, ridge=ridge)
+    check_args(T, q, d=d, n=n)
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
     check(ridge is None or pe.table is not None, "ridge", "None with stochastic PE, which has no"
           " table", ridge)
@@ -282,7 +267,7 @@ def family_output(draws, c):
 
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
     """What W = c W*, V = alpha V* (a fitted c, alpha) scores at any T, q, d_e on n sequences."""
-    check_args(c=c, alpha=alpha)
+    check_args(c=c)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
@@ -290,7 +275,7 @@ def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
     """min over (c, alpha) of family_loss on the same n sequences, (loss, c, alpha): the floor a
     model of the ground-truth direction cannot beat; with a ridge, W = c [[0, 0], [0, M]]'s."""
-    check_args(c_max=c_max)
+    check(real(c_max, 1e-3), "c_max", "> 0.001, where the search over c starts", c_max)
     return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)
 
 
@@ -321,9 +306,9 @@ def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
 
 def family_fit(W, V, d):
     """(c, alpha), the projection of trained W, V on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
-    shapes = getattr(W, "shape", None), getattr(V, "shape", None)
-    check(len(shapes[0] or ()) == 2 and shapes[0][0] == shapes[0][1] > d
-          and shapes[1] == (d, shapes[0][0]), "W, V", f"(D, D) and (d, D), D > d = {d}", shapes)
+    shapes = np.shape(W), np.shape(V)
+    check(len(shapes[0]) == 2 and shapes[1] == (d, shapes[0][0] or 0) == (d, shapes[0][1]) and
+          shapes[0][0] > d, "W, V", f"(D, D) and (d, D), D > d = {d}", shapes)
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
@@ -360,7 +345,6 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
 # ---------------------------------------------------------------------------------------- The demo
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
-    check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, seed=seed)
     tests = (T, 2 * T, 4 * T)
     W_star, V_star = ground_truth(d, d_e)
     print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256, lr={lr}."
@@ -381,10 +365,6 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     return rows
 
 
-WHAT = {"stochastic": ": stochastic PE's predicted floor", "fixed": " on the fixed table: not fixed"
-        " PE's floor, as a W that learns its table goes lower (--positions T)"}  # each --floor line
-
-
 def floors(Ts, q, d, des, Ls=None, seed=0):
     """--floor's rows, printed: stochastic and fixed PE's family_floor, or randomized's with Ls."""
     for T, d_e, L in itertools.product(Ts, des, Ls or [None]):
@@ -392,7 +372,9 @@ def floors(Ts, q, d, des, Ls=None, seed=0):
             for kind in ("stochastic", "fixed"):
                 value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
                 print(f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
-                      f" alpha={alpha:.3f} of W = c W*, V = alpha V* (4096 sequences){WHAT[kind]}")
+                      f" alpha={alpha:.3f} of W = c W*, V = alpha V* (4096 sequences)" + (
+                      ": stochastic PE's floor" if kind == "stochastic" else " on the fixed table:"
+                      " not fixed PE's floor (a W learning the table goes lower: --positions T)"))
                 yield dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha)
         elif L >= T:
             family = family_floor("randomized", T, q, d, d_e, seed=seed, positions=L)[0]
@@ -432,12 +414,9 @@ def parser():
     add("--steps", type=int, default=1500, help="SGD steps per run")
     add("--lr", type=float, default=1.0, help="SGD learning rate")
     add("--seed", type=int, default=0, help="seed of the data, the fixed PE table and the init")
-    add("--floor", action="store_true", help="print the best loss of W = c W*, V = alpha V*"
-        " (family_floor) for stochastic and fixed PE at each --T and --de, and exit")
-    add("--needed-de", action="store_true", help="print the smallest d_e whose stochastic-PE floor"
-        " is <= --eps d/(2q) at each --T (needed_de), and exit")
-    add("--eps", type=float, default=0.3, help="with --needed-de: the target loss over d/(2q), the"
-        " loss at W = V = 0 (train_fcn.py --sweep's target)")
+    add("--floor", action="store_true", help="print family_floor at each --T and --de, and exit")
+    add("--needed-de", action="store_true", help="print needed_de (target --eps d/(2q)), and exit")
+    add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
     add("--json", help="with --floor or --needed-de: also write the rows to this file (plots.py)")
     add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
         " L >= T positions instead: the floors of W = c W* and of a table-learning W (table_floor)")
@@ -448,17 +427,16 @@ def check_flags(args):
     """Every flag checked before anything runs: a ValueError naming the flag otherwise."""
     for T in args.T:
         check_args(T, args.q, d=args.d)
-    check(min(args.de) >= 1, "--de", "positive integers", args.de)
-    check(args.steps >= 1, "--steps", "a positive integer", args.steps)
-    check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
-    check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
+    for flag, name, v in [("--steps", "steps", args.steps), ("--lr", "lr", args.lr),
+                          ("--eps", "target", args.eps), ("--seed", "seed", args.seed),
+                          *(("--de", "d_e", v) for v in args.de)]:
+        check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
     check(args.floor or args.needed_de or len(args.T) == len(args.de) == 1, "--T and --de",
           "one value each without --floor", (args.T, args.de))
     check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
           "both")
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
           and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
-    check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
     check(not args.positions or args.floor and max(args.positions) >= min(args.T),
           "--positions", "a table size L >= some --T, with --floor", args.positions)
 
@@ -469,14 +447,11 @@ def main(argv=None):
     stop = lambda message, status: p.exit(status, f"sts.py: {message}\n")  # noqa: E731
     try:
         args = p.parse_args(argv)
-    except SystemExit as done:      # --help: printed; return, as a kernel shows SystemExit(0) raised
-        if done.code:
-            raise
-        return
-    try:
         check_flags(args)
     except ValueError as e:
         stop(f"error: {e}", 2)
+    except SystemExit as done:      # --help printed: return, as a kernel shows SystemExit(0) raised
+        return sys.exit(done.code) if done.code else None
     q, d, start = args.q, args.d, args.d / (2 * args.q)   # start: the loss at W = V = 0
     try:
         if args.floor or args.needed_de:        # the rows, printed as they come, then to --json
@@ -497,10 +472,9 @@ def main(argv=None):
                  " lower --lr", 1)
     except OSError as e:                            # an unwritable --json
         stop(f"error: cannot write {e.filename}: {e.strerror}; check --json", 2)
-    except ValueError as e:                         # an --eps no d_e <= 4096 reaches
-        stop(f"error: {e}; raise --eps", 2)
-    except MemoryError as e:                        # np.empty of 10^15 steps, P at T = 10^8
-        stop(f"error: too little memory ({e}); lower --steps, --T or --de", 2)
+    except (ValueError, MemoryError) as e:          # an --eps no d_e <= 4096 reaches; 10^15 steps
+        stop(f"error: {e}; " + ("lower --steps, --T or --de" if isinstance(e, MemoryError) else
+                                "raise --eps"), 2)
     except KeyboardInterrupt:
         stop("interrupted", 130)
 
