@@ -30,6 +30,7 @@ ELSEWHERE = {
     "1.25": "d/(2q) at q = 2, the loss of f = 0 there (arithmetic)",
     "0.931": "train_bool.py with a 2,000-step cap, m = 2,896, seed 3 (2026-11-25; not committed)",
     "0.992": "the same training's held-out accuracy after the cap",
+    "0.92": "held-out accuracies of that cap's 7 capped trainings (the same uncommitted check)",
 }
 
 
@@ -90,7 +91,8 @@ def rounds_to(v, q, token):
     """Is v (printed to q decimals) `token` rounded to its decimals? Fewer decimals cannot vouch for
     it; a token without a sign may quote a difference's size."""
     (x, p), signs = read(token), (1,) if token[0] in "-−" else (1, -1)
-    return q >= p and any(abs(s * v - x) <= 0.5 * 10.0 ** -p + 0.5 * 10.0 ** -q + 1e-12 for s in signs)
+    slack = 0.5 * 10.0 ** -p + 0.5 * 10.0 ** -q if q > p else 1e-12     # the same decimals: equal
+    return q >= p and any(abs(s * v - x) <= slack + 1e-12 for s in signs)
 
 
 def found(token, pool):
