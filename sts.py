@@ -485,5 +485,5 @@ if __name__ == "__main__":
     if globals().get("__file__") and os.path.basename(sys.argv[0]) == os.path.basename(__file__):
         main(sys.argv[1:])
     else:
-        print("sts.py is defined: call demo() (stochastic against fixed PE, about 90 s on a CPU),"
+        print("sts.py is defined: call demo() (stochastic against fixed PE, about 40 s on 2 cores),"
               " or main(['--help']) for the command line")
