@@ -61,7 +61,7 @@ ARGUMENTS = {  # an argument's name in every public function: what it accepts, t
        dict(kind=PE_KINDS, init=INITS, purpose=PURPOSES, attend=ATTENDS).items()},
     "c": ("a finite number >= 0", lambda v: real(v, -1e-300)),
     "dtype": ("float32 or float64", lambda v: v in ("float32", "float64", np.float32, np.float64)),
-    "rng": ("a NumPy Generator", lambda v: isinstance(v, np.random.Generator)),
+    "rng": ("a NumPy Generator", lambda v: hasattr(v, "standard_normal") and hasattr(v, "random")),
     "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
     "f": ("an array (n, d)", lambda v: len(getattr(v, "shape", ())) >= 1),
 }
