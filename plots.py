@@ -410,38 +410,30 @@ POSITIONS = {"randomized": ("o", "-", "randomized PE, L positions"), "fixed": ("
 
 
 def figure_positions(runs, out, name):
-    """The final loss at each length (a colour a set) against the size L of randomized PE's table,
-    fixed PE at L = T, stochastic at L = ∞; table_floor.json's predictions (sts.table_floor)."""
+    """The final loss against the size L of randomized PE's table, a panel per length (its PE's colour,
+    fixed PE at L = T, stochastic at L = ∞); in distribution, table_floor.json's predictions."""
     groups, c = configurations(runs), runs[0]["config"]
     of = lambda pe: [g for g in groups if g[0]["config"]["pe"] == pe]  # noqa: E731
     Ls = sorted(g[0]["config"]["positions"] for g in of("randomized"))
-    at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}        # L -> infinity drawn at 4 L_max
-    fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.4 * PANEL[1]))
-    names, low = sets(runs, "T"), np.inf                   # low: the least trained loss drawn
-    for key, col in zip(names, plt.cm.viridis(np.linspace(0, 0.85, len(names)))):
-        for pe, (marker, ls, _) in POSITIONS.items():
+    at, names = {"fixed": c["T"], "stochastic": Ls[-1] * 4}, sets(runs, "T")   # L -> ∞ at 4 L_max
+    fig, axes = plt.subplots(1, len(names), figsize=(len(names) * PANEL[0], 1.2 * PANEL[1]))
+    for key, ax in zip(names, np.atleast_1d(axes)):
+        for pe, (marker, ls, text) in POSITIONS.items():
             pts = sorted((at.get(pe, g[0]["config"].get("positions")),
                           [value(r["end"], key) for r in g]) for g in of(pe))
             pts = [(x, np.mean(y), min(y), max(y)) for x, y in pts if np.isfinite(y).all()]
             if pts:
-                low = min([low, *(p[2] for p in pts)])
-                bars(ax, pts, color=col, marker=marker, ls=ls, ms=3.5, lw=1)
-        legend_key(ax, "", "val (T=%s, as trained)" % c["T"] if key == "val" else key, color=col)
-    prediction, low = runs[0]["path"].parent / "table_floor.json", low / 2
-    if prediction.exists():
-        rows = [r for r in read(prediction)["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"]
-        pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in rows), float)
-        ax.plot(pts[:, 0], np.maximum(pts[:, 1], low), "k--", lw=0.9, label="best of a W that"
-                " learns its table, at T (a 0, an exact selection, on the lower edge)")
-        ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*, at T")
-        ax.set_ylim(bottom=low)
-    for marker, _, text in POSITIONS.values():
-        legend_key(ax, "k" + marker, text, ms=3.5)
-    ax.set(xscale="log", yscale="log", xlabel="positions in the table, L",
-           ylabel="final loss ½‖f − STS_q‖²", title="loss at each length against L")
-    x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
+                bars(ax, pts, color=COLORS[pe], marker=marker, ls=ls, ms=3.5, lw=1, label=text)
+        if key == "val" and (prediction := runs[0]["path"].parent / "table_floor.json").exists():
+            pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in read(prediction)
+                                  ["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"), float)
+            ax.plot(pts[:, 0], pts[:, 1], "k--", lw=0.9, label="best of a W that learns its table")
+            ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*")
+        ax.set(xscale="log", xlabel="positions in the table, L", title="val (T=%s, as trained)"
+               % c["T"] if key == "val" else key, ylabel="final loss ½‖f − STS_q‖²" * (key == "val"))
+        ax.margins(y=0.12), x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
     return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
-                " sets")
+                " sets; dashed, dotted: sts.table_floor's constructions at the training T")
 
 
 def tabulate(name, runs, report, predicted):

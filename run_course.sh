@@ -17,10 +17,10 @@
 # makes each line go on from where a cut-off run of it stopped. Each line is also the command for one
 # experiment alone (QUICK=1 appends its $Q_... flags: the last value wins).
 set -euo pipefail
-cd "$(dirname "$0")"
+CALLER=$PWD; cd "$(dirname "$0")"
 LIST=0 ARGS=()
 for arg in "$@"; do if [ "$arg" = --list ]; then LIST=1; else ARGS+=("$arg"); fi; done
-OUT=${ARGS[0]:-runs/course}
+OUT=${ARGS[0]:-runs/course}; [ "${OUT:0:1}" = / ] || [ "$CALLER" -ef . ] || OUT=$CALLER/$OUT  # relative: the caller's
 SCALE=${ARGS[1]:-course}
 case $SCALE in
   course) SEEDS="0 1 2" ;;

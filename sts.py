@@ -21,8 +21,8 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     python sts.py --floor --T 200 --de 170          # the predicted loss floor, stochastic and fixed PE
     python sts.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor is <= 0.3 d/(2q)
 
-NumPy and tqdm only, read top to bottom: copy this file anywhere and run it, paste it in a notebook
-cell (then call demo()) or `%run sts.py ARGS`. A bad argument raises a ValueError naming it.
+NumPy only, read top to bottom: copy this file anywhere and run it, paste it in a notebook cell
+(then call demo()) or `%run sts.py ARGS`. A bad argument raises a one-line ValueError naming it.
 """
 import argparse
 import itertools
@@ -32,7 +32,9 @@ import sys
 import time
 from collections import namedtuple
 
-import numpy as np
+if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread (set before NumPy loads), 4x
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a shared machine: a 2nd thread spins idle
+import numpy as np  # noqa: E402
 
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
 PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")  # the encodings PositionalEncoding draws
@@ -46,15 +48,35 @@ def check(ok, argument, accepts, got):
         raise ValueError(f"{argument} must be {accepts} (got {got!r})")
 
 
-def check_task(T, q, d):
-    """The task's sizes: T and d positive integers, the subset fitting the sequence, 1 <= q <= T."""
-    for name, value in (("T", T), ("d", d)):
-        check(int(value) == value >= 1, name, "a positive integer", value)
-    check(int(q) == q and 1 <= q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
+whole = lambda v, low=1: (isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
+                         and v >= low)                            # an int >= low, not 2.0 or True
+real = lambda v, low=0.0: (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                           and low < v < np.inf)  # noqa: E731    finite, > low; NaN fails `<`
+
+ARGUMENTS = {  # an argument's name in every public function: what it accepts, the test (check_args)
+    **dict.fromkeys("T d d_e n steps max_len start".split(), ("a positive integer", whole)),
+    **dict.fromkeys("seed anneal_at".split(), ("an integer >= 0", lambda v: whole(v, 0))),
+    **dict.fromkeys("lr scale anneal_factor target".split(), ("a positive finite number", real)),
+    **{k: (f"one of {v}", v.__contains__) for k, v in
+       dict(kind=PE_KINDS, init=INITS, purpose=PURPOSES, attend=ATTENDS).items()},
+    "c": ("a finite number >= 0", lambda v: real(v, -1e-300)),
+    "dtype": ("float32 or float64", lambda v: v in ("float32", "float64", np.float32, np.float64)),
+    "rng": ("a NumPy Generator", lambda v: hasattr(v, "standard_normal") and hasattr(v, "random")),
+    "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
+    "f": ("an array (n, d)", lambda v: len(getattr(v, "shape", ())) >= 1),
+}
+
+
+def check_args(T=None, q=None, **named):
+    """Every public function's arguments, checked by ARGUMENTS' rule of their name; q against T."""
+    for name, value in dict({} if T is None else {"T": T}, **named).items():
+        check(ARGUMENTS[name][1](value), name, ARGUMENTS[name][0], value)
+    check(q is None or whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
 
 
 def stream(seed, purpose):
     """A seed's Generator for one purpose ("data" is default_rng(seed): [seed, 0] seeds alike)."""
+    check_args(seed=seed, purpose=purpose)
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
 
 
@@ -69,11 +91,8 @@ class PositionalEncoding:
     max_len positions from the seed's table stream: fixed uses its first T. onehot: d_e >= L."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
-        check(kind in PE_KINDS, "kind", f"one of {PE_KINDS}", kind)
-        check(int(d_e) == d_e >= 1, "d_e", "a positive integer", d_e)
-        check(int(max_len) == max_len >= 1, "max_len", "a positive integer", max_len)
-        if kind == "onehot" and d_e < max_len:
-            raise ValueError(f"onehot PE needs d_e >= the longest T (got d_e={d_e}, T={max_len})")
+        check_args(kind=kind, d_e=d_e, max_len=max_len, seed=seed)
+        check(kind != "onehot" or d_e >= max_len, "d_e", f">= the longest T, {max_len} (onehot)", d_e)
         self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
@@ -85,8 +104,7 @@ class PositionalEncoding:
         if self.kind == "stochastic":
             return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
         L = self.table.shape[1]
-        if T > L:
-            raise ValueError(f"T={T} exceeds the PE table's {L} positions")
+        check(T <= L, "T", f"at most the PE table's {L} positions", T)
         if self.kind == "randomized":                # T of the L positions, uniform, in order
             positions = np.sort(np.argsort(rng.random((n, L)), axis=-1)[:, :T], axis=-1)
             return self.table[:, positions].transpose(1, 0, 2).astype(dtype, copy=False)
@@ -96,8 +114,7 @@ class PositionalEncoding:
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
     """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of {1..T}, the target.
     Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the subset, mask (n, T))."""
-    check_task(T, q, d)
-    check(int(n) == n >= 1, "n", "a positive integer", n)
+    check_args(T, q, d=d, n=n, rng=rng, pe=pe, dtype=dtype)
     X = rng.standard_normal((n, d, T), dtype=dtype)             # x_i ~ N(0, I_d)
     order = np.argsort(rng.random((n, T)), axis=-1)             # a uniform permutation of positions
     idx = order[:, :q]                                          # its first q: a uniform q-subset
@@ -131,7 +148,7 @@ def softmax(a):
 def forward(W, V, Z, z_q, attend="tokens"):
     """f = V C softmax(C^T W z_q) with C = Z (attend "tokens") or C = [Z, z_q] (attend "query").
     W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what `backward` needs."""
-    check(attend in ATTENDS, "attend", f"one of {ATTENDS}", attend)
+    check_args(attend=attend)
     C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
     u = z_q @ W.T                                   # u = W z_q                       (n, D)
     a = np.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
@@ -143,6 +160,7 @@ def forward(W, V, Z, z_q, attend="tokens"):
 
 def loss(f, target):
     """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
+    check_args(f=f)
     check_target(f, target)
     return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
 
@@ -183,7 +201,7 @@ def cosine(A, B):
 
 def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
     """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Fig. 3)."""
-    check(init in INITS, "init", f"one of {INITS}", init)
+    check_args(d=d, d_e=d_e, init=init, seed=seed, scale=scale)
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
@@ -193,16 +211,19 @@ def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
 
 def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
     """The paper's schedule: lr until `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
+    check_args(lr=lr, anneal_factor=anneal_factor, **{"anneal_at": anneal_at or 0})
     return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
 def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0, progress=True):
     """Online SGD, a fresh batch every step. Returns W, V and the training loss of every step."""
-    from tqdm import tqdm
+    check_args(T, q, d=d, pe=pe, steps=steps, lr=lr, n=n, attend=attend)
     rng = stream(seed, "data")
     W, V = init_weights(d, pe.d_e, init, seed)
     losses = np.empty(steps)
-    for step in tqdm(range(steps), disable=not progress, desc=f"numpy {pe.kind}", mininterval=0.5):
+    for step in range(steps):
+        if progress and ((step + 1) % 100 == 0 or step + 1 == steps):   # stderr: not the printout
+            print(f"\r{pe.kind}: {step + 1}/{steps}", end="\n"[step + 1 < steps:], file=sys.stderr)
         b = sample_batch(rng, n, T, q, d, pe)
         f, cache = forward(W, V, b.Z, b.z_q, attend)
         losses[step] = loss(f, b.target)
@@ -224,6 +245,7 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     positions: the table's size L of randomized PE (default T). ridge: score a table's PEs through
     M = (P_L P_L^T + ridge I)^+ instead of I, p_i^T M s: W's PE block can learn its table's
     cross-talk, and M undoes it (at ridge 0 and L <= d_e exactly: p_i^T M p_j = [i = j])."""
+    check_args(T, q, d=d, n=n)
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
     check(ridge is None or pe.table is not None, "ridge", "None with stochastic PE, which has no"
           " table", ridge)
@@ -246,6 +268,7 @@ def family_output(draws, c):
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ridge=None):
     """What W = c W*, V = alpha V* (a fitted c, alpha; with a ridge, W = c M's) scores at any T,
     q, d_e on n sequences."""
+    check_args(c=c)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
@@ -253,7 +276,7 @@ def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ri
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
     """min over (c, alpha) of family_loss on the same n sequences, (loss, c, alpha): the floor a
     model of the ground-truth direction cannot beat; with a ridge, W = c [[0, 0], [0, M]]'s."""
-    check(c_max > 1e-3, "c_max", "> 0.001, where the search over c starts", c_max)
+    check(real(c_max, 1e-3), "c_max", "> 0.001, where the search over c starts", c_max)
     return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)
 
 
@@ -285,6 +308,9 @@ def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
 
 def family_fit(W, V, d):
     """(c, alpha), the projection of trained W, V on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
+    shapes = np.shape(W), np.shape(V)
+    check(len(shapes[0]) == 2 and shapes[1] == (d, shapes[0][0] or 0) == (d, shapes[0][1]) and
+          shapes[0][0] > d, "W, V", f"(D, D) and (d, D), D > d = {d}", shapes)
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
@@ -293,7 +319,8 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
     on `seed`'s draws) and {d_e tried: (floor, c, alpha, se)}, se the floor's Monte-Carlo standard
     error: the n sequences' losses' std / sqrt(n). Up by 3/2, down by 2/3, then bisection."""
-    check(target > 0, "target", "> 0 (the floor is 0 only as d_e -> infinity)", target)
+    check_args(T, q, d=d, target=target, n=n, seed=seed, start=start)
+    check(whole(de_max, start), "de_max", f"an integer >= start = {start}", de_max)
     tried = {}
 
     def met(d_e):                                    # is the floor at d_e <= target? (cached)
@@ -324,18 +351,18 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     W_star, V_star = ground_truth(d, d_e)
     print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256, lr={lr}."
           f" Loss at W=V=0 is d/(2q) = {d / (2 * q):.3f}.")
-    rows = []
+    rows, last = [], min(100, steps)
     for kind in ("stochastic", "fixed"):
         pe = PositionalEncoding(kind, d_e, max_len=max(tests), seed=seed)
         W, V, losses = train(pe, T, q, d, steps, lr, seed=seed)
-        rows.append((kind, losses[-100:].mean(), cosine(W, W_star), cosine(V, V_star),
+        rows.append((kind, losses[-last:].mean(), cosine(W, W_star), cosine(V, V_star),
                      *(evaluate(W, V, pe, t, q, d) for t in tests)))
     print(f"\n{'PE':<11}{'train loss':>11}{'cos(W,W*)':>11}{'cos(V,V*)':>11}"
           + "".join(f"{'loss T=' + str(t):>13}" for t in tests))
     for kind, *values in rows:
         print(f"{kind:<11}" + "".join(f"{v:>11.4f}" for v in values[:3])
               + "".join(f"{v:>13.4f}" for v in values[3:]))
-    print("(train loss: mean of the last 100 steps;"
+    print(f"(train loss: mean of the last {last} steps;"
           " the others: 2048 fresh sequences of each length)")
     return rows
 
@@ -349,8 +376,8 @@ def floors(Ts, qs, d, des, Ls=None, seed=0):
                 value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
                 row = dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha)
                 line = (f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
-                        f" alpha={alpha:.3f} (W = c W*, V = alpha V*; 4096 sequences)")
-                if kind == "fixed":             # the W that fixed PE can learn: its table's M
+                        f" alpha={alpha:.3f} of W = c W*, V = alpha V* (4096 sequences)")
+                if kind == "fixed":             # fixed PE's floor: a W that learns its table's M
                     row.update(zip(("table", "table_c", "table_alpha", "ridge"),
                                    table_floor(kind, T, q, d, d_e, seed=seed)))
                     line += f"; W = c M, its table learned: {row['table']:.4f}"
@@ -361,7 +388,7 @@ def floors(Ts, qs, d, des, Ls=None, seed=0):
             table, c, alpha, ridge = table_floor("randomized", T, q, d, d_e, seed=seed, positions=L)
             print(f"randomized: T={T} q={q} d={d} d_e={d_e} L={L}: W = c W*: {family:.4f};"
                   f" W = c M (the table learned): {table:.4f} at c={c:.3g}, alpha={alpha:.3f},"
-                  f" ridge {ridge} L/d_e (4096 sequences)")
+                  f" ridge {ridge} L/d_e (4096 sequences; achievable losses, not bounds)")
             yield dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=family,
                        table=table, c=c, alpha=alpha, ridge=ridge)
 
@@ -395,12 +422,9 @@ def parser():
     add("--steps", type=int, default=1500, help="SGD steps per run")
     add("--lr", type=float, default=1.0, help="SGD learning rate")
     add("--seed", type=int, default=0, help="seed of the data, the fixed PE table and the init")
-    add("--floor", action="store_true", help="print the best loss of W = c W*, V = alpha V*"
-        " (family_floor) for stochastic and fixed PE at each --T and --de, and exit")
-    add("--needed-de", action="store_true", help="print the smallest d_e whose stochastic-PE floor"
-        " is <= --eps d/(2q) at each --T (needed_de), and exit")
-    add("--eps", type=float, default=0.3, help="with --needed-de: the target loss over d/(2q), the"
-        " loss at W = V = 0 (train_fcn.py --sweep's target)")
+    add("--floor", action="store_true", help="print family_floor at each --T and --de, and exit")
+    add("--needed-de", action="store_true", help="print needed_de (target --eps d/(2q)), and exit")
+    add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
     add("--json", help="with --floor or --needed-de: also write the rows to this file (plots.py)")
     add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
         " L >= T positions instead: the floors of W = c W* and of a table-learning W (table_floor)")
@@ -410,18 +434,17 @@ def parser():
 def check_flags(args):
     """Every flag checked before anything runs: a ValueError naming the flag otherwise."""
     for T, q in itertools.product(args.T, args.q):
-        check_task(T, q, args.d)
-    check(min(args.de) >= 1, "--de", "positive integers", args.de)
-    check(args.steps >= 1, "--steps", "a positive integer", args.steps)
-    check(0 < args.lr < float("inf"), "--lr", "a positive finite number", args.lr)
-    check(args.seed >= 0, "--seed", "an integer >= 0", args.seed)
+        check_args(T, q, d=args.d)
+    for flag, name, v in [("--steps", "steps", args.steps), ("--lr", "lr", args.lr),
+                          ("--eps", "target", args.eps), ("--seed", "seed", args.seed),
+                          *(("--de", "d_e", v) for v in args.de)]:
+        check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
     check(args.floor or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
           "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
     check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
           "both")
-    check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK),
-          "--json", "a file in a writable folder (checked before the search)", args.json)
-    check(0 < args.eps < float("inf"), "--eps", "a positive finite number", args.eps)
+    check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
+          and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
     check(not args.positions or args.floor and max(args.positions) >= min(args.T),
           "--positions", "a table size L >= some --T, with --floor", args.positions)
 
@@ -430,11 +453,13 @@ def main(argv=None):
     """The command line; exits 0 done, 1 a loss diverged, 2 bad input (one line), 130 Ctrl-C."""
     p = parser()
     stop = lambda message, status: p.exit(status, f"sts.py: {message}\n")  # noqa: E731
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
         check_flags(args)
     except ValueError as e:
         stop(f"error: {e}", 2)
+    except SystemExit as done:      # --help printed: return, as a kernel shows SystemExit(0) raised
+        return sys.exit(done.code) if done.code else None
     q, d, start = args.q[0], args.d, args.d / (2 * args.q[0])   # start: the loss at W = V = 0
     try:
         if args.floor or args.needed_de:        # the rows, printed as they come, then to --json
@@ -455,8 +480,9 @@ def main(argv=None):
                  " lower --lr", 1)
     except OSError as e:                            # an unwritable --json
         stop(f"error: cannot write {e.filename}: {e.strerror}; check --json", 2)
-    except ValueError as e:                         # an --eps no d_e <= 4096 reaches
-        stop(f"error: {e}; raise --eps", 2)
+    except (ValueError, MemoryError) as e:          # an --eps no d_e <= 4096 reaches; 10^15 steps
+        stop(f"error: {e}; " + ("lower --steps, --T or --de" if isinstance(e, MemoryError) else
+                                "raise --eps"), 2)
     except KeyboardInterrupt:
         stop("interrupted", 130)
 
@@ -467,5 +493,5 @@ if __name__ == "__main__":
     if globals().get("__file__") and os.path.basename(sys.argv[0]) == os.path.basename(__file__):
         main(sys.argv[1:])
     else:
-        print("sts.py is defined: call demo() (stochastic against fixed PE, about 90 s on a CPU),"
+        print("sts.py is defined: call demo() (stochastic against fixed PE, about 40 s on 2 cores),"
               " or main(['--help']) for the command line")

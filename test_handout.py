@@ -3,6 +3,7 @@ into an empty folder, pasted into a notebook cell, run with IPython's %run, call
 figures' one colour legend. No torch; seconds.
 """
 import builtins
+import os
 import subprocess
 import sys
 
@@ -30,7 +31,7 @@ def test_sts_copied_alone_into_an_empty_folder_runs_its_command_line(tmp_path, f
     r = subprocess.run([sys.executable, "-c", f"import sys; sys.argv = {['sts.py', *flags]}; "
                         + IMPORTS], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert set(eval(r.stdout.strip().splitlines()[-1])) <= {"numpy", "tqdm"}, r.stdout
+    assert set(eval(r.stdout.strip().splitlines()[-1])) <= {"numpy"}, r.stdout   # NumPy only
 
 
 def run_source(monkeypatch, argv, namespace):
@@ -106,6 +107,77 @@ def test_a_typo_is_a_one_line_value_error_naming_the_argument_and_what_it_accept
     assert "\n" not in message
 
 
+nan, inf, PE = float("nan"), float("inf"), fixed()
+BAD = [  # issue 40: calls that raised another error, went on silently or blamed another argument
+    ("d_e", lambda: sts.PositionalEncoding("fixed", inf, 6)),
+    ("d_e", lambda: sts.PositionalEncoding("fixed", None, 6)),
+    ("d_e", lambda: sts.PositionalEncoding("fixed", True, 6)),
+    ("d_e", lambda: sts.PositionalEncoding("fixed", nan, 6)),            # not "cannot convert NaN"
+    ("seed", lambda: sts.stream(1.5, "data")),
+    ("seed", lambda: sts.PositionalEncoding("fixed", 4, 6, seed=1.5)),
+    ("purpose", lambda: sts.stream(0, "Data")),
+    ("rng", lambda: sts.sample_batch(None, 4, 6, 2, 3, PE)),
+    ("pe", lambda: sts.sample_batch(np.random.default_rng(0), 4, 6, 2, 3, None)),
+    ("dtype", lambda: sts.sample_batch(np.random.default_rng(0), 4, 6, 2, 3, PE, dtype="int32")),
+    ("f", lambda: sts.loss([[1.0, 2.0]], [[1.0, 2.0]])),
+    ("pe", lambda: sts.train("stochastic", 6, 2, 3, 10)),
+    ("T", lambda: sts.train(PE, 6.0, 2, 3, 10)),
+    ("lr", lambda: sts.train(PE, 6, 2, 3, 10, lr=-1)),
+    ("lr", lambda: sts.train(PE, 6, 2, 3, 10, lr=nan)),
+    ("lr", lambda: sts.train(PE, 6, 2, 3, 10, lr=inf)),
+    ("steps", lambda: sts.train(PE, 6, 2, 3, 0)),
+    ("d", lambda: sts.init_weights(0, 4)),
+    ("d_e", lambda: sts.init_weights(3, -3)),
+    ("scale", lambda: sts.init_weights(3, 4, "random", scale=nan)),
+    ("lr", lambda: sts.learning_rate(1, nan)),
+    ("anneal_factor", lambda: sts.learning_rate(1, 1.0, 0, inf)),
+    ("c", lambda: sts.family_loss("stochastic", 6, 2, 3, 4, nan, 1.0, n=64)),
+    ("W, V", lambda: sts.family_fit(np.zeros((5, 5)), np.zeros((3, 4)), 3)),
+    ("steps", lambda: sts.demo(steps=0)),
+    ("n", lambda: sts.family_floor("stochastic", 6, 2, 3, 4, n=0)),       # not "not enough values"
+    ("de_max", lambda: sts.needed_de(6, 2, 3, 0.5, start=16, de_max=8)),  # not "target"
+]
+
+
+@pytest.mark.parametrize("k", range(len(BAD)), ids=[f"{a}-{k}" for k, (a, _) in enumerate(BAD)])
+def test_every_public_function_answers_a_bad_argument_with_a_value_error_naming_it(k):
+    argument, call = BAD[k]
+    with pytest.raises(ValueError) as error:
+        call()
+    assert str(error.value).startswith(argument + " must be ") and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--steps", "1000000000000000"], "--steps"),              # np.empty: a MemoryError before
+    (["--T", "100000000", "--floor"], "--T"),                   # 512 x 69 x 10^8 PE entries
+    (["--floor", "--T", "6", "--de", "4", "--json", "."], "--json"),   # a folder, refused first
+])
+def test_the_command_line_ends_a_hopeless_size_or_a_folder_as_json_in_one_line(capsys, flags, names):
+    with pytest.raises(SystemExit) as done:
+        sts.main(flags)
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and names in err and err.count("\n") == 1, err
+    assert "best loss" not in out                               # nothing searched before
+
+
+def test_help_in_a_kernel_prints_and_returns_quietly_and_footers_say_what_they_average(capsys):
+    assert sts.main(["--help"]) is None                         # no SystemExit(0) for a kernel
+    assert "--floor" in capsys.readouterr().out
+    sts.demo(T=6, d_e=8, steps=10)
+    out = capsys.readouterr().out
+    assert "mean of the last 10 steps" in out, out
+    list(sts.floors([6], 2, 3, [8]))
+    fixed_line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fixed")]
+    assert "not fixed PE's floor" in fixed_line[0], fixed_line
+
+
+def test_run_as_a_script_numpy_takes_one_blas_thread(monkeypatch):
+    for blas in ("OPENBLAS", "OMP", "MKL"):
+        monkeypatch.delenv(f"{blas}_NUM_THREADS", raising=False)
+    run_source(monkeypatch, ["sts.py", "--help"], {"__name__": "__main__", "__file__": "sts.py"})
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+
+
 def drawn_figures(monkeypatch, tmp_path):
     """{name: matplotlib figure} of the committed course runs, as plots.py draws them."""
     import plots
@@ -144,3 +216,14 @@ def test_the_weights_figure_draws_v_s_token_block_square(monkeypatch, tmp_path):
     token_blocks = [ax for ax in figure.axes for im in ax.get_images()
                     if im.get_array().shape == (5, 5)]                  # d = 5
     assert token_blocks and all(ax.get_aspect() == 1.0 for ax in token_blocks)
+
+
+def test_the_lesson_is_nbformat_4_5_with_a_unique_id_on_every_cell_and_caps_blas_first():
+    import json
+    import re
+    nb = json.loads((HERE / "lesson.ipynb").read_text())
+    assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5)
+    ids = [c.get("id", "") for c in nb["cells"]]
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", i) for i in ids) and len(set(ids)) == len(ids), ids
+    first = "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
+    assert "OPENBLAS" in first and "_NUM_THREADS" in first and "numpy" not in first  # before NumPy
