@@ -166,9 +166,10 @@ def test_help_in_a_kernel_prints_and_returns_quietly_and_footers_say_what_they_a
     sts.demo(T=6, d_e=8, steps=10)
     out = capsys.readouterr().out
     assert "mean of the last 10 steps" in out, out
-    list(sts.floors([6], 2, 3, [8]))
+    rows = list(sts.floors([6], [2], 3, [8]))
     fixed_line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fixed")]
-    assert "not fixed PE's floor" in fixed_line[0], fixed_line
+    assert "of W = c W*" in fixed_line[0] and "its table learned: " in fixed_line[0], fixed_line
+    assert rows[1]["table"] == sts.table_floor("fixed", 6, 2, 3, 8)[0]   # the line's second floor
 
 
 def test_run_as_a_script_numpy_takes_one_blas_thread(monkeypatch):
