@@ -55,11 +55,11 @@ copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of fold
 }
 runs() { local s; for s in $SEEDS; do printf '%s ' "${@/%/-de64-seed$s}"; done; }   # runs PE...: their d_e = 64 runs' names
 
+# floors merged into one file (the last argument): the d_e sweep, the test lengths, the test q
+MERGE='import json, sys; from pathlib import Path; import runlog; parts = [json.loads(Path(p).read_text()) for p in sys.argv[1:-1]]; runlog.write_json(Path(sys.argv[-1]), dict(parts[0], rows=[r for a in parts for r in a["rows"]]))'
 # The lines. LANE_A and LANE_B hold the experiments (a lane's lines run in turn, the two lanes side by side;
 # any order would give the same files); AFTER comes after both.
 if [ "$SCALE" = paper ]; then
-  # the two floors merged into one file: the d_e sweep (the floor figure) and the test lengths (the length figure)
-  MERGE='import json, sys; from pathlib import Path; import runlog; a, b = (json.loads(Path(p).read_text()) for p in sys.argv[1:3]); runlog.write_json(Path(sys.argv[3]), dict(a, rows=a["rows"] + b["rows"]))'
   LANE_A=(
     # Figures 1-5: the seven runs in one process, on shared draws
     "$TF --figure-set --seed $SEEDS $MODE --out $O$Q_TF"
@@ -68,8 +68,8 @@ if [ "$SCALE" = paper ]; then
     # and its two predicted floors at each table size: W = c W*, and a W that learns its table (L = 200: fixed PE)
     "mkdir -p $O/randomized && python sts.py --floor --T 200 --q 3 --d 5 --de 170 --positions 200 400 1600 --json $O/randomized/table_floor.json$Q_TABLE"
     # the floor random PEs allow: against d_e at T=200 (the floor figure), and at the test lengths for d_e=170
-    # (the length figure); every (T, d_e) pair in one call would cost ~4x as long; the two merged into one file
-    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json $O/logs/floor_de.json$Q_DE && python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json $O/logs/floor_T.json$Q_LONG && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/sgd/family_floor.json"
+    # (the length figure), and at q_test (the q figure); every (T, d_e) pair in one call would cost ~4x as long
+    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json $O/logs/floor_de.json$Q_DE && python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json $O/logs/floor_T.json$Q_LONG && python sts.py --floor --T 200 --q 2 4 6 --d 5 --de 170 --json $O/logs/floor_q.json$Q_DE && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
   )
   LANE_B=()
   AFTER="python plots.py $O --out $O/figures$Q_PLOTS"
@@ -96,7 +96,10 @@ else
   done
   LANE_B+=(
     "mkdir -p $O/floor && python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
-    "mkdir -p $O/sgd && python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json $O/sgd/family_floor.json$Q_FLOOR"  # and at the test lengths
+    # and at the test lengths and q_test
+    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json $O/logs/floor_T.json$Q_FLOOR && python sts.py --floor --T 20 --q 2 4 6 --d 5 --de 64 --json $O/logs/floor_q.json$Q_FLOOR && python -c '$MERGE' $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
+    # SGD's randomized PE at L = 40, 80 trained on to 40,000 steps (the first 10,000 as above), beside its construction
+    "$TF --optimizer sgd --pe randomized --positions 40 80 --steps 40000 --anneal-at 5000 --eval-every 250 --seed $SEEDS $MODE --out $O/randomized_long/sgd$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 40 80 --json $O/randomized_long/sgd/table_floor.json$Q_TABLE"
     # ours: width FCN vs transformer at 1,500 steps; then the transformer's width from its family floor
     "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python sts.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
     "python train_bool.py $MODE --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND m50
