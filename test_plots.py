@@ -678,3 +678,48 @@ def test_plots_onto_a_full_disk_is_one_line_naming_the_figure_and_leaves_no_trun
         f"plots.py: error: cannot write {tmp_path / 'figures' / 'exp_training.png'}: No space left"
         " on device; free space on its disk, or give an --out on another\n")
     assert not list((tmp_path / "figures").iterdir())                # no truncated PNG, no .tmp
+
+
+def test_plots_tabulates_how_each_w_separates_its_table_trained_against_the_construction(
+        tmp_path, one_thread, capsys):
+    """The selection table (randomized PE, L > d_e): G = P^T W_ee P on each seed's own table, for
+    the trained W and for table_floor.json's W = c M, each cell recomputed here by hand."""
+    out = tmp_path / "rand"
+    train_tf.main(TINY + ["--pe", "randomized", "--positions", "12", "--seed", "0", "1",
+                          "--out", str(out)])
+    sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--positions", "12",
+              "--json", str(out / "table_floor.json")])
+    row, = json.loads((out / "table_floor.json").read_text())["rows"]
+    table = tables_of(out, capsys)
+    for what, cells in (("trained", []), (f"c M, ridge {row['ridge']}", [])):
+        for seed in (0, 1):
+            P = sts.PositionalEncoding("randomized", 8, 12, seed).table          # (d_e, L)
+            M = np.eye(8) if row["ridge"] is None else np.linalg.pinv(
+                P @ P.T + row["ridge"] * 12 / 8 * np.eye(8))                    # None: M = I
+            W_ee = (np.load(out / f"randomized-L12-de8-seed{seed}" / "weights_final.npz")["W"][2:, 2:]
+                    if what == "trained" else row["c"] * M)
+            G = P.T @ W_ee @ P
+            cross = G[~np.eye(12, dtype=bool)].std()
+            cells.append((np.diag(G).mean(), np.diag(G).std(), cross, np.diag(G).mean() / cross))
+        got, = table_cells(table, f"| randomized PE (2 seeds) | sgd | {what} |")
+        assert got[3:7] == [tables.mean_sd(x, ".3g") for x in zip(*cells)], what
+
+
+def test_plots_tabulates_whether_the_width_below_each_fcn_answer_settled(tmp_path, capsys):
+    """A sweep's FCN row: the width just below its answer, its seeds' mean val at 3/4 of the budget
+    and at the end from the runs' logs, and settled only if it moved < tables.SETTLED above eps."""
+    sweep = json.loads(json.dumps(SWEEP))
+    sweep["rows"][1].update(width=16, tried=[[8, 0.45], [16, 0.2]])       # T=8: 8 below 16
+    write_summary(tmp_path, "sweep", "sweep.json", sweep)
+    for T, late in ((4, (0.502, 0.500)), (8, (0.452, 0.440))):             # seeds 0 and 1 at the end
+        for seed, end in enumerate(late):
+            run = tmp_path / "sweep" / f"fcn-T{T}-m8-depth1-seed{seed}"
+            run.mkdir()
+            run.joinpath("log.jsonl").write_text("".join(json.dumps(dict(step=s, val=v)) + "\n"
+                                                         for s, v in ((75, 0.503), (100, end))))
+    capsys.readouterr()
+    tables.table_sweep(tmp_path / "sweep" / "sweep.json", sweep)
+    out = capsys.readouterr().out
+    (four,), (eight,) = (table_cells(out, f"| fcn | {T} | 100 |") for T in (4, 8))
+    assert four[-2:] == ["m = 8: 0.5030 → 0.5010", "yes"]                   # moved 0.002, > eps 0.3
+    assert eight[-2:] == ["m = 8: 0.5030 → 0.4460", "no"]                   # moved 0.057
