@@ -553,10 +553,12 @@ def test_run_course_quick_paper_predicts_the_floor_at_each_d_e_and_test_length_a
         assert summary_of(out / f"{run}-de170-seed0")["status"] == "finished"
     floor = json.loads((out / "sgd" / "family_floor.json").read_text())
     assert floor["family"] == "W = c W*, V = alpha V*" and floor["seed"] == 0
-    # the d_e sweep at the training T, the test T at 170
-    assert sorted((row["T"], row["de"], row["pe"]) for row in floor["rows"]) == sorted(
-        [(8, de, pe) for de in (32, 64, 128, 170, 256, 512) for pe in ("stochastic", "fixed")]
-        + [(T, 170, pe) for T in (10, 12) for pe in ("stochastic", "fixed")])
+    # the d_e sweep at the training T, the test T at 170, the test q at 170 (fixed PE: its table too)
+    assert sorted((row["T"], row["q"], row["de"], row["pe"]) for row in floor["rows"]) == sorted(
+        [(8, 3, de, pe) for de in (32, 64, 128, 170, 256, 512) for pe in ("stochastic", "fixed")]
+        + [(T, 3, 170, pe) for T in (10, 12) for pe in ("stochastic", "fixed")]
+        + [(8, q, 170, pe) for q in (2, 4, 6) for pe in ("stochastic", "fixed")])
+    assert all("table" in row for row in floor["rows"] if row["pe"] == "fixed")
     figures = {p.name for p in (out / "figures").glob("*.png")}
     assert {"sgd_floor.png", "sgd_length.png", "sgd_training.png", "adam_training.png"} <= figures
 
