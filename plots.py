@@ -410,8 +410,8 @@ POSITIONS = {"randomized": ("o", "-", "randomized PE, L positions"), "fixed": ("
 
 
 def figure_positions(runs, out, name):
-    """The final loss against the size L of randomized PE's table, a panel per length (its PE's colour,
-    fixed PE at L = T, stochastic at L = ∞); in distribution, table_floor.json's predictions."""
+    """The final loss against the size L of randomized PE's table, a panel per length (its PE's
+    colour, fixed PE at L = T, stochastic at L = ∞); in distribution, table_floor.json's."""
     groups, c = configurations(runs), runs[0]["config"]
     of = lambda pe: [g for g in groups if g[0]["config"]["pe"] == pe]  # noqa: E731
     Ls = sorted(g[0]["config"]["positions"] for g in of("randomized"))
@@ -425,13 +425,14 @@ def figure_positions(runs, out, name):
             if pts:
                 bars(ax, pts, color=COLORS[pe], marker=marker, ls=ls, ms=3.5, lw=1, label=text)
         if key == "val" and (prediction := runs[0]["path"].parent / "table_floor.json").exists():
-            pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in read(prediction)
-                                  ["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"), float)
+            pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in read(
+                prediction)["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"), float)
             ax.plot(pts[:, 0], pts[:, 1], "k--", lw=0.9, label="best of a W that learns its table")
             ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*")
-        ax.set(xscale="log", xlabel="positions in the table, L", title="val (T=%s, as trained)"
-               % c["T"] if key == "val" else key, ylabel="final loss ½‖f − STS_q‖²" * (key == "val"))
-        ax.margins(y=0.12), x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
+        ax.set(xscale="log", xlabel="positions in the table, L", ylabel="final loss ½‖f − STS_q‖²"
+               * (key == "val"), title=f"val (T={c['T']}, as trained)" if key == "val" else key)
+        ax.margins(y=0.12)
+        x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
     return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
                 " sets; dashed, dotted: sts.table_floor's constructions at the training T")
 

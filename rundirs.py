@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import runlog
-from runlog import Unusable as Skip, read  # Skip: what cannot be drawn, its message naming the file
+from runlog import GROUPS, Unusable as Skip, flat, read  # Skip: what cannot be drawn, named
 
 # the config.json keys that a model's figures and tables read; a run without one of them is skipped
 NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
@@ -25,8 +25,6 @@ SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_sl
                             ("model", "T", "steps", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi")),
              "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
-# a record's nested sets, {"test_T": {"250": x}} ("T=250" once flat()); config.json's T, q tested
-GROUPS = ("test_T", "test_q")
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
 # seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
@@ -49,16 +47,11 @@ class Report(list):
         except Skip as e:
             self.say("skipped", f"{e}{then}")
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, OSError) as e:
-            self.say("skipped", f"{origin(args)}: {type(e).__name__}: {e} (a malformed"
-                     f" file?){then}")
-
-
-def origin(args):
-    """Where a job's data came from: its first path or list of runs (their folder) among args."""
-    first = next((a for a in args if isinstance(a, (Path, list))), None)
-    if isinstance(first, list) and first and isinstance(first[0], dict) and "path" in first[0]:
-        return first[0]["path"].parent
-    return first if isinstance(first, Path) else "plots.py"
+            first = next((a for a in args if isinstance(a, (Path, list))), None)  # its data's path,
+            run = first[0] if isinstance(first, list) and first else None     # or its runs' folder
+            first = run["path"].parent if isinstance(run, dict) and "path" in run else first
+            self.say("skipped", f"{first if isinstance(first, Path) else 'plots.py'}:"
+                     f" {type(e).__name__}: {e} (a malformed file?){then}")
 
 
 def need_keys(obj, keys, where):
@@ -67,12 +60,6 @@ def need_keys(obj, keys, where):
     if missing:
         raise Skip(f"{where}: no key {', '.join(map(repr, missing))}")
     return obj
-
-
-def flat(record):
-    """A log record or summary.json's final numbers, {"test_T": {"250": x}} as {"T=250": x}."""
-    return dict({k: x for k, x in record.items() if k not in GROUPS},
-                **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
 
 
 def final_losses(run):
@@ -149,8 +136,7 @@ def below(folder, names):
 
 
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]} and the SUMMARIES files below `paths`, each once
-    where a path is given twice or a symlink leads to it."""
+    """{experiment folder: [run directories]} and the SUMMARIES files below `paths`, each once."""
     experiments, summaries, seen = defaultdict(list), [], set()
     for p in map(Path, paths):
         found = below(p, SUMMARIES)

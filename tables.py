@@ -7,8 +7,8 @@ import numpy as np
 
 import sts
 from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
-                     final_losses, finite, flat, label, lengths, read, read_log, sets, setting, task, value,
-                     weights)
+                     final_losses, finite, flat, label, lengths, read, read_log, sets, setting,
+                     task, value, weights)
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
@@ -264,12 +264,13 @@ def table_selection(name, runs):
         for what, W_ees in (("trained", [weights(r)[0][c["d"]:, c["d"]:] for r in g]),
                             (f"c M, ridge {row['ridge']}", [row["c"] * ridge(P) for P in tables])):
             cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
-            rows.append([label(g, groups), c["optimizer"], what, *(mean_sd(x, ".3g") for x in cells)])
+            rows.append([label(g, groups), c["optimizer"], what,
+                         *(mean_sd(x, ".3g") for x in cells)])
     if rows:
         markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
-                 " (L × L) on each seed's own table, L > d_e; the trained W against table_floor.json's"
-                 " W = c M (sts.table_floor); over the seeds mean ± s (the sample standard"
-                 " deviation).",
+                 " (L × L) on each seed's own table, L > d_e; the trained W against"
+                 " table_floor.json's W = c M (sts.table_floor); over the seeds mean ± s (the"
+                 " sample standard deviation).",
                  ["configuration", "optimizer", "W_ee", "self-score mean", "self-score s over"
                   " positions", "cross-score s", "self mean / cross s", "least eigenvalue",
                   "largest eigenvalue", "off-diagonal share of ‖W_ee‖"], rows)
@@ -341,8 +342,8 @@ def table_needed(path, summary, sweep):
 
 
 def last_quarter(path, row, eps):
-    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of the row's budget and
-    at the end, and whether it has settled above eps: moved by less than SETTLED over that quarter."""
+    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of the row's budget
+    and at the end; settled above eps if it moved by less than SETTLED over that quarter."""
     below = [w for w, _ in row["tried"] if w < (row["width"] or math.inf)]
     if row["model"] != "fcn" or not below:
         return ["-", "-"]
