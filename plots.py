@@ -112,8 +112,7 @@ def logged(runs, names, what, figure):
     """The runs' configurations and those of `names` logged finite; Skip if none, naming `what`."""
     groups = configurations(runs)
     names = [n for n in names if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
-    if not names:
-        raise Skip(f"{runs[0]['path'].parent}: no finite {what}; {figure} not drawn")
+    runlog.require(names, f"{runs[0]['path'].parent}: no finite {what}; {figure} not drawn", Skip)
     return groups, names
 
 
@@ -252,8 +251,8 @@ def figure_floor(runs, out, name, predicted):
                                                                       for r in run["log"][-5:]])
         if floor > 0:  # a null or zero loss, which a log axis cannot show, is left out
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    if not by_pe:
-        raise Skip(f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not drawn")
+    runlog.require(by_pe, f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not"
+                   " drawn", Skip)
     guess = {pe: sorted((k[4], r["loss"]) for k, r in predicted.items() if k[:2] == (pe, T))
              for pe in by_pe}
     trained = {pe: [x for f in points.values() for x in f] for pe, points in by_pe.items()}

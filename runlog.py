@@ -243,10 +243,10 @@ def lock(out):
         yield
 
 
-def require(ok, message):
-    """Bad input: a ValueError whose message names the flag and the fix (run_command prints it)."""
+def require(ok, message, error=ValueError):
+    """Bad input: a ValueError (or `error`) whose message names the flag and the fix."""
     if not ok:
-        raise ValueError(message)
+        raise error(message)
 
 
 def fail(program, error):

@@ -442,8 +442,7 @@ def check_flags(args):
         check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
     check(args.floor or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
           "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
-    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
-          "both")
+    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time", "both")
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
           and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
     check(not args.positions or args.floor and max(args.positions) >= min(args.T),

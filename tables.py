@@ -160,9 +160,8 @@ def table(name, runs):
     return markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
         f" [se] of the final evaluation (n = {'/'.join(map(str, sizes))} sequences a set, the"
         " same sequences for every run; se: the mean Monte-Carlo standard error of one run)"
-        if final else "") + ", s the"
-        " sample standard deviation; without a final evaluation, the last logged record (n ="
-        f" {c.get('n_test')}). cos: the last record.",
+        if final else "") + ", s the sample standard deviation; without a final evaluation, the"
+        f" last logged record (n = {c.get('n_test')}). cos: the last record.",
         ["configuration", *shape, "seeds", "step", *names, *cos], rows)
 
 

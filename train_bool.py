@@ -149,8 +149,7 @@ def train_one(model, m, T, s, seed, device):
         loss.backward()
         optimizer.step()
         value = loss.item()  # one read a step: the stopping rule needs it
-        why = runlog.divergence([value], math.log(2))  # BCE starts at ln 2, the loss of a coin flip
-        if why:
+        if why := runlog.divergence([value], math.log(2)):  # BCE starts at ln 2, a coin flip's
             raise runlog.Stop(f"{model} T={T} s={s} m={m} seed={seed} at step {step}: {why}")
         if value < FIT_LOSS:
             break

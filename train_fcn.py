@@ -15,8 +15,7 @@ D = d + d_e (fused.py's step) whose seed-mean final validation loss is <= --eps 
 same budget; it writes sweep.json and sweep.csv, and prints the table and the log-log slopes.
 --sweep-steps B1 B2 ...: the search at each budget, the largest first: a run trained to it holds
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
-only widths a smaller budget needs beyond are trained anew. --resume goes on from the numbers that
-sweep.json keeps (its cells) and the finished runs in --out, training only what they lack.
+only widths a smaller budget needs beyond are trained anew.
 """
 import itertools
 import json

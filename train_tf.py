@@ -229,8 +229,7 @@ def log_evaluation(tr, step, t0):
             tr.status[r] = "diverged"
             tqdm.write(f"train_tf.py: {why}")
             runlog.write_summary(tr.specs[r]["dir"], "diverged", step, time.time() - t0, rec)
-    if "running" not in tr.status:
-        raise runlog.Stop("every run diverged; lower --lr")
+    runlog.require("running" in tr.status, "every run diverged; lower --lr", runlog.Stop)
 
 
 # ----------------------------------------------------------------------------------------- the loop
