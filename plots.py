@@ -63,10 +63,8 @@ def curve(ax, group, groups, name, f=lambda y: y, **kw):
 def color(group, groups):
     """Its PE's (its model's) colour where each configuration has its own, else one of OTHERS."""
     keys = [g[0]["config"].get("pe") or g[0]["config"].get("model") for g in groups]
-    i = [id(g) for g in groups].index(id(group))
-    if set(keys) <= set(COLORS) and len(set(keys)) == len(keys):
-        return COLORS[keys[i]]
-    return OTHERS[i % len(OTHERS)]
+    i, own = [id(g) for g in groups].index(id(group)), len(set(keys) & set(COLORS)) == len(keys)
+    return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
 
 
 def legend_key(ax, style, text, **kw):  # a legend entry alone, for a style several lines share

@@ -284,9 +284,8 @@ def train(args, d_e, device):
         if done == "finished":
             tr.file.unlink()                                        # nothing left to resume
         signals.stop()
-    if "diverged" in tr.status:
-        raise runlog.Stop(f"{tr.status.count('diverged')} of {len(tr.specs)} runs diverged"
-                          " (see their summary.json)")
+    runlog.require("diverged" not in tr.status, f"{tr.status.count('diverged')} of"
+                   f" {len(tr.specs)} runs diverged (see their summary.json)", runlog.Stop)
 
 
 # ------------------------------------------------------------------- the bookkeeping: files, resume
@@ -410,9 +409,8 @@ def close(tr, done, seconds, results):
         with contextlib.suppress(OSError):  # a record a full disk refused: said as it failed
             log.close()
         if results:
-            arrays = results[r][1]
             runlog.write_atomic(spec["dir"] / "final_losses.npz",
-                                lambda handle: np.savez(handle, **arrays))
+                                lambda handle: np.savez(handle, **results[r][1]))
         if state == "running":
             tr.records[r].update(results[r][0] if results else {})
             runlog.write_summary(spec["dir"], done, tr.step, seconds, tr.records[r])
