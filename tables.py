@@ -59,8 +59,7 @@ def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
     EVAL_SEED sequences, with the run's own table of positions as train_tf.py builds it."""
     c = run["config"]
-    longest = c.get("positions") or max(lengths(c))
-    pe = sts.PositionalEncoding(c["pe"], c["de"], longest, c["seed"])
+    pe = sts.PositionalEncoding(c["pe"], c["de"], c.get("positions") or max(lengths(c)), c["seed"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
     rng, n, out = np.random.default_rng(EVAL_SEED), min(c.get("n_final", EVAL_N), EVAL_N), []
