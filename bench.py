@@ -43,14 +43,8 @@ TARGETS = [("fused / floor", "<=", 1.3), ("autograd / fused", ">=", 3.5),
            ("figure-set ms", "<=", 60)]
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def floor(tr, index, n, T):
-    """The stochastic PE Gaussians of a training batch alone, on the fused step's chunks and
-    threads: the least a step can cost."""
+    """A batch's stochastic PE Gaussians alone, on the step's chunks: the least a step costs."""
     step = tr.step_fn
 
     def work(chunks):
@@ -69,8 +63,7 @@ def trainer_step(scale, flags, device):
 
 
 def paths(scale, device):
-    """name -> a step to time (each on one torch thread, as in train_tf.py: the step's own worker
-    threads share the cores)."""
+    """name -> a step to time, each on one torch thread (its own worker threads share the cores)."""
     fused_one, tr = trainer_step(scale, ["--step", "fused"], device)
     counter = iter(range(10 ** 9))
     out = {"autograd": trainer_step(scale, ["--step", "autograd"], device)[0], "fused": fused_one,
@@ -89,12 +82,13 @@ def paths(scale, device):
 def time_paths(steps, repeats, device):
     """{name: ms of each timed round}: a step of every path per round, after 2 untimed rounds."""
     times = {name: [] for name in steps}
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     for round_ in range(repeats + 2):
         for name, step in steps.items():
-            sync(device)
+            sync()
             t0 = time.perf_counter()
             step()
-            sync(device)
+            sync()
             if round_ >= 2:
                 times[name].append(1e3 * (time.perf_counter() - t0))
     return times
@@ -111,8 +105,7 @@ def main(argv=None):
         times = time_paths(paths(scale, device), args.repeats, device)
         med = {name: statistics.median(t) for name, t in times.items()}
         print(f"ms per step at T={scale.T}, d_e={scale.de[0]}, n={scale.batch} on {device.type} "
-              f"({args.repeats} interleaved rounds): "
-              "median [min, max], and against the fused step")
+              f"({args.repeats} interleaved rounds): median [min, max], and against the fused step")
         for name, t in times.items():
             print(f"  {name:<12}{med[name]:8.1f}  [{min(t):.1f}, {max(t):.1f}]"
                   f"  {med[name] / med['fused']:.2f}x")

@@ -53,9 +53,8 @@ def val_index(T, q):
 def words(seed, index, val=False):
     """The (tokens, PEs) stream words of a batch: training batch `index` of a run of `seed`, or
     with val the validation set `index` (val_index), the same for every run."""
-    if val:
-        return (EVAL_WORD, VAL, index), (EVAL_WORD, VAL_PE, index)
-    return (seed, TRAIN, index), (seed, TRAIN_PE, index)
+    seed, streams = (EVAL_WORD, (VAL, VAL_PE)) if val else (seed, (TRAIN, TRAIN_PE))
+    return tuple((seed, stream, index) for stream in streams)
 
 
 def seeded(gen, words, lo, hi):
@@ -82,8 +81,7 @@ def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
 
 
 def draw_pe(gen, pe_words, lo, hi, T, d_e, out):
-    """Raw Gaussians G (c, T, d_e) of the stochastic PEs of sequences lo..hi, into `out` (of
-    buffer_size: whole chunks where they are drawn whole)."""
+    """Raw Gaussians G (c, T, d_e) of the stochastic PEs of sequences lo..hi, into `out`."""
     for j, _, drawn in seeded(gen, pe_words, lo, hi):
         out[(j - lo) * T * d_e:(j - lo + drawn) * T * d_e].normal_(generator=gen)
     return out[:(hi - lo) * T * d_e].view(hi - lo, T, d_e)
@@ -157,12 +155,10 @@ def fused_chunk(G, r, X, idx, target, W, V, query, n, val):
 
 class FusedStep:
     """Losses (and gradients) of R runs on a batch, each chunk drawn once for the runs sharing it.
-
     parts: runs sharing PEs, as (seed, kind, table, run indices): kind "stochastic" (table None),
     or a (L, d_e) tensor of unit rows, whose first T rows are used (fixed, onehot) or T of the L in
     order, drawn per sequence (randomized). query: (R,) bool, which runs attend [Z, z_q]. chunk:
-    the work on each chunk's draws, fused_chunk's (train_tf.autograd_chunk: --step autograd).
-    """
+    the work on each chunk's draws, fused_chunk's (train_tf.autograd_chunk: --step autograd)."""
 
     def __init__(self, parts, query, d, d_e, device, dtype, threads=2, chunk=fused_chunk):
         self.parts, self.query, self.d, self.d_e, self.chunk = parts, query, d, d_e, chunk
@@ -224,7 +220,6 @@ class FusedStep:
         """W (R, D, D), V (R, d, D) on the training batch `index` of each run's seed: returns losses
         (R,), dW (R, D, D) (zero but for columns d:) and dV (R, d, D). With val, on the validation
         set `index` (the same for every run), no gradient: returns each sequence's loss (n, R)."""
-        d = self.d
         per_sequence = torch.empty(n, W.shape[0], dtype=self.dtype, device=self.device)
 
         def work(chunks):                              # one thread's chunks, its own sums
@@ -237,7 +232,7 @@ class FusedStep:
                         per_sequence[lo:hi, runs] = out
                         continue
                     sums[0][runs] += out[0]
-                    sums[1][runs, :, d:] += out[1]
+                    sums[1][runs, :, self.d:] += out[1]
                     sums[2][runs] += out[2]
             return sums
 

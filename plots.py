@@ -63,10 +63,8 @@ def curve(ax, group, groups, name, f=lambda y: y, **kw):
 def color(group, groups):
     """Its PE's (its model's) colour where each configuration has its own, else one of OTHERS."""
     keys = [g[0]["config"].get("pe") or g[0]["config"].get("model") for g in groups]
-    i = [id(g) for g in groups].index(id(group))
-    if set(keys) <= set(COLORS) and len(set(keys)) == len(keys):
-        return COLORS[keys[i]]
-    return OTHERS[i % len(OTHERS)]
+    i, own = [id(g) for g in groups].index(id(group)), len(set(keys) & set(COLORS)) == len(keys)
+    return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
 
 
 def legend_key(ax, style, text, **kw):  # a legend entry alone, for a style several lines share
@@ -112,8 +110,7 @@ def logged(runs, names, what, figure):
     """The runs' configurations and those of `names` logged finite; Skip if none, naming `what`."""
     groups = configurations(runs)
     names = [n for n in names if any(np.isfinite(spread(g, n)[1]).any() for g in groups)]
-    if not names:
-        raise Skip(f"{runs[0]['path'].parent}: no finite {what}; {figure} not drawn")
+    runlog.require(names, f"{runs[0]['path'].parent}: no finite {what}; {figure} not drawn", Skip)
     return groups, names
 
 
@@ -255,8 +252,8 @@ def figure_floor(runs, out, name, predicted):
                                                                       for r in run["log"][-5:]])
         if floor > 0:  # a null or zero loss, which a log axis cannot show, is left out
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    if not by_pe:
-        raise Skip(f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not drawn")
+    runlog.require(by_pe, f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not"
+                   " drawn", Skip)
     guess = {pe: sorted((k[4], r["loss"]) for k, r in predicted.items() if k[:2] == (pe, T))
              for pe in by_pe}
     trained = {pe: [x for f in points.values() for x in f] for pe, points in by_pe.items()}
@@ -413,8 +410,8 @@ POSITIONS = {"randomized": ("o", "-", "randomized PE, L positions"), "fixed": ("
 
 
 def figure_positions(runs, out, name):
-    """The final loss against the size L of randomized PE's table, a panel per length (its PE's colour,
-    fixed PE at L = T, stochastic at L = ∞); in distribution, table_floor.json's predictions."""
+    """The final loss against the size L of randomized PE's table, a panel per length (its PE's
+    colour, fixed PE at L = T, stochastic at L = ∞); in distribution, table_floor.json's."""
     groups, c = configurations(runs), runs[0]["config"]
     of = lambda pe: [g for g in groups if g[0]["config"]["pe"] == pe]  # noqa: E731
     Ls = sorted(g[0]["config"]["positions"] for g in of("randomized"))
@@ -428,13 +425,14 @@ def figure_positions(runs, out, name):
             if pts:
                 bars(ax, pts, color=COLORS[pe], marker=marker, ls=ls, ms=3.5, lw=1, label=text)
         if key == "val" and (prediction := runs[0]["path"].parent / "table_floor.json").exists():
-            pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in read(prediction)
-                                  ["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"), float)
+            pts = np.array(sorted((r["positions"], r["table"], r["family"]) for r in read(
+                prediction)["rows"] if r["T"] == c["T"] and r["pe"] == "randomized"), float)
             ax.plot(pts[:, 0], pts[:, 1], "k--", lw=0.9, label="best of a W that learns its table")
             ax.plot(pts[:, 0], pts[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*")
-        ax.set(xscale="log", xlabel="positions in the table, L", title="val (T=%s, as trained)"
-               % c["T"] if key == "val" else key, ylabel="final loss ½‖f − STS_q‖²" * (key == "val"))
-        ax.margins(y=0.12), x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
+        ax.set(xscale="log", xlabel="positions in the table, L", ylabel="final loss ½‖f − STS_q‖²"
+               * (key == "val"), title=f"val (T={c['T']}, as trained)" if key == "val" else key)
+        ax.margins(y=0.12)
+        x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
     return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
                 " sets; dashed, dotted: sts.table_floor's constructions at the training T")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import runlog
-from runlog import Unusable as Skip, read  # Skip: what cannot be drawn, its message naming the file
+from runlog import GROUPS, Unusable as Skip, flat, read, require  # Skip: what cannot be drawn
 
 # the config.json keys that a model's figures and tables read; a run without one of them is skipped
 NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer", "lr", "init",
@@ -25,8 +25,6 @@ SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_sl
                             ("model", "T", "steps", "width", "params", "val", "tried")),
              "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi")),
              "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
-# a record's nested sets, {"test_T": {"250": x}} ("T=250" once flat()); config.json's T, q tested
-GROUPS = ("test_T", "test_q")
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
 # seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
@@ -49,30 +47,18 @@ class Report(list):
         except Skip as e:
             self.say("skipped", f"{e}{then}")
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, OSError) as e:
-            self.say("skipped", f"{origin(args)}: {type(e).__name__}: {e} (a malformed"
-                     f" file?){then}")
-
-
-def origin(args):
-    """Where a job's data came from: its first path or list of runs (their folder) among args."""
-    first = next((a for a in args if isinstance(a, (Path, list))), None)
-    if isinstance(first, list) and first and isinstance(first[0], dict) and "path" in first[0]:
-        return first[0]["path"].parent
-    return first if isinstance(first, Path) else "plots.py"
+            first = next((a for a in args if isinstance(a, (Path, list))), None)  # its data's path,
+            run = first[0] if isinstance(first, list) and first else None     # or its runs' folder
+            first = run["path"].parent if isinstance(run, dict) and "path" in run else first
+            self.say("skipped", f"{first if isinstance(first, Path) else 'plots.py'}:"
+                     f" {type(e).__name__}: {e} (a malformed file?){then}")
 
 
 def need_keys(obj, keys, where):
     """obj, a JSON object holding every key; Skip naming `where` and the missing keys otherwise."""
     missing = [k for k in keys if not isinstance(obj, dict) or k not in obj]
-    if missing:
-        raise Skip(f"{where}: no key {', '.join(map(repr, missing))}")
+    require(not missing, f"{where}: no key {', '.join(map(repr, missing))}", Skip)
     return obj
-
-
-def flat(record):
-    """A log record or summary.json's final numbers, {"test_T": {"250": x}} as {"T=250": x}."""
-    return dict({k: x for k, x in record.items() if k not in GROUPS},
-                **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
 
 
 def final_losses(run):
@@ -105,8 +91,7 @@ def read_log(path, report):
                        f" {line[:40]}")
         else:
             records.append(flat(record))
-    if not records:
-        raise Skip(f"{path}: no intact record (the run logged nothing)")
+    require(records, f"{path}: no intact record (the run logged nothing)", Skip)
     if cut:
         report.say("warning", f"{path}: line {cut} cut mid-record, left out; drawing the"
                    f" {len(records)} intact records")
@@ -116,23 +101,21 @@ def read_log(path, report):
 def load_run(path, report):
     """A run directory's config, log, summary, final numbers (end); Skip if it must not be drawn."""
     config = need_keys(read(path / "config.json"), ["model"], path / "config.json")
-    if config["model"] not in NEEDS:
-        raise Skip(f"{path / 'config.json'}: model {config['model']!r} is none of"
-                   f" {', '.join(NEEDS)}")
+    require(config["model"] in NEEDS, f"{path / 'config.json'}: model {config['model']!r} is none"
+            f" of {', '.join(NEEDS)}", Skip)
     need_keys(config, NEEDS[config["model"]], path / "config.json")
     odd = [k for k in WHOLE if type(config.get(k, 0)) is not int]  # "seed": null, "0": unsortable
     if odd:
         raise Skip(f"{path / 'config.json'}: {odd[0]} {config[odd[0]]!r} is not an integer")
     log = read_log(path / "log.jsonl", report)
     summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # running
-    if not (isinstance(summary, dict) and isinstance(summary.get("final", {}), dict)
-            and isinstance(summary.get("status", ""), str)):
-        raise Skip(f"{path}/summary.json: not a JSON object (an object 'final', a string 'status')")
-    if summary.get("status") == "diverged":  # its curve would run off the axes or be blank
-        raise Skip(f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}")
-    if not any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
-               or "=" in k):
-        raise Skip(f"{path / 'log.jsonl'}: every loss is null (non-finite)")
+    require(isinstance(summary, dict) and isinstance(summary.get("final", {}), dict)
+            and isinstance(summary.get("status", ""), str),
+            f"{path}/summary.json: not a JSON object (an object 'final', a string 'status')", Skip)
+    require(summary.get("status") != "diverged",  # its curve would run off the axes or be blank
+            f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}", Skip)
+    require(any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
+                or "=" in k), f"{path / 'log.jsonl'}: every loss is null (non-finite)", Skip)
     return dict(path=path, config=config, log=log, summary=summary,
                 end=flat(summary.get("final") or log[-1]))  # the final numbers, or the last logged
 
@@ -149,8 +132,7 @@ def below(folder, names):
 
 
 def find_experiments(paths, report):
-    """{experiment folder: [run directories]} and the SUMMARIES files below `paths`, each once
-    where a path is given twice or a symlink leads to it."""
+    """{experiment folder: [run directories]} and the SUMMARIES files below `paths`, each once."""
     experiments, summaries, seen = defaultdict(list), [], set()
     for p in map(Path, paths):
         found = below(p, SUMMARIES)
@@ -191,8 +173,7 @@ def load_summary(path, report):
     summary = need_keys(read(path), ("rows", *head), path)
     rows = [report.attempt(need_keys, row, row_keys, f"{path}: row {i}")
             for i, row in enumerate(summary["rows"], 1)]
-    if not any(rows):
-        raise Skip(f"{path}: no complete row; rerun the search that writes it")
+    require(any(rows), f"{path}: no complete row; rerun the search that writes it", Skip)
     config = path.parent / "config.json"
     return dict(summary, rows=[row for row in rows if row], **(
         {"config": need_keys(read(config), ["grid"], config)} if path.name == "critical.json"
@@ -205,14 +186,13 @@ def load_prediction(folder, runs):
     path, key = folder / FLOOR, lambda row, n=5: tuple(row[k] for k in PREDICTED[:n])
     rows = need_keys(read(path), ["rows"], path)["rows"]
     for i, row in enumerate(rows if isinstance(rows, list) else [None], 1):
-        if not (finite(need_keys(row, [*PREDICTED, "loss"], f"{path}: row {i}")["loss"])
-                and row["loss"] >= 0 and all(type(row[k]) in (str, int) for k in PREDICTED)):
-            raise Skip(f"{path}: row {i}: {json.dumps(row)[:60]}: want pe, T, q, d, de (strings"
-                       " or integers) and a loss >= 0")
+        require(finite(need_keys(row, [*PREDICTED, "loss"], f"{path}: row {i}")["loss"])
+                and row["loss"] >= 0 and all(type(row[k]) in (str, int) for k in PREDICTED),
+                f"{path}: row {i}: {json.dumps(row)[:60]}: want pe, T, q, d, de (strings or"
+                " integers) and a loss >= 0", Skip)
     tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
-    if not {key(c, 4) for c in tf} & {key(r, 4) for r in rows}:
-        raise Skip(f"{path}: no row for the runs' (pe, T, q, d): "
-                   f"{', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}")
+    require({key(c, 4) for c in tf} & {key(r, 4) for r in rows}, f"{path}: no row for the runs'"
+            f" (pe, T, q, d): {', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}", Skip)
     at = {(c["pe"], T, c["q"], c["d"]) for c in tf for T in lengths(c)} | {
         (c["pe"], c["T"], q, c["d"]) for c in tf for q in c.get("test_q", [])}
     return {key(r): r for r in rows if key(r, 4) in at}

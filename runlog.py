@@ -4,9 +4,8 @@ A run directory holds config.json (every resolved setting), log.jsonl (one stric
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
 terminated or failed; its step; its last record), weights_*.npz and checkpoint.pt (for --resume).
 Exit status (run_command): 0 finished, 1 diverged, 2 bad input, an unwritable file or too little
-memory (one line each), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
-This module knows nothing of the models and imports torch only where a checkpoint or device needs it
-(plots.py uses it without torch).
+memory (one line each), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP. It knows nothing of the models and
+imports torch only where a checkpoint or device needs it (plots.py uses it without torch).
 """
 import argparse
 import contextlib
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 
 DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
+GROUPS = ("test_T", "test_q")  # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
 
 
 class Stop(Exception):
@@ -91,6 +91,12 @@ def write_json(path, obj):
     write_bytes(path, json.dumps(strict(obj), indent=2).encode())  # a bad obj: a TypeError here
 
 
+def flat(record):
+    """A record with its sets flat: {"test_T": {"250": x}, "test_q": {"2": x}} as {"T=250": x}."""
+    return dict({k: x for k, x in record.items() if k not in GROUPS},
+                **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
+
+
 def nest(losses):
     """A record's losses as the log nests them: {"val": x, "test_T": {"250": x}, "test_q": {"2": x}}
     from [((group, key), x), ...] where key is None for "val"."""
@@ -101,8 +107,7 @@ def nest(losses):
 
 
 def write_summary(path, status, step, seconds, record):
-    """summary.json of a run that ended: how, the step it stopped at, after how many seconds and its
-    last evaluation record (whose own "step" says when it was made; null if none was)."""
+    """summary.json of a run that ended: its last record, how and at which step, the seconds."""
     write_json(path / "summary.json", dict(record, step=record.get("step"), status=status,
                                            stopped_at=step, seconds=round(seconds, 1)))
 
@@ -110,9 +115,7 @@ def write_summary(path, status, step, seconds, record):
 def closing_line(path, status, step, rec, n_test):
     """A run's last line: how it ended, and its final numbers with their standard errors and set
     size (those the README quotes), else its last evaluation on n_test sequences per set."""
-    sets = lambda r: [("val", r.get("val"))] + [(f"{g[5:]}={k}", v)  # noqa: E731
-                                                 for g in ("test_T", "test_q")
-                                                 for k, v in r.get(g, {}).items()]
+    sets = lambda r: [(k, x) for k, x in flat(r).items() if k == "val" or "=" in k]  # noqa: E731
     text = f"{path}: {status} at step {step}"
     if "final" in rec:
         se = dict(sets(rec["final_se"]))
@@ -149,19 +152,16 @@ def append_record(log, record):
 def write_record(log, record, run_name, losses, start_loss):
     """Append one evaluation record to a run's log; raise Stop if any of `losses` diverges."""
     append_record(log, record)
-    why = divergence(losses, start_loss)
-    if why:
-        raise Stop(f"run {run_name}: "
-                   f"{why.replace('loss', 'loss at step ' + str(record['step']), 1)}")
+    if why := divergence(losses, start_loss):
+        at = f"loss at step {record['step']}"
+        raise Stop(f"run {run_name}: {why.replace('loss', at, 1)}")
 
 
 def write_bytes(path, data):
-    """A file written atomically: a kill at any moment leaves the old file or the new one."""
     write_atomic(path, lambda handle: handle.write(data))
 
 
 def save_checkpoint(file, state):
-    """A checkpoint, written atomically: a kill at any moment leaves the previous one whole."""
     import torch
     write_atomic(file, lambda handle: torch.save(state, handle))
 
@@ -243,10 +243,10 @@ def lock(out):
         yield
 
 
-def require(ok, message):
-    """Bad input: a ValueError whose message names the flag and the fix (run_command prints it)."""
+def require(ok, message, error=ValueError):
+    """Bad input: a ValueError (or `error`) whose message names the flag and the fix."""
     if not ok:
-        raise ValueError(message)
+        raise error(message)
 
 
 def fail(program, error):
@@ -256,8 +256,7 @@ def fail(program, error):
 
 
 def flag(default, help, **options):
-    """One hyper-parameter, a field of a script's dataclass: its default, its --help line and its
-    argparse options (type=number(int, 0) and the like check a value as it is read)."""
+    """A field of a script's dataclass: its default, --help line and argparse options."""
     meta = dict(help=help, **options)
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
@@ -265,8 +264,7 @@ def flag(default, help, **options):
 
 
 def number(kind, low, high=math.inf, words=None):
-    """An argparse type= for numbers in (low, high) of `kind`, e.g. number(int, 0): a positive
-    integer; a bad value is one line naming the flag (argparse adds "argument --x: ")."""
+    """An argparse type=: a `kind` in (low, high), e.g. number(int, 0) a positive integer."""
     words = words or " ".join(["a", "positive" if low == 0 else f"> {low}",
                                "integer" if kind is int else "finite number"])
 
@@ -282,12 +280,14 @@ def number(kind, low, high=math.inf, words=None):
     return parse
 
 
+POSITIVE, NATURAL = number(int, 0), number(int, -1, words="an integer >= 0")
+RATE = number(float, 0)                            # a positive finite number
+
+
 def parser(program, description, presets):
-    """argparse for a script's hyper-parameters. presets: {name: an instance of the script's
-    dataclass} (the first is the default); --help shows each flag's default, each preset's where
-    they differ. Every flag reads None when not given (see given()); a list is nargs="+" and a
-    False default a switch unless its options say otherwise; errors are one line (fail). No flag
-    may be abbreviated: --step would be taken for --steps."""
+    """argparse for a script's dataclass. presets: {name: an instance} (the first the default);
+    --help shows each preset's default where they differ. A flag not given reads None (given()).
+    No flag may be abbreviated: --step would be taken for --steps."""
     p = argparse.ArgumentParser(prog=program, description=description, allow_abbrev=False)
     p.error = lambda message: fail(program, message)
     for f in dataclasses.fields(next(iter(presets.values()))):
@@ -322,8 +322,7 @@ def given(namespace):
 
 
 def run_state(path):
-    """What a run directory holds, as "finished at step 100000" or "interrupted at step 412"; a job
-    with no steps (train_bool.py's grid) as "finished"."""
+    """A run directory's state, as "finished at step 100000"; a job with no steps as "finished"."""
     try:
         state = read(Path(path) / "summary.json")
         step = state.get("stopped_at")
@@ -333,9 +332,8 @@ def run_state(path):
 
 
 def check_free(path, force, resume=False, can_resume=False):
-    """Before any training: a directory holding a run is refused unless --force, or --resume where
-    its job has a checkpoint or it finished (can_resume); --resume starts an empty one afresh.
-    The message says what is there."""
+    """A directory holding a run is refused unless --force, or --resume where its job has a
+    checkpoint or it finished (can_resume); --resume starts an empty one afresh."""
     held = (log := Path(path) / "log.jsonl").exists() and log.stat().st_size > 0  # empty: none
     require(not (resume and held) or can_resume, f"--resume: {path} has no checkpoint to go on"
             f" from (it is {run_state(path)}); rerun it with --force")
@@ -345,13 +343,12 @@ def check_free(path, force, resume=False, can_resume=False):
 
 
 def finished(path):
-    """Whether a run directory's summary says it finished."""
     return run_state(path).startswith("finished ")
 
 
 def fresh_dir(path):
-    """Create a run directory; with --force, nothing of an old run stays in it (but the lock of a
-    --out that is its own run directory: deleted, a second writer would take a lock of its own)."""
+    """Create a run directory; with --force, no old file stays (but the lock of a --out that is
+    its own run directory: deleted, a second writer would take a lock of its own)."""
     path.mkdir(parents=True, exist_ok=True)
     for old in path.iterdir():
         if old.is_file() and old.name != ".lock":
@@ -368,18 +365,9 @@ def resolve_device(name):
     return torch.device(name)
 
 
-def out_of_memory():
-    """What a failed allocation raises: MemoryError, torch's OutOfMemoryError (CUDA) and the
-    RuntimeError of torch's CPU allocator (it raises no OutOfMemoryError there)."""
-    torch = sys.modules.get("torch")
-    return (MemoryError, torch.OutOfMemoryError, RuntimeError) if torch else (MemoryError,)
-
-
 def run_command(program, body, kept="the logs and weights so far are saved", sizes="sizes"):
-    """All scripts' exit statuses: 2 bad input (one line, before anything is written), an unwritable
-    file (one line naming it) or too little memory (one line naming `sizes`, the flags to lower:
-    the runs' summaries say "failed"); 1 a run stopped (diverged); 130 Ctrl-C, 143 SIGTERM, 129
-    SIGHUP (each raises KeyboardInterrupt, see SIGNAL)."""
+    """All scripts' exit statuses: 2 bad input, an unwritable file or too little memory (one line
+    naming `sizes`, the flags to lower); 1 a run diverged; 130, 143, 129 a signal (SIGNAL)."""
     SIGNAL[0] = signal.SIGINT
     before = {s: signal.signal(s, take) for s in SIGNALS}
     try:
@@ -398,8 +386,8 @@ def run_command(program, body, kept="the logs and weights so far are saved", siz
         print(f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; {kept}",
               file=sys.stderr)
         sys.exit(128 + SIGNAL[0])
-    except out_of_memory() as e:
-        if isinstance(e, RuntimeError) and "allocate" not in str(e):    # not an allocation's
+    except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError, and
+        if isinstance(e, RuntimeError) and "allocate" not in str(e):    # the CPU allocator's one
             raise
         fail(program, f"out of memory ({type(e).__name__}); lower {sizes}")
     finally:

@@ -18,7 +18,7 @@ Cannot", ICML 2024. Notation (the paper's values in brackets):
     the ground truth W* = [[0, 0], [0, I_{d_e}]], V* = [I_d, 0].
 
     python sts.py                                   # SGD on STS_q; stochastic vs fixed PE at 2T, 4T
-    python sts.py --floor --T 200 --de 170          # the predicted loss floor, stochastic and fixed PE
+    python sts.py --floor --T 200 --de 170          # predicted loss floor, stochastic and fixed PE
     python sts.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor is <= 0.3 d/(2q)
 
 NumPy only, read top to bottom: copy this file anywhere and run it, paste it in a notebook cell
@@ -43,7 +43,7 @@ Batch = namedtuple("Batch", "Z z_q target idx mask")  # what sample_batch return
 
 
 def check(ok, argument, accepts, got):
-    """A course's typo stops at once: ValueError("q must be ... (got -1)"), never a silent other run."""
+    """A typo stops at once: ValueError("q must be ... (got -1)"), never a silent other run."""
     if not ok:
         raise ValueError(f"{argument} must be {accepts} (got {got!r})")
 
@@ -92,7 +92,8 @@ class PositionalEncoding:
 
     def __init__(self, kind, d_e, max_len, seed=0):
         check_args(kind=kind, d_e=d_e, max_len=max_len, seed=seed)
-        check(kind != "onehot" or d_e >= max_len, "d_e", f">= the longest T, {max_len} (onehot)", d_e)
+        check(kind != "onehot" or d_e >= max_len, "d_e", f">= the longest T, {max_len} (onehot)",
+              d_e)
         self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
@@ -166,7 +167,7 @@ def loss(f, target):
 
 
 def check_target(f, target):
-    """A target of another shape would broadcast ((d,) or (n, 1) against (n, d)) into a wrong loss."""
+    """Another target shape ((d,) or (n, 1) against (n, d)) would broadcast into a wrong loss."""
     check(getattr(target, "shape", None) == f.shape, "target", f"of f's shape {tuple(f.shape)}",
           getattr(target, "shape", target))
 
@@ -441,8 +442,7 @@ def check_flags(args):
         check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
     check(args.floor or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
           "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
-    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time",
-          "both")
+    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time", "both")
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
           and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
     check(not args.positions or args.floor and max(args.positions) >= min(args.T),

@@ -7,8 +7,8 @@ import numpy as np
 
 import sts
 from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
-                     final_losses, finite, flat, label, lengths, read, read_log, sets, setting, task, value,
-                     weights)
+                     final_losses, finite, flat, label, lengths, read, read_log, sets, setting,
+                     task, value, weights)
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
@@ -59,8 +59,7 @@ def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
     EVAL_SEED sequences, with the run's own table of positions as train_tf.py builds it."""
     c = run["config"]
-    longest = c.get("positions") or max(lengths(c))
-    pe = sts.PositionalEncoding(c["pe"], c["de"], longest, c["seed"])
+    pe = sts.PositionalEncoding(c["pe"], c["de"], c.get("positions") or max(lengths(c)), c["seed"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
     rng, n, out = np.random.default_rng(EVAL_SEED), min(c.get("n_final", EVAL_N), EVAL_N), []
@@ -160,9 +159,8 @@ def table(name, runs):
     return markdown(f"{name}: {describe(c)}. Over a configuration's seeds, mean ± s" + (
         f" [se] of the final evaluation (n = {'/'.join(map(str, sizes))} sequences a set, the"
         " same sequences for every run; se: the mean Monte-Carlo standard error of one run)"
-        if final else "") + ", s the"
-        " sample standard deviation; without a final evaluation, the last logged record (n ="
-        f" {c.get('n_test')}). cos: the last record.",
+        if final else "") + ", s the sample standard deviation; without a final evaluation, the"
+        f" last logged record (n = {c.get('n_test')}). cos: the last record.",
         ["configuration", *shape, "seeds", "step", *names, *cos], rows)
 
 
@@ -264,12 +262,13 @@ def table_selection(name, runs):
         for what, W_ees in (("trained", [weights(r)[0][c["d"]:, c["d"]:] for r in g]),
                             (f"c M, ridge {row['ridge']}", [row["c"] * ridge(P) for P in tables])):
             cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
-            rows.append([label(g, groups), c["optimizer"], what, *(mean_sd(x, ".3g") for x in cells)])
+            rows.append([label(g, groups), c["optimizer"], what,
+                         *(mean_sd(x, ".3g") for x in cells)])
     if rows:
         markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
-                 " (L × L) on each seed's own table, L > d_e; the trained W against table_floor.json's"
-                 " W = c M (sts.table_floor); over the seeds mean ± s (the sample standard"
-                 " deviation).",
+                 " (L × L) on each seed's own table, L > d_e; the trained W against"
+                 " table_floor.json's W = c M (sts.table_floor); over the seeds mean ± s (the"
+                 " sample standard deviation).",
                  ["configuration", "optimizer", "W_ee", "self-score mean", "self-score s over"
                   " positions", "cross-score s", "self mean / cross s", "least eigenvalue",
                   "largest eigenvalue", "off-diagonal share of ‖W_ee‖"], rows)
@@ -341,8 +340,8 @@ def table_needed(path, summary, sweep):
 
 
 def last_quarter(path, row, eps):
-    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of the row's budget and
-    at the end, and whether it has settled above eps: moved by less than SETTLED over that quarter."""
+    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of the row's budget
+    and at the end; settled above eps if it moved by less than SETTLED over that quarter."""
     below = [w for w, _ in row["tried"] if w < (row["width"] or math.inf)]
     if row["model"] != "fcn" or not below:
         return ["-", "-"]

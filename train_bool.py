@@ -149,8 +149,7 @@ def train_one(model, m, T, s, seed, device):
         loss.backward()
         optimizer.step()
         value = loss.item()  # one read a step: the stopping rule needs it
-        why = runlog.divergence([value], math.log(2))  # BCE starts at ln 2, the loss of a coin flip
-        if why:
+        if why := runlog.divergence([value], math.log(2)):  # BCE starts at ln 2, a coin flip's
             raise runlog.Stop(f"{model} T={T} s={s} m={m} seed={seed} at step {step}: {why}")
         if value < FIT_LOSS:
             break
@@ -206,8 +205,7 @@ def search(trainer, T, s, grid, seeds, points=6):
     lo, hi = first, min(first + points, len(grid)) - 1
     floor, top = max(first - points // 2, 0), min(hi + points // 2, len(grid) - 1)
 
-    def rate(j):
-        return np.mean([trainer(grid[j], T, s, seed) >= PASS_ACC for seed in seeds])
+    rate = lambda j: np.mean([trainer(grid[j], T, s, seed) >= PASS_ACC for seed in seeds])  # noqa
 
     while True:                        # widen below first: its m are the cheaper
         if lo > floor and rate(lo) > 0.2:
@@ -241,8 +239,7 @@ def logistic_fit(ms, wins):
     profile, (i, j) = loglik.max(1), np.unravel_index(loglik.argmax(), loglik.shape)
     inside = np.flatnonzero(profile >= profile.max() - CHI2_95 / 2)
 
-    def edge(i):
-        return None if i in (0, len(x) - 1) else round(float(np.exp(x[i])), 1)
+    edge = lambda i: None if i in (0, len(x) - 1) else round(float(np.exp(x[i])), 1)  # noqa: E731
     return dict(m50=edge(i), lo=edge(inside[0]), hi=edge(inside[-1]), w=round(float(w[j]), 3),
                 n=int(n.sum()), outcomes=[[int(m), int(k), int(t)] for m, k, t in zip(ms, wins, n)])
 
@@ -272,25 +269,19 @@ def fit_curves(Ts, m50, lo, hi):
 
 
 def parse_args(argv=None):
-    """The flags, the rules checked (one line and exit 2 for a broken one, before anything is
-    written)."""
+    """The flags; a broken rule between them is one line and exit 2, before anything is written."""
     parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
     args = Args(**runlog.given(parser.parse_args(argv)))
-    for holds, message in rules(args):
-        if not holds:
-            parser.error(message)
-    return args
-
-
-def rules(args):
-    """The rules between flags: (whether it holds, a message naming the flag and the fix)."""
-    return [
+    rules = [
         (args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max (got"
          f" {args.m_min}, {args.m_max})"),
         *((s <= T, f"--s must satisfy 1 <= s <= T (got s={s}, T={T}): pick a smaller s or a"
            " longer T") for s, T in itertools.product(args.s, args.T)),
-        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-    ]
+        (not (args.resume and args.force), "--resume and --force exclude each other; pick one")]
+    for holds, message in rules:
+        if not holds:
+            parser.error(message)
+    return args
 
 
 def check_runs(args):
@@ -337,9 +328,8 @@ def write_results(out, rows, status, seconds):
 
 
 def read_log(out):
-    """An interrupted run's trainings {(model, m, T, s, seed): record} (a line cut by a kill, or
-    not a record with its numbers, is dropped and trained again), its log rewritten so that new
-    records start on a line of their own, and the seconds its summary counted."""
+    """An interrupted run's trainings {(model, m, T, s, seed): record} (a cut line or one without
+    its numbers is trained again; the log rewritten without it), and its summary's seconds."""
     log, done = out / "log.jsonl", {}
     for line in (runlog.read(log, bytes.splitlines, "remove it, or rerun with --force")
                  if log.exists() else []):
@@ -354,8 +344,7 @@ def read_log(out):
 
 
 def fit_row(model, s, T, mine):
-    """A cell's row: the fit of its search's trainings `mine`; capped: how many of them ended
-    unfit at the step cap."""
+    """A cell's row: the fit of its search's trainings; capped: how many were unfit at the cap."""
     return dict(model=model, s=s, T=T, **logistic_fit(
         [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
         r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS for r in mine))

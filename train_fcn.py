@@ -15,8 +15,7 @@ D = d + d_e (fused.py's step) whose seed-mean final validation loss is <= --eps 
 same budget; it writes sweep.json and sweep.csv, and prints the table and the log-log slopes.
 --sweep-steps B1 B2 ...: the search at each budget, the largest first: a run trained to it holds
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
-only widths a smaller budget needs beyond are trained anew. --resume goes on from the numbers that
-sweep.json keeps (its cells) and the finished runs in --out, training only what they lack.
+only widths a smaller budget needs beyond are trained anew.
 """
 import itertools
 import json
@@ -33,11 +32,8 @@ from tqdm import tqdm
 import fused
 import runlog
 import sts
-from runlog import Distinct, flag
+from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
-POSITIVE = runlog.number(int, 0)
-NATURAL = runlog.number(int, -1, words="an integer >= 0")
-RATE = runlog.number(float, 0)                     # a positive finite number
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
 # cores, with the transformer at its floor by then (384,000 fresh sequences per model)
 SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],  # a row's loss: their mean (its spread: val_sd)
@@ -109,8 +105,7 @@ def sample(gen, words, n, T, q, d, dtype):
 
 
 def parse_args(argv=None):
-    """The flags: the command line's, else SWEEP's under --sweep, else --preset's; a broken rule
-    is one line and exit 2, before anything is written."""
+    """The flags: the command line's, else SWEEP's under --sweep, else --preset's; rules checked."""
     parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
     given = runlog.given(parser.parse_args(argv))
     args = replace(PRESETS[given.get("preset", "paper")],
@@ -118,24 +113,20 @@ def parse_args(argv=None):
     args.lr = args.lr or FCN_LR[args.optimizer]
     args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
     args.sweep_steps = sorted(set(args.sweep_steps or [args.steps]), reverse=True)  # largest first
-    for holds, message in rules(args, given):
-        if not holds:
-            parser.error(message)
-    return args
-
-
-def rules(args, given):
-    """The rules between flags: (whether it holds, a message naming the flag and the fix)."""
     biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
     name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
     qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
-    return [(q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
-             " smaller q or a longer T") for T in lengths for flag, q in qs] + [
+    rules = [(q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
+              " smaller q or a longer T") for T in lengths for flag, q in qs] + [
         (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
          " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
         (not args.resume or (args.sweep and not args.force),
          "--resume goes on with a --sweep, without --force"),
         (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")]
+    for holds, message in rules:
+        if not holds:
+            parser.error(message)
+    return args
 
 
 def check_runs(args):
@@ -146,8 +137,7 @@ def check_runs(args):
                    " another --out or --force")
     grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
     for T, width, seed in itertools.product(*grid, args.seed):
-        path = run_dir(args, T, width, seed)
-        runlog.check_free(path, args.force, args.resume, can_resume=args.sweep)
+        runlog.check_free(run_dir(args, T, width, seed), args.force, args.resume, args.sweep)
 
 
 def run_dir(args, T, width, seed):
@@ -261,10 +251,8 @@ def fits(rows, budgets):
 def search(grid, first, reached):
     """Index of the first size in grid[first:] that reaches the target (the loss is taken to fall
     with width), or None; first=None (a shorter T failed at every width): try only the largest."""
-    for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
-        if reached(grid[k]):
-            return k
-    return None
+    return next((k for k in (range(first, len(grid)) if first is not None else [len(grid) - 1])
+                 if reached(grid[k])), None)
 
 
 def fcn_vals(args, T, width, seed, steps, device):
@@ -365,7 +353,7 @@ def sweep(args, device):
             loglog_slope=fits(rows, args.sweep_steps), cells=cells))
 
     try:
-        save("running")                  # its settings, for a --resume after a kill in its first cell
+        save("running")    # its settings, for a --resume after a kill in its first cell
         for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
             for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
                 row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None,

@@ -27,10 +27,7 @@ from tqdm import tqdm
 import fused
 import runlog
 import sts
-from runlog import Distinct, flag
-
-POSITIVE, NATURAL = runlog.number(int, 0), runlog.number(int, -1, words="an integer >= 0")
-RATE = runlog.number(float, 0)                     # a positive finite number
+from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 
 @dataclass
@@ -133,9 +130,8 @@ def loss(f, target):
 
 # ---------------------------------------------------------------------------------------- the batch
 def autograd_chunk(G, r, X, idx, target, W, V, query, n, val, model=forward):
-    """--step autograd: fused.FusedStep's work on a chunk of a batch, as fused.fused_chunk's, by
-    autograd through the model on the same draws: tokens X (c, d, T), subset idx (c, q), target
-    (c, d); the PEs' rows G (c, T, d_e) over norms 1/r (c, T); runs W (R, D, D), V (R, d, D)."""
+    """--step autograd: fused.fused_chunk's work on a chunk (fused.chunk_forward's shapes), by
+    autograd through the model on the same draws."""
     P = (G * r[..., None]).mT                      # p_i = g_i / |g_i|, or a table's rows (c, e, T)
     Z, z_q = embed(X, P, idx)
     with torch.set_grad_enabled(not val):
@@ -148,19 +144,6 @@ def autograd_chunk(G, r, X, idx, target, W, V, query, n, val, model=forward):
     return L.detach().sum(0), dW[:, :, X.shape[1]:], dV        # dW[:, :, :d] = 0: z_q = [0; p_y]
 
 
-def pe_tables(specs, d_e, max_len, dtype, device):
-    """The runs sharing PEs, as the step's parts: (seed, kind, table or None, run indices);
-    a randomized PE's table has its L positions, the others' the longest length's."""
-    parts = {}
-    for r, spec in enumerate(specs):
-        parts.setdefault((spec["seed"], spec["pe"], spec["positions"]), []).append(r)
-    table = lambda kind, seed, L: torch.as_tensor(  # noqa: E731  (L, d_e) unit rows
-        sts.PositionalEncoding(kind, d_e, L or max_len, seed).table.T.copy(), dtype=dtype,
-        device=device)
-    return [(seed, kind, None if kind == "stochastic" else table(kind, seed, L), runs)
-            for (seed, kind, L), runs in parts.items()]
-
-
 class Trainer:
     """The runs of one d_e: their weights, optimisers, step and validation sets."""
 
@@ -171,7 +154,14 @@ class Trainer:
         self.sets += [("test_T", str(T), T, args.q) for T in args.test_T]
         self.sets += [("test_q", str(q), args.T, q) for q in args.test_q]
         query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
-        parts = pe_tables(self.specs, d_e, max([args.T, *args.test_T]), self.dtype, device)
+        shared, longest = {}, max([args.T, *args.test_T])  # (seed, kind, L) -> runs sharing PEs
+        for r, s in enumerate(self.specs):
+            shared.setdefault((s["seed"], s["pe"], s["positions"]), []).append(r)
+        table = lambda kind, seed, L: torch.as_tensor(  # noqa: E731  (L, else the longest, d_e)
+            sts.PositionalEncoding(kind, d_e, L or longest, seed).table.T.copy(), dtype=self.dtype,
+            device=device)
+        parts = [(seed, kind, None if kind == "stochastic" else table(kind, seed, L), runs)
+                 for (seed, kind, L), runs in shared.items()]
         chunk = autograd_chunk if args.step == "autograd" else fused.fused_chunk   # --step
         self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads,
                                        chunk)
@@ -239,8 +229,7 @@ def log_evaluation(tr, step, t0):
             tr.status[r] = "diverged"
             tqdm.write(f"train_tf.py: {why}")
             runlog.write_summary(tr.specs[r]["dir"], "diverged", step, time.time() - t0, rec)
-    if "running" not in tr.status:
-        raise runlog.Stop("every run diverged; lower --lr")
+    runlog.require("running" in tr.status, "every run diverged; lower --lr", runlog.Stop)
 
 
 # ----------------------------------------------------------------------------------------- the loop
@@ -271,9 +260,8 @@ def run_steps(tr, t0, signals):
 
 
 def train(args, d_e, device):
-    """Train the runs of one d_e and write their directories. Ctrl-C, SIGTERM and SIGHUP are taken
-    between steps (a second one at once) and held while the job's first files and its summaries
-    are written: the job checkpoints, every run gets its summary, then it ends (130, 143, 129)."""
+    """Train the runs of one d_e and write their directories. A signal is taken between steps (a
+    second one at once) and held while the first files and the summaries are written."""
     tr = Trainer(args, d_e, device)
     if (args.resume and not job_checkpoint(args, tr.specs, d_e).exists()
             and all(runlog.finished(spec["dir"]) for spec in tr.specs)):
@@ -296,9 +284,8 @@ def train(args, d_e, device):
         if done == "finished":
             tr.file.unlink()                                        # nothing left to resume
         signals.stop()
-    if "diverged" in tr.status:
-        raise runlog.Stop(f"{tr.status.count('diverged')} of {len(tr.specs)} runs diverged"
-                          " (see their summary.json)")
+    runlog.require("diverged" not in tr.status, f"{tr.status.count('diverged')} of"
+                   f" {len(tr.specs)} runs diverged (see their summary.json)", runlog.Stop)
 
 
 # ------------------------------------------------------------------- the bookkeeping: files, resume
@@ -313,9 +300,8 @@ def run_specs(args, d_e):
     else:
         grid = [("", dict(base, pe=pe, positions=L), seed) for pe in args.pe
                 for L in (args.positions if pe == "randomized" else [None]) for seed in args.seed]
-    size_L = lambda spec: f"-L{spec['positions']}" if spec["positions"] else ""  # noqa: E731
-    return [dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]],
-                 dir=Path(args.out) / folder / f"{spec['pe']}{size_L(spec)}-de{d_e}-seed{seed}")
+    return [dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]], dir=Path(args.out)
+                 / folder / runlog.run_name(dict(spec, model="transformer", de=d_e, seed=seed)))
             for folder, spec, seed in grid]
 
 
@@ -423,9 +409,8 @@ def close(tr, done, seconds, results):
         with contextlib.suppress(OSError):  # a record a full disk refused: said as it failed
             log.close()
         if results:
-            arrays = results[r][1]
             runlog.write_atomic(spec["dir"] / "final_losses.npz",
-                                lambda handle: np.savez(handle, **arrays))
+                                lambda handle: np.savez(handle, **results[r][1]))
         if state == "running":
             tr.records[r].update(results[r][0] if results else {})
             runlog.write_summary(spec["dir"], done, tr.step, seconds, tr.records[r])
@@ -465,9 +450,8 @@ def read_run(path):
 
 def rescore(args, device):
     """--evaluate: each run's final weights on the common validation sets, runs that agree on SHARED
-    side by side (each with its own PE table). One transaction under the lock of each run's --out:
-    every file read and every number computed first, then each run's final_losses.npz and
-    summary.json written, a signal held until all are."""
+    side by side. One transaction under the lock of each run's --out: every number computed first,
+    then each run's final_losses.npz and summary.json written, a signal held until all are."""
     paths, groups, written = [Path(path) for path in args.evaluate], {}, []
     runs = [read_run(path) for path in paths]          # bad input: before any lock or write
     with contextlib.ExitStack() as locks:
