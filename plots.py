@@ -136,7 +136,8 @@ def figure_training(runs, out, name):
     return save(fig, out, f"{name}_training", describe(c, groups))
 
 
-FAMILY_LINES = ("best of W = cW*, V = αV* (sts.py)", "W = cW*, V = αV* at the trained c, α (seeds' mean)")
+FAMILY_LINES = ("best of W = cW*, V = αV* (sts.py)",   # the predicted lines' legends: best, own
+                "W = cW*, V = αV* at the trained c, α (seeds' mean)")
 FIXED_LINES = ("fixed PE's table learned: best W = cM (sts.py; not drawn at 0)",
                "that W = cM at the training q's c, α (sts.py)")
 
@@ -151,8 +152,8 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
             own, best = (curves or {}).get(g[0]["path"], {}).get(key, (None, None))
-            fixed = g[0]["config"].get("pe") == "fixed"
-            for y, ls, text in zip((best, own), ("--", ":"), FIXED_LINES if fixed else FAMILY_LINES):
+            texts = FIXED_LINES if g[0]["config"].get("pe") == "fixed" else FAMILY_LINES
+            for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if y is not None and y > 1e-9:        # 0 has no place on the log axis
                     ax.axhline(y, color=color(g, groups), ls=ls, lw=0.9, label=text)
         trained = f"T={c['T']}, q={c['q']}" if c["model"] == "transformer" else f"q={c['q']}"
