@@ -240,6 +240,12 @@ def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
 
 
 # -------------------- The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
+def table_metric(d_e, P, ridge=None):
+    """M = (P P^T + ridge I)^+ of a table P (d_e, L), through which W's PE block can undo the
+    table's cross-talk (p_i^T M p_j = [i = j] at ridge 0, L <= d_e); I where ridge is None."""
+    return np.eye(d_e) if ridge is None else np.linalg.pinv(P @ P.T + ridge * np.eye(d_e))
+
+
 def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None):
     """n sequences as the family sees them: scores c p_i^T s (s = sum_{j in y} p_j), output alpha
     X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P.
@@ -250,8 +256,7 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
     check(ridge is None or pe.table is not None, "ridge", "None with stochastic PE, which has no"
           " table", ridge)
-    M = np.eye(d_e) if ridge is None else np.linalg.pinv(pe.table @ pe.table.T
-                                                          + ridge * np.eye(d_e))       # (d_e, d_e)
+    M = table_metric(d_e, pe.table, ridge)                                 # (d_e, d_e)
     chunks = []
     for lo in range(0, n, 512):                      # chunks: P at n = 4096, T = 200 would not fit
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)

@@ -257,10 +257,10 @@ def table_selection(name, runs):
         c, row = g[0]["config"], built[g[0]["config"]["positions"]]
         tables = [sts.PositionalEncoding("randomized", c["de"], c["positions"], r["config"]["seed"])
                   .table for r in g]
-        ridge = lambda P: np.eye(c["de"]) if row["ridge"] is None else np.linalg.pinv(  # noqa
-            P @ P.T + row["ridge"] * c["positions"] / c["de"] * np.eye(c["de"]))
+        ridge = None if row["ridge"] is None else row["ridge"] * c["positions"] / c["de"]
+        built_W = [row["c"] * sts.table_metric(c["de"], P, ridge) for P in tables]
         for what, W_ees in (("trained", [weights(r)[0][c["d"]:, c["d"]:] for r in g]),
-                            (f"c M, ridge {row['ridge']}", [row["c"] * ridge(P) for P in tables])):
+                            (f"c M, ridge {row['ridge']}", built_W)):
             cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
             rows.append([label(g, groups), c["optimizer"], what,
                          *(mean_sd(x, ".3g") for x in cells)])
