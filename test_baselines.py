@@ -603,3 +603,33 @@ def test_a_sweep_older_than_its_cells_resumes_from_its_finished_runs_without_tra
     monkeypatch.setattr(train_fcn, "train", lambda *args, **kw: pytest.fail("trained again"))
     train_fcn.main(job + ["--resume"])
     assert sweep_rows(tmp_path) == rows
+
+
+def test_a_transformer_cell_cut_off_resumes_from_its_checkpoint_to_the_same_rows(
+        tmp_path, one_thread, monkeypatch, capsys):
+    job = BUDGETS + ["--sweep-T", "4", "--sweep-steps", "20", "60", "--eval-every", "20"]
+    train_fcn.main(job + ["--out", str(tmp_path / "whole")])
+    steps, FusedStep = [], train_fcn.fused.FusedStep
+
+    class CutAtStep50(FusedStep):                # Ctrl-C in the first cell's 51st training step
+        def __call__(self, W, V, t, *args, val=False):
+            steps.append(t)
+            if not val and len(steps) == 51 + 1:           # + its evaluation at step 20
+                raise KeyboardInterrupt
+            return super().__call__(W, V, t, *args, val=val)
+    monkeypatch.setattr(train_fcn.fused, "FusedStep", CutAtStep50)
+    out = tmp_path / "cut"
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(job + ["--out", str(out)])
+    assert done.value.code == 130 and (out / "transformer-T4-de4.pt").exists()
+    steps.clear()
+    train_fcn.main(job + ["--out", str(out), "--resume"])
+    assert sweep_rows(out) == sweep_rows(tmp_path / "whole")
+    assert steps[0] == 40 and not list(out.glob("*.pt"))     # went on from its step-40 state
+    (out / "transformer-T4-de8.pt").write_bytes(b"not a checkpoint")   # a damaged one: refused
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:                          # (d_e = 8 is not cached)
+        train_fcn.main(job + ["--out", str(out), "--resume", "--sweep-de", "8"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "Traceback" not in err and err.endswith(
+        "transformer-T4-de8.pt: cannot be read (UnpicklingError); delete it to train the cell again\n")

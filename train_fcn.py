@@ -17,6 +17,7 @@ same budget; it writes sweep.json and sweep.csv, and prints the table and the lo
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
 only widths a smaller budget needs beyond are trained anew.
 """
+import io
 import itertools
 import json
 import math
@@ -65,7 +66,8 @@ class Args:
     out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
     force: bool = flag(False, "replace run directories that already hold a run")
     resume: bool = flag(False, "--sweep: go on from the numbers its sweep.json keeps and the"
-                        " finished runs in --out; train what they lack (the runs cut short)")
+                        " finished runs in --out; train what they lack (FCN runs cut short start"
+                        " again; a transformer cell goes on from its last --eval-every checkpoint)")
     sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
         f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
         for k, v in SWEEP.items()))
@@ -212,21 +214,44 @@ def train(args, T, width, seed, device, steps=None, progress=True):
 def transformer_vals(args, T, d_e, device):
     """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
     Adam on the FCN's draws; {budget: each seed's validation loss after that many steps} (NaN if it
-    diverges), every budget of --sweep-steps read on the way to the largest."""
+    diverges), every budget of --sweep-steps read on the way to the largest. Its state is kept every
+    --eval-every steps (a cell at T = 80 takes over an hour on one core: longer than some sessions)
+    for --resume to go on from bit for bit, and deleted when the cell is done."""
     dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
     step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
                            torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
                            dtype, threads=1)                        # one thread (see sweep)
     W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
-    vals = {}
-    for t in range(max(args.sweep_steps)):
+    vals, start, path = {}, 0, Path(args.out) / f"transformer-T{T}-de{d_e}.pt"
+    if args.resume and path.exists():
+        start, vals = resume_cell(path, W, V, optimizer)
+    for t in range(start, max(args.sweep_steps)):
         _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
         optimizer.step()
         if t + 1 in args.sweep_steps:
             losses = step(W, V, fused.val_index(T, args.q), args.n_test, T, args.q, val=True)
             vals[t + 1] = losses.double().mean(0).tolist()
+        if (t + 1) % args.eval_every == 0:
+            runlog.save_checkpoint(path, dict(t=t + 1, W=W, V=V, vals=vals,
+                                              optimizer=optimizer.state_dict()))
+    path.unlink(missing_ok=True)
     return vals
+
+
+def resume_cell(path, W, V, optimizer):
+    """Load a cut-off cell's checkpoint into W, V and the optimizer; (its step, its vals so far)."""
+    fix = "delete it to train the cell again"
+    state = runlog.read(path, lambda data: torch.load(io.BytesIO(data), weights_only=False), fix)
+    try:
+        if (state["W"].shape, state["V"].shape) != (W.shape, V.shape):
+            raise TypeError("other shapes")
+        with torch.no_grad():
+            W.copy_(state["W"]), V.copy_(state["V"])
+        optimizer.load_state_dict(state["optimizer"])
+        return int(state["t"]), dict(state["vals"])
+    except (LookupError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path}: not this sweep cell's checkpoint ({type(e).__name__}); {fix}")
 
 
 def fits(rows, budgets):
