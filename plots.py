@@ -47,10 +47,6 @@ PANEL = (2.4, 2.1)  # inches per panel, at font size 8
 FORMATS = ("png", "pdf")
 
 
-class CannotWrite(Exception):
-    """A figure --out cannot take (a read-only folder, a full disk): the others would fail too."""
-
-
 def curve(ax, group, groups, name, f=lambda y: y, **kw):
     """`name` against the step: the seeds' mean, a band from lowest to highest; f (1/y) on each."""
     step, y = spread(group, name)
@@ -96,10 +92,9 @@ def save(fig, out, name, title):
     folder, formats = out                     # main's --out and --formats
     try:
         for ext in formats:           # whole or not at all: no truncated figure is left behind
-            runlog.write_atomic(folder / f"{name}.{ext}",
-                                lambda handle: fig.savefig(handle, format=ext))
-    except OSError as e:
-        raise CannotWrite(runlog.cannot_write(e)) from None
+            runlog.write_atomic(folder / f"{name}.{ext}", lambda h: fig.savefig(h, format=ext))
+    except OSError as e:            # a read-only --out, a full disk: the others would fail too
+        runlog.fail("plots.py", runlog.cannot_write(e))
     finally:
         plt.close(fig)
     print(f"wrote {folder / name}.{' and .'.join(formats)}")
@@ -186,19 +181,18 @@ def figure_weights(runs, out, name, report):
 
 
 def heat(ax, M, d, title, symlog):
-    """A weight matrix, its token | PE borders, its own colour scale: for a trained W symmetric-log,
-    linear up to its largest entry off the PE diagonal, which would otherwise wash the rest out."""
+    """W, its token | PE borders, its own colour scale: for a trained W symmetric-log, linear up
+    to its largest entry off the PE diagonal, which would otherwise wash the rest out."""
     vmax = np.abs(M).max() or 1.0                     # an all-zero init: a scale all the same
     off = np.abs(M - np.diag(np.r_[np.zeros(d), np.diag(M)[d:]])).max() if symlog else vmax
     rest = min(max(off, vmax / 1e3), vmax)            # the largest entry off the PE diagonal
     norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax) if symlog else Normalize(-vmax, vmax)
     im = ax.imshow(M, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest")
-    square = M.shape[0] == M.shape[1]                 # W: token | PE rows too
-    for line in (ax.axvline, ax.axhline)[:1 + square]:
+    for line in (ax.axvline, ax.axhline):
         line(d - 0.5, color="k", lw=0.6)
     blocks = [(d - 1) / 2, (d + M.shape[1] - 1) / 2]  # the middle of the x and p blocks
     ax.set_xticks(blocks, ["x", "p"])
-    ax.set_yticks(blocks if square else [], ["x", "p"] if square else [])
+    ax.set_yticks(blocks, ["x", "p"])
     ax.set_title(title + " (symlog)" * symlog + " (all 0)" * (not M.any()))
     ticks = sorted({-vmax, -rest, 0, rest, vmax} if symlog else {-vmax, 0, vmax})
     ax.figure.colorbar(im, ax=ax, shrink=0.8).set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
@@ -214,9 +208,8 @@ def token_block_and_rest(axes, V, d, title):
         ax.set_yticks([])
     axes[0].set_title("token block", loc="left")
     axes[1].set_title(title + " (all 0)" * (not V.any()))
-    ticks = [-vmax, 0, vmax]
-    ax.figure.colorbar(im, ax=axes[1], shrink=0.8).set_ticks(ticks,
-                                                             labels=[f"{t:.2g}" for t in ticks])
+    ticks = [-vmax, 0, vmax]                          # ax: the PE block's, the last drawn
+    ax.figure.colorbar(im, ax=ax, shrink=0.8).set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
 
 
 def floor_lines(ax, pe, points, guess, low):
@@ -490,7 +483,7 @@ def draw_all(experiments, summaries, out, report):
         try:
             out[0].mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise CannotWrite(runlog.cannot_write(e)) from None
+            runlog.fail("plots.py", runlog.cannot_write(e))
     for folder, dirs in sorted(experiments.items()):
         runs = unique([run for run in (report.attempt(load_run, d, report, then="; the run is left"
                                                       " out (of its configuration's mean too)")
@@ -518,11 +511,8 @@ def main(argv=None):
     if not args.table and Path(args.out).exists() and not Path(args.out).is_dir():  # before all
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
-    try:
-        draw_all(experiments, summaries, None if args.table else (Path(args.out),
-                                                                  tuple(args.formats)), report)
-    except CannotWrite as e:                                  # read-only, a full disk: stop here
-        runlog.fail("plots.py", e)
+    draw_all(experiments, summaries, None if args.table else (Path(args.out), tuple(args.formats)),
+             report)
     print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
     if not report.drawn:
         runlog.fail("plots.py", f"nothing {'printed' if args.table else 'drawn'} from"

@@ -135,6 +135,8 @@ def trained_de(sweep, d):
 
 # ------------------------------------------------------------------------------------------- tables
 def markdown(caption, header, rows):
+    if not rows:                                      # a table without a row is not printed
+        return False
     print(f"\n{caption}\n")
     for cells in [header, ["---"] * len(header), *rows]:
         print("| " + " | ".join(map(str, cells)) + " |")
@@ -183,13 +185,12 @@ def table_paired(name, runs):
                          ", ".join(f"{x:+.4f} ± {se:.4f}" for x, se in d) or "-", *over_seeds(d),
                          f"{sum(x < -2 * se for x, se in d)} / {sum(x > 2 * se for x, se in d)}"
                          if d else "-"])
-    if rows:
-        markdown(f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed"
-                 " d = mean(l_a - l_b) and its Monte-Carlo se std/√n; over the seeds, d's mean ± s"
-                 " (the sample standard deviation) and the Monte-Carlo se of that mean √(Σ se²)/k;"
-                 " beyond 2 se: the seeds with d < -2 se (a lower) / d > 2 se (a higher).",
-                 ["a − b", "set", "seeds", "each seed: d ± se", "d: mean ± s", "Monte-Carlo se",
-                  "beyond 2 se: lower / higher"], rows)
+    markdown(f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed d ="
+             " mean(l_a - l_b) and its Monte-Carlo se std/√n; over the seeds, d's mean ± s (the"
+             " sample standard deviation) and the Monte-Carlo se of that mean √(Σ se²)/k; beyond 2"
+             " se: the seeds with d < -2 se (a lower) / d > 2 se (a higher).",
+             ["a − b", "set", "seeds", "each seed: d ± se", "d: mean ± s", "Monte-Carlo se",
+              "beyond 2 se: lower / higher"], rows)
 
 
 def table_floor(name, runs, predicted):
@@ -223,17 +224,16 @@ def table_length(name, runs, predicted):
         rows.append(["T={}, q={}".format(*task(k, g[0]["config"])), label(g, groups),
                      mean_sd(trained), *map(fmt, curve.get(k, "--")), " / ".join(shares),
                      mean_sd([slope(r, k) for r in g], ".2g")])
-    if rows:
-        markdown(f"{name}: at each length and subset size (T={groups[0][0]['config']['T']},"
-                 f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the"
-                 " sample standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at"
-                 " each seed's own c, α (sts.family_fit; the seeds' mean) and the family's best"
-                 f" ({FLOOR}); fixed PE, at the training T: W = c M that learned its table"
-                 " (sts.table_floor) at the training q's c, M and retuned; each one's rise from the"
-                 " training set over the trained rise; the slope of the logged loss over the last"
-                 f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
-                 ["at", "configuration", "trained", "at own c, α", "predicted best",
-                  "share of the rise: own / best", "slope per 10k steps"], rows)
+    markdown(f"{name}: at each length and subset size (T={groups[0][0]['config']['T']},"
+             f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the sample"
+             " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each seed's"
+             " own c, α (sts.family_fit; the seeds' mean) and the family's best"
+             f" ({FLOOR}); fixed PE, at the training T: W = c M that learned its table"
+             " (sts.table_floor) at the training q's c, M and retuned; each one's rise from the"
+             " training set over the trained rise; the slope of the logged loss over the last"
+             f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
+             ["at", "configuration", "trained", "at own c, α", "predicted best",
+              "share of the rise: own / best", "slope per 10k steps"], rows)
 
 
 def selection(W_ee, P):
@@ -264,14 +264,12 @@ def table_selection(name, runs):
             cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
             rows.append([label(g, groups), c["optimizer"], what,
                          *(mean_sd(x, ".3g") for x in cells)])
-    if rows:
-        markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
-                 " (L × L) on each seed's own table, L > d_e; the trained W against"
-                 " table_floor.json's W = c M (sts.table_floor); over the seeds mean ± s (the"
-                 " sample standard deviation).",
-                 ["configuration", "optimizer", "W_ee", "self-score mean", "self-score s over"
-                  " positions", "cross-score s", "self mean / cross s", "least eigenvalue",
-                  "largest eigenvalue", "off-diagonal share of ‖W_ee‖"], rows)
+    markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P (L ×"
+             " L) on each seed's own table, L > d_e; the trained W against table_floor.json's W ="
+             " c M (sts.table_floor); over the seeds mean ± s (the sample standard deviation).",
+             ["configuration", "optimizer", "W_ee", "self-score mean", "self-score s over"
+              " positions", "cross-score s", "self mean / cross s", "least eigenvalue",
+              "largest eigenvalue", "off-diagonal share of ‖W_ee‖"], rows)
 
 
 def partial(summary):

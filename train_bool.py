@@ -35,10 +35,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import runlog
-from runlog import Distinct, flag
+from runlog import POSITIVE, Distinct, flag
 
 MODELS = ("transformer", "fcn")
-POSITIVE = runlog.number(int, 0)
 
 
 @dataclass
@@ -68,11 +67,9 @@ N_TEST = 10_000              # held-out samples
 # The training budget: the rates and inits at which most seeds learn at every T of the grid
 # (RESULTS.md, "Sparse AND", says what larger rates, widths and positional inits did instead).
 FIT_LOSS = 1e-3              # mean training BCE below which the set counts as fit: training stops
-HPARAMS = {
-    "transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
-    # a lower rate than the transformer's: at large m a higher one can collapse to a constant output
-    "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
-}
+HPARAMS = {"transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
+           # the FCN's rate is lower: at large m a higher one can collapse to a constant output
+           "fcn": dict(width=128, lr=3e-3, steps=600)}  # one hidden ReLU layer
 # what a logged accuracy depends on beyond (model, T, s, m, seed), as config.json holds it
 SETTINGS = json.loads(json.dumps(dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)))
 
@@ -120,8 +117,7 @@ class ReadoutTransformer(torch.nn.Module):
 
 def build(model, T, seed, device):
     """A model and its input encoding, initialised from a generator seeded with `seed` alone."""
-    gen = torch.Generator().manual_seed(seed)
-    hp = HPARAMS[model]
+    gen, hp = torch.Generator().manual_seed(seed), HPARAMS[model]
     if model == "transformer":
         net, encode = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen), lambda b: b.long()
     else:
@@ -182,7 +178,6 @@ def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
             wins, losses = wins + won, losses + (not won)
             if wins >= need or losses > len(seeds) - need:
                 return wins >= need
-
     failed, i = -1, 0      # failed: the largest grid index known to fail
     while not passes(grid[i]):
         if i == len(grid) - 1:
@@ -204,9 +199,7 @@ def search(trainer, T, s, grid, seeds, points=6):
     first = min(max(i - points // 2, 0), max(len(grid) - points, 0))
     lo, hi = first, min(first + points, len(grid)) - 1
     floor, top = max(first - points // 2, 0), min(hi + points // 2, len(grid) - 1)
-
     rate = lambda j: np.mean([trainer(grid[j], T, s, seed) >= PASS_ACC for seed in seeds])  # noqa
-
     while True:                        # widen below first: its m are the cheaper
         if lo > floor and rate(lo) > 0.2:
             lo -= 1
@@ -238,7 +231,6 @@ def logistic_fit(ms, wins):
     loglik = -(wins * np.logaddexp(0, -z) + (n - wins) * np.logaddexp(0, z)).sum(-1)
     profile, (i, j) = loglik.max(1), np.unravel_index(loglik.argmax(), loglik.shape)
     inside = np.flatnonzero(profile >= profile.max() - CHI2_95 / 2)
-
     edge = lambda i: None if i in (0, len(x) - 1) else round(float(np.exp(x[i])), 1)  # noqa: E731
     return dict(m50=edge(i), lo=edge(inside[0]), hi=edge(inside[-1]), w=round(float(w[j]), 3),
                 n=int(n.sum()), outcomes=[[int(m), int(k), int(t)] for m, k, t in zip(ms, wins, n)])
@@ -259,7 +251,6 @@ def fit_curves(Ts, m50, lo, hi):
         A = np.stack([np.ones_like(lnT), lnT], 1) / sigma[:, None]
         coef = np.linalg.lstsq(A, target / sigma, rcond=None)[0]
         return coef, float(np.sum((A @ coef - target / sigma) ** 2))
-
     (a, b), chi_log = wls(m, m * sd)
     (lnc, k), chi_pow = wls(np.log(m), sd)
     return {"log": dict(a=float(a), b=float(b), chi2=chi_log),
@@ -294,9 +285,6 @@ def check_runs(args):
                        "rerun it with --force")
 
 
-FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
-
-
 def write_results(out, rows, status, seconds):
     """critical.json (for plots.py), critical.csv, summary.json; at the end, the table and the fits
     printed. rows None (--m, no search): summary.json alone."""
@@ -309,8 +297,9 @@ def write_results(out, rows, status, seconds):
         fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(
             *([o[k] for o in mine] for k in ("T", "m50", "lo", "hi")))
     runlog.write_json(out / "critical.json", {"status": status, "rows": rows, "fits": fits})
-    table = [FIELDS, *([r[k] for k in FIELDS] for r in rows)]          # as csv.writer writes it
-    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n" for row in table)
+    fields = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # as csv.writer writes:
+    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"
+                   for row in [fields, *([r[k] for k in fields] for r in rows)])
     runlog.write_bytes(out / "critical.csv", text.replace("\n", "\r\n").encode())
     runlog.write_json(out / "summary.json", dict(summary, rows=rows, fits=fits))
     if status == "running":
@@ -372,7 +361,6 @@ def run(args, device):
                 bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
             asked.append(key)
             return done[key]["acc"]
-
         try:
             for model, s, T in bar:
                 asked.clear()          # the fit: what this search asked for, not all of the log

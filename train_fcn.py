@@ -261,7 +261,6 @@ def fits(rows, budgets):
     def slope(rows):
         pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
         return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
-
     at = {(m, b): {r["T"]: r for r in rows if (r["model"], r["steps"]) == (m, b)}
           for m in MODELS for b in budgets}
     out = {m: {str(b): slope(at[m, b].values()) for b in budgets} for m in MODELS}
@@ -376,7 +375,6 @@ def sweep(args, device):
         runlog.write_json(Path(args.out) / "sweep.json", dict(
             status=status, eps=eps, **sweep_settings(args), rows=rows,
             loglog_slope=fits(rows, args.sweep_steps), cells=cells))
-
     try:
         save("running")    # its settings, for a --resume after a kill in its first cell
         for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
