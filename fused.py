@@ -103,8 +103,8 @@ def draw_positions(gen, pe_words, lo, hi, T, L):
 
 def chunk_forward(G, r, X, idx, W, V, query):
     """R runs on c sequences that share their PEs: G (c, T, e) raw rows with r (c, T) = 1/|g_i|
-    (a table of unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V (R, d, D); query (R,)
-    bool: attend [Z, z_q]. Returns f (c, R, d) and what chunk_backward needs."""
+    (a table of unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V (R, d, D); query: R
+    host bools, attend [Z, z_q]. Returns f (c, R, d) and what chunk_backward needs."""
     c, d, T = X.shape
     R = W.shape[0]
     rows = torch.arange(c, device=X.device)[:, None]
@@ -114,7 +114,8 @@ def chunk_forward(G, r, X, idx, W, V, query):
     M = torch.cat([u_e, V_e.reshape(1, R * d, -1).expand(c, -1, -1)], 1)  # [u_e; V_e] (c, R+Rd, e)
     PM = torch.bmm(M, G.mT) * r[:, None, :]                        # pass 1 over G: [u_e; V_e] p_i
     a = torch.bmm(u_x, X) + PM[:, :R]                              # scores a_i = z_i^T u  (c, R, T)
-    a_q = torch.where(query, (u_e * p_y[:, None, :]).sum(-1), -torch.inf)  # z_q^T u, or no query
+    a_q = torch.where(torch.tensor(query, device=X.device), (u_e * p_y[:, None, :]).sum(-1),
+                      -torch.inf)                                  # z_q^T u, or no query
     top = torch.maximum(a.amax(-1), a_q)
     e_t, e_q = torch.exp(a - top[..., None]), torch.exp(a_q - top)
     norm = e_t.sum(-1) + e_q
@@ -161,7 +162,10 @@ class FusedStep:
     the work on each chunk's draws, fused_chunk's (train_tf.autograd_chunk: --step autograd)."""
 
     def __init__(self, parts, query, d, d_e, device, dtype, threads=2, chunk=fused_chunk):
-        self.parts, self.query, self.d, self.d_e, self.chunk = parts, query, d, d_e, chunk
+        attends = torch.as_tensor(query).tolist()       # on the host once: no step waits on it
+        self.parts = [(seed, kind, table, torch.tensor(runs, device=device),
+                       tuple(attends[k] for k in runs)) for seed, kind, table, runs in parts]
+        self.d, self.d_e, self.chunk = d, d_e, chunk
         self.device, self.dtype = device, dtype
         self.threads = threads if device.type == "cpu" else 1
         self.local = threading.local()                             # per-thread generator and buffer
@@ -198,7 +202,7 @@ class FusedStep:
         stream; the PEs of every part share a buffer, so a part is used before the next is drawn."""
         gen, buf = self.thread_tools(buffer_size(self.device, hi - lo, T, self.d_e))
         tokens = {}
-        for seed, kind, table, runs in self.parts:
+        for seed, kind, table, runs, query in self.parts:
             token_words, pe_words = words(seed, index, val)
             if token_words not in tokens:
                 tokens[token_words] = draw_tokens(gen, token_words, lo, hi, T, q, self.d,
@@ -214,7 +218,7 @@ class FusedStep:
                 else:
                     G = table[:T].expand(hi - lo, -1, -1)
                 r = torch.ones(hi - lo, T, dtype=self.dtype, device=self.device)
-            yield runs, G, r, tokens[token_words]
+            yield runs, query, G, r, tokens[token_words]
 
     def __call__(self, W, V, index, n, T, q, val=False):
         """W (R, D, D), V (R, d, D) on the training batch `index` of each run's seed: returns losses
@@ -225,9 +229,8 @@ class FusedStep:
         def work(chunks):                              # one thread's chunks, its own sums
             sums = torch.zeros_like(W[:, 0, 0]), torch.zeros_like(W), torch.zeros_like(V)
             for lo, hi in chunks:
-                for runs, G, r, (X, idx, target) in self.draws(lo, hi, index, T, q, val):
-                    out = self.chunk(G, r, X, idx, target, W[runs], V[runs], self.query[runs], n,
-                                     val)
+                for runs, query, G, r, (X, idx, target) in self.draws(lo, hi, index, T, q, val):
+                    out = self.chunk(G, r, X, idx, target, W[runs], V[runs], query, n, val)
                     if val:
                         per_sequence[lo:hi, runs] = out
                         continue

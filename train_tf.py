@@ -137,7 +137,7 @@ def autograd_chunk(G, r, X, idx, target, W, V, query, n, val, model=forward):
     with torch.set_grad_enabled(not val):
         W, V = W.detach().requires_grad_(not val), V.detach().requires_grad_(not val)
         L = torch.stack([loss(model(W[k], V[k], Z, z_q, "query" if attend else "tokens"), target)
-                         for k, attend in enumerate(query.tolist())], 1)  # each sequence's (c, R)
+                         for k, attend in enumerate(query)], 1)   # each sequence's (c, R)
         if val:
             return L
         dW, dV = torch.autograd.grad(L.sum() / n, [W, V])    # the gradient of the batch's mean
@@ -153,7 +153,7 @@ class Trainer:
         self.sets = [("val", None, args.T, args.q)]  # (group, key, T, q): from the VAL streams
         self.sets += [("test_T", str(T), T, args.q) for T in args.test_T]
         self.sets += [("test_q", str(q), args.T, q) for q in args.test_q]
-        query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
+        query = [s["attend"] == "query" for s in self.specs]
         shared, longest = {}, max([args.T, *args.test_T])  # (seed, kind, L) -> runs sharing PEs
         for r, s in enumerate(self.specs):
             shared.setdefault((s["seed"], s["pe"], s["positions"]), []).append(r)
