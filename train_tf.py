@@ -301,8 +301,7 @@ def run_specs(args, d_e):
 
 
 def job_flags(names):
-    """A job's --pe, --positions, --seed and --figure-set, from its run directories' names (a name
-    that is not a string: TypeError)."""
+    """A job's --pe, --positions, --seed and --figure-set, from its run directories' names."""
     runs = [re.fullmatch(r"([a-z]+)(?:-L(\d+))?-de\d+-seed(\d+)", name) for name in names]
     words = lambda i: " ".join(dict.fromkeys(m[i] for m in runs if m and m[i])) or "-"  # noqa: E731
     return {"--pe": words(1), "--positions": words(2), "--seed": words(3),
@@ -335,23 +334,22 @@ def open_runs(tr):
     if not (tr.args.resume and tr.file.exists()):  # --resume of a job never started: start
         tr.file.unlink(missing_ok=True)            # an old job's state must not resume
         for spec in tr.specs:
-            runlog.fresh_dir(spec["dir"])          # --force: nothing of the old run stays
+            runlog.fresh_dir(spec["dir"])          # --force: nothing of the old run stays (its log)
             runlog.write_json(spec["dir"] / "config.json", config(tr, spec))
         save_weights(tr, "weights_init.npz")
-        tr.logs = [open(spec["dir"] / "log.jsonl", "w") for spec in tr.specs]
         tr.status, tr.records = ["running"] * R, [{} for _ in range(R)]
-        tr.loss_sum, tr.step = torch.zeros(R, dtype=tr.dtype, device=tr.device), 0
-        return 0.0
-    state = runlog.load_checkpoint(tr.file)
-    for spec in tr.specs:                          # all checked before any log is rewritten
-        old, new = runlog.read_config(spec["dir"]), json.loads(json.dumps(config(tr, spec)))
-        changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
-                   and old.get(k) != new[k]]
-        runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
-                       f"config.json in {', '.join(changed)}; resume with the run's own flags")
-    seconds = restore(tr, state)
-    for spec, run in zip(tr.specs, state["runs"]):
-        runlog.write_bytes(spec["dir"] / "log.jsonl", run["log"])  # the log as checkpointed
+        tr.loss_sum, tr.step, seconds = torch.zeros(R, dtype=tr.dtype, device=tr.device), 0, 0.0
+    else:
+        state = runlog.load_checkpoint(tr.file)
+        for spec in tr.specs:                      # all checked before any log is rewritten
+            old, new = runlog.read_config(spec["dir"]), json.loads(json.dumps(config(tr, spec)))
+            changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
+                       and old.get(k) != new[k]]
+            runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
+                           f"config.json in {', '.join(changed)}; resume with the run's own flags")
+        seconds = restore(tr, state)
+        for spec, run in zip(tr.specs, state["runs"]):
+            runlog.write_bytes(spec["dir"] / "log.jsonl", run["log"])  # the log as checkpointed
     tr.logs = [open(spec["dir"] / "log.jsonl", "a") for spec in tr.specs]
     return seconds
 
@@ -514,7 +512,7 @@ def check_runs(args):
             state, mine = runlog.load_checkpoint(held), job_flags([s["dir"].name for s in specs])
             try:
                 theirs = job_flags([run["dir"] for run in state["runs"]])
-            except (TypeError, KeyError, IndexError):                # not a job checkpoint's runs
+            except (TypeError, KeyError, IndexError):      # not a job checkpoint's runs and names
                 raise ValueError(f"--resume: {held} is not a job checkpoint of train_tf.py; delete"
                                  " it and rerun with --force") from None
             runlog.require(False, f"--resume: {args.out} holds the checkpoint of a job of d_e={d_e}"
