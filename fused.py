@@ -4,17 +4,15 @@ Streams: a batch is a function of (seed, stream, index) alone. Tokens and subset
 stream, stochastic PEs from another: runs of one seed see the same tokens and subsets whatever their
 PE, optimiser or attention, and a process training several draws each batch once. The validation
 sets' streams do not depend on the run's seed: every run of every seed is scored on the same
-sequences (paired differences). Sequences are drawn in chunks, each from a torch.Generator seeded by
-(seed, stream, index, chunk): the numbers do not depend on threads or chunking (DRAWS). CUDA's
-generator draws other numbers than the CPU's from the same seed: a GPU run is another seed.
+sequences (paired differences). Each chunk of sequences comes from a torch.Generator seeded by
+(seed, stream, index, chunk): the same numbers whatever the threads (DRAWS); CUDA's: another seed.
 
-The step: the model needs the PEs P only through three products per sequence: the scores p_i^T u,
-the values V p_i and the backward pass's sums sum_i w_i p_i. So it never builds P, Z = [X; P] or a
-masked copy: it keeps the raw Gaussians G (a row g_i per position, p_i = g_i/|g_i|), folds 1/|g_i|
-into the small vectors, and does both passes over G while a chunk of sequences is in cache; its
-gradient is sts.backward for that layout (tested against it and train_tf.forward's autograd). On a
-CPU a big enough batch is cut into a chunk per worker thread (torch's normal_ runs on one core; two
-threads with their own generators halve it); a small one (a course-scale step) stays one chunk.
+The step needs the PEs P only through the scores p_i^T u, the values V p_i and the backward's sums
+sum_i w_i p_i: it never builds P, Z = [X; P] or a masked copy, but keeps the raw Gaussians G (p_i =
+g_i/|g_i|), folds 1/|g_i| into the small vectors and does both passes over G while a chunk is in
+cache (tested against sts.backward and train_tf.forward's autograd). On a CPU a big batch is cut
+into a chunk per worker thread (torch's normal_ runs on one core; two threads with their own
+generators halve it); a small one (a course-scale step) stays one chunk.
 """
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -103,8 +101,8 @@ def draw_positions(gen, pe_words, lo, hi, T, L):
 
 def chunk_forward(G, r, X, idx, W, V, query):
     """R runs on c sequences that share their PEs: G (c, T, e) raw rows with r (c, T) = 1/|g_i|
-    (a table of unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V (R, d, D); query (R,)
-    bool: attend [Z, z_q]. Returns f (c, R, d) and what chunk_backward needs."""
+    (a table of unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V (R, d, D); query: R
+    host bools, attend [Z, z_q]. Returns f (c, R, d) and what fused_chunk's backward pass needs."""
     c, d, T = X.shape
     R = W.shape[0]
     rows = torch.arange(c, device=X.device)[:, None]
@@ -114,7 +112,8 @@ def chunk_forward(G, r, X, idx, W, V, query):
     M = torch.cat([u_e, V_e.reshape(1, R * d, -1).expand(c, -1, -1)], 1)  # [u_e; V_e] (c, R+Rd, e)
     PM = torch.bmm(M, G.mT) * r[:, None, :]                        # pass 1 over G: [u_e; V_e] p_i
     a = torch.bmm(u_x, X) + PM[:, :R]                              # scores a_i = z_i^T u  (c, R, T)
-    a_q = torch.where(query, (u_e * p_y[:, None, :]).sum(-1), -torch.inf)  # z_q^T u, or no query
+    a_q = torch.where(torch.tensor(query, device=X.device), (u_e * p_y[:, None, :]).sum(-1),
+                      -torch.inf)                                  # z_q^T u, or no query
     top = torch.maximum(a.amax(-1), a_q)
     e_t, e_q = torch.exp(a - top[..., None]), torch.exp(a_q - top)
     norm = e_t.sum(-1) + e_q
@@ -123,14 +122,18 @@ def chunk_forward(G, r, X, idx, W, V, query):
           + PM[:, R:].view(c, R, d, T))                            # values V z_i  (c, R, d, T)
     vq = torch.einsum("rke,ce->crk", V_e, p_y)                     # V z_q = V_e p_y
     f = (vz * sm[:, :, None, :]).sum(-1) + sm_q[..., None] * vq    # f = V C softmax(a)    (c, R, d)
-    return f, (G, r, X, p_y, sm, sm_q, vz, vq)
+    return f, (p_y, sm, sm_q, vz, vq)
 
 
-def chunk_backward(err, n, cache):
-    """The chunk's dW[:, :, d:] (R, D, e), dV (R, d, D) of L = 1/(2n) sum ||err||^2, err = f - y."""
-    G, r, X, p_y, sm, sm_q, vz, vq = cache
-    R = sm.shape[1]
-    df = err / n                                                   # dL/df
+def fused_chunk(G, r, X, idx, target, W, V, query, n, val):
+    """FusedStep's work on a chunk: with val each sequence's loss 1/2 ||f - y||^2 (c, R), else the
+    chunk's loss sum (R,) and its backward pass by hand: dW[:, :, d:] (R, D, e) and dV (R, d, D)
+    of L = 1/(2n) sum ||f - y||^2."""
+    f, (p_y, sm, sm_q, vz, vq) = chunk_forward(G, r, X, idx, W, V, query)
+    err = f - target[:, None, :]
+    if val:
+        return 0.5 * (err * err).sum(2)
+    R, df = sm.shape[1], err / n                                   # dL/df
     ds = (vz * df[..., None]).sum(2)                               # ds_i = (V z_i)^T df (c, R, T)
     ds_q = (vq * df).sum(-1)
     inner = (sm * ds).sum(-1) + sm_q * ds_q                        # <s, ds>, the query included
@@ -139,18 +142,8 @@ def chunk_backward(err, n, cache):
     Xt = X.mT
     h = torch.cat([torch.bmm(sm, Xt), Gw[:, :R] + sm_q[..., None] * p_y[:, None]], -1)   # h = C s
     du = torch.cat([torch.bmm(da, Xt), Gw[:, R:] + da_q[..., None] * p_y[:, None]], -1)  # du = C da
-    # du z_q^T, df h^T
-    return torch.einsum("crD,ce->rDe", du, p_y), torch.einsum("crd,crD->rdD", df, h)
-
-
-def fused_chunk(G, r, X, idx, target, W, V, query, n, val):
-    """FusedStep's work on a chunk: with val each sequence's loss 1/2 ||f - y||^2 (c, R), else the
-    chunk's loss sum (R,), dW[:, :, d:] and dV of L = 1/(2n) sum ||f - y||^2."""
-    f, cache = chunk_forward(G, r, X, idx, W, V, query)
-    err = f - target[:, None, :]
-    if val:
-        return 0.5 * (err * err).sum(2)
-    return 0.5 * (err * err).sum((0, 2)), *chunk_backward(err, n, cache)
+    return (0.5 * (err * err).sum((0, 2)), torch.einsum("crD,ce->rDe", du, p_y),  # du z_q^T,
+            torch.einsum("crd,crD->rdD", df, h))                                  # df h^T
 
 
 class FusedStep:
@@ -158,11 +151,14 @@ class FusedStep:
     parts: runs sharing PEs, as (seed, kind, table, run indices): kind "stochastic" (table None),
     or a (L, d_e) tensor of unit rows, whose first T rows are used (fixed, onehot) or T of the L in
     order, drawn per sequence (randomized). query: (R,) bool, which runs attend [Z, z_q]. chunk:
-    the work on each chunk's draws, fused_chunk's (train_tf.autograd_chunk: --step autograd)."""
+    the work on each chunk's draws, fused_chunk (train_tf.autograd_chunk: --step autograd), given
+    the part's runs' query flags as host bools."""
 
     def __init__(self, parts, query, d, d_e, device, dtype, threads=2, chunk=fused_chunk):
-        self.parts, self.query, self.d, self.d_e, self.chunk = parts, query, d, d_e, chunk
-        self.device, self.dtype = device, dtype
+        attends = torch.as_tensor(query).tolist()       # on the host once: no step waits on it
+        self.parts = [(seed, kind, table, torch.tensor(runs, device=device),
+                       tuple(attends[k] for k in runs)) for seed, kind, table, runs in parts]
+        self.d, self.d_e, self.chunk, self.device, self.dtype = d, d_e, chunk, device, dtype
         self.threads = threads if device.type == "cpu" else 1
         self.local = threading.local()                             # per-thread generator and buffer
         self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
@@ -198,7 +194,7 @@ class FusedStep:
         stream; the PEs of every part share a buffer, so a part is used before the next is drawn."""
         gen, buf = self.thread_tools(buffer_size(self.device, hi - lo, T, self.d_e))
         tokens = {}
-        for seed, kind, table, runs in self.parts:
+        for seed, kind, table, runs, query in self.parts:
             token_words, pe_words = words(seed, index, val)
             if token_words not in tokens:
                 tokens[token_words] = draw_tokens(gen, token_words, lo, hi, T, q, self.d,
@@ -214,7 +210,7 @@ class FusedStep:
                 else:
                     G = table[:T].expand(hi - lo, -1, -1)
                 r = torch.ones(hi - lo, T, dtype=self.dtype, device=self.device)
-            yield runs, G, r, tokens[token_words]
+            yield runs, query, G, r, tokens[token_words]
 
     def __call__(self, W, V, index, n, T, q, val=False):
         """W (R, D, D), V (R, d, D) on the training batch `index` of each run's seed: returns losses
@@ -225,9 +221,8 @@ class FusedStep:
         def work(chunks):                              # one thread's chunks, its own sums
             sums = torch.zeros_like(W[:, 0, 0]), torch.zeros_like(W), torch.zeros_like(V)
             for lo, hi in chunks:
-                for runs, G, r, (X, idx, target) in self.draws(lo, hi, index, T, q, val):
-                    out = self.chunk(G, r, X, idx, target, W[runs], V[runs], self.query[runs], n,
-                                     val)
+                for runs, query, G, r, (X, idx, target) in self.draws(lo, hi, index, T, q, val):
+                    out = self.chunk(G, r, X, idx, target, W[runs], V[runs], query, n, val)
                     if val:
                         per_sequence[lo:hi, runs] = out
                         continue

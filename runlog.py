@@ -263,19 +263,16 @@ def flag(default, help, **options):
     return dataclasses.field(default=default, metadata=meta)
 
 
-def number(kind, low, high=math.inf, words=None):
-    """An argparse type=: a `kind` in (low, high), e.g. number(int, 0) a positive integer."""
+def number(kind, low, words=None):
+    """An argparse type=: a finite `kind` above low, e.g. number(int, 0) a positive integer."""
     words = words or " ".join(["a", "positive" if low == 0 else f"> {low}",
                                "integer" if kind is int else "finite number"])
 
     def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not low < value < high:
-            raise argparse.ArgumentTypeError(f"must be {words} (got {text})")
-        return value
+        with contextlib.suppress(ValueError):              # not a `kind` at all: the same line
+            if low < (value := kind(text)) < math.inf:
+                return value
+        raise argparse.ArgumentTypeError(f"must be {words} (got {text})")
     parse.__name__ = words          # argparse names a type by it in its own messages
     return parse
 

@@ -9,8 +9,7 @@
 Read top to bottom: the flags, the model, the batch, evaluate, the loop, the bookkeeping. The runs
 of several --pe and --seed (or --figure-set's seven) train side by side on each step's shared draws
 (fused.py), several --de one after another. Each run writes a directory under --out: config.json,
-log.jsonl, weights_init.npz, weights_final.npz, final_losses.npz (each final sequence's loss),
-summary.json.
+log.jsonl, weights_init.npz, weights_final.npz, final_losses.npz (per sequence), summary.json.
 """
 import contextlib
 import hashlib
@@ -137,7 +136,7 @@ def autograd_chunk(G, r, X, idx, target, W, V, query, n, val, model=forward):
     with torch.set_grad_enabled(not val):
         W, V = W.detach().requires_grad_(not val), V.detach().requires_grad_(not val)
         L = torch.stack([loss(model(W[k], V[k], Z, z_q, "query" if attend else "tokens"), target)
-                         for k, attend in enumerate(query.tolist())], 1)  # each sequence's (c, R)
+                         for k, attend in enumerate(query)], 1)   # each sequence's (c, R)
         if val:
             return L
         dW, dV = torch.autograd.grad(L.sum() / n, [W, V])    # the gradient of the batch's mean
@@ -145,26 +144,20 @@ def autograd_chunk(G, r, X, idx, target, W, V, query, n, val, model=forward):
 
 
 class Trainer:
-    """The runs of one d_e: their weights, optimisers, step and validation sets."""
+    """The runs of one d_e: their weights, optimisers and step."""
 
     def __init__(self, args, d_e, device, specs=None):
         self.args, self.d_e, self.device, self.dtype = args, d_e, device, getattr(torch, args.dtype)
         self.specs = specs or run_specs(args, d_e)
-        self.sets = [("val", None, args.T, args.q)]  # (group, key, T, q): from the VAL streams
-        self.sets += [("test_T", str(T), T, args.q) for T in args.test_T]
-        self.sets += [("test_q", str(q), args.T, q) for q in args.test_q]
-        query = torch.tensor([s["attend"] == "query" for s in self.specs], device=device)
         shared, longest = {}, max([args.T, *args.test_T])  # (seed, kind, L) -> runs sharing PEs
         for r, s in enumerate(self.specs):
             shared.setdefault((s["seed"], s["pe"], s["positions"]), []).append(r)
-        table = lambda kind, seed, L: torch.as_tensor(  # noqa: E731  (L, else the longest, d_e)
+        parts = [(seed, kind, None if kind == "stochastic" else torch.as_tensor(  # its PE table
             sts.PositionalEncoding(kind, d_e, L or longest, seed).table.T.copy(), dtype=self.dtype,
-            device=device)
-        parts = [(seed, kind, None if kind == "stochastic" else table(kind, seed, L), runs)
-                 for (seed, kind, L), runs in shared.items()]
+            device=device), runs) for (seed, kind, L), runs in shared.items()]  # (L or longest, e)
         chunk = autograd_chunk if args.step == "autograd" else fused.fused_chunk   # --step
-        self.step_fn = fused.FusedStep(parts, query, args.d, d_e, device, self.dtype, args.threads,
-                                       chunk)
+        self.step_fn = fused.FusedStep(parts, [s["attend"] == "query" for s in self.specs], args.d,
+                                       d_e, device, self.dtype, args.threads, chunk)
         inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
                  for s in self.specs]
         self.W, self.V = ([torch.tensor(M, dtype=self.dtype, device=device) for M in Ms]
@@ -191,9 +184,11 @@ class Trainer:
 def evaluate(tr, n):
     """Each run's loss on each of the first n sequences of every validation set, common to every
     run of every seed (val at T, then each T_test and q_test): [((group, key), (n, R))]."""
-    W, V = torch.stack(tr.W), torch.stack(tr.V)
+    a, W, V = tr.args, torch.stack(tr.W), torch.stack(tr.V)
+    sets = [("val", None, a.T, a.q), *(("test_T", str(T), T, a.q) for T in a.test_T),
+            *(("test_q", str(q), a.T, q) for q in a.test_q)]   # (group, key, T, q): the VAL streams
     return [((group, key), tr.step_fn(W, V, fused.val_index(T, q), n, T, q, val=True).double())
-            for group, key, T, q in tr.sets]
+            for group, key, T, q in sets]
 
 
 def finals(tr, n):
@@ -313,17 +308,6 @@ def job_flags(names):
             "--figure-set": "on" if len(set(names)) < len(names) else "off"}
 
 
-def load_runs(file):
-    """A job checkpoint's runs (each names its directory, "dir"); another structure is bad input."""
-    state = runlog.load_checkpoint(file)
-    try:
-        runlog.require(all(isinstance(run["dir"], str) for run in state["runs"]), "")
-        return state["runs"]
-    except (ValueError, TypeError, KeyError, IndexError):
-        raise ValueError(f"--resume: {file} is not a job checkpoint of train_tf.py; delete it and"
-                         " rerun with --force") from None
-
-
 def job_checkpoint(args, specs, d_e):
     """The file of a job's checkpoint in --out, named by its runs: the same flags find it again."""
     names = "\n".join(str(spec["dir"].relative_to(args.out)) for spec in specs)
@@ -350,23 +334,22 @@ def open_runs(tr):
     if not (tr.args.resume and tr.file.exists()):  # --resume of a job never started: start
         tr.file.unlink(missing_ok=True)            # an old job's state must not resume
         for spec in tr.specs:
-            runlog.fresh_dir(spec["dir"])          # --force: nothing of the old run stays
+            runlog.fresh_dir(spec["dir"])          # --force: nothing of the old run stays (its log)
             runlog.write_json(spec["dir"] / "config.json", config(tr, spec))
         save_weights(tr, "weights_init.npz")
-        tr.logs = [open(spec["dir"] / "log.jsonl", "w") for spec in tr.specs]
         tr.status, tr.records = ["running"] * R, [{} for _ in range(R)]
-        tr.loss_sum, tr.step = torch.zeros(R, dtype=tr.dtype, device=tr.device), 0
-        return 0.0
-    state = runlog.load_checkpoint(tr.file)
-    for spec in tr.specs:                          # all checked before any log is rewritten
-        old, new = runlog.read_config(spec["dir"]), json.loads(json.dumps(config(tr, spec)))
-        changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
-                   and old.get(k) != new[k]]
-        runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
-                       f"config.json in {', '.join(changed)}; resume with the run's own flags")
-    seconds = restore(tr, state)
-    for spec, run in zip(tr.specs, state["runs"]):
-        runlog.write_bytes(spec["dir"] / "log.jsonl", run["log"])  # the log as checkpointed
+        tr.loss_sum, tr.step, seconds = torch.zeros(R, dtype=tr.dtype, device=tr.device), 0, 0.0
+    else:
+        state = runlog.load_checkpoint(tr.file)
+        for spec in tr.specs:                      # all checked before any log is rewritten
+            old, new = runlog.read_config(spec["dir"]), json.loads(json.dumps(config(tr, spec)))
+            changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
+                       and old.get(k) != new[k]]
+            runlog.require(not changed, f"--resume: the flags differ from {spec['dir']}'s "
+                           f"config.json in {', '.join(changed)}; resume with the run's own flags")
+        seconds = restore(tr, state)
+        for spec, run in zip(tr.specs, state["runs"]):
+            runlog.write_bytes(spec["dir"] / "log.jsonl", run["log"])  # the log as checkpointed
     tr.logs = [open(spec["dir"] / "log.jsonl", "a") for spec in tr.specs]
     return seconds
 
@@ -424,7 +407,7 @@ def close(tr, done, seconds, results):
 def read_run(path):
     """--evaluate: a finished run's config.json, summary.json and final weights, all checked before
     anything is scored or written; anything else is one line naming the file and the fix."""
-    def read(name, load, check, what):
+    def read(name, check, what, load=lambda file: json.loads(file.read_text())):
         file = path / name
         try:
             value = load(file) if file.is_file() else None          # a FIFO is never opened
@@ -435,16 +418,15 @@ def read_run(path):
         runlog.require(ok, f"--evaluate: {file} is {what}; name finished train_tf.py runs (or"
                        " retrain this one)")
         return value
-    config = read("config.json", lambda file: json.loads(file.read_text()), lambda c: all(
+    config = read("config.json", lambda c: all(
         type(x) is int and x > 0 for x in [c["T"], c["q"], c["d"], c["de"], c["seed"] + 1,
                                            c.get("positions") or 1, *c["test_T"], *c["test_q"]])
         and c["model"] == "transformer" and c["pe"] in sts.PE_KINDS and c["dtype"] in
         ("float32", "float64"), "not the config.json of a train_tf.py run")
-    summary = read("summary.json", lambda file: json.loads(file.read_text()),
-                   lambda s: isinstance(s, dict), "not a JSON object")
+    summary = read("summary.json", lambda s: isinstance(s, dict), "not a JSON object")
     D = config["d"] + config["de"]
-    weights = read("weights_final.npz", lambda file: dict(np.load(file)), lambda w: w["W"].shape
-                   == (D, D) and w["V"].shape == (D - config["de"], D), f"not W ({D}, {D}), V")
+    weights = read("weights_final.npz", lambda w: w["W"].shape == (D, D) and w["V"].shape == (
+        D - config["de"], D), f"not W ({D}, {D}), V", lambda file: dict(np.load(file)))
     return config, summary, weights
 
 
@@ -527,8 +509,12 @@ def check_runs(args):
         job = job_checkpoint(args, specs, d_e)
         for held in [] if job.exists() or not args.resume else Path(args.out).glob(
                 f"checkpoint-de{d_e}-*.pt"):                  # another job's: never --force it
-            mine, theirs = (job_flags(names) for names in (
-                [spec["dir"].name for spec in specs], [run["dir"] for run in load_runs(held)]))
+            state, mine = runlog.load_checkpoint(held), job_flags([s["dir"].name for s in specs])
+            try:
+                theirs = job_flags([run["dir"] for run in state["runs"]])
+            except (TypeError, KeyError, IndexError):      # not a job checkpoint's runs and names
+                raise ValueError(f"--resume: {held} is not a job checkpoint of train_tf.py; delete"
+                                 " it and rerun with --force") from None
             runlog.require(False, f"--resume: {args.out} holds the checkpoint of a job of d_e={d_e}"
                            " whose flags differ from these: " + "; ".join(
                                f"its {k} {v} (here {mine[k]})" for k, v in theirs.items()
