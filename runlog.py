@@ -2,7 +2,8 @@
 
 A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
-terminated or failed; its step; its last record), weights_*.npz and checkpoint.pt (for --resume).
+terminated or failed; its step; its last record) and weights_*.npz; a job's checkpoint for
+--resume lies in its --out, beside its runs.
 Exit status (run_command): 0 finished, 1 diverged, 2 bad input, an unwritable file or too little
 memory (one line each), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP. It knows nothing of the models and
 imports torch only where a checkpoint or device needs it (plots.py uses it without torch).
