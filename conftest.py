@@ -1,6 +1,8 @@
 """Shared by the three test files (test_sts.py runs them all): tiny run flags, log readers, small
 batches. Importable without torch, so that the NumPy tests run where torch is not installed."""
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +68,20 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
                     assert x is None and y is None, (key, a["step"])
                 else:
                     assert x == pytest.approx(y, rel=rel, abs=1e-12), (key, a["step"])
+
+
+def signal_in_step(monkeypatch, sig, k):
+    """train_tf.py's next job gets `sig` while it trains step k (taken after it), sent to the test's
+    own process; an AssertionError, not a killed test run, where the job left no handler for it."""
+    import train_tf                      # torch: imported by the tests that use it
+    step = train_tf.Trainer.train_step
+
+    def signalled(tr, t):
+        if t == k:
+            assert signal.getsignal(sig) not in (signal.SIG_DFL, signal.SIG_IGN, None), sig
+            os.kill(os.getpid(), sig)
+        return step(tr, t)
+    monkeypatch.setattr(train_tf.Trainer, "train_step", signalled)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import sts
 import train_bool
 import train_fcn
 import train_tf
-from conftest import FCN_TINY, HERE, TINY, read_log
+from conftest import FCN_TINY, HERE, TINY, read_log, signal_in_step
 
 
 COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128",
@@ -94,17 +94,46 @@ def test_train_tf_writes_a_run_directory(tmp_path):
         assert np.load(run / name)["W"].shape == (10, 10)
 
 
+@pytest.mark.parametrize("outside", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["in-process", "outside"])
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated"),
                                              (signal.SIGHUP, 129, "terminated")])  # ssh closed
-def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, sig, code,
-                                                                          word):
+def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, capsys,
+                                                                          monkeypatch, sig, code,
+                                                                          word, outside):
+    # outside (slow, run by --all): the script started as a process, the signal from this one once
+    # its log has two records; else (the quick suite) the same job in this process, the signal
+    # sent while it trains step 25
     train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
     run = tmp_path / "stochastic-de8-seed0"
     assert summary_of(run)["status"] == "finished"
+    flags = [*TINY, "--steps", "10000000", "--force", "--out", str(tmp_path)]
+    if not outside:
+        signal_in_step(monkeypatch, sig, 24)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as done:
+            train_tf.main(flags)
+        returncode, (out, err) = done.value.code, capsys.readouterr()
+        assert summary_of(run)["stopped_at"] == 25
+    else:
+        returncode, out, err = signalled_from_outside(flags, run, sig)
+    assert returncode == code and word in err.splitlines()[-1]
+    summary = summary_of(run)
+    assert summary["status"] == word and summary["stopped_at"] >= 10
+    closing = out.splitlines()[-1]                         # the last evaluation, with its own step
+    assert (f"{word} at step {summary['stopped_at']}; last evaluated at step {summary['step']}"
+            in closing)
+    assert f"val {summary['val']:.4f}" in closing
+    assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
+    assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
+
+
+def signalled_from_outside(flags, run, sig):
+    """train_tf.py FLAGS started as a process, sent `sig` once the log of `run` (a run it rewrites)
+    has two records: (its exit status, stdout, stderr)."""
     started = time.time_ns()
-    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY,
-                             "--steps", "10000000", "--force", "--out", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
 
@@ -118,15 +147,7 @@ def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_pa
         time.sleep(0.05)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == code and word in err.splitlines()[-1]
-    summary = summary_of(run)
-    assert summary["status"] == word and summary["stopped_at"] >= 10
-    closing = out.splitlines()[-1]                         # the last evaluation, with its own step
-    assert (f"{word} at step {summary['stopped_at']}; last evaluated at step {summary['step']}"
-            in closing)
-    assert f"val {summary['val']:.4f}" in closing
-    assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
-    assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
+    return proc.returncode, out, err
 
 
 def test_resume_starts_what_never_started_leaves_what_finished_and_refuses_a_run_it_cannot_resume(
@@ -439,6 +460,10 @@ def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_wha
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((HERE / name).read_bytes())
     monkeypatch.chdir(tmp_path)
+    draws = sts.family_draws       # the floors (sts.py --floor, plots.py --table): the same code
+    monkeypatch.setattr(sts, "family_draws",           # on 256 sequences, not 4,096 (15 s to 5 s)
+                        lambda kind, T, q, d, d_e, n=4096, *rest, **kw:
+                        draws(kind, T, q, d, d_e, min(n, 256), *rest, **kw))
     commands = readme_commands()
     assert {c[0] for c in commands} == {f"{k}.py" for k in CHEAP}  # every script is in the README
     for script, *flags in commands:
@@ -623,17 +648,6 @@ def test_run_course_bad_input_is_one_line_and_exit_status_2_before_anything_is_w
 
 
 # ------------------------------------------------------- a resume, a checkpoint, --evaluate: their edges
-def sigterm_in_step(monkeypatch, k):
-    """train_tf.py's next job gets SIGTERM while it trains step k (taken after it)."""
-    step = train_tf.Trainer.train_step
-
-    def stopped(tr, t):
-        if t == k:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return step(tr, t)
-    monkeypatch.setattr(train_tf.Trainer, "train_step", stopped)
-
-
 def files_of(folder):
     return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -642,7 +656,7 @@ def files_of(folder):
 def stopped_job(tmp_path, monkeypatch):
     """A job of two runs (seed 0, stochastic and fixed PE) stopped by SIGTERM at step 15 of 40."""
     flags = TINY + ["--pe", "stochastic", "fixed", "--steps", "40", "--out", str(tmp_path)]
-    sigterm_in_step(monkeypatch, 15)
+    signal_in_step(monkeypatch, signal.SIGTERM, 15)
     with pytest.raises(SystemExit) as done:
         train_tf.main(flags)
     assert done.value.code == 143

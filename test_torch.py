@@ -23,7 +23,7 @@ import fused
 import sts
 import train_tf
 from conftest import (CUDA, DEVICES, HERE, TINY, assert_same_logs, random_batch,
-                      random_weights, read_log)
+                      random_weights, read_log, signal_in_step)
 
 
 
@@ -306,6 +306,38 @@ def whole_job(tmp_path_factory):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_step_trains_is_taken_after_it_and_the_job_resumes_bit_for_bit(
+        tmp_path, monkeypatch, sig):
+    # the quick suite's stop between evaluations: the signal sent to the job's own process while
+    # it trains from step 17 to 18, mid-way between the evaluations at 14 and 21 (the training-loss
+    # sums half summed); the checks of the test below, whose signal comes from another process
+    flags = [*STOPPED, "--steps", "40"]
+    train_tf.main(flags + ["--out", str(tmp_path / "whole")])
+    step = train_tf.Trainer.train_step
+    signal_in_step(monkeypatch, sig, 17)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(flags + ["--out", str(tmp_path / "cut")])
+    assert done.value.code == (143 if sig == signal.SIGTERM else 130)
+    monkeypatch.setattr(train_tf.Trainer, "train_step", step)
+    checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
+    assert torch.load(checkpoint, weights_only=False)["step"] == 18
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        summary = json.loads((tmp_path / "cut" / run / "summary.json").read_text())
+        assert summary["status"] == ("terminated" if sig == signal.SIGTERM else "interrupted")
+        assert summary["step"] == 14 and summary["stopped_at"] == 18, summary
+    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
+        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
+        for name in ("weights_final.npz", "final_losses.npz"):
+            with np.load(tmp_path / "whole" / run / name) as a, \
+                    np.load(tmp_path / "cut" / run / name) as b:
+                assert all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert not list((tmp_path / "cut").glob("checkpoint-*.pt"))       # finished: none left
+
+
+@pytest.mark.slow   # a process started and stopped from outside: 2 x 8 s; --all (CI) runs it
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_job_stopped_by_sigterm_or_ctrl_c_between_evaluations_resumes_bit_for_bit(tmp_path,
                                                                                     whole_job, sig):
     # a scheduler's preemption: the job checkpoints where it stands (mid-way between two
@@ -460,8 +492,9 @@ def run_state_files(folder):
     return state
 
 
+@pytest.mark.slow   # 81 jobs (about 16 s): `python test_sts.py --all` (CI); the quick suite kills one
 def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_files_bit_for_bit(
-        tmp_path):
+        tmp_path):                                # job at a checkpoint and stops others in a step
     # two jobs (d_e = 8, then 12) of two runs each, Adam; SIGKILL (no handler runs) and SIGTERM
     # right after every checkpoint, every summary and every log record the uninterrupted job writes
     # (one thread: no pool in the driver before it forks)
