@@ -1,5 +1,6 @@
 """Shared by the three test files (test_sts.py runs them all): tiny run flags, log readers, small
 batches. Importable without torch, so that the NumPy tests run where torch is not installed."""
+import contextlib
 import json
 import os
 import signal
@@ -82,6 +83,20 @@ def signal_in_step(monkeypatch, sig, k):
             os.kill(os.getpid(), sig)
         return step(tr, t)
     monkeypatch.setattr(train_tf.Trainer, "train_step", signalled)
+
+
+@contextlib.contextmanager
+def hang_fails(seconds=30):
+    """A test that would hang (a FIFO read, a walk without end) fails instead, after `seconds`."""
+    def fail(*_):
+        raise TimeoutError(f"hung for {seconds} s")
+    before = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
 
 
 @pytest.fixture

@@ -2,11 +2,9 @@
 tiny runs, three seeds as mean and spread, the paired, family and length tables, and one line on
 stderr for each thing that cannot be drawn. Seeded, CPU only.
 """
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +19,7 @@ import tables
 import sts
 import train_fcn
 import train_tf
-from conftest import FCN_TINY, HERE, TINY, read_log
+from conftest import FCN_TINY, HERE, TINY, hang_fails, read_log
 
 
 FIGURES = ("training", "length", "qtest", "weights")  # what an experiment of transformer runs gives
@@ -528,20 +526,6 @@ def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path
     assert (all(line.startswith("plots.py: ") for line in err)
             and any(fragment in line for line in err) or not err), err
     assert sorted(f.name for f in (tmp_path / "fig").glob("*.png")) == sorted(pngs)
-
-
-@contextlib.contextmanager
-def hang_fails(seconds=30):
-    """A test that would hang (a FIFO read, a walk without end) fails instead, after `seconds`."""
-    def fail(*_):
-        raise TimeoutError(f"hung for {seconds} s")
-    before = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, before)
 
 
 @pytest.mark.parametrize("arrays", [dict(val=np.ones(16), x=np.ones(16)),    # a foreign key

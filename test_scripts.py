@@ -23,7 +23,7 @@ import sts
 import train_bool
 import train_fcn
 import train_tf
-from conftest import FCN_TINY, HERE, TINY, read_log, signal_in_step
+from conftest import FCN_TINY, HERE, TINY, hang_fails, read_log, signal_in_step
 
 
 COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128",
@@ -726,14 +726,15 @@ def broken_copy(two_runs, tmp_path, name, damage):
     ("summary.json", lambda summary: []), ("config.json", lambda config: dict(config, T="6")),
     ("config.json", "fifo")])
 def test_evaluate_refuses_a_damaged_run_in_one_line_naming_the_file_and_rewrites_nothing(
-        two_runs, tmp_path, name, damage):
+        two_runs, tmp_path, capsys, name, damage):
     runs = broken_copy(two_runs, tmp_path, name, damage)
     before = {p: b for p, b in files_of(tmp_path / "out").items() if p.name != name}
-    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), "--evaluate", *map(str, runs),
-                        "--n-final", "128", "--device", "cpu"], capture_output=True, text=True,
-                       timeout=120)                              # a FIFO must not hang it
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    assert f"--evaluate: {runs[1] / name} is " in r.stderr, r.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done, hang_fails():      # a FIFO must not hang it
+        train_tf.main(["--evaluate", *map(str, runs), "--n-final", "128", "--device", "cpu"])
+    err = capsys.readouterr().err                  # any other exception fails the test, as raised
+    assert done.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"--evaluate: {runs[1] / name} is " in err, err
     assert {p: b for p, b in files_of(tmp_path / "out").items() if p.name != name} == before
 
 
