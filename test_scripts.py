@@ -23,7 +23,8 @@ import sts
 import train_bool
 import train_fcn
 import train_tf
-from conftest import FCN_TINY, HERE, TINY, hang_fails, read_log, signal_in_step
+from conftest import (FCN_TINY, HERE, TINY, fewer_sequences, hang_fails, read_log,
+                      signal_in_step)
 
 
 COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128",
@@ -422,8 +423,8 @@ def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
 
 
 def test_sts_demo_stops_a_diverging_run_and_refuses_a_negative_rate():
-    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50"],
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50",
+                        "--T", "6", "--de", "8"], capture_output=True, text=True)
     assert r.returncode == 1 and "diverging" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "-1"],
                        capture_output=True, text=True)
@@ -460,10 +461,7 @@ def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_wha
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((HERE / name).read_bytes())
     monkeypatch.chdir(tmp_path)
-    draws = sts.family_draws       # the floors (sts.py --floor, plots.py --table): the same code
-    monkeypatch.setattr(sts, "family_draws",           # on 256 sequences, not 4,096 (15 s to 5 s)
-                        lambda kind, T, q, d, d_e, n=4096, *rest, **kw:
-                        draws(kind, T, q, d, d_e, min(n, 256), *rest, **kw))
+    fewer_sequences(monkeypatch)       # sts.py --floor, plots.py --table: 256 sequences, 15 s to 5 s
     commands = readme_commands()
     assert {c[0] for c in commands} == {f"{k}.py" for k in CHEAP}  # every script is in the README
     for script, *flags in commands:
