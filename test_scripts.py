@@ -395,6 +395,70 @@ def test_a_file_size_limit_inside_torch_save_is_one_line_naming_the_checkpoint(t
     assert [summary_of(run)["status"] for run in sorted(tmp_path.glob("*-seed0"))] == ["failed"] * 2
 
 
+def own_tmpfs(disk):
+    """sh -c SCRIPT's argv to run SCRIPT with a tmpfs of its own mounted on `disk`: the mount and
+    the tmpfs last as long as SCRIPT (a user and mount namespace of its own: root is not needed
+    where the kernel lets users make namespaces); a skip, with the reason, where it cannot."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare (util-linux) here: no tmpfs of the test's own")
+    probe = subprocess.run([unshare, "-rm", "sh", "-c", 'mount -t tmpfs -o size=4k tmpfs "$1"',
+                            "sh", str(disk)], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip("cannot mount a tmpfs in a namespace of the test's own here: "
+                    + (probe.stderr.strip().splitlines() or ["no message"])[-1])
+    return [unshare, "-rm", "sh", "-c"]
+
+
+def test_a_real_full_disk_inside_a_checkpoint_is_one_line_naming_it_and_the_job_resumes(
+        tmp_path, monkeypatch):
+    """The issue's fault 1 on a real disk: a tmpfs (mounted in namespaces of the test's own) with
+    room for a job's files and its first checkpoint, and for half of its second, which torch.save
+    is writing when the disk fills. Exit status 2, one line naming the checkpoint and the fix, no
+    .tmp left, the run's summary written, the first checkpoint whole: --resume goes on from it
+    (on a disk with room) to the files of the job never stopped."""
+    flags, run = [*TINY, "--de", "64"], "stochastic-de64-seed0"
+    save, written = runlog.save_checkpoint, []
+    monkeypatch.setattr(runlog, "save_checkpoint", lambda file, state: (
+        save(file, state), written.append(file.stat().st_size)))
+    train_tf.main(flags + ["--out", str(tmp_path / "whole")])   # the files' sizes; what to equal
+    monkeypatch.undo()
+    page = os.sysconf("SC_PAGE_SIZE")                            # tmpfs counts whole pages
+    pages = lambda size: -(-size // page)                       # noqa: E731
+    files = [(tmp_path / "whole" / run / name).stat().st_size
+             for name in ("config.json", "weights_init.npz", "log.jsonl")]
+    checkpoint, summary = pages(written[0]), pages(512)         # a failed run's summary: < 512 B
+    if checkpoint < 2 * summary + 2:
+        pytest.skip(f"pages of {page} B: the checkpoint ({written[0]} B) is too few of them")
+    assert len(written) == 2                                     # at the start, at the end
+    size = (sum(map(pages, files)) + checkpoint + max(summary, checkpoint // 2)) * page
+    disk, copy = tmp_path / "disk", tmp_path / "copy"
+    disk.mkdir()
+    script = ('mount -t tmpfs -o size="$1" tmpfs "$2" || exit 99; out=$2/out copy=$3; shift 3;'
+              ' "$@" --out "$out"; status=$?; cp -a "$out" "$copy" || exit 98; exit $status')
+    r = subprocess.run([*own_tmpfs(disk), script, "sh", str(size), str(disk), str(copy),
+                        sys.executable, str(HERE / "train_tf.py"), *flags],
+                       capture_output=True, text=True, timeout=300)
+    line = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.stderr.count("train_tf.py: ") == 1 and re.fullmatch(
+        rf"train_tf.py: error: cannot write {re.escape(str(disk))}/out/checkpoint-de64-\w+\.pt: No"
+        r" space left on device; free space on its disk, or give an --out on another", line), line
+    assert not list(copy.rglob("*.tmp"))
+    state = summary_of(copy / run)
+    assert state["status"] == "failed" and state["stopped_at"] == state["step"] == 20, state
+    left, = copy.glob("checkpoint-*.pt")
+    assert torch.load(left, weights_only=False)["step"] == 0       # the first: whole, kept
+    if (copy / run / "weights_final.npz").exists():              # written whole where it fitted
+        assert np.load(copy / run / "weights_final.npz")["W"].shape == (66, 66)
+    train_tf.main(flags + ["--out", str(copy), "--resume"])         # room: it goes on
+    whole, again = read_log(tmp_path / "whole" / run), read_log(copy / run)
+    assert all(r.pop("time") >= 0 for r in whole + again) and whole == again
+    for name in ("weights_final.npz", "final_losses.npz"):
+        with np.load(tmp_path / "whole" / run / name) as a, np.load(copy / run / name) as b:
+            assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
 @pytest.mark.parametrize("error", [RuntimeError("unexpected pos"), KeyboardInterrupt()])
 def test_any_error_inside_a_write_leaves_no_tmp_and_names_the_file(tmp_path, error):
     def write(handle):
