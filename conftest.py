@@ -85,12 +85,14 @@ def signal_in_step(monkeypatch, sig, k):
     monkeypatch.setattr(train_tf.Trainer, "train_step", signalled)
 
 
-def fewer_sequences(monkeypatch, n=256):
-    """sts.py's floors and family losses on at most n sequences, not 4,096: the same code, sooner,
-    for a test that needs their rows or that they run, not their values at 4,096."""
+def fewer_sequences(monkeypatch, most=256):
+    """sts.py's floors and family losses on at most `most` sequences, not 4,096: the same code,
+    sooner, for a test that needs their rows or that they run, not their values at 4,096."""
     draws = sts.family_draws
-    monkeypatch.setattr(sts, "family_draws", lambda kind, T, q, d, d_e, m=4096, *rest, **kw:
-                        draws(kind, T, q, d, d_e, min(m, n), *rest, **kw))
+
+    def fewer(kind, T, q, d, d_e, n=4096, *rest, **kwargs):
+        return draws(kind, T, q, d, d_e, min(n, most), *rest, **kwargs)
+    monkeypatch.setattr(sts, "family_draws", fewer)
 
 
 @contextlib.contextmanager
