@@ -1,6 +1,9 @@
 """Shared by the three test files (test_sts.py runs them all): tiny run flags, log readers, small
 batches. Importable without torch, so that the NumPy tests run where torch is not installed."""
+import contextlib
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +69,44 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
                     assert x is None and y is None, (key, a["step"])
                 else:
                     assert x == pytest.approx(y, rel=rel, abs=1e-12), (key, a["step"])
+
+
+def signal_in_step(monkeypatch, sig, k):
+    """train_tf.py's next job gets `sig` while it trains step k (taken after it), sent to the test's
+    own process; an AssertionError, not a killed test run, where the job left no handler for it."""
+    import train_tf                      # torch: imported by the tests that use it
+    step = train_tf.Trainer.train_step
+
+    def signalled(tr, t):
+        if t == k:
+            assert signal.getsignal(sig) not in (signal.SIG_DFL, signal.SIG_IGN, None), sig
+            os.kill(os.getpid(), sig)
+        return step(tr, t)
+    monkeypatch.setattr(train_tf.Trainer, "train_step", signalled)
+
+
+def fewer_sequences(monkeypatch, most=256):
+    """sts.py's floors and family losses on at most `most` sequences, not 4,096: the same code,
+    sooner, for a test that needs their rows or that they run, not their values at 4,096."""
+    draws = sts.family_draws
+
+    def fewer(kind, T, q, d, d_e, n=4096, *rest, **kwargs):
+        return draws(kind, T, q, d, d_e, min(n, most), *rest, **kwargs)
+    monkeypatch.setattr(sts, "family_draws", fewer)
+
+
+@contextlib.contextmanager
+def hang_fails(seconds=30):
+    """A test that would hang (a FIFO read, a walk without end) fails instead, after `seconds`."""
+    def fail(*_):
+        raise TimeoutError(f"hung for {seconds} s")
+    before = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
 
 
 @pytest.fixture

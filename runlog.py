@@ -62,7 +62,7 @@ def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills path.tmp, renamed onto path (a kill at
     any moment leaves the old file or the new). Any error (a full disk: torch's writer says it as a
     RuntimeError) is an OSError naming path, for run_command; no .tmp is left, nor after Ctrl-C."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp, before = path.with_name(path.name + ".tmp"), sys.exc_info()[1]   # being handled already
     try:
         with open(tmp, "wb") as handle:
             write(handle)
@@ -71,8 +71,11 @@ def write_atomic(path, write):
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         if isinstance(e, Exception):
-            e = e if isinstance(e, OSError) else OSError(errno.EIO, " ".join(
-                f"{type(e).__name__}: {e}".split())[:200])
+            why = e.__context__           # torch's RuntimeError: over this write's OSError, if any
+            if not isinstance(e, OSError):
+                e = (OSError(why.errno, why.strerror) if isinstance(why, OSError)
+                     and why is not before else
+                     OSError(errno.EIO, " ".join(f"{type(e).__name__}: {e}".split())[:200]))
             e.filename = str(path)        # the file meant, not its .tmp (a full disk names none)
         raise e from None
 
@@ -376,9 +379,10 @@ def run_command(program, body, kept="the logs and weights so far are saved", siz
         print(f"{program}: stopped: {e}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:                  # an unwritable --out (read-only, a full disk, /proc)
-        while isinstance(e.__context__, OSError) and e.__context__.filename:  # the file that
-            e = e.__context__             # failed first, not a summary that failed after it
-        fail(program, cannot_write(e))
+        first = e                         # the file that failed first, not a summary that failed
+        while isinstance(e := e.__context__, OSError):   # after it (the errors of one write in
+            first = e if e.filename else first           # between, a retried flush, name none)
+        fail(program, cannot_write(first))
     except KeyboardInterrupt:
         name = signal.Signals(SIGNAL[0]).name
         print(f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; {kept}",

@@ -21,7 +21,7 @@ IMPORTS = ("import runpy, sys; before = set(sys.modules); runpy.run_path('sts.py
 
 
 @pytest.mark.parametrize("flags", [["--steps", "20", "--T", "6", "--de", "8"],
-                                   ["--floor", "--T", "20", "--de", "16"]])
+                                   ["--floor", "--T", "8", "--de", "8"]])
 def test_sts_copied_alone_into_an_empty_folder_runs_its_command_line(tmp_path, flags):
     (tmp_path / "sts.py").write_text(SOURCE)                   # as a course page hands it out
     r = subprocess.run([sys.executable, "sts.py", *flags], cwd=tmp_path, capture_output=True,
@@ -179,24 +179,26 @@ def test_run_as_a_script_numpy_takes_one_blas_thread(monkeypatch):
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
 
 
-def drawn_figures(monkeypatch, tmp_path):
-    """{name: matplotlib figure} of the committed course runs, as plots.py draws them."""
+@pytest.fixture(scope="module")
+def drawn_figures(tmp_path_factory):
+    """{name: matplotlib figure} of the committed course runs, as plots.py draws them (once for
+    the tests that read them)."""
     import plots
     figures = {}
-    monkeypatch.setattr(plots, "save", lambda fig, out, name, title: figures.setdefault(name, fig))
-    with pytest.raises(SystemExit) as done:
+    with pytest.MonkeyPatch.context() as monkeypatch, pytest.raises(SystemExit) as done:
+        monkeypatch.setattr(plots, "save", lambda fig, out, name, title: figures.setdefault(name, fig))
         plots.main([str(HERE / "results" / "course" / name) for name in ("sgd", "bool", "fcn_sweep")]
-                   + ["--out", str(tmp_path), "--formats", "png"])
+                   + ["--out", str(tmp_path_factory.mktemp("figures")), "--formats", "png"])
     assert done.value.code == 0
     return figures
 
 
-def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(monkeypatch, tmp_path):
+def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(drawn_figures):
     from matplotlib.colors import to_hex
     from matplotlib.container import ErrorbarContainer
 
     import plots
-    figures, seen = drawn_figures(monkeypatch, tmp_path), set()
+    figures, seen = drawn_figures, set()
     for name, fig in figures.items():
         for ax in fig.axes:
             for handle, text in zip(*ax.get_legend_handles_labels()):
@@ -212,8 +214,8 @@ def test_every_figure_keeps_one_colour_per_meaning_and_legends_in_words(monkeypa
     assert len(set(map(to_hex, meanings))) == len(meanings)
 
 
-def test_the_weights_figure_draws_v_s_token_block_square(monkeypatch, tmp_path):
-    figure = drawn_figures(monkeypatch, tmp_path)["sgd_weights"]
+def test_the_weights_figure_draws_v_s_token_block_square(drawn_figures):
+    figure = drawn_figures["sgd_weights"]
     token_blocks = [ax for ax in figure.axes for im in ax.get_images()
                     if im.get_array().shape == (5, 5)]                  # d = 5
     assert token_blocks and all(ax.get_aspect() == 1.0 for ax in token_blocks)

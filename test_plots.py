@@ -2,11 +2,9 @@
 tiny runs, three seeds as mean and spread, the paired, family and length tables, and one line on
 stderr for each thing that cannot be drawn. Seeded, CPU only.
 """
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +19,7 @@ import tables
 import sts
 import train_fcn
 import train_tf
-from conftest import FCN_TINY, HERE, TINY, read_log
+from conftest import FCN_TINY, HERE, TINY, fewer_sequences, hang_fails, read_log
 
 
 FIGURES = ("training", "length", "qtest", "weights")  # what an experiment of transformer runs gives
@@ -87,7 +85,9 @@ def three_seeds(tmp_path_factory):
                           "--n-final", "128", "--figure-set", "--seed", "0", "1", "2",
                           "--out", str(root)])
     torch.set_num_threads(threads)
-    rows = [*sts.floors([6, 8], [2], 2, [8]), *sts.floors([6], [1], 2, [8])]
+    with pytest.MonkeyPatch.context() as monkeypatch:     # its rows on 256 sequences: 3 s to 0.3 s
+        fewer_sequences(monkeypatch)
+        rows = [*sts.floors([6, 8], [2], 2, [8]), *sts.floors([6], [1], 2, [8])]
     (root / "sgd" / "family_floor.json").write_text(json.dumps({"rows": rows}))
     return root
 
@@ -296,10 +296,13 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
                                                           monkeypatch):
     monkeypatch.setattr(plots, "FORMATS", ("png",))
     floor, fig, drawn, save = tmp_path / "floor", tmp_path / "fig", {}, plots.save
+    draws = sts.family_draws
     train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1",
                           "--steps", "10", "--n-final", "128", "--out", str(floor)])
+    fewer_sequences(monkeypatch)                            # the rows on 256 sequences
     sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4", "8", "16", "--json",
               str(floor / "family_floor.json")])
+    monkeypatch.setattr(sts, "family_draws", draws)         # plots.py's own on its own number
     # its last logged val stands in
     edit_json(floor / "stochastic-de8-seed1" / "summary.json", lambda s: s.pop("final"))
     written = json.loads((floor / "family_floor.json").read_text())["rows"]
@@ -528,20 +531,6 @@ def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(tmp_path
     assert (all(line.startswith("plots.py: ") for line in err)
             and any(fragment in line for line in err) or not err), err
     assert sorted(f.name for f in (tmp_path / "fig").glob("*.png")) == sorted(pngs)
-
-
-@contextlib.contextmanager
-def hang_fails(seconds=30):
-    """A test that would hang (a FIFO read, a walk without end) fails instead, after `seconds`."""
-    def fail(*_):
-        raise TimeoutError(f"hung for {seconds} s")
-    before = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, before)
 
 
 @pytest.mark.parametrize("arrays", [dict(val=np.ones(16), x=np.ones(16)),    # a foreign key

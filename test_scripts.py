@@ -23,7 +23,8 @@ import sts
 import train_bool
 import train_fcn
 import train_tf
-from conftest import FCN_TINY, HERE, TINY, read_log
+from conftest import (FCN_TINY, HERE, TINY, fewer_sequences, hang_fails, read_log,
+                      signal_in_step)
 
 
 COURSE_100 = ["--preset", "course", "--steps", "100", "--eval-every", "10", "--n-test", "128",
@@ -94,17 +95,46 @@ def test_train_tf_writes_a_run_directory(tmp_path):
         assert np.load(run / name)["W"].shape == (10, 10)
 
 
+@pytest.mark.parametrize("outside", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["in-process", "outside"])
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated"),
                                              (signal.SIGHUP, 129, "terminated")])  # ssh closed
-def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, sig, code,
-                                                                          word):
+def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_path, capsys,
+                                                                          monkeypatch, sig, code,
+                                                                          word, outside):
+    # outside (slow, run by --all): the script started as a process, the signal from this one once
+    # its log has two records; else (the quick suite) the same job in this process, the signal
+    # sent while it trains step 25
     train_tf.main(TINY + ["--out", str(tmp_path)])                        # an old, finished run
     run = tmp_path / "stochastic-de8-seed0"
     assert summary_of(run)["status"] == "finished"
+    flags = [*TINY, "--steps", "10000000", "--force", "--out", str(tmp_path)]
+    if not outside:
+        signal_in_step(monkeypatch, sig, 24)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as done:
+            train_tf.main(flags)
+        returncode, (out, err) = done.value.code, capsys.readouterr()
+        assert summary_of(run)["stopped_at"] == 25
+    else:
+        returncode, out, err = signalled_from_outside(flags, run, sig)
+    assert returncode == code and word in err.splitlines()[-1]
+    summary = summary_of(run)
+    assert summary["status"] == word and summary["stopped_at"] >= 10
+    closing = out.splitlines()[-1]                         # the last evaluation, with its own step
+    assert (f"{word} at step {summary['stopped_at']}; last evaluated at step {summary['step']}"
+            in closing)
+    assert f"val {summary['val']:.4f}" in closing
+    assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
+    assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
+
+
+def signalled_from_outside(flags, run, sig):
+    """train_tf.py FLAGS started as a process, sent `sig` once the log of `run` (a run it rewrites)
+    has two records: (its exit status, stdout, stderr)."""
     started = time.time_ns()
-    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY,
-                             "--steps", "10000000", "--force", "--out", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
 
@@ -118,15 +148,7 @@ def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_pa
         time.sleep(0.05)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == code and word in err.splitlines()[-1]
-    summary = summary_of(run)
-    assert summary["status"] == word and summary["stopped_at"] >= 10
-    closing = out.splitlines()[-1]                         # the last evaluation, with its own step
-    assert (f"{word} at step {summary['stopped_at']}; last evaluated at step {summary['step']}"
-            in closing)
-    assert f"val {summary['val']:.4f}" in closing
-    assert np.load(run / "weights_final.npz")["W"].shape == (10, 10)
-    assert read_log(run)[-1]["step"] == summary["step"] <= summary["stopped_at"]
+    return proc.returncode, out, err
 
 
 def test_resume_starts_what_never_started_leaves_what_finished_and_refuses_a_run_it_cannot_resume(
@@ -373,6 +395,70 @@ def test_a_file_size_limit_inside_torch_save_is_one_line_naming_the_checkpoint(t
     assert [summary_of(run)["status"] for run in sorted(tmp_path.glob("*-seed0"))] == ["failed"] * 2
 
 
+def own_tmpfs(disk):
+    """sh -c SCRIPT's argv to run SCRIPT with a tmpfs of its own mounted on `disk`: the mount and
+    the tmpfs last as long as SCRIPT (a user and mount namespace of its own: root is not needed
+    where the kernel lets users make namespaces); a skip, with the reason, where it cannot."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare (util-linux) here: no tmpfs of the test's own")
+    probe = subprocess.run([unshare, "-rm", "sh", "-c", 'mount -t tmpfs -o size=4k tmpfs "$1"',
+                            "sh", str(disk)], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip("cannot mount a tmpfs in a namespace of the test's own here: "
+                    + (probe.stderr.strip().splitlines() or ["no message"])[-1])
+    return [unshare, "-rm", "sh", "-c"]
+
+
+def test_a_real_full_disk_inside_a_checkpoint_is_one_line_naming_it_and_the_job_resumes(
+        tmp_path, monkeypatch):
+    """The issue's fault 1 on a real disk: a tmpfs (mounted in namespaces of the test's own) with
+    room for a job's files and its first checkpoint, and for half of its second, which torch.save
+    is writing when the disk fills. Exit status 2, one line naming the checkpoint and the fix, no
+    .tmp left, the run's summary written, the first checkpoint whole: --resume goes on from it
+    (on a disk with room) to the files of the job never stopped."""
+    flags, run = [*TINY, "--de", "64"], "stochastic-de64-seed0"
+    save, written = runlog.save_checkpoint, []
+    monkeypatch.setattr(runlog, "save_checkpoint", lambda file, state: (
+        save(file, state), written.append(file.stat().st_size)))
+    train_tf.main(flags + ["--out", str(tmp_path / "whole")])   # the files' sizes; what to equal
+    monkeypatch.undo()
+    page = os.sysconf("SC_PAGE_SIZE")                            # tmpfs counts whole pages
+    pages = lambda size: -(-size // page)                       # noqa: E731
+    files = [(tmp_path / "whole" / run / name).stat().st_size
+             for name in ("config.json", "weights_init.npz", "log.jsonl")]
+    checkpoint, summary = pages(written[0]), pages(512)         # a failed run's summary: < 512 B
+    if checkpoint < 2 * summary + 2:
+        pytest.skip(f"pages of {page} B: the checkpoint ({written[0]} B) is too few of them")
+    assert len(written) == 2                                     # at the start, at the end
+    size = (sum(map(pages, files)) + checkpoint + max(summary, checkpoint // 2)) * page
+    disk, copy = tmp_path / "disk", tmp_path / "copy"
+    disk.mkdir()
+    script = ('mount -t tmpfs -o size="$1" tmpfs "$2" || exit 99; out=$2/out copy=$3; shift 3;'
+              ' "$@" --out "$out"; status=$?; cp -a "$out" "$copy" || exit 98; exit $status')
+    r = subprocess.run([*own_tmpfs(disk), script, "sh", str(size), str(disk), str(copy),
+                        sys.executable, str(HERE / "train_tf.py"), *flags],
+                       capture_output=True, text=True, timeout=300)
+    line = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.stderr.count("train_tf.py: ") == 1 and re.fullmatch(
+        rf"train_tf.py: error: cannot write {re.escape(str(disk))}/out/checkpoint-de64-\w+\.pt: No"
+        r" space left on device; free space on its disk, or give an --out on another", line), line
+    assert not list(copy.rglob("*.tmp"))
+    state = summary_of(copy / run)
+    assert state["status"] == "failed" and state["stopped_at"] == state["step"] == 20, state
+    left, = copy.glob("checkpoint-*.pt")
+    assert torch.load(left, weights_only=False)["step"] == 0       # the first: whole, kept
+    if (copy / run / "weights_final.npz").exists():              # written whole where it fitted
+        assert np.load(copy / run / "weights_final.npz")["W"].shape == (66, 66)
+    train_tf.main(flags + ["--out", str(copy), "--resume"])         # room: it goes on
+    whole, again = read_log(tmp_path / "whole" / run), read_log(copy / run)
+    assert all(r.pop("time") >= 0 for r in whole + again) and whole == again
+    for name in ("weights_final.npz", "final_losses.npz"):
+        with np.load(tmp_path / "whole" / run / name) as a, np.load(copy / run / name) as b:
+            assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
 @pytest.mark.parametrize("error", [RuntimeError("unexpected pos"), KeyboardInterrupt()])
 def test_any_error_inside_a_write_leaves_no_tmp_and_names_the_file(tmp_path, error):
     def write(handle):
@@ -401,8 +487,8 @@ def test_an_out_that_is_a_file_is_one_line_and_exit_status_2(tmp_path, script):
 
 
 def test_sts_demo_stops_a_diverging_run_and_refuses_a_negative_rate():
-    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50"],
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "1000", "--steps", "50",
+                        "--T", "6", "--de", "8"], capture_output=True, text=True)
     assert r.returncode == 1 and "diverging" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run([sys.executable, str(HERE / "sts.py"), "--lr", "-1"],
                        capture_output=True, text=True)
@@ -439,6 +525,7 @@ def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_wha
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((HERE / name).read_bytes())
     monkeypatch.chdir(tmp_path)
+    fewer_sequences(monkeypatch)       # sts.py --floor, plots.py --table: 256 sequences, 15 s to 5 s
     commands = readme_commands()
     assert {c[0] for c in commands} == {f"{k}.py" for k in CHEAP}  # every script is in the README
     for script, *flags in commands:
@@ -623,17 +710,6 @@ def test_run_course_bad_input_is_one_line_and_exit_status_2_before_anything_is_w
 
 
 # ------------------------------------------------------- a resume, a checkpoint, --evaluate: their edges
-def sigterm_in_step(monkeypatch, k):
-    """train_tf.py's next job gets SIGTERM while it trains step k (taken after it)."""
-    step = train_tf.Trainer.train_step
-
-    def stopped(tr, t):
-        if t == k:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return step(tr, t)
-    monkeypatch.setattr(train_tf.Trainer, "train_step", stopped)
-
-
 def files_of(folder):
     return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -642,7 +718,7 @@ def files_of(folder):
 def stopped_job(tmp_path, monkeypatch):
     """A job of two runs (seed 0, stochastic and fixed PE) stopped by SIGTERM at step 15 of 40."""
     flags = TINY + ["--pe", "stochastic", "fixed", "--steps", "40", "--out", str(tmp_path)]
-    sigterm_in_step(monkeypatch, 15)
+    signal_in_step(monkeypatch, signal.SIGTERM, 15)
     with pytest.raises(SystemExit) as done:
         train_tf.main(flags)
     assert done.value.code == 143
@@ -712,14 +788,15 @@ def broken_copy(two_runs, tmp_path, name, damage):
     ("summary.json", lambda summary: []), ("config.json", lambda config: dict(config, T="6")),
     ("config.json", "fifo")])
 def test_evaluate_refuses_a_damaged_run_in_one_line_naming_the_file_and_rewrites_nothing(
-        two_runs, tmp_path, name, damage):
+        two_runs, tmp_path, capsys, name, damage):
     runs = broken_copy(two_runs, tmp_path, name, damage)
     before = {p: b for p, b in files_of(tmp_path / "out").items() if p.name != name}
-    r = subprocess.run([sys.executable, str(HERE / "train_tf.py"), "--evaluate", *map(str, runs),
-                        "--n-final", "128", "--device", "cpu"], capture_output=True, text=True,
-                       timeout=120)                              # a FIFO must not hang it
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    assert f"--evaluate: {runs[1] / name} is " in r.stderr, r.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done, hang_fails():      # a FIFO must not hang it
+        train_tf.main(["--evaluate", *map(str, runs), "--n-final", "128", "--device", "cpu"])
+    err = capsys.readouterr().err                  # any other exception fails the test, as raised
+    assert done.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"--evaluate: {runs[1] / name} is " in err, err
     assert {p: b for p, b in files_of(tmp_path / "out").items() if p.name != name} == before
 
 

@@ -23,7 +23,7 @@ import fused
 import sts
 import train_tf
 from conftest import (CUDA, DEVICES, HERE, TINY, assert_same_logs, random_batch,
-                      random_weights, read_log)
+                      random_weights, read_log, signal_in_step)
 
 
 
@@ -306,6 +306,38 @@ def whole_job(tmp_path_factory):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_step_trains_is_taken_after_it_and_the_job_resumes_bit_for_bit(
+        tmp_path, monkeypatch, sig):
+    # the quick suite's stop between evaluations: the signal sent to the job's own process while
+    # it trains from step 17 to 18, mid-way between the evaluations at 14 and 21 (the training-loss
+    # sums half summed); the checks of the test below, whose signal comes from another process
+    flags = [*STOPPED, "--steps", "40"]
+    train_tf.main(flags + ["--out", str(tmp_path / "whole")])
+    step = train_tf.Trainer.train_step
+    signal_in_step(monkeypatch, sig, 17)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(flags + ["--out", str(tmp_path / "cut")])
+    assert done.value.code == (143 if sig == signal.SIGTERM else 130)
+    monkeypatch.setattr(train_tf.Trainer, "train_step", step)
+    checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
+    assert torch.load(checkpoint, weights_only=False)["step"] == 18
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        summary = json.loads((tmp_path / "cut" / run / "summary.json").read_text())
+        assert summary["status"] == ("terminated" if sig == signal.SIGTERM else "interrupted")
+        assert summary["step"] == 14 and summary["stopped_at"] == 18, summary
+    train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
+    for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
+        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
+        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
+        for name in ("weights_final.npz", "final_losses.npz"):
+            with np.load(tmp_path / "whole" / run / name) as a, \
+                    np.load(tmp_path / "cut" / run / name) as b:
+                assert all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert not list((tmp_path / "cut").glob("checkpoint-*.pt"))       # finished: none left
+
+
+@pytest.mark.slow   # a process started and stopped from outside: 2 x 8 s; --all (CI) runs it
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_job_stopped_by_sigterm_or_ctrl_c_between_evaluations_resumes_bit_for_bit(tmp_path,
                                                                                     whole_job, sig):
     # a scheduler's preemption: the job checkpoints where it stands (mid-way between two
@@ -389,14 +421,31 @@ def test_runs_trained_together_match_runs_trained_apart(tmp_path, optimizer):
 # A driver in a process of its own: the uninterrupted command runs in it (and counts each runlog
 # writer's calls), then each cut one in a forked child, so that a SIGKILL ends that run alone and no
 # child pays torch's first-run costs again. For each signal and each call k of each writer, a child
-# sends itself the signal right after that call returns; then a plain --resume goes on there.
+# sends itself the signal right after that call returns, or half-way through the bytes of the k-th
+# torch.save (a checkpoint's .tmp half written); then a plain --resume goes on there.
 KILL_DRIVER = """
-import json, os, signal, sys
+import io, json, os, signal, sys
 from pathlib import Path
+import torch
 import runlog, train_tf
-WRITERS = ("save_checkpoint", "write_summary", "append_record")
+WRITERS = ("save_checkpoint", "write_summary", "append_record", "inside_torch_save")
 flags, out = json.loads(sys.argv[1]), Path(sys.argv[2])
 counts, kill = dict.fromkeys(WRITERS, 0), None
+save = torch.save
+
+def inside_torch_save(obj, handle):
+    counts["inside_torch_save"] += 1
+    if not (kill and kill[:2] == ("inside_torch_save", counts["inside_torch_save"])):
+        return save(obj, handle)
+    whole = io.BytesIO()
+    save(obj, whole)
+    data = whole.getvalue()
+    handle.write(data[:len(data) // 2])
+    handle.flush()
+    os.kill(os.getpid(), kill[2])
+    handle.write(data[len(data) // 2:])
+
+torch.save = inside_torch_save
 
 def counted(name, write):
     def call(*args, **kwargs):
@@ -406,7 +455,7 @@ def counted(name, write):
             os.kill(os.getpid(), kill[2])
     return call
 
-for name in WRITERS:
+for name in WRITERS[:3]:
     setattr(runlog, name, counted(name, getattr(runlog, name)))
 
 def main(folder, *extra):
@@ -434,7 +483,9 @@ for sig in ("SIGKILL", "SIGTERM"):
             code = forked(folder, target=(name, k, getattr(signal, sig)))
             unsaid = [str(p.parent.name) for p in (out / folder).rglob("config.json")
                       if not (p.parent / "summary.json").exists()]
-            cases[folder] = dict(killed=code, no_summary=unsaid, resumed=forked(folder, "--resume"))
+            tmp = sorted(p.name for p in (out / folder).rglob("*.tmp"))
+            cases[folder] = dict(killed=code, no_summary=unsaid, tmp=tmp,
+                                 resumed=forked(folder, "--resume"))
 print(json.dumps(dict(counts=total, cases=cases)))
 """
 
@@ -460,11 +511,13 @@ def run_state_files(folder):
     return state
 
 
+@pytest.mark.slow   # 97 jobs (about 20 s): `python test_sts.py --all` (CI); the quick suite kills one
 def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_files_bit_for_bit(
-        tmp_path):
+        tmp_path):                                # job at a checkpoint and stops others in a step
     # two jobs (d_e = 8, then 12) of two runs each, Adam; SIGKILL (no handler runs) and SIGTERM
-    # right after every checkpoint, every summary and every log record the uninterrupted job writes
-    # (one thread: no pool in the driver before it forks)
+    # right after every checkpoint, every summary and every log record the uninterrupted job writes,
+    # and half-way through every checkpoint's torch.save (one thread: no pool in the driver before
+    # it forks)
     flags = [*TINY, "--pe", "stochastic", "fixed", "--de", "8", "12", "--optimizer", "adam",
              "--threads", "1"]
     # no CUDA device for the driver: on a machine with one, Adam's step asks CUDA whether a graph is
@@ -475,14 +528,17 @@ def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_fi
                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.splitlines()[-1])
-    assert report["counts"] == dict(save_checkpoint=4, write_summary=4, append_record=12)
+    assert report["counts"] == dict(save_checkpoint=4, write_summary=4, append_record=12,
+                                    inside_torch_save=4)
     whole = run_state_files(tmp_path / "whole")
     assert whole and not [name for name in whole if name.endswith((".pt", ".tmp"))]
     failed = {}
     for folder, case in report["cases"].items():
         sigkill = folder.startswith("SIGKILL")
+        half = sigkill and "inside_torch_save" in folder          # a checkpoint's .tmp, cut
         if (case["killed"] != (-signal.SIGKILL if sigkill else 143) or case["resumed"] != 0
                 or not sigkill and case["no_summary"]                 # SIGTERM: every run says so
+                or bool(case["tmp"]) != half                          # left by that kill alone
                 or run_state_files(tmp_path / folder) != whole):
             failed[folder] = case
     assert not failed, "\n".join(f"{folder}: {case}" for folder, case in failed.items())
