@@ -550,6 +550,23 @@ def test_a_final_losses_npz_that_train_tf_does_not_write_is_one_line_and_the_res
     assert len(table_cells(out, "| fixed PE")) == 1                 # the configurations' table
 
 
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda path: path.write_bytes(path.read_bytes()[:100]), "cannot be read (BadZipFile)"),
+    (lambda path: [path.unlink(), os.mkfifo(path)], "not a regular file")])   # its read would hang
+def test_a_damaged_final_losses_npz_is_one_line_naming_it_not_a_silent_blank(
+        tmp_path, capsys, damage, why):
+    for pe in ("stochastic", "fixed"):
+        fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
+        np.savez(tmp_path / "exp" / f"{pe}-de3-seed0" / "final_losses.npz", val=np.ones(16))
+    damage(tmp_path / FIXED / "final_losses.npz")
+    with pytest.raises(SystemExit) as done, hang_fails():
+        plots.main([str(tmp_path / "exp"), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{tmp_path / FIXED}/final_losses.npz: {why}" in err
+    assert len(table_cells(out, "| fixed PE")) == 1                 # the configurations' table
+
 def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
     fake_run(tmp_path / "run", "fixed")
     append(tmp_path / "run" / "log.jsonl", '{"step": 30, "val"')
