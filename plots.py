@@ -29,7 +29,8 @@ from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experim
                      value, weights)
 from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, family_curves, partial, table,
                     table_critical, table_floor, table_length, table_needed, table_paired,
-                    table_selection, table_sweep, trained_de, width_fits)
+                    table_largest, table_selection, table_sweep, trained_de,
+                    width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -496,6 +497,10 @@ def draw_all(experiments, summaries, out, report):
             draw(folder.name, runs, out, report, predicted)
     for path in summaries:
         report.drawn += bool(report.attempt(draw_summary, path, out, report))
+    sweeps = [(p, Report().attempt(load_summary, p, Report())) for p in summaries  # (reported
+              if p.name == "sweep.json"]                                       # above if bad)
+    if out is None and len(sweeps) > 1:
+        report.attempt(table_largest, [(p, s) for p, s in sweeps if s])
 
 
 def main(argv=None):

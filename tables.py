@@ -350,6 +350,34 @@ def last_quarter(path, row, eps):
             "-" if not finite(a - b) else "yes" if abs(a - b) < SETTLED and b > eps else "no"]
 
 
+def table_largest(sweeps):
+    """Across sweeps [(path, summary)] of the first's target: the FCN's width at the largest budget
+    run at each T, whether the rule settles it, and the slope of ln m on ln T over those T (and
+    over the settled ones), with the slopes one grid step (m x or / 2) at either end of T gives."""
+    eps, largest = sweeps[0][1]["eps"], {}
+    for path, r in [(p, r) for p, s in sweeps if s["eps"] == eps for r in s["rows"]]:
+        if r["model"] == "fcn" and r["steps"] > largest.get(r["T"], ({"steps": 0},))[0]["steps"]:
+            largest[r["T"]] = (r, path)
+    pts = [(T, r["width"], r["steps"], last_quarter(path, r, eps)[1] == "yes")
+           for T, (r, path) in sorted(largest.items()) if r["width"]]
+    x, y = (np.log([pt[k] for pt in pts]) for k in (0, 1))
+    settled, every = np.array([pt[3] for pt in pts], bool), np.ones(len(pts), bool)
+
+    def slope(keep):
+        return np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
+    step = math.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum() if len(x) >= 2 else NAN
+    caption = (f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
+               f" {eps:.4f}): settled if the width below it is (above); the least-squares slope"
+               " of ln m on ln T, and with one grid step at either end")
+    whole = slope(every)
+    return markdown(caption, ["T: m (steps, settled)", "slope", "one grid step at an end",
+                              "over the settled"],
+                    [[", ".join(f"{T}: {m} ({steps}, {'yes' if ok else 'no'})"
+                                for T, m, steps, ok in pts), fmt(whole, ".2f"),
+                      f"{fmt(whole - step, '.2f')} to {fmt(whole + step, '.2f')}",
+                      fmt(slope(settled), ".2f")]] if len(pts) >= 2 else [])
+
+
 def table_sweep(path, summary):
     """sweep.json (train_fcn.py): the smallest width reaching the target at each T and budget."""
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731

@@ -729,3 +729,25 @@ def test_plots_tabulates_whether_the_width_below_each_fcn_answer_settled(tmp_pat
     (four,), (eight,) = (table_cells(out, f"| fcn | {T} | 100 |") for T in (4, 8))
     assert four[-2:] == ["m = 8: 0.5030 → 0.5010", "yes"]                   # moved 0.002, > eps 0.3
     assert eight[-2:] == ["m = 8: 0.5030 → 0.4460", "no"]                   # moved 0.057
+
+
+def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longest(tmp_path, capsys):
+    fcn = lambda T, steps, width, below: dict(      # noqa: E731  an FCN row; the width tried below
+        model="fcn", T=T, steps=steps, width=width, params=1, val=0.2, tried=[[below, 0.5],
+                                                                             [width, 0.2]])
+    write_summary(tmp_path, "short", "sweep.json", dict(SWEEP, rows=[
+        fcn(4, 100, 16, 8), fcn(8, 100, 32, 16), fcn(16, 100, 128, 64)]))
+    write_summary(tmp_path, "long", "sweep.json", dict(SWEEP, budgets=[400], rows=[
+        fcn(4, 400, 8, 4), fcn(16, 400, 64, 32)]))
+    write_summary(tmp_path, "other", "sweep.json", dict(SWEEP, eps=0.1, rows=[fcn(32, 900, 8, 4)]))
+    (tmp_path / "long" / "fcn-T4-m4-depth1-seed0").mkdir()               # m = 4 settled above eps
+    (tmp_path / "long" / "fcn-T4-m4-depth1-seed0" / "log.jsonl").write_text(
+        '{"step": 300, "val": 0.5}\n{"step": 400, "val": 0.503}\n')
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path), "--table"])
+    assert done.value.code == 0
+    [cells] = table_cells(capsys.readouterr().out, "| 4: ")
+    x, y = np.log([4, 8, 16]), np.log([8, 32, 64])
+    slope, step = np.polyfit(x, y, 1)[0], np.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum()
+    assert cells == ["4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, no)", f"{slope:.2f}",
+                     f"{slope - step:.2f} to {slope + step:.2f}", "-"]
