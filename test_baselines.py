@@ -633,3 +633,17 @@ def test_a_transformer_cell_cut_off_resumes_from_its_checkpoint_to_the_same_rows
     err = capsys.readouterr().err
     assert done.value.code == 2 and "Traceback" not in err and err.endswith(
         "transformer-T4-de8.pt: cannot be read (UnpicklingError); delete it to train the cell again\n")
+
+
+def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(tmp_path, one_thread,
+                                                                       monkeypatch):
+    seen, FusedStep = [], train_fcn.fused.FusedStep
+
+    class Watch(FusedStep):                  # what sweep.json holds as each cell begins
+        def __init__(self, *args, **kw):
+            seen.append(set(json.loads((tmp_path / "sweep.json").read_text())["cells"]))
+            super().__init__(*args, **kw)
+    monkeypatch.setattr(train_fcn.fused, "FusedStep", Watch)
+    train_fcn.main(BUDGETS + ["--sweep-T", "4", "--sweep-steps", "20", "--eps", "0.01", "--out",
+                              str(tmp_path)])                  # no size reaches: d_e = 4, then 8
+    assert len(seen) == 2 and "4 4" not in seen[0] and "4 4" in seen[1]

@@ -369,7 +369,9 @@ def sweep(args, device):
 
     def reached(model, T, size, steps, row):
         bar.set_postfix(T=T, steps=steps, model=model, size=size)
-        return note(row, *seed_vals(args, model, T, size, steps, device, eps, cells), eps)
+        vals = seed_vals(args, model, T, size, steps, device, eps, cells)
+        save("running")         # this size's cells kept before the next starts (a kill loses none)
+        return note(row, *vals, eps)
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
         runlog.write_json(Path(args.out) / "sweep.json", dict(
