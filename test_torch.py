@@ -305,6 +305,17 @@ def whole_job(tmp_path_factory):
     return out
 
 
+def same_run(whole, cut):
+    """Assert two run directories hold the same logs (but wall-clock times), final weights and
+    per-sequence losses, bit for bit; the first's records."""
+    a, b = read_log(whole), read_log(cut)
+    assert all(r.pop("time") >= 0 for r in a + b) and a == b
+    for name in ("weights_final.npz", "final_losses.npz"):
+        with np.load(whole / name) as x, np.load(cut / name) as y:
+            assert all(np.array_equal(x[k], y[k]) for k in x.files)
+    return a
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_a_step_trains_is_taken_after_it_and_the_job_resumes_bit_for_bit(
         tmp_path, monkeypatch, sig):
@@ -327,12 +338,7 @@ def test_a_signal_while_a_step_trains_is_taken_after_it_and_the_job_resumes_bit_
         assert summary["step"] == 14 and summary["stopped_at"] == 18, summary
     train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
-        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
-        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
-        for name in ("weights_final.npz", "final_losses.npz"):
-            with np.load(tmp_path / "whole" / run / name) as a, \
-                    np.load(tmp_path / "cut" / run / name) as b:
-                assert all(np.array_equal(a[k], b[k]) for k in a.files)
+        same_run(tmp_path / "whole" / run, tmp_path / "cut" / run)
     assert not list((tmp_path / "cut").glob("checkpoint-*.pt"))       # finished: none left
 
 
@@ -395,12 +401,7 @@ def test_the_cuda_draws_forced_on_the_cpu_keep_every_set_a_prefix_and_resume_bit
     monkeypatch.setattr(train_tf.Trainer, "train_step", step)
     train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0", "randomized-L9-de8-seed0"):
-        whole, cut = read_log(tmp_path / "whole" / run), read_log(tmp_path / "cut" / run)
-        assert all(r.pop("time") >= 0 for r in whole + cut) and whole == cut   # bit for bit
-        for name in ("weights_final.npz", "final_losses.npz"):
-            with np.load(tmp_path / "whole" / run / name) as a, \
-                    np.load(tmp_path / "cut" / run / name) as b:
-                assert all(np.array_equal(a[k], b[k]) for k in a.files)
+        whole = same_run(tmp_path / "whole" / run, tmp_path / "cut" / run)
         with np.load(tmp_path / "whole" / run / "final_losses.npz") as final:  # the log's 100
             assert final["val"][:100].mean() == pytest.approx(whole[-1]["val"], rel=1e-6)
 
