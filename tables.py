@@ -338,15 +338,17 @@ def table_needed(path, summary, sweep):
 
 
 def last_quarter(path, row, eps):
-    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of the row's budget
-    and at the end; settled above eps if it moved by less than SETTLED over that quarter."""
+    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of its longest training
+    (all seeds', if longer than the row's budget: "at" that step) and at its end; settled above
+    eps if it moved by less than SETTLED over that quarter (it will not reach eps, then)."""
     below = [w for w, _ in row["tried"] if w < (row["width"] or math.inf)]
     if row["model"] != "fcn" or not below:
         return ["-", "-"]
     logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in
             path.parent.glob(f"fcn-T{row['T']}-m{max(below)}-depth*-seed*/log.jsonl")]
-    a, b = (mean([log.get(s, NAN) for log in logs]) for s in (row["steps"] * 3 // 4, row["steps"]))
-    return [f"m = {max(below)}: {fmt(a)} → {fmt(b)}",
+    end = max(row["steps"], min((max(log, default=0) for log in logs), default=0))
+    a, b = (mean([log.get(s, NAN) for log in logs]) for s in (end * 3 // 4, end))
+    return [f"m = {max(below)}: {fmt(a)} → {fmt(b)}" + (f" at {end}" if end > row["steps"] else ""),
             "-" if not finite(a - b) else "yes" if abs(a - b) < SETTLED and b > eps else "no"]
 
 
@@ -367,8 +369,8 @@ def table_largest(sweeps):
         return np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
     step = math.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum() if len(x) >= 2 else NAN
     caption = (f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
-               f" {eps:.4f}): settled if the width below it is (above); the least-squares slope"
-               " of ln m on ln T, and with one grid step at either end")
+               f" {eps:.4f}): settled if the width below it is (above, over its longest training);"
+               " the least-squares slope of ln m on ln T, and with one grid step at either end")
     whole = slope(every)
     return markdown(caption, ["T: m (steps, settled)", "slope", "one grid step at an end",
                               "over the settled"],
@@ -384,9 +386,9 @@ def table_sweep(path, summary):
     return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
                     f" loss <= {summary['eps']:.4f} after each budget of steps of"
                     f" {summary['batch']}, seeds {summary['seeds']}; the FCN width just below it:"
-                    " its mean val over the last quarter of the budget, settled if that moved by"
-                    f" less than {SETTLED} (about the Monte-Carlo se of a 1,024-sequence val near"
-                    " the target) and stays above it",
+                    " its mean val over the last quarter of its longest training (at: where longer"
+                    f" than the budget), settled if that moved by less than {SETTLED} (about the"
+                    " Monte-Carlo se of a 1,024-sequence val near the target) and stays above it",
                     ["model", "T", "steps", "width", "params", "val (mean ± s)",
                      "width below: last quarter", "settled"],
                     [[r["model"], r["T"], r["steps"], r["width"] or "> %s" % max(

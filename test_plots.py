@@ -740,14 +740,20 @@ def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longes
     write_summary(tmp_path, "long", "sweep.json", dict(SWEEP, budgets=[400], rows=[
         fcn(4, 400, 8, 4), fcn(16, 400, 64, 32)]))
     write_summary(tmp_path, "other", "sweep.json", dict(SWEEP, eps=0.1, rows=[fcn(32, 900, 8, 4)]))
-    (tmp_path / "long" / "fcn-T4-m4-depth1-seed0").mkdir()               # m = 4 settled above eps
-    (tmp_path / "long" / "fcn-T4-m4-depth1-seed0" / "log.jsonl").write_text(
-        '{"step": 300, "val": 0.5}\n{"step": 400, "val": 0.503}\n')
+    logs = {"fcn-T4-m4-depth1-seed0": ((300, 0.5), (400, 0.503)),   # m = 4 settled above eps
+            "fcn-T16-m32-depth1-seed0": ((300, 0.6), (400, 0.55), (1200, 0.503), (1600, 0.5))}
+    for run, log in logs.items():           # m = 32: moving at 400, settled when trained to 1,600
+        (tmp_path / "long" / run).mkdir()
+        (tmp_path / "long" / run / "log.jsonl").write_text("".join(
+            json.dumps(dict(step=s, val=v)) + "\n" for s, v in log))
     with pytest.raises(SystemExit) as done:
         plots.main([str(tmp_path), "--table"])
     assert done.value.code == 0
-    [cells] = table_cells(capsys.readouterr().out, "| 4: ")
+    out = capsys.readouterr().out
+    [cells] = table_cells(out, "| 4: ")
     x, y = np.log([4, 8, 16]), np.log([8, 32, 64])
     slope, step = np.polyfit(x, y, 1)[0], np.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum()
-    assert cells == ["4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, no)", f"{slope:.2f}",
-                     f"{slope - step:.2f} to {slope + step:.2f}", "-"]
+    assert cells == ["4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, yes)", f"{slope:.2f}",
+                     f"{slope - step:.2f} to {slope + step:.2f}", f"{np.log(8) / np.log(4):.2f}"]
+    [row] = table_cells(out, "| fcn | 16 | 400 |")    # the quarter of m = 32's longest training
+    assert row[-2:] == ["m = 32: 0.5030 → 0.5000 at 1600", "yes"]

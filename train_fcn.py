@@ -220,7 +220,7 @@ def transformer_vals(args, T, d_e, device):
     dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
     step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
                            torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
-                           dtype, threads=1)                        # one thread (see sweep)
+                           dtype, threads=1)                        # one thread (see main)
     W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
     vals, start, path = {}, 0, Path(args.out) / f"transformer-T{T}-de{d_e}.pt"
@@ -363,9 +363,6 @@ def sweep(args, device):
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
     bar = tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps), desc="sweep (T, budget, model)",
                dynamic_ncols=True)
-    # one thread: on 2 shared cores torch's second thread cost more than it saved at each size timed
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
 
     def reached(model, T, size, steps, row):
         bar.set_postfix(T=T, steps=steps, model=model, size=size)
@@ -393,7 +390,6 @@ def sweep(args, device):
         raise
     finally:
         bar.close()
-        torch.set_num_threads(threads)
     save("finished")
     write_table(args, rows, fits(rows, args.sweep_steps), eps)
 
@@ -424,7 +420,8 @@ def main(argv=None):
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
             check_runs(args)                    # again: another writer may have been first
-            if args.sweep:
+            if args.sweep:  # one thread: on 2 shared cores a second cost more than it saved
+                torch.set_num_threads(1)
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
                 train(args, T, width, seed, device)
