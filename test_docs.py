@@ -171,6 +171,23 @@ def test_every_number_the_claim_table_and_results_md_quote_is_in_the_files(regen
     assert not missing, f"{len(missing)} numbers no file holds: " + ", ".join(missing)
 
 
+def test_every_fcn_width_a_sweep_tried_is_the_mean_of_its_committed_runs_logs():
+    """Each sweep.json's FCN row holds, per width tried, the seed-mean val of the runs beside it at
+    the row's budget: so a run trained on past its sweep's budgets (fcn_96k/T20's m = 64, to
+    384,000 steps) went through the same steps, and no run the rows count is missing."""
+    checked = 0
+    for path in (HERE / "results").rglob("sweep.json"):
+        sweep = json.loads(path.read_text())
+        for row in (r for r in sweep["rows"] if r["model"] == "fcn"):
+            for (width, val), seeds in zip(row["tried"], row["tried_seeds"]):
+                vals = [{r["step"]: r["val"] for r in map(json.loads, (path.parent / (
+                    f"fcn-T{row['T']}-m{width}-depth{sweep['fcn_depth']}-seed{seed}") / "log.jsonl"
+                    ).read_text().splitlines())}[row["steps"]] for seed in sweep["seeds"][:seeds]]
+                assert round(sum(vals) / len(vals), 4) == val, (path, row["T"], row["steps"], width)
+                checked += 1
+    assert checked >= 90          # the six committed sweeps: 91 widths tried
+
+
 def test_no_ignored_file_is_tracked():
     r = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=HERE,
                        capture_output=True, text=True)
