@@ -14,6 +14,7 @@ cache (tested against sts.backward and train_tf.forward's autograd). On a CPU a 
 into a chunk per worker thread (torch's normal_ runs on one core; two threads with their own
 generators halve it); a small one (a course-scale step) stays one chunk.
 """
+import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -31,6 +32,8 @@ CHUNK_POSITIONS = 2 ** 15   # most positions (c * T) per compute chunk on a CPU:
                             # of a chunk's small torch ops does not dominate
 THREAD_WORK = 2 ** 19       # least PE entries (c * T * d_e) that make a chunk worth its own thread:
                             # below it the threads' turns at Python's lock cost more than they save
+# a part's attend choices (host bools) as a device mask, made once: no host-device copy a step
+on_device = functools.lru_cache(lambda query, device: torch.tensor(query, device=device))
 
 
 def mix(*words):
@@ -112,7 +115,7 @@ def chunk_forward(G, r, X, idx, W, V, query):
     M = torch.cat([u_e, V_e.reshape(1, R * d, -1).expand(c, -1, -1)], 1)  # [u_e; V_e] (c, R+Rd, e)
     PM = torch.bmm(M, G.mT) * r[:, None, :]                        # pass 1 over G: [u_e; V_e] p_i
     a = torch.bmm(u_x, X) + PM[:, :R]                              # scores a_i = z_i^T u  (c, R, T)
-    a_q = torch.where(torch.tensor(query, device=X.device), (u_e * p_y[:, None, :]).sum(-1),
+    a_q = torch.where(on_device(query, X.device), (u_e * p_y[:, None, :]).sum(-1),
                       -torch.inf)                                  # z_q^T u, or no query
     top = torch.maximum(a.amax(-1), a_q)
     e_t, e_q = torch.exp(a - top[..., None]), torch.exp(a_q - top)

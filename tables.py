@@ -363,7 +363,7 @@ def table_largest(sweeps):
     pts = [(T, r["width"], r["steps"], last_quarter(path, r, eps)[1] == "yes")
            for T, (r, path) in sorted(largest.items()) if r["width"]]
     x, y = (np.log([pt[k] for pt in pts]) for k in (0, 1))
-    settled, every = np.array([pt[3] for pt in pts], bool), np.ones(len(pts), bool)
+    settled = np.array([pt[3] for pt in pts], bool)
 
     def slope(keep):
         return np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
@@ -371,7 +371,7 @@ def table_largest(sweeps):
     caption = (f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
                f" {eps:.4f}): settled if the width below it is (above, over its longest training);"
                " the least-squares slope of ln m on ln T, and with one grid step at either end")
-    whole = slope(every)
+    whole = slope(np.ones(len(pts), bool))
     return markdown(caption, ["T: m (steps, settled)", "slope", "one grid step at an end",
                               "over the settled"],
                     [[", ".join(f"{T}: {m} ({steps}, {'yes' if ok else 'no'})"
