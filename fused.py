@@ -233,7 +233,6 @@ class FusedStep:
                     sums[1][runs, :, self.d:] += out[1]
                     sums[2][runs] += out[2]
             return sums
-
         sums = self.each_thread(n, T, work)
         if val:
             return per_sequence

@@ -29,8 +29,7 @@ from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experim
                      value, weights)
 from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, family_curves, partial, table,
                     table_critical, table_floor, table_length, table_needed, table_paired,
-                    table_largest, table_selection, table_sweep, trained_de,
-                    width_fits)
+                    table_largest, table_selection, table_sweep, trained_de, width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)

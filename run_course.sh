@@ -111,10 +111,7 @@ else
   AFTER+=" && python plots.py $O --out $FIGS$Q_PLOTS"
 fi
 
-if [ $LIST = 1 ]; then
-  printf '%s\n' "${LANE_A[@]}" ${LANE_B[@]+"${LANE_B[@]}"} "$AFTER"
-  exit 0
-fi
+[ $LIST = 0 ] || { printf '%s\n' "${LANE_A[@]}" ${LANE_B[@]+"${LANE_B[@]}"} "$AFTER"; exit 0; }
 
 LANES=()   # the lanes under way
 lane() { local line; for line; do eval "$line"; done; }   # in a subshell of its own: each run is its child
@@ -142,9 +139,7 @@ else
 fi
 status=0
 for pid in "${LANES[@]}"; do wait "$pid" || status=$?; done
-if [ $status != 0 ]; then
-  echo "run_course.sh: error: a lane failed (exit $status); its output: above, or $OUT/logs/" >&2
-  exit $status
-fi
+[ $status = 0 ] || { echo "run_course.sh: error: a lane failed (exit $status); its output: above, or" \
+  "$OUT/logs/" >&2; exit $status; }
 lane "$AFTER" & LANES=($!)
 wait $!

@@ -293,7 +293,6 @@ def scale_floor(draws, c_max=1e4):
         g = family_output(draws, np.exp(log_c))
         alpha = (g * draws[2]).sum() / (g * g).sum()                    # the least-squares alpha
         return loss(alpha * g, draws[2]), alpha
-
     lo, hi, ratio = np.log(1e-3), np.log(c_max), (5 ** 0.5 - 1) / 2
     for _ in range(60):                              # golden section on log c (loss unimodal in c)
         a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
@@ -337,7 +336,6 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
             each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # per sequence
             tried[d_e] = (value, c, alpha, float(each.std(ddof=1) / n ** 0.5))
         return tried[d_e][0] <= target
-
     hi = start
     while not met(hi):                               # up until met: ceil(3 hi / 2) > hi
         hi = -(-3 * hi // 2)
