@@ -340,7 +340,8 @@ def table_needed(path, summary, sweep):
 def last_quarter(path, row, eps):
     """The FCN width just below a row's answer: its seeds' mean val at 3/4 of its longest training
     (all seeds', if longer than the row's budget: "at" that step) and at its end; settled above
-    eps if it moved by less than SETTLED over that quarter (it will not reach eps, then)."""
+    eps if it moved by less than SETTLED over that quarter (it will not reach eps, then); below the
+    target if it reached eps there (so the row's answer was the budget's, not the width's)."""
     below = [w for w, _ in row["tried"] if w < (row["width"] or math.inf)]
     if row["model"] != "fcn" or not below:
         return ["-", "-"]
@@ -349,7 +350,8 @@ def last_quarter(path, row, eps):
     end = max(row["steps"], min((max(log, default=0) for log in logs), default=0))
     a, b = (mean([log.get(s, NAN) for log in logs]) for s in (end * 3 // 4, end))
     return [f"m = {max(below)}: {fmt(a)} → {fmt(b)}" + (f" at {end}" if end > row["steps"] else ""),
-            "-" if not finite(a - b) else "yes" if abs(a - b) < SETTLED and b > eps else "no"]
+            "-" if not finite(a - b) else "no (below the target)" if b <= eps else
+            "yes" if abs(a - b) < SETTLED else "no"]
 
 
 def table_largest(sweeps):

@@ -729,6 +729,8 @@ def test_plots_tabulates_whether_the_width_below_each_fcn_answer_settled(tmp_pat
     (four,), (eight,) = (table_cells(out, f"| fcn | {T} | 100 |") for T in (4, 8))
     assert four[-2:] == ["m = 8: 0.5030 → 0.5010", "yes"]                   # moved 0.002, > eps 0.3
     assert eight[-2:] == ["m = 8: 0.5030 → 0.4460", "no"]                   # moved 0.057
+    below = tables.last_quarter(tmp_path / "sweep" / "sweep.json", sweep["rows"][1], 0.45)
+    assert below[1] == "no (below the target)"          # 0.446 <= eps: a smaller width would do
 
 
 def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longest(tmp_path, capsys):
