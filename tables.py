@@ -338,20 +338,24 @@ def table_needed(path, summary, sweep):
 
 
 def last_quarter(path, row, eps):
-    """The FCN width just below a row's answer: its seeds' mean val at 3/4 of its longest training
-    (all seeds', if longer than the row's budget: "at" that step) and at its end; settled above
-    eps if it moved by less than SETTLED over that quarter (it will not reach eps, then); below the
-    target if it reached eps there (so the row's answer was the budget's, not the width's)."""
-    below = [w for w, _ in row["tried"] if w < (row["width"] or math.inf)]
-    if row["model"] != "fcn" or not below:
-        return ["-", "-"]
-    logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in
-            path.parent.glob(f"fcn-T{row['T']}-m{max(below)}-depth*-seed*/log.jsonl")]
-    end = max(row["steps"], min((max(log, default=0) for log in logs), default=0))
-    a, b = (mean([log.get(s, NAN) for log in logs]) for s in (end * 3 // 4, end))
-    return [f"m = {max(below)}: {fmt(a)} → {fmt(b)}" + (f" at {end}" if end > row["steps"] else ""),
-            "-" if not finite(a - b) else "no (below the target)" if b <= eps else
-            "yes" if abs(a - b) < SETTLED else "no"]
+    """The FCN widths below a row's answer, the largest down while each reached eps trained on: the
+    seeds' mean val at 3/4 of their longest training ("at" it, if past the budget) and at its end;
+    [those, whether the last settled above eps (moved < SETTLED over that quarter) or is below the
+    target (the answer was the budget's), the width at convergence: the least that reached eps]."""
+    width, below, settled = row["width"], [], "-"
+    tried = [w for w, _ in row["tried"] if w < (width or math.inf) and row["model"] == "fcn"]
+    for m in sorted(tried, reverse=True):
+        logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in
+                path.parent.glob(f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl")]
+        end = max(row["steps"], min((max(log, default=0) for log in logs), default=0))
+        a, b = (mean([log.get(s, NAN) for log in logs]) for s in (end * 3 // 4, end))
+        below.append(f"m = {m}: {fmt(a)} → {fmt(b)}" + (f" at {end}" if end > row["steps"] else ""))
+        settled = ("-" if not finite(a - b) else "no (below the target)" if b <= eps else
+                   "yes" if abs(a - b) < SETTLED else "no")
+        if settled != "no (below the target)":
+            break
+        width = m
+    return ["; ".join(below) or "-", settled, width]
 
 
 def table_largest(sweeps):
@@ -362,24 +366,26 @@ def table_largest(sweeps):
     for path, r in [(p, r) for p, s in sweeps if s["eps"] == eps for r in s["rows"]]:
         if r["model"] == "fcn" and r["steps"] > largest.get(r["T"], ({"steps": 0},))[0]["steps"]:
             largest[r["T"]] = (r, path)
-    pts = [(T, r["width"], r["steps"], last_quarter(path, r, eps)[1] == "yes")
+    pts = [(T, r["width"], r["steps"], *last_quarter(path, r, eps)[1:])   # (.., settled, at it)
            for T, (r, path) in sorted(largest.items()) if r["width"]]
-    x, y = (np.log([pt[k] for pt in pts]) for k in (0, 1))
-    settled = np.array([pt[3] for pt in pts], bool)
+    x, y, at = (np.log([pt[k] for pt in pts]) for k in (0, 1, 4))
+    settled = np.array([pt[3] == "yes" for pt in pts])
 
-    def slope(keep):
+    def slope(keep, y=y):
         return np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
     step = math.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum() if len(x) >= 2 else NAN
     caption = (f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
-               f" {eps:.4f}): settled if the width below it is (above, over its longest training);"
-               " the least-squares slope of ln m on ln T, and with one grid step at either end")
+               f" {eps:.4f}; m → m': m' reached it trained on, the slope over the settled uses"
+               " it): settled if the width below is (above, over its longest training); the"
+               " least-squares slope of ln m on ln T, and with one grid step at either end")
     whole = slope(np.ones(len(pts), bool))
     return markdown(caption, ["T: m (steps, settled)", "slope", "one grid step at an end",
                               "over the settled"],
-                    [[", ".join(f"{T}: {m} ({steps}, {'yes' if ok else 'no'})"
-                                for T, m, steps, ok in pts), fmt(whole, ".2f"),
+                    [[", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps}, "
+                                f"{('no', 'yes')[ok == 'yes']})" for T, m, steps, ok, at in pts),
+                      fmt(whole, ".2f"),
                       f"{fmt(whole - step, '.2f')} to {fmt(whole + step, '.2f')}",
-                      fmt(slope(settled), ".2f")]] if len(pts) >= 2 else [])
+                      fmt(slope(settled, at), ".2f")]] if len(pts) >= 2 else [])
 
 
 def table_sweep(path, summary):
@@ -387,13 +393,13 @@ def table_sweep(path, summary):
     sd = lambda r: f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""  # noqa: E731
     return markdown(f"{path.parent.name}{partial(summary)}: smallest width with seed-mean val"
                     f" loss <= {summary['eps']:.4f} after each budget of steps of"
-                    f" {summary['batch']}, seeds {summary['seeds']}; the FCN width just below it:"
-                    " its mean val over the last quarter of its longest training (at: where longer"
-                    f" than the budget), settled if that moved by less than {SETTLED} (about the"
-                    " Monte-Carlo se of a 1,024-sequence val near the target) and stays above it",
+                    f" {summary['batch']}, seeds {summary['seeds']}; the FCN widths below it (the"
+                    " largest down while they reached it trained on): mean val over the last"
+                    " quarter of the longest training (at: if past the budget); settled if the last"
+                    f" moved < {SETTLED} (a 1,024-sequence val's Monte-Carlo se near it), above it",
                     ["model", "T", "steps", "width", "params", "val (mean ± s)",
                      "width below: last quarter", "settled"],
                     [[r["model"], r["T"], r["steps"], r["width"] or "> %s" % max(
                         (w for w, _ in r["tried"]), default="?"),
                       r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}",
-                      *last_quarter(path, r, summary["eps"])] for r in summary["rows"]])
+                      *last_quarter(path, r, summary["eps"])[:2]] for r in summary["rows"]])

@@ -759,3 +759,28 @@ def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longes
                      f"{slope - step:.2f} to {slope + step:.2f}", f"{np.log(8) / np.log(4):.2f}"]
     [row] = table_cells(out, "| fcn | 16 | 400 |")    # the quarter of m = 32's longest training
     assert row[-2:] == ["m = 32: 0.5030 → 0.5000 at 1600", "yes"]
+
+
+def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down(tmp_path, capsys):
+    """The widths below an answer are read from the largest down while each reached eps when
+    trained on: the smallest that did is the width at convergence if the next one settled above."""
+    for folder, T, width, tried in (("long", 16, 64, [[16, 0.6], [32, 0.5], [64, 0.2]]),
+                                    ("short", 8, 16, [[8, 0.5], [16, 0.2]])):
+        write_summary(tmp_path, folder, "sweep.json", dict(SWEEP, rows=[dict(
+            model="fcn", T=T, steps=100, width=width, params=1, val=0.2, tried=tried)]))
+    logs = {"long/fcn-T16-m32-depth1-seed0": ((1200, 0.35), (1600, 0.25)),   # reached eps 0.3 later
+            "long/fcn-T16-m16-depth1-seed0": ((1200, 0.503), (1600, 0.5)),   # settled above it
+            "short/fcn-T8-m8-depth1-seed0": ((75, 0.503), (100, 0.5))}
+    for run, log in logs.items():
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "log.jsonl").write_text("".join(
+            json.dumps(dict(step=s, val=v)) + "\n" for s, v in log))
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path), "--table"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    [row] = table_cells(out, "| fcn | 16 | 100 |")
+    assert row[-2:] == ["m = 32: 0.3500 → 0.2500 at 1600; m = 16: 0.5030 → 0.5000 at 1600", "yes"]
+    [cells] = table_cells(out, "| 8: ")
+    assert cells[0] == "8: 16 (100, yes), 16: 64 → 32 (100, yes)"
+    assert (cells[1], cells[3]) == ("2.00", "1.00")     # m = 16, 64 at the budget; 16, 32 settled
