@@ -371,21 +371,20 @@ def table_largest(sweeps):
     x, y, at = (np.log([pt[k] for pt in pts]) for k in (0, 1, 4))
     settled = np.array([pt[3] == "yes" for pt in pts])
 
-    def slope(keep, y=y):
-        return np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
-    step = math.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum() if len(x) >= 2 else NAN
+    def slope(keep, y):   # the least-squares slope over the kept T, and one grid step at an end
+        u, fit = x[keep], np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
+        step = math.log(2) * (u[-1] - u.mean()) / ((u - u.mean()) ** 2).sum() if len(u) > 1 else 0
+        return [fmt(fit, ".2f"), f"{fmt(fit - step, '.2f')} to {fmt(fit + step, '.2f')}"]
     caption = (f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
                f" {eps:.4f}; m → m': m' reached it trained on, the slope over the settled uses"
                " it): settled if the width below is (above, over its longest training); the"
                " least-squares slope of ln m on ln T, and with one grid step at either end")
-    whole = slope(np.ones(len(pts), bool))
     return markdown(caption, ["T: m (steps, settled)", "slope", "one grid step at an end",
-                              "over the settled"],
+                              "over the settled", "one grid step at an end"],
                     [[", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps}, "
                                 f"{('no', 'yes')[ok == 'yes']})" for T, m, steps, ok, at in pts),
-                      fmt(whole, ".2f"),
-                      f"{fmt(whole - step, '.2f')} to {fmt(whole + step, '.2f')}",
-                      fmt(slope(settled, at), ".2f")]] if len(pts) >= 2 else [])
+                      *slope(np.ones(len(pts), bool), y), *slope(settled, at)]]
+                    if len(pts) >= 2 else [])
 
 
 def table_sweep(path, summary):

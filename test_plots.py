@@ -756,7 +756,8 @@ def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longes
     x, y = np.log([4, 8, 16]), np.log([8, 32, 64])
     slope, step = np.polyfit(x, y, 1)[0], np.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum()
     assert cells == ["4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, yes)", f"{slope:.2f}",
-                     f"{slope - step:.2f} to {slope + step:.2f}", f"{np.log(8) / np.log(4):.2f}"]
+                     f"{slope - step:.2f} to {slope + step:.2f}", f"{np.log(8) / np.log(4):.2f}",
+                     "1.00 to 2.00"]                  # over T = 4, 16: one grid step moves it 0.5
     [row] = table_cells(out, "| fcn | 16 | 400 |")    # the quarter of m = 32's longest training
     assert row[-2:] == ["m = 32: 0.5030 → 0.5000 at 1600", "yes"]
 
