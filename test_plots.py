@@ -733,6 +733,14 @@ def test_plots_tabulates_whether_the_width_below_each_fcn_answer_settled(tmp_pat
     assert below[1] == "no (below the target)"          # 0.446 <= eps: a smaller width would do
 
 
+def write_val_logs(root, logs):
+    """{run directory under root: ((step, val), ...)}: each run's log.jsonl of those records."""
+    for run, log in logs.items():
+        (root / run).mkdir()
+        (root / run / "log.jsonl").write_text("".join(
+            json.dumps(dict(step=s, val=v)) + "\n" for s, v in log))
+
+
 def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longest(tmp_path, capsys):
     fcn = lambda T, steps, width, below: dict(      # noqa: E731  an FCN row; the width tried below
         model="fcn", T=T, steps=steps, width=width, params=1, val=0.2, tried=[[below, 0.5],
@@ -744,10 +752,7 @@ def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longes
     write_summary(tmp_path, "other", "sweep.json", dict(SWEEP, eps=0.1, rows=[fcn(32, 900, 8, 4)]))
     logs = {"fcn-T4-m4-depth1-seed0": ((300, 0.5), (400, 0.503)),   # m = 4 settled above eps
             "fcn-T16-m32-depth1-seed0": ((300, 0.6), (400, 0.55), (1200, 0.503), (1600, 0.5))}
-    for run, log in logs.items():           # m = 32: moving at 400, settled when trained to 1,600
-        (tmp_path / "long" / run).mkdir()
-        (tmp_path / "long" / run / "log.jsonl").write_text("".join(
-            json.dumps(dict(step=s, val=v)) + "\n" for s, v in log))
+    write_val_logs(tmp_path / "long", logs)  # m = 32: moving at 400, settled when trained to 1,600
     with pytest.raises(SystemExit) as done:
         plots.main([str(tmp_path), "--table"])
     assert done.value.code == 0
@@ -772,10 +777,7 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
     logs = {"long/fcn-T16-m32-depth1-seed0": ((1200, 0.35), (1600, 0.25)),   # reached eps 0.3 later
             "long/fcn-T16-m16-depth1-seed0": ((1200, 0.503), (1600, 0.5)),   # settled above it
             "short/fcn-T8-m8-depth1-seed0": ((75, 0.503), (100, 0.5))}
-    for run, log in logs.items():
-        (tmp_path / run).mkdir()
-        (tmp_path / run / "log.jsonl").write_text("".join(
-            json.dumps(dict(step=s, val=v)) + "\n" for s, v in log))
+    write_val_logs(tmp_path, logs)
     with pytest.raises(SystemExit) as done:
         plots.main([str(tmp_path), "--table"])
     assert done.value.code == 0
