@@ -4,18 +4,12 @@
 #     bash run_course.sh results/paper paper   # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
 #                                          # ~80 min on 2 CPU cores, then the predicted floors (~2 min) into
 #                                          # OUT/sgd/family_floor.json and the figures into OUT/figures
-#     bash run_course.sh OUT [SCALE] --list   # print the lines instead of running them (for a cluster, below)
-# Everything is written under OUT: the committed gallery figures/ is left alone unless GALLERY=1, which
-# draws the course figures into figures/ and copies the paper ones to figures/paper_*.png.
-# QUICK=1 runs every line at a tiny size (a few steps, short T, small grids): both scales in a couple of
-# minutes, to check the whole course end to end; its numbers mean nothing.
-# A paper-scale run cut off (a session's end, SIGKILL) goes on with RESUME=1 bash run_course.sh results/paper paper.
-# TF_FLAGS adds flags to every train_tf.py command (e.g. "--device cuda").
-# --list prints one experiment a line, each a shell command that runs alone from this folder (lines that
-# write one folder are one line: a second writer of a folder is refused), in any order or side by side;
-# the last line (copies between folders, the figures) must come after all the others. RESUME=1 --list
-# makes each line go on from where a cut-off run of it stopped. Each line is also the command for one
-# experiment alone (QUICK=1 appends its $Q_... flags: the last value wins).
+#     bash run_course.sh OUT [SCALE] --list   # print the lines instead of running them: each runs alone from
+#                                          # this folder, in any order; the last after all (README: on a cluster)
+# Everything is written under OUT; GALLERY=1 draws the course figures into figures/ and copies the paper ones
+# to figures/paper_*.png. QUICK=1 runs every line at a tiny size (both scales in a couple of minutes; its
+# numbers mean nothing). RESUME=1 goes on from where cut-off runs stopped (a session's end, SIGKILL), listed
+# lines too. TF_FLAGS adds flags to every train_tf.py command (e.g. "--device cuda").
 set -euo pipefail
 CALLER=$PWD; cd "$(dirname "$0")"
 LIST=0 ARGS=()
