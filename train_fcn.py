@@ -153,8 +153,9 @@ def evaluate(model, sets):
     return dict(val=losses.pop("val"), test_q=losses)
 
 
-def open_run(args, T, width, seed, steps, device):
-    path = run_dir(args, T, width, seed)
+def train(args, T, width, seed, device, steps=None, progress=True):
+    """One FCN run of `steps` (default --steps): write its directory, return its records."""
+    steps, path = steps or args.steps, run_dir(args, T, width, seed)
     torch.manual_seed(seed)  # the initialisation
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     gen = torch.Generator(device)
@@ -168,13 +169,6 @@ def open_run(args, T, width, seed, steps, device):
             if not k.startswith("sweep") and k not in ("force", "out", "resume")}
     runlog.write_json(path / "config.json", dict(mine, model="fcn", T=T, width=width, seed=seed,
                       steps=steps, device=str(device), params=n_params(model)))
-    return path, model, optimizer, gen, sets
-
-
-def train(args, T, width, seed, device, steps=None, progress=True):
-    """One FCN run of `steps` (default --steps): write its directory, return its records."""
-    steps = steps or args.steps
-    path, model, optimizer, gen, sets = open_run(args, T, width, seed, steps, device)
     loss_sum, since, t0, rec, step, status, records = 0.0, 0, time.time(), {}, 0, "finished", []
     try:
         with open(path / "log.jsonl", "w") as log, tqdm(
