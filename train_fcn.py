@@ -355,8 +355,6 @@ def sweep(args, device):
     taken to need no less width); the largest budget first, whose runs hold the others' numbers."""
     eps, rows, cells = args.eps * args.d / (2 * args.q), [], resumed_cells(args)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
-    bar = tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps), desc="sweep (T, budget, model)",
-               dynamic_ncols=True)
 
     def reached(model, T, size, steps, row):
         bar.set_postfix(T=T, steps=steps, model=model, size=size)
@@ -369,21 +367,21 @@ def sweep(args, device):
             status=status, eps=eps, **sweep_settings(args), rows=rows,
             loglog_slope=fits(rows, args.sweep_steps), cells=cells))
     try:
-        save("running")    # its settings, for a --resume after a kill in its first cell
-        for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
-            for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
-                row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None,
-                           val_sd=None, vals=None, tried=[], tried_seeds=[])
-                first[model, steps] = search(grid, first[model, steps],
-                                             lambda size: reached(model, T, size, steps, row))
-                rows.append(row)
-                bar.update()
-                save("running")
+        with tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps),
+                  desc="sweep (T, budget, model)", dynamic_ncols=True) as bar:
+            save("running")    # its settings, for a --resume after a kill in its first cell
+            for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
+                for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
+                    row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None,
+                               val_sd=None, vals=None, tried=[], tried_seeds=[])
+                    first[model, steps] = search(grid, first[model, steps],
+                                                 lambda size: reached(model, T, size, steps, row))
+                    rows.append(row)
+                    bar.update()
+                    save("running")
     except BaseException as error:
         save(runlog.ended_by(error))
         raise
-    finally:
-        bar.close()
     save("finished")
     write_table(args, rows, fits(rows, args.sweep_steps), eps)
 
