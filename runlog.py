@@ -122,9 +122,8 @@ def closing_line(path, status, step, rec, n_test):
     sets = lambda r: [(k, x) for k, x in flat(r).items() if k == "val" or "=" in k]  # noqa: E731
     text = f"{path}: {status} at step {step}"
     if "final" in rec:
-        se = dict(sets(rec["final_se"]))
-        return (text + f"; final loss on {rec['n_final']} sequences per set"
-                f" (± its standard error): "
+        se, n = dict(sets(rec["final_se"])), rec["n_final"]
+        return (text + f"; final loss on {n} sequences per set (± its standard error): "
                 + ", ".join(f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])))
     if "step" not in rec:
         return text + "; no evaluation was made"
@@ -367,8 +366,7 @@ def resolve_device(name):
 
 
 def run_command(program, body, kept="the logs and weights so far are saved", sizes="sizes"):
-    """All scripts' exit statuses: 2 bad input, an unwritable file or too little memory (one line
-    naming `sizes`, the flags to lower); 1 a run diverged; 130, 143, 129 a signal (SIGNAL)."""
+    """body() under the module docstring's exit statuses; `sizes`: the flags to lower on OOM."""
     SIGNAL[0] = signal.SIGINT
     before = {s: signal.signal(s, take) for s in SIGNALS}
     try:
