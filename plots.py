@@ -160,11 +160,10 @@ def figure_tests(runs, out, name, group, suffix, curves=None):
 
 def figure_weights(runs, out, name, report):
     """Figure 3: W and V at init and at the end, a row per configuration (two at most)."""
-    rows, groups = [], configurations(runs)
-    for run in [g[0] for g in groups[:2]]:
-        pair = report.attempt(lambda r: [weights(r, w) for w in ("init", "final")], run,
-                              then=f"; not in {name}_weights")
-        rows += [(run, pair)] if pair else []
+    groups = configurations(runs)
+    pairs = [report.attempt(lambda r: [weights(r, w) for w in ("init", "final")], g[0],
+                            then=f"; not in {name}_weights") for g in groups[:2]]
+    rows = [(g[0], pair) for g, pair in zip(groups, pairs) if pair]
     if not rows:
         return None
     # W at init and end; V (d x D, far wider than tall) as its token block, square, beside the rest
@@ -188,11 +187,10 @@ def heat(ax, M, d, title, symlog):
     rest = min(max(off, vmax / 1e3), vmax)            # the largest entry off the PE diagonal
     norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax) if symlog else Normalize(-vmax, vmax)
     im = ax.imshow(M, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest")
-    for line in (ax.axvline, ax.axhline):
-        line(d - 0.5, color="k", lw=0.6)
     blocks = [(d - 1) / 2, (d + M.shape[1] - 1) / 2]  # the middle of the x and p blocks
-    ax.set_xticks(blocks, ["x", "p"])
-    ax.set_yticks(blocks, ["x", "p"])
+    for line, set_ticks in ((ax.axvline, ax.set_xticks), (ax.axhline, ax.set_yticks)):
+        line(d - 0.5, color="k", lw=0.6)
+        set_ticks(blocks, ["x", "p"])
     ax.set_title(title + " (symlog)" * symlog + " (all 0)" * (not M.any()))
     ticks = sorted({-vmax, -rest, 0, rest, vmax} if symlog else {-vmax, 0, vmax})
     ax.figure.colorbar(im, ax=ax, shrink=0.8).set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
