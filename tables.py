@@ -49,9 +49,8 @@ def over_seeds(pairs):
 def slope(run, name):
     """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
     last = run["log"][-1]["step"]
-    xy = np.array([(r["step"], value(r, name)) for r in run["log"]
-                   if r["step"] >= last - min(WINDOW, last / 2)], float).reshape(-1, 2)
-    xy = xy[np.isfinite(xy[:, 1])]
+    xy = np.array([(r["step"], value(r, name)) for r in run["log"] if finite(r.get(name))
+                   and r["step"] >= last - min(WINDOW, last / 2)], float).reshape(-1, 2)
     return float(np.polyfit(*xy.T, 1)[0] * 1e4) if len(xy) > 2 else NAN
 
 
