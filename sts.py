@@ -212,7 +212,7 @@ def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
 
 def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
     """The paper's schedule: lr until `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
-    check_args(lr=lr, anneal_factor=anneal_factor, **{"anneal_at": anneal_at or 0})
+    check_args(lr=lr, anneal_factor=anneal_factor, anneal_at=anneal_at or 0)
     return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
@@ -250,8 +250,7 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     """n sequences as the family sees them: scores c p_i^T s (s = sum_{j in y} p_j), output alpha
     X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P.
     positions: the table's size L of randomized PE (default T). ridge: score a table's PEs through
-    M = (P_L P_L^T + ridge I)^+ instead of I, p_i^T M s: W's PE block can learn its table's
-    cross-talk, and M undoes it (at ridge 0 and L <= d_e exactly: p_i^T M p_j = [i = j])."""
+    M = table_metric(d_e, P_L, ridge) instead of I, p_i^T M s (M undoes the table's cross-talk)."""
     check_args(T, q, d=d, n=n)
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
     check(ridge is None or pe.table is not None, "ridge", "None with stochastic PE, which has no"
