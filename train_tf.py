@@ -202,12 +202,12 @@ def finals(tr, n):
                                for name, x in run}) for run in runs]
 
 
-def log_evaluation(tr, step, t0):
-    """Evaluate every run on its --n-test sets and log the records of those still running; a run
-    whose loss diverges stops alone (runlog.write_record says why; its summary says so)."""
+def log_evaluation(tr, step, t0, evaluated):
+    """Log the records of the runs still running, with evaluate's losses on the --n-test sets; a
+    run whose loss diverges stops alone (runlog.write_record says why; its summary says so)."""
     since = step - max((rec["step"] for rec in tr.records if rec), default=step)  # loss_sum's steps
     train_loss = (tr.loss_sum / since).tolist() if since else [None] * len(tr.specs)
-    losses = [(name, x.mean(0).tolist()) for name, x in evaluate(tr, tr.args.n_test)]
+    losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
     W, V = torch.stack(tr.W), torch.stack(tr.V)
     cos_W, cos_V = sts.cosine(W, tr.W_star).tolist(), sts.cosine(V, tr.V_star).tolist()
     norm_W, now = ((W * W).sum((-2, -1)) ** 0.5).tolist(), round(time.time() - t0, 3)
@@ -241,7 +241,7 @@ def run_steps(tr, t0, signals):
             tr.step = step                                    # where a signal or error ends it
             if ((step % args.eval_every == 0 or step == args.steps)     # unless checkpointed
                     and not any(rec.get("step") == step for rec in tr.records)):
-                log_evaluation(tr, step, t0)
+                log_evaluation(tr, step, t0, evaluate(tr, args.n_test))  # the loss at T, T_test
                 bar.set_postfix_str(f"{name}: val {tr.records[0]['val']:.4f},"
                                     f" cos_W {tr.records[0]['cos_W']:.3f}")
             if (signals.caught or step == args.steps
