@@ -49,7 +49,7 @@ def over_seeds(pairs):
 def slope(run, name):
     """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
     last = run["log"][-1]["step"]
-    xy = np.array([(r["step"], value(r, name)) for r in run["log"] if finite(r.get(name))
+    xy = np.array([(r["step"], r[name]) for r in run["log"] if finite(r.get(name))
                    and r["step"] >= last - min(WINDOW, last / 2)], float).reshape(-1, 2)
     return float(np.polyfit(*xy.T, 1)[0] * 1e4) if len(xy) > 2 else NAN
 
@@ -370,7 +370,7 @@ def table_largest(sweeps):
     x, y, at = (np.log([pt[k] for pt in pts]) for k in (0, 1, 4))
     settled = np.array([pt[3] == "yes" for pt in pts])
 
-    def slope(keep, y):   # the least-squares slope over the kept T, and one grid step at an end
+    def loglog(keep, y):  # the least-squares slope over the kept T, and one grid step at an end
         u, fit = x[keep], np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
         step = math.log(2) * (u[-1] - u.mean()) / ((u - u.mean()) ** 2).sum() if len(u) > 1 else 0
         return [fmt(fit, ".2f"), f"{fmt(fit - step, '.2f')} to {fmt(fit + step, '.2f')}"]
@@ -382,7 +382,7 @@ def table_largest(sweeps):
                               "over the settled", "one grid step at an end"],
                     [[", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps}, "
                                 f"{('no', 'yes')[ok == 'yes']})" for T, m, steps, ok, at in pts),
-                      *slope(np.ones(len(pts), bool), y), *slope(settled, at)]]
+                      *loglog(np.ones(len(pts), bool), y), *loglog(settled, at)]]
                     if len(pts) >= 2 else [])
 
 
