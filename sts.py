@@ -319,6 +319,67 @@ def family_fit(W, V, d):
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
 
+# ----------------------- How training gets there: gradient descent inside the family, and its plateau
+def family_gradient(draws, c, alpha):
+    """The family's loss L(c, alpha) on `draws` and its gradient (dL/dc, dL/dalpha), by hand:
+    f = alpha g, g = X sigma, sigma = softmax(c S), S_i = p_i^T s the scores at c = 1."""
+    X, S, target = draws
+    sigma = softmax(c * S)                                      # the attention of W = c W*  (n, T)
+    dsigma = sigma * (S - (sigma * S).sum(-1, keepdims=True))   # d sigma_i/dc = sigma_i (S_i - <sigma, S>)
+    g, dg = np.einsum("ndt,nkt->knd", X, np.stack([sigma, dsigma], 1))  # g = X sigma, dg/dc  (n, d)
+    r = alpha * g - target                                      # f - STS_q                  (n, d)
+    n = len(S)                                                  # L = 1/(2n) sum ||r||^2, so
+    return 0.5 * (r * r).sum() / n, alpha * (r * dg).sum() / n, (r * g).sum() / n  # L, dL/dc, dL/dalpha
+
+
+def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, anneal_factor=1.0, n=2048,
+                    seed=0, positions=None):
+    """Gradient descent on W = c W*, V = alpha V* from the zero init, on n fixed draws, at the runs'
+    rate schedule: the training curve the family predicts. A GD step moves W by -lr dL/dW; its part
+    along W* is (<-lr dL/dW, W*> / |W*|^2) W*, and <dL/dW, W*> = dL/dc (the chain rule at W = c W*):
+        c     <- c     - lr / d_e * dL/dc       (|W*|^2 = d_e: W* is I on the d_e PE coordinates)
+        alpha <- alpha - lr / d   * dL/dalpha   (|V*|^2 = d: V* is I on the d token coordinates).
+    With stochastic PE the expected gradient at a family point lies in the family (P's law is
+    unchanged by a rotation or a sign flip of R^{d_e}), so population GD from zero never leaves it:
+    what this leaves out is SGD's noise (and, with a table, the table's own structure).
+    Returns (loss, c, alpha), arrays of steps + 1: the state before each step, then after the last."""
+    check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, n=n)
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
+    out = np.zeros((steps + 1, 3))                               # rows (loss, c, alpha); c = alpha = 0
+    for step in range(steps + 1):
+        value, dc, dalpha = family_gradient(draws, *out[step, 1:])
+        out[step, 0] = value
+        if step < steps:
+            rate = learning_rate(step, lr, anneal_at, anneal_factor)
+            out[step + 1, 1:] = out[step, 1:] - rate * np.array([dc / d_e, dalpha / d])
+    return out.T
+
+
+def escape_step(steps, losses, floor):
+    """t_1/2: the first of `steps` whose loss is below the midpoint of the first loss and `floor`
+    (None if none is)."""
+    below = np.flatnonzero(np.asarray(losses) < (losses[0] + floor) / 2)
+    return int(steps[below[0]]) if below.size else None
+
+
+def plateau_steps(T, q, d, d_e, lr, floor):
+    """t_1/2 in closed form, from the family's expected scores without cross-talk (S_i = 1 on the
+    subset, 0 off it) and a constant rate. With K = T - q and U = e^{2c}: G = E<STS_q, g> =
+    d e^c / (q e^c + K), N = E||g||^2 = d (q U + K) / (q e^c + K)^2, L = d/(2q) - alpha G +
+    alpha^2 N / 2. alpha relaxes to G / N at rate lr/T (fast next to c when d_e >> d); there
+    L = d/(2q) - G^2/(2N) = d/(2q) - (d/2) U / (q U + K), and c climbs that by
+        dc/dt = (lr / d_e) d(G^2 / 2N)/dc = (lr d K / d_e) U / (q U + K)^2,   so
+        t(U) = d_e / (2 lr d K) [q^2 (U - 1) + 2 q K ln U + K^2 (1 - 1/U)],
+    evaluated at the U where L is the midpoint of d/(2q) and `floor`, plus T / lr: alpha starts at 0
+    (alpha(t) = 1 - e^{-lr t / T} while c ~ 0) and c's climb is proportional to it, so it starts
+    about T / lr late. For T >> q: t_1/2 ~ T / lr + d_e (T + 2q ln(T/q)) / (2 lr d), linear in
+    d_e T / (lr d), and no batch size in it."""
+    K, share = T - q, 1 / (2 * q) - floor / d                # U / (q U + K) at the midpoint
+    U = max(1.0, share * K / (1 - q * share))
+    climb = q * q * (U - 1) + 2 * q * K * np.log(U) + K * K * (1 - 1 / U)
+    return float(T / lr + d_e / (2 * lr * d * K) * climb)
+
+
 def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
     on `seed`'s draws) and {d_e tried: (floor, c, alpha, se)}, se the floor's Monte-Carlo standard
@@ -412,6 +473,23 @@ def widths(Ts, q, d, target, seed=0, de=8):
                    tried=sorted([k, v[0]] for k, v in tried.items()))
 
 
+def dynamics(T, q, d, d_e, steps, lr, every, seed=0):
+    """--dynamics' record, printed: family_dynamics at the runs' default schedule (lr, lr/3 from
+    steps // 2) on 2048 sequences, its t_1/2 against family_floor (4096: the same 2048 and more)
+    and plateau_steps', the curve (step, loss, c, alpha) every `every` steps."""
+    curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, steps // 2, 1 / 3, seed=seed)
+    floor = family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
+    t_half, closed = escape_step(range(steps + 1), curve[0], floor), plateau_steps(T, q, d, d_e,
+                                                                                   lr, floor)
+    print(f"stochastic: T={T} q={q} d={d} d_e={d_e} lr={lr}: GD on W = c W*, V = alpha V* ends at"
+          f" loss {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
+          f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})")
+    rows = np.column_stack([np.arange(steps + 1), *curve])[::every]
+    return dict(pe="stochastic", T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=steps // 2,
+                anneal_factor=1 / 3, floor=floor, t_half=t_half, t_half_closed=closed,
+                columns=["step", "loss", "c", "alpha"], rows=rows.tolist())
+
+
 def parser():
     """The command line's flags; an error is one line on stderr (no usage block), exit status 2."""
     p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
@@ -427,8 +505,11 @@ def parser():
     add("--seed", type=int, default=0, help="seed of the data, the fixed PE table and the init")
     add("--floor", action="store_true", help="print family_floor at each --T and --de, and exit")
     add("--needed-de", action="store_true", help="print needed_de (target --eps d/(2q)), and exit")
+    add("--dynamics", action="store_true", help="print family_dynamics' curve at --T, --q, --de,"
+        " --lr, --steps (stochastic PE; lr/3 from half the steps) and its t_1/2, and exit")
+    add("--every", type=int, default=10, help="with --dynamics: --json keeps every this many steps")
     add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
-    add("--json", help="with --floor or --needed-de: also write the rows to this file (plots.py)")
+    add("--json", help="with --floor, --needed-de or --dynamics: also write the rows to this file (plots.py)")
     add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
         " L >= T positions instead: the floors of W = c W* and of a table-learning W (table_floor)")
     return p
@@ -444,7 +525,9 @@ def check_flags(args):
         check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
     check(args.floor or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
           "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
-    check(not (args.floor and args.needed_de), "--floor and --needed-de", "one at a time", "both")
+    check(args.floor + args.needed_de + args.dynamics <= 1, "--floor, --needed-de and --dynamics",
+          "one at a time", "more")
+    check(whole(args.every), "--every", ARGUMENTS["steps"][0], args.every)
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
           and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
     check(not args.positions or args.floor and max(args.positions) >= min(args.T),
@@ -474,6 +557,14 @@ def main(argv=None):
                 with open(args.json, "w") as fh:
                     json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows,
                                    **(search if args.needed_de else {})), fh, indent=2)
+            return
+        if args.dynamics:
+            record = dynamics(args.T[0], q, d, args.de[0], args.steps, args.lr, args.every,
+                              args.seed)
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(dict(family="W = c W*, V = alpha V*", sequences=2048,
+                                   seed=args.seed, **record), fh)
             return
         worst = [r[1] for r in demo(args.T[0], q, d, args.de[0], args.steps, args.lr, args.seed)
                  if not r[1] < 100 * start]                            # NaN fails `<` too

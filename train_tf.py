@@ -211,12 +211,14 @@ def log_evaluation(tr, step, t0, evaluated):
     W, V = torch.stack(tr.W), torch.stack(tr.V)
     cos_W, cos_V = sts.cosine(W, tr.W_star).tolist(), sts.cosine(V, tr.V_star).tolist()
     norm_W, now = ((W * W).sum((-2, -1)) ** 0.5).tolist(), round(time.time() - t0, 3)
+    fits = [sts.family_fit(w, v, tr.args.d) for w, v in zip(W.cpu().numpy(), V.cpu().numpy())]
     tr.loss_sum.zero_()
     for r in [r for r, state in enumerate(tr.status) if state == "running"]:
         tr.records[r] = rec = dict(step=step, train_loss=train_loss[r], time=now,
                                    lr=tr.optimizers[r].param_groups[0]["lr"],
                                    **runlog.nest([(name, x[r]) for name, x in losses]),
-                                   cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
+                                   cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r],
+                                   c=fits[r][0], alpha=fits[r][1])   # W, V on the family
         try:
             runlog.write_record(tr.logs[r], rec, tr.specs[r]["dir"], [rec["val"], train_loss[r]],
                                 tr.args.d / (2 * tr.args.q))
