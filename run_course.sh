@@ -29,7 +29,7 @@ MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
 TF="python train_tf.py --preset $SCALE --n-final 32768${TF_FLAGS:+ $TF_FLAGS}"   # finals on 32,768 common sequences a set
 O=$(printf %q "$OUT")             # OUT as a shell reads it back, in the lines below
 FIGS=$O/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
-Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS="" Q_DYN=""   # QUICK=1's sizes, appended to each line (empty otherwise)
 if [ "${QUICK:-0}" = 1 ]; then
   Q_TF=" --steps 20 --eval-every 10 --n-test 64 --n-final 64 --T 8 --test-T 10 12"
   Q_FLOOR=" --T 8 10 12"       # course: the family's floor at the quick runs' lengths (every --de of the line)
@@ -40,6 +40,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   Q_NEEDED=" --T 6 8"
   Q_BOOL=" --T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
   Q_PLOTS=" --formats png"     # a PDF doubles the drawing time
+  Q_DYN=" --T 8 --steps 20 --every 10"   # sts.py --dynamics at the quick runs' T and steps
 fi
 copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of folder FROM into TO, replacing them
   local from=$1 to=$2 name; shift 2
@@ -65,7 +66,12 @@ if [ "$SCALE" = paper ]; then
     # (the length figure), and at q_test (the q figure); every (T, d_e) pair in one call would cost ~4x as long
     "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json $O/logs/floor_de.json$Q_DE && python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json $O/logs/floor_T.json$Q_LONG && python sts.py --floor --T 200 --q 2 4 6 --d 5 --de 170 --json $O/logs/floor_q.json$Q_DE && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
   )
-  LANE_B=()
+  LANE_B=(
+    # the training curve the family W = c W*, V = alpha V* predicts (sts.family_dynamics), beside the
+    # seeds of sgd/; and the plateau at n = 1,024 (the seeds' 256: 4x less SGD noise), seed 0, 10,000 steps
+    "mkdir -p $O/sgd && python sts.py --dynamics --T 200 --de 170 --steps 100000 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
+    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python sts.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN"
+  )
   AFTER="python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
 else
@@ -97,7 +103,17 @@ else
     # ours: width FCN vs transformer at 1,500 steps; then the transformer's width from its family floor
     "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python sts.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
     "python train_bool.py $MODE --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND m50
+    # the family's predicted training curves beside the stochastic-PE SGD runs (sts.family_dynamics)
+    "mkdir -p $O/sgd $O/floor $O/de_below_T && python sts.py --dynamics --T 20 --de 64 --steps 10000 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 64 --de 32 --steps 10000 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
   )
+  # the plateau's length t_1/2 around the course point (T 20, d_e 64, lr 1, q 3, n 256), 3 seeds a point
+  # (about a minute each; n = 4,096 about 5), each beside its family_dynamics prediction
+  for point in "base:" "T10:--T 10" "T40:--T 40" "T80:--T 80 --steps 3000" "de16:--de 16" "de32:--de 32" \
+      "de128:--de 128" "de256:--de 256 --steps 3000" "lr0.25:--lr 0.25 --steps 3000" "lr0.5:--lr 0.5" "lr2:--lr 2" \
+      "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096"; do
+    name=${point%%:*} flags="--steps 2000 ${point#*:}"
+    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python sts.py --dynamics ${flags/--batch*/} --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN")
+  done
   # the figure set's runs, copied: stochastic d_e = 64 into floor/, and stochastic and fixed PE beside
   # randomized PE; then every figure
   AFTER="$(copy "$O/sgd" "$O/floor" $(runs stochastic))"

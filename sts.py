@@ -473,11 +473,11 @@ def widths(Ts, q, d, target, seed=0, de=8):
                    tried=sorted([k, v[0]] for k, v in tried.items()))
 
 
-def dynamics(T, q, d, d_e, steps, lr, every, seed=0):
-    """--dynamics' record, printed: family_dynamics at the runs' default schedule (lr, lr/3 from
-    steps // 2) on 2048 sequences, its t_1/2 against family_floor (4096: the same 2048 and more)
-    and plateau_steps', the curve (step, loss, c, alpha) every `every` steps."""
-    curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, steps // 2, 1 / 3, seed=seed)
+def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
+    """--dynamics' record, printed: family_dynamics at the runs' schedule (lr, lr/3 from anneal_at)
+    on 2048 sequences, its t_1/2 against family_floor (4096: the same 2048 and more) and
+    plateau_steps', the curve (step, loss, c, alpha) every `every` steps."""
+    curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, anneal_at, 1 / 3, seed=seed)
     floor = family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
     t_half, closed = escape_step(range(steps + 1), curve[0], floor), plateau_steps(T, q, d, d_e,
                                                                                    lr, floor)
@@ -485,7 +485,7 @@ def dynamics(T, q, d, d_e, steps, lr, every, seed=0):
           f" loss {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
           f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})")
     rows = np.column_stack([np.arange(steps + 1), *curve])[::every]
-    return dict(pe="stochastic", T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=steps // 2,
+    return dict(pe="stochastic", T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=anneal_at,
                 anneal_factor=1 / 3, floor=floor, t_half=t_half, t_half_closed=closed,
                 columns=["step", "loss", "c", "alpha"], rows=rows.tolist())
 
@@ -508,6 +508,8 @@ def parser():
     add("--dynamics", action="store_true", help="print family_dynamics' curve at --T, --q, --de,"
         " --lr, --steps (stochastic PE; lr/3 from half the steps) and its t_1/2, and exit")
     add("--every", type=int, default=10, help="with --dynamics: --json keeps every this many steps")
+    add("--anneal-at", type=int, help="with --dynamics: the step from which lr is a third [half the"
+        " --steps, as train_tf.py's]")
     add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
     add("--json", help="with --floor, --needed-de or --dynamics: also write the rows to this file (plots.py)")
     add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
@@ -523,7 +525,9 @@ def check_flags(args):
                           ("--eps", "target", args.eps), ("--seed", "seed", args.seed),
                           *(("--de", "d_e", v) for v in args.de)]:
         check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
-    check(args.floor or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
+    check(args.anneal_at is None or whole(args.anneal_at, 0), "--anneal-at", "an integer >= 0",
+          args.anneal_at)
+    check(args.floor or len(args.q) == 1 and args.dynamics or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
           "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
     check(args.floor + args.needed_de + args.dynamics <= 1, "--floor, --needed-de and --dynamics",
           "one at a time", "more")
@@ -547,24 +551,22 @@ def main(argv=None):
         return sys.exit(done.code) if done.code else None
     q, d, start = args.q[0], args.d, args.d / (2 * args.q[0])   # start: the loss at W = V = 0
     try:
-        if args.floor or args.needed_de:        # the rows, printed as they come, then to --json
+        if args.floor or args.needed_de or args.dynamics:  # the rows, printed, then to --json
             search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
+            anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
             rows = list(widths(args.T, q, d, search["target"], args.seed) if args.needed_de else
+                        (dynamics(T, q, d, d_e, args.steps, args.lr, anneal_at, args.every,
+                                  args.seed) for T, d_e in itertools.product(args.T, args.de))
+                        if args.dynamics else
                         floors(args.T, args.q, d, args.de, args.positions, args.seed))
             family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
                       if args.positions else "W = c W*, V = alpha V*")
             if args.json:
                 with open(args.json, "w") as fh:
-                    json.dump(dict(family=family, sequences=4096, seed=args.seed, rows=rows,
-                                   **(search if args.needed_de else {})), fh, indent=2)
-            return
-        if args.dynamics:
-            record = dynamics(args.T[0], q, d, args.de[0], args.steps, args.lr, args.every,
-                              args.seed)
-            if args.json:
-                with open(args.json, "w") as fh:
-                    json.dump(dict(family="W = c W*, V = alpha V*", sequences=2048,
-                                   seed=args.seed, **record), fh)
+                    json.dump(dict(family=family, sequences=2048 if args.dynamics else 4096,
+                                   seed=args.seed, rows=rows,
+                                   **(search if args.needed_de else {})),
+                              fh, indent=None if args.dynamics else 2)
             return
         worst = [r[1] for r in demo(args.T[0], q, d, args.de[0], args.steps, args.lr, args.seed)
                  if not r[1] < 100 * start]                            # NaN fails `<` too
