@@ -232,6 +232,66 @@ def test_a_long_table_learned_beats_the_ground_truth_family_and_stochastic_pes_h
     with pytest.raises(ValueError, match="ridge"):
         sts.family_floor("stochastic", T, q, d, d_e, n=64, ridge=0.1)
 
+def test_family_gradient_matches_finite_differences_and_the_models_own_gradient_projected():
+    """dL/dc and dL/dalpha by hand against central differences, and against sts.backward's full
+    dL/dW, dL/dV at W = c W*, V = alpha V* projected on W*, V* (the chain rule the reduction uses)."""
+    T, q, d, d_e, c, alpha, h = 7, 2, 3, 5, 1.3, 0.8, 1e-6
+    draws = sts.family_draws("stochastic", T, q, d, d_e, n=64, seed=2)
+    value, dc, dalpha = sts.family_gradient(draws, c, alpha)
+    at = lambda c, alpha: sts.family_gradient(draws, c, alpha)[0]  # noqa: E731
+    assert dc == pytest.approx((at(c + h, alpha) - at(c - h, alpha)) / (2 * h), rel=1e-6)
+    assert dalpha == pytest.approx((at(c, alpha + h) - at(c, alpha - h)) / (2 * h), rel=1e-6)
+    b = sts.sample_batch(sts.stream(2, "data"), 64, T, q, d, sts.PositionalEncoding(
+        "stochastic", d_e, T, 2))                           # the same 64 sequences as the draws
+    W_star, V_star = sts.ground_truth(d, d_e)
+    f, cache = sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)
+    dW, dV = sts.backward(c * W_star, alpha * V_star, b.z_q, f, b.target, cache)
+    assert sts.loss(f, b.target) == pytest.approx(value, rel=1e-12)
+    assert (dW * W_star).sum() == pytest.approx(dc, rel=1e-9)
+    assert (dV * V_star).sum() == pytest.approx(dalpha, rel=1e-9)
+
+
+def test_family_dynamics_ends_at_family_floors_c_alpha_where_it_converges():
+    loss, c, alpha = sts.family_dynamics("stochastic", 6, 2, 3, 3, 2000, lr=4.0, n=512)
+    floor, c_best, alpha_best = sts.family_floor("stochastic", 6, 2, 3, 3, n=512)   # same draws
+    assert c[0] == alpha[0] == 0 and loss[0] > 2 * floor
+    assert (loss[-1], c[-1], alpha[-1]) == pytest.approx((floor, c_best, alpha_best), rel=1e-5)
+
+
+def test_family_dynamics_is_what_sgd_at_a_large_batch_does_with_stochastic_pe():
+    """sts.train's W, V (every entry free, fresh sequences each step) stay on the family and move
+    as the reduction's (c, alpha): the projection of the trained weights, and the loss curve."""
+    T, q, d, d_e, steps, lr, n = 6, 2, 3, 16, 60, 2.0, 4096
+    W, V, losses = sts.train(sts.PositionalEncoding("stochastic", d_e, T), T, q, d, steps, lr, n,
+                             progress=False)
+    loss, c, alpha = sts.family_dynamics("stochastic", T, q, d, d_e, steps, lr, n=n)
+    assert sts.cosine(W, sts.ground_truth(d, d_e)[0]) > 0.99
+    assert sts.family_fit(W, V, d) == pytest.approx((c[-1], alpha[-1]), rel=0.01)
+    assert losses == pytest.approx(loss[:-1], abs=0.02)    # Monte-Carlo error of n = 4096 a step
+    assert loss[steps // 2] < 0.6 * loss[0]                 # the curve falls: not a flat match
+
+
+def test_escape_step_and_the_closed_form_plateau():
+    assert sts.escape_step([0, 10, 20, 30], [0.8, 0.7, 0.44, 0.1], 0.1) == 20  # below 0.45
+    assert sts.escape_step([0, 10], [0.8, 0.7], 0.1) is None
+    t = sts.plateau_steps(20, 3, 5, 64, 1.0, 0.1)
+    assert sts.plateau_steps(20, 3, 5, 128, 1.0, 0.1) - 20 == pytest.approx(2 * (t - 20))  # d_e
+    assert sts.plateau_steps(20, 3, 5, 64, 0.5, 0.1) == pytest.approx(2 * t)              # 1 / lr
+    loss, *_ = sts.family_dynamics("stochastic", 20, 3, 5, 64, 400)   # the reduction, within 15%
+    assert sts.escape_step(range(401), loss, 0.1) == pytest.approx(t, rel=0.15)
+
+
+def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):
+    out = tmp_path / "dyn.json"
+    sts.main(["--dynamics", "--T", "6", "--q", "2", "--d", "3", "--de", "4", "8", "--steps", "40",
+              "--every", "10", "--anneal-at", "20", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["de"], r["anneal_at"], len(r["rows"])) for r in rows] == [(4, 20, 5), (8, 20, 5)]
+    loss, c, alpha = sts.family_dynamics("stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3)
+    assert rows[1]["rows"][-1] == [40, loss[40], c[40], alpha[40]]
+    assert rows[1]["t_half"] == sts.escape_step(range(41), loss, rows[1]["floor"])
+
+
 def test_needed_de_is_the_smallest_d_e_a_scan_finds_meeting_the_target_from_any_start():
     T, q, d, n, seed = 8, 2, 2, 256, 3
     scan = [sts.family_floor("stochastic", T, q, d, d_e, n=n, seed=seed)[0] for d_e in range(1, 13)]
