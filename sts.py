@@ -321,15 +321,16 @@ def family_fit(W, V, d):
 
 # ----------------------- How training gets there: gradient descent inside the family, and its plateau
 def family_gradient(draws, c, alpha):
-    """The family's loss L(c, alpha) on `draws` and its gradient (dL/dc, dL/dalpha), by hand:
-    f = alpha g, g = X sigma, sigma = softmax(c S), S_i = p_i^T s the scores at c = 1."""
+    """Each sequence's loss of the family at (c, alpha) on `draws` and the gradient (dL/dc,
+    dL/dalpha) of their mean L, by hand: f = alpha g, g = X sigma, sigma = softmax(c S), S_i =
+    p_i^T s the scores at c = 1."""
     X, S, target = draws
     sigma = softmax(c * S)                                      # the attention of W = c W*  (n, T)
     dsigma = sigma * (S - (sigma * S).sum(-1, keepdims=True))   # d sigma_i/dc = sigma_i (S_i - <sigma, S>)
     g, dg = np.einsum("ndt,nkt->knd", X, np.stack([sigma, dsigma], 1))  # g = X sigma, dg/dc  (n, d)
     r = alpha * g - target                                      # f - STS_q                  (n, d)
     n = len(S)                                                  # L = 1/(2n) sum ||r||^2, so
-    return 0.5 * (r * r).sum() / n, alpha * (r * dg).sum() / n, (r * g).sum() / n  # L, dL/dc, dL/dalpha
+    return 0.5 * (r * r).sum(-1), alpha * (r * dg).sum() / n, (r * g).sum() / n  # each, dL/dc, dL/dalpha
 
 
 def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, anneal_factor=1.0, n=2048,
@@ -342,16 +343,17 @@ def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, anneal_fa
     With stochastic PE the expected gradient at a family point lies in the family (P's law is
     unchanged by a rotation or a sign flip of R^{d_e}), so population GD from zero never leaves it:
     what this leaves out is SGD's noise (and, with a table, the table's own structure).
-    Returns (loss, c, alpha), arrays of steps + 1: the state before each step, then after the last."""
+    Returns (loss, c, alpha, se), arrays of steps + 1: the state before each step, then after the
+    last; se the loss's Monte-Carlo standard error, the n sequences' losses' std / sqrt(n)."""
     check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, n=n)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
-    out = np.zeros((steps + 1, 3))                               # rows (loss, c, alpha); c = alpha = 0
+    out = np.zeros((steps + 1, 4))                   # rows (loss, c, alpha, se); c = alpha = 0
     for step in range(steps + 1):
-        value, dc, dalpha = family_gradient(draws, *out[step, 1:])
-        out[step, 0] = value
+        each, dc, dalpha = family_gradient(draws, *out[step, 1:3])
+        out[step, [0, 3]] = each.mean(), each.std(ddof=1) / n ** 0.5
         if step < steps:
             rate = learning_rate(step, lr, anneal_at, anneal_factor)
-            out[step + 1, 1:] = out[step, 1:] - rate * np.array([dc / d_e, dalpha / d])
+            out[step + 1, 1:3] = out[step, 1:3] - rate * np.array([dc / d_e, dalpha / d])
     return out.T
 
 
@@ -487,7 +489,7 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
     rows = np.column_stack([np.arange(steps + 1), *curve])[::every]
     return dict(pe="stochastic", T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=anneal_at,
                 anneal_factor=1 / 3, floor=floor, t_half=t_half, t_half_closed=closed,
-                columns=["step", "loss", "c", "alpha"], rows=rows.tolist())
+                columns=["step", "loss", "c", "alpha", "se"], rows=rows.tolist())
 
 
 def parser():

@@ -237,8 +237,8 @@ def test_family_gradient_matches_finite_differences_and_the_models_own_gradient_
     dL/dW, dL/dV at W = c W*, V = alpha V* projected on W*, V* (the chain rule the reduction uses)."""
     T, q, d, d_e, c, alpha, h = 7, 2, 3, 5, 1.3, 0.8, 1e-6
     draws = sts.family_draws("stochastic", T, q, d, d_e, n=64, seed=2)
-    value, dc, dalpha = sts.family_gradient(draws, c, alpha)
-    at = lambda c, alpha: sts.family_gradient(draws, c, alpha)[0]  # noqa: E731
+    each, dc, dalpha = sts.family_gradient(draws, c, alpha)
+    at = lambda c, alpha: sts.family_gradient(draws, c, alpha)[0].mean()  # noqa: E731
     assert dc == pytest.approx((at(c + h, alpha) - at(c - h, alpha)) / (2 * h), rel=1e-6)
     assert dalpha == pytest.approx((at(c, alpha + h) - at(c, alpha - h)) / (2 * h), rel=1e-6)
     b = sts.sample_batch(sts.stream(2, "data"), 64, T, q, d, sts.PositionalEncoding(
@@ -246,13 +246,13 @@ def test_family_gradient_matches_finite_differences_and_the_models_own_gradient_
     W_star, V_star = sts.ground_truth(d, d_e)
     f, cache = sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)
     dW, dV = sts.backward(c * W_star, alpha * V_star, b.z_q, f, b.target, cache)
-    assert sts.loss(f, b.target) == pytest.approx(value, rel=1e-12)
+    assert 0.5 * ((f - b.target) ** 2).sum(-1) == pytest.approx(each, rel=1e-12)
     assert (dW * W_star).sum() == pytest.approx(dc, rel=1e-9)
     assert (dV * V_star).sum() == pytest.approx(dalpha, rel=1e-9)
 
 
 def test_family_dynamics_ends_at_family_floors_c_alpha_where_it_converges():
-    loss, c, alpha = sts.family_dynamics("stochastic", 6, 2, 3, 3, 2000, lr=4.0, n=512)
+    loss, c, alpha, se = sts.family_dynamics("stochastic", 6, 2, 3, 3, 2000, lr=4.0, n=512)
     floor, c_best, alpha_best = sts.family_floor("stochastic", 6, 2, 3, 3, n=512)   # same draws
     assert c[0] == alpha[0] == 0 and loss[0] > 2 * floor
     assert (loss[-1], c[-1], alpha[-1]) == pytest.approx((floor, c_best, alpha_best), rel=1e-5)
@@ -264,10 +264,11 @@ def test_family_dynamics_is_what_sgd_at_a_large_batch_does_with_stochastic_pe():
     T, q, d, d_e, steps, lr, n = 6, 2, 3, 16, 60, 2.0, 4096
     W, V, losses = sts.train(sts.PositionalEncoding("stochastic", d_e, T), T, q, d, steps, lr, n,
                              progress=False)
-    loss, c, alpha = sts.family_dynamics("stochastic", T, q, d, d_e, steps, lr, n=n)
+    loss, c, alpha, se = sts.family_dynamics("stochastic", T, q, d, d_e, steps, lr, n=n)
+    assert (se > 0).all() and se[0] == pytest.approx(loss[0] * (2 / d / n) ** 0.5, rel=0.1)  # chi2
     assert sts.cosine(W, sts.ground_truth(d, d_e)[0]) > 0.99
     assert sts.family_fit(W, V, d) == pytest.approx((c[-1], alpha[-1]), rel=0.01)
-    assert losses == pytest.approx(loss[:-1], abs=0.02)    # Monte-Carlo error of n = 4096 a step
+    assert losses == pytest.approx(loss[:-1], abs=6 * se[:-1].max())  # sampling: n = 4096 a step
     assert loss[steps // 2] < 0.6 * loss[0]                 # the curve falls: not a flat match
 
 
@@ -287,8 +288,8 @@ def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):
               "--every", "10", "--anneal-at", "20", "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
     assert [(r["de"], r["anneal_at"], len(r["rows"])) for r in rows] == [(4, 20, 5), (8, 20, 5)]
-    loss, c, alpha = sts.family_dynamics("stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3)
-    assert rows[1]["rows"][-1] == [40, loss[40], c[40], alpha[40]]
+    loss, c, alpha, se = sts.family_dynamics("stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3)
+    assert rows[1]["rows"][-1] == [40, loss[40], c[40], alpha[40], se[40]]
     assert rows[1]["t_half"] == sts.escape_step(range(41), loss, rows[1]["floor"])
 
 
