@@ -24,12 +24,13 @@ import matplotlib
 import numpy as np
 
 import runlog
-from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, finite, label,
-                     load_prediction, load_run, load_summary, read, sets, spread, unique,
-                     value, weights)
-from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, family_curves, partial, table,
-                    table_critical, table_floor, table_length, table_needed, table_paired,
-                    table_largest, table_selection, table_sweep, trained_de, width_fits)
+from rundirs import (DYNAMICS, FLOOR, Report, Skip, configurations, describe, find_experiments,
+                     finite, label, load_dynamics, load_prediction, load_run, load_summary, read,
+                     sets, spread, unique, value, weights)
+from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, escape, family_curves, partial, table,
+                    table_critical, table_dynamics, table_floor, table_length, table_needed,
+                    table_paired, table_largest, table_plateau, table_selection, table_sweep,
+                    trained_de, width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -429,6 +430,61 @@ def figure_positions(runs, out, name):
                 " sets; dashed, dotted: sts.table_floor's constructions at the training T")
 
 
+def figure_dynamics(name, pairs, out):
+    """The logged val, c and α (seeds' mean, band) with sts.family_dynamics' curves drawn over."""
+    fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
+    groups = [g for _, g in pairs]
+    for row, g in pairs:
+        _, steps, seeds, _ = escape(row, g)
+        kept, col = np.array(row["rows"], float).T, color(g, groups)   # every few steps
+        for ax, k in zip(axes, range(3)):
+            y = seeds[:, :, k]
+            ax.plot(steps, y.mean(0), color=col, label=label(g, groups) if k == 0 else None)
+            ax.fill_between(steps, y.min(0), y.max(0), color=col, alpha=0.2, lw=0)
+            ax.plot(kept[0], kept[k + 1], color=col, ls="--", lw=0.9)
+        axes[0].axvline(row["t_half"], color=col, ls=":", lw=0.8)
+    legend_key(axes[0], "k--", "GD on W = cW*, V = αV* (sts.family_dynamics)")
+    legend_key(axes[0], "k:", "its t½")
+    axes[0].set(yscale="log", xlabel="step", ylabel="validation loss ½‖f − STS_q‖²", title="val")
+    axes[1].set(xlabel="step", ylabel="c = ⟨W, W*⟩ / d_e", title="c")
+    axes[2].set(xlabel="step", ylabel="α = ⟨V, V*⟩ / d", title="α (where logged)")
+    for ax in axes:
+        ax.set_xscale("symlog", linthresh=max(10, pairs[0][0]["t_half"] or 10))  # plateau: linear
+        ax.set_xlim(left=0)
+    return save(fig, out, f"{name}_dynamics", describe(pairs[0][1][0]["config"], groups))
+
+
+SCANNED = ("T", "de", "lr", "q", "batch")  # figure_plateau's panels: the settings a scan varies
+
+
+def figure_plateau(name, members, out):
+    """t_1/2 against each setting the scan varies from its most common point: the seeds (mean,
+    lowest to highest), the reduction's and the closed form's."""
+    points = [(g[0]["config"], row, escape(row, g)[0]) for _, pairs in members for row, g in pairs]
+    base = {k: max({c[k] for c, *_ in points}, key=[c[k] for c, *_ in points].count)
+            for k in SCANNED}
+    panels = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
+    fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * PANEL[0], 1.2 * PANEL[1]),
+                             sharey=True, squeeze=False)
+    for ax, k in zip(axes[0], panels):
+        line = sorted((c[k], row, [h for h in halves if h is not None]) for c, row, halves in points
+                      if all(c[j] == base[j] for j in SCANNED if j != k))
+        x = [p[0] for p in line]
+        ax.plot(x, [p[1]["t_half"] for p in line], "k-", label="reduction (sts.family_dynamics)")
+        ax.plot(x, [p[1]["t_half_closed"] for p in line], "k--", label="closed form")
+        for xi, _, h in line:
+            if h:
+                ax.errorbar(xi, np.mean(h), [[np.mean(h) - min(h)], [max(h) - np.mean(h)]],
+                            fmt="o", color=COLORS["stochastic"], ms=3, capsize=2)
+        ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
+        x_ticks(ax, x)
+    legend_key(axes[0][0], "o", "trained (seeds: mean, lowest to highest)",
+               color=COLORS["stochastic"], ms=3)
+    axes[0][0].set_ylabel("t½ (steps)")
+    return save(fig, out, name, f"the plateau around T={base['T']}, d_e={base['de']}, lr="
+                f"{base['lr']}, q={base['q']}, n={base['batch']}: stochastic PE, SGD from zero")
+
+
 def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
@@ -482,16 +538,33 @@ def draw_all(experiments, summaries, out, report):
             out[0].mkdir(parents=True, exist_ok=True)
         except OSError as e:
             runlog.fail("plots.py", runlog.cannot_write(e))
+    dynamics = []                                    # (folder, load_dynamics' pairs)
     for folder, dirs in sorted(experiments.items()):
         runs = unique([run for run in (report.attempt(load_run, d, report, then="; the run is left"
                                                       " out (of its configuration's mean too)")
                                        for d in dirs) if run], report)
         predicted = (runs and (folder / FLOOR).exists()
                      and report.attempt(load_prediction, folder, runs) or {})
+        pairs = runs and (folder / DYNAMICS).exists() and report.attempt(load_dynamics, folder,
+                                                                          runs)
+        dynamics += [(folder, pairs)] * bool(pairs)
         if runs and out is None:
             tabulate(folder.name, runs, report, predicted)
         elif runs:
             draw(folder.name, runs, out, report, predicted)
+    scans = defaultdict(list)                        # 3 or more under one parent: a scan of t_1/2
+    for folder, pairs in dynamics:
+        scans[folder.parent].append((folder, pairs))
+    for parent, members in scans.items():
+        scan = len(members) >= 3
+        for folder, pairs in members * (not scan):
+            report.drawn += bool(report.attempt(*(
+                (table_dynamics, folder.name, pairs) if out is None else
+                (figure_dynamics, folder.name, pairs, out))))
+        if scan and out:
+            report.drawn += bool(report.attempt(figure_plateau, parent.name, members, out))
+    if out is None and dynamics:
+        report.attempt(table_plateau, [(str(f.relative_to(f.parents[1])), p) for f, p in dynamics])
     for path in summaries:
         report.drawn += bool(report.attempt(draw_summary, path, out, report))
     sweeps = [(p, Report().attempt(load_summary, p, Report())) for p in summaries  # (reported

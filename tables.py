@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 import sts
-from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
+from rundirs import (DYNAMICS, FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
                      final_losses, finite, flat, label, lengths, read, read_log, sets, setting,
                      task, value, weights)
 
@@ -401,3 +401,79 @@ def table_sweep(path, summary):
                         (w for w, _ in r["tried"]), default="?"),
                       r["params"] or "-", f"{'-' if r['val'] is None else r['val']}{sd(r)}",
                       *last_quarter(path, r, summary["eps"])[:2]] for r in summary["rows"]])
+
+
+# ----------------------------------------- the training curve against sts.family_dynamics (GD on c, α)
+def measured(run):
+    """A run's logged (step, val, c, α); c = norm_W cos_W / √d_e in logs from before c was logged."""
+    d_e = run["config"]["de"]
+    return np.array([(r["step"], value(r, "val"), value(r, "c") if "c" in r else
+                      value(r, "norm_W") * value(r, "cos_W") / math.sqrt(d_e), value(r, "alpha"))
+                     for r in run["log"]], float).reshape(-1, 4).T
+
+
+def curves(row, group):
+    """The steps every seed logged, (val, c, α) there (seeds, steps, 3), and family_dynamics'
+    (loss, c, α, se) there (its JSON keeps every few steps: interpolated between them)."""
+    logs = [dict(zip(m[0], m[1:].T)) for m in map(measured, group)]
+    steps = np.array(sorted(set.intersection(*map(set, logs))))
+    kept = np.array(row["rows"], float).T
+    return (steps, np.array([[log[s] for s in steps] for log in logs]),
+            [np.interp(steps, kept[0], y) for y in kept[1:]])
+
+
+def escape(row, group):
+    """Each seed's t_1/2 (sts.escape_step at the family's floor), the curves, the val gap's se."""
+    steps, seeds, (loss, c, alpha, se) = curves(row, group)
+    gap_se = se * math.sqrt(1 + row.get("sequences", 2048) / group[0]["config"]["n_test"])
+    return [sts.escape_step(steps, v, row["floor"]) for v in seeds[:, :, 0]], steps, seeds, (
+        loss, c, alpha, gap_se)
+
+
+def table_dynamics(name, pairs):
+    """A configuration's logged curve against family_dynamics' at a few steps around its t_1/2."""
+    rows = []
+    for row, g in pairs:
+        _, steps, seeds, (loss, c, alpha, se) = escape(row, g)
+        at = {int(np.abs(steps - x * (row["t_half"] or 0)).argmin()) for x in (.5, 1, 1.5, 2, 4)}
+        for i in sorted(at | {0, len(steps) - 1}):
+            rows.append([label(g, [g]), len(g), int(steps[i]), mean_sd(seeds[:, i, 0]),
+                         f"{loss[i]:.4f} ± {se[i]:.4f}", mean_sd(seeds[:, i, 1], ".3f"),
+                         fmt(c[i], ".3f"), mean_sd(seeds[:, i, 2], ".3f"), fmt(alpha[i], ".3f")])
+    markdown(f"{name}: the logged curve against gradient descent on W = c W*, V = α V* from zero"
+             f" ({DYNAMICS}: sts.family_dynamics on its own 2,048 sequences, the runs' rate"
+             " schedule), at the first and last logged steps and those nearest ½, 1, 1½, 2 and 4"
+             " times its t½. Over the seeds mean ± s (the sample standard deviation); ± se beside"
+             " the prediction: the Monte-Carlo se of the gap to the seeds' common val set, √(se² +"
+             " se² 2048/n_test). c = ⟨W, W*⟩/d_e (logs without it: norm_W cos_W / √d_e),"
+             " α = ⟨V, V*⟩/d ('-': not logged).",
+             ["configuration", "seeds", "step", "val", "predicted", "c", "c predicted", "α",
+              "α predicted"], rows)
+
+
+def table_plateau(experiments):
+    """Every configuration beside a family_dynamics.json: t_1/2 measured, by the reduction and
+    the closed form, the largest gap of the curve, the end's c and α."""
+    rows = []
+    for folder, pairs in experiments:
+        for row, g in pairs:
+            halves, steps, seeds, (loss, c, alpha, se) = escape(row, g)
+            gap = seeds[:, :, 0].mean(0) - loss
+            i, cfg = int(np.abs(gap).argmax()), g[0]["config"]
+            rows.append([folder, cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
+                         mean_sd([NAN if h is None else h for h in halves], ".0f"),
+                         row["t_half"], f"{row['t_half_closed']:.0f}",
+                         fmt(mean([NAN if h is None else h for h in halves]) / row["t_half"],
+                             ".2f") if row["t_half"] else "-",
+                         f"{gap[i]:+.3f} ± {se[i]:.3f} ({int(steps[i])})",
+                         f"{mean(seeds[:, -1, 1]):.3f} / {c[-1]:.3f}",
+                         f"{fmt(mean(seeds[:, -1, 2]), '.3f')} / {alpha[-1]:.3f}"])
+    markdown(f"The plateau: t½, the first logged step whose val is below the midpoint of its first"
+             f" and the family's floor (family_dynamics.json's, sts.family_floor on 4,096"
+             " sequences), over the seeds mean ± s; the reduction's t½ (sts.family_dynamics, every"
+             " step), the closed form's (sts.plateau_steps), their ratio; the largest gap of the"
+             " seeds' mean val to the reduction's loss over the logged steps ± its Monte-Carlo se"
+             " (at that step); c and α at the last logged step (seeds' mean) / the reduction's.",
+             ["experiment", "T", "q", "d_e", "lr", "n", "seeds", "t½ measured", "t½ reduction",
+              "t½ closed form", "measured / reduction", "largest val gap (step)",
+              "c at end: measured / reduction", "α at end: measured / reduction"], rows)
