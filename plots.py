@@ -464,6 +464,8 @@ def figure_plateau(name, members, out):
     base = {k: max({c[k] for c, *_ in points}, key=[c[k] for c, *_ in points].count)
             for k in SCANNED}
     panels = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
+    runlog.require(panels, f"{name}: its runs differ in none of {', '.join(SCANNED)}; {name} not"
+                   " drawn", Skip)
     fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * PANEL[0], 1.2 * PANEL[1]),
                              sharey=True, squeeze=False)
     for ax, k in zip(axes[0], panels):

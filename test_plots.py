@@ -787,3 +787,48 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
     [cells] = table_cells(out, "| 8: ")
     assert cells[0] == "8: 16 (100, yes), 16: 64 → 32 (100, yes)"
     assert (cells[1], cells[3]) == ("2.00", "1.00")     # m = 16, 64 at the budget; 16, 32 settled
+
+
+def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient_descent(
+        three_seeds, tmp_path, capsys, one_thread):
+    """sgd/'s stochastic runs beside sts.py --dynamics at their schedule: every record's c, alpha
+    is the family's projection of its weights, t_1/2 is read from the logs; three copies under one
+    parent that differ in n are a scan, drawn as t_1/2 against n."""
+    for batch in (64, 128, 256):
+        shutil.copytree(three_seeds / "sgd", tmp_path / "scan" / f"n{batch}",
+                        ignore=shutil.ignore_patterns("fixed-*"))
+        for config in (tmp_path / "scan" / f"n{batch}").glob("*/config.json"):
+            edit_json(config, lambda c: c.update(batch=batch))
+        sts.main(["--dynamics", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--steps", "40",
+                  "--anneal-at", "20", "--every", "5", "--json",
+                  str(tmp_path / "scan" / f"n{batch}" / "family_dynamics.json")])
+    run = three_seeds / "sgd" / "stochastic-de8-seed1"
+    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()][-1]
+    with np.load(run / "weights_final.npz") as w:
+        assert (last["c"], last["alpha"]) == pytest.approx(sts.family_fit(w["W"], w["V"], 2))
+    folder = tmp_path / "scan" / "n64"
+    row = json.loads((folder / "family_dynamics.json").read_text())["rows"][0]
+    halves = []
+    for seed in range(3):
+        log = [json.loads(x) for x in (folder / f"stochastic-de8-seed{seed}" / "log.jsonl")
+               .read_text().splitlines()]
+        halves.append(sts.escape_step([r["step"] for r in log], [r["val"] for r in log],
+                                      row["floor"]))
+    out = tables_of(tmp_path / "scan", capsys)
+    [cells] = table_cells(out, "| scan/n64 |")
+    assert cells[1:11] == ["6", "2", "8", "1.0", "64", "3", tables.mean_sd(halves, ".0f"),
+                          str(row["t_half"]), f"{row['t_half_closed']:.0f}",
+                          tables.fmt(np.mean(halves) / row["t_half"], ".2f")]
+    assert "the logged curve against" not in out          # a scan's folders: the t_1/2 table alone
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path / "scan" / "n64"), str(tmp_path / "scan"), "--out",
+                    str(tmp_path / "figs"), "--formats", "png"])
+    assert {"scan.png"} <= {p.name for p in (tmp_path / "figs").iterdir()}
+    out = tables_of(folder, capsys)                      # alone: its curve at a few steps
+    curve = out.split("the logged curve against")[1]
+    steps = [int(r[2]) for r in table_cells(curve, "| stochastic PE (3 seeds) | 3 |")]
+    assert steps[0] == 0 and steps[-1] == 40 and steps == sorted(set(steps))
+    with pytest.raises(SystemExit):
+        plots.main([str(folder), "--out", str(tmp_path / "one"), "--formats", "png"])
+    assert (tmp_path / "one" / "n64_dynamics.png").is_file()
