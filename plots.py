@@ -431,25 +431,28 @@ def figure_positions(runs, out, name):
 
 
 def figure_dynamics(name, pairs, out):
-    """The logged val, c and α (seeds' mean, band) with sts.family_dynamics' curves drawn over."""
+    """The logged val, c and α (seeds' mean, band) with sts.family_dynamics' curves drawn over:
+    GD's dashed, SGD's model at the runs' n dotted."""
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
     groups = [g for _, g in pairs]
-    for row, g in pairs:
-        _, steps, seeds, _ = escape(row, g)
-        kept, col = np.array(row["rows"], float).T, color(g, groups)   # every few steps
-        for ax, k in zip(axes, range(3)):
+    for mine, g in pairs:
+        _, steps, seeds, _ = escape(mine[-1], g)
+        col = color(g, groups)
+        for k, ax in enumerate(axes):
             y = seeds[:, :, k]
             ax.plot(steps, y.mean(0), color=col, label=label(g, groups) if k == 0 else None)
             ax.fill_between(steps, y.min(0), y.max(0), color=col, alpha=0.2, lw=0)
-            ax.plot(kept[0], kept[k + 1], color=col, ls="--", lw=0.9)
-        axes[0].axvline(row["t_half"], color=col, ls=":", lw=0.8)
-    legend_key(axes[0], "k--", "GD on W = cW*, V = αV* (sts.family_dynamics)")
-    legend_key(axes[0], "k:", "its t½")
+            for row in mine:
+                kept = np.array(row["rows"], float).T             # every few steps
+                ax.plot(kept[0], kept[k + 1], color=col, lw=0.9,
+                        ls="--" if row["batch"] is None else ":")
+    legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (sts.family_dynamics)")
+    legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
     axes[0].set(yscale="log", xlabel="step", ylabel="validation loss ½‖f − STS_q‖²", title="val")
     axes[1].set(xlabel="step", ylabel="c = ⟨W, W*⟩ / d_e", title="c")
     axes[2].set(xlabel="step", ylabel="α = ⟨V, V*⟩ / d", title="α (where logged)")
     for ax in axes:
-        ax.set_xscale("symlog", linthresh=max(10, pairs[0][0]["t_half"] or 10))  # plateau: linear
+        ax.set_xscale("symlog", linthresh=max(10, pairs[0][0][0]["t_half"] or 10))  # plateau: linear
         ax.set_xlim(left=0)
     return save(fig, out, f"{name}_dynamics", describe(pairs[0][1][0]["config"], groups))
 
@@ -460,7 +463,8 @@ SCANNED = ("T", "de", "lr", "q", "batch")  # figure_plateau's panels: the settin
 def figure_plateau(name, members, out):
     """t_1/2 against each setting the scan varies from its most common point: the seeds (mean,
     lowest to highest), the reduction's and the closed form's."""
-    points = [(g[0]["config"], row, escape(row, g)[0]) for _, pairs in members for row, g in pairs]
+    points = [(g[0]["config"], mine, escape(mine[-1], g)[0]) for _, pairs in members
+              for mine, g in pairs]
     base = {k: max({c[k] for c, *_ in points}, key=[c[k] for c, *_ in points].count)
             for k in SCANNED}
     panels = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
@@ -469,11 +473,14 @@ def figure_plateau(name, members, out):
     fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * PANEL[0], 1.2 * PANEL[1]),
                              sharey=True, squeeze=False)
     for ax, k in zip(axes[0], panels):
-        line = sorted((c[k], row, [h for h in halves if h is not None]) for c, row, halves in points
-                      if all(c[j] == base[j] for j in SCANNED if j != k))
+        line = sorted((c[k], mine, [h for h in halves if h is not None]) for c, mine, halves
+                      in points if all(c[j] == base[j] for j in SCANNED if j != k))
         x = [p[0] for p in line]
-        ax.plot(x, [p[1]["t_half"] for p in line], "k-", label="reduction (sts.family_dynamics)")
-        ax.plot(x, [p[1]["t_half_closed"] for p in line], "k--", label="closed form")
+        for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
+            ax.plot(x, [p[1][i]["t_half"] for p in line], "k" + ls, label=f"{text}"
+                    " (sts.family_dynamics)")
+            ax.plot(x, [p[1][i]["t_half_closed"] for p in line], ls, color="gray", label=f"{text}:"
+                    " closed form (sts.plateau_steps)")
         for xi, _, h in line:
             if h:
                 ax.errorbar(xi, np.mean(h), [[np.mean(h) - min(h)], [max(h) - np.mean(h)]],

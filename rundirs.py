@@ -30,7 +30,7 @@ PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final
 # seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
 # n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
 FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor; row keys
-DYNAMICS, SCHEDULE = "family_dynamics.json", ("T", "q", "d", "de", "lr", "steps", "anneal_at")
+DYNAMICS, SCHEDULE = "family_dynamics.json", ("T", "q", "d", "de", "lr", "anneal_at")
 PLAIN = dict(pe="stochastic", optimizer="sgd", init="zero", attend="tokens")  # what it predicts
 NAN = float("nan")
 
@@ -202,15 +202,18 @@ def load_prediction(folder, runs):
 
 
 def load_dynamics(folder, runs):
-    """[(row, group)]: each configuration of plain SGD with stochastic PE (PLAIN) and the row of
-    family_dynamics.json (sts.py --dynamics) at its SCHEDULE; Skip if there is none."""
+    """[(rows, group)]: each configuration of plain SGD with stochastic PE (PLAIN) and the rows of
+    family_dynamics.json (sts.py --dynamics) at its SCHEDULE and no longer than it trained, the
+    population's GD (batch None) first, then SGD's at its batch; Skip if there is none."""
     path, key = folder / DYNAMICS, lambda x: tuple(x.get(k) for k in SCHEDULE)
-    rows = {key(need_keys(row, [*SCHEDULE, "floor", "t_half", "t_half_closed", "rows"],
-                          f"{path}: row {i}")): row
-            for i, row in enumerate(need_keys(read(path), ["rows"], path)["rows"], 1)}
-    pairs = [(rows[key(g[0]["config"])], g) for g in configurations(runs)
-             if key(g[0]["config"]) in rows and g[0]["config"].get("anneal_factor") == 1 / 3
-             and all(g[0]["config"].get(k) == v for k, v in PLAIN.items())]
+    rows = [need_keys(row, [*SCHEDULE, "steps", "batch", "floor", "t_half", "t_half_closed",
+                            "rows"], f"{path}: row {i}")
+            for i, row in enumerate(need_keys(read(path), ["rows"], path)["rows"], 1)]
+    pairs = [(sorted(mine, key=lambda row: row["batch"] is not None), g)
+             for g, c in ((g, g[0]["config"]) for g in configurations(runs))
+             if c.get("anneal_factor") == 1 / 3 and all(c.get(k) == v for k, v in PLAIN.items())
+             and (mine := [r for r in rows if key(r) == key(c) and r["steps"] <= c["steps"]
+                           and r["batch"] in (None, c["batch"])])]
     require(pairs, f"{path}: no row at these runs' {', '.join(SCHEDULE)} (plain SGD,"
             " stochastic PE)", Skip)
     return pairs

@@ -334,26 +334,34 @@ def family_gradient(draws, c, alpha):
 
 
 def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, anneal_factor=1.0, n=2048,
-                    seed=0, positions=None):
+                    seed=0, positions=None, batch=None):
     """Gradient descent on W = c W*, V = alpha V* from the zero init, on n fixed draws, at the runs'
     rate schedule: the training curve the family predicts. A GD step moves W by -lr dL/dW; its part
     along W* is (<-lr dL/dW, W*> / |W*|^2) W*, and <dL/dW, W*> = dL/dc (the chain rule at W = c W*):
         c     <- c     - lr / d_e * dL/dc       (|W*|^2 = d_e: W* is I on the d_e PE coordinates)
         alpha <- alpha - lr / d   * dL/dalpha   (|V*|^2 = d: V* is I on the d token coordinates).
     With stochastic PE the expected gradient at a family point lies in the family (P's law is
-    unchanged by a rotation or a sign flip of R^{d_e}), so population GD from zero never leaves it:
-    what this leaves out is SGD's noise (and, with a table, the table's own structure).
-    Returns (loss, c, alpha, se), arrays of steps + 1: the state before each step, then after the
-    last; se the loss's Monte-Carlo standard error, the n sequences' losses' std / sqrt(n)."""
+    unchanged by a rotation or a sign flip of R^{d_e}), so population GD from zero never leaves it.
+    batch: SGD on `batch` sequences a step instead, whose noise fills W's token-to-PE block W_xe.
+    Its per-sequence gradient ~ alpha r s^T (r = f - STS_q, E r_a^2 = 2L/d, E s s^T = q/d_e I) has
+    mean 0 but, once W_xe != 0, the pull alpha^2 (q/d_e) W_xe: the scores gain x_i^T W_xe s, which
+    tilt g by u = W_xe s, so E||g||^2 gains w = E||u||^2 = (q/d_e) |W_xe|^2, a loss alpha^2 w / 2:
+        w <- w (1 - 2 lr alpha^2 q / d_e) + 2 lr^2 alpha^2 L q^2 / (batch d_e)    (-> lr L q / batch)
+    which lowers alpha's optimum G / N to G / (N + w) and so slows c, whose drive is alpha.
+    Returns (loss, c, alpha, se, w), arrays of steps + 1: the state before each step, then after
+    the last; se the loss's Monte-Carlo standard error, the n sequences' losses' std / sqrt(n)."""
     check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, n=n)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
-    out = np.zeros((steps + 1, 4))                   # rows (loss, c, alpha, se); c = alpha = 0
+    out = np.zeros((steps + 1, 5))                   # rows (loss, c, alpha, se, w), all 0 at first
     for step in range(steps + 1):
-        each, dc, dalpha = family_gradient(draws, *out[step, 1:3])
-        out[step, [0, 3]] = each.mean(), each.std(ddof=1) / n ** 0.5
+        (c, alpha), w = out[step, 1:3], out[step, 4]
+        each, dc, dalpha = family_gradient(draws, c, alpha)
+        out[step, [0, 3]] = each.mean() + alpha ** 2 * w / 2, each.std(ddof=1) / n ** 0.5
         if step < steps:
             rate = learning_rate(step, lr, anneal_at, anneal_factor)
-            out[step + 1, 1:3] = out[step, 1:3] - rate * np.array([dc / d_e, dalpha / d])
+            out[step + 1, 1:3] = c - rate * dc / d_e, alpha - rate * (dalpha + alpha * w) / d
+            out[step + 1, 4] = 0 if batch is None else (w * (1 - 2 * rate * alpha ** 2 * q / d_e)
+                                + 2 * rate ** 2 * alpha ** 2 * out[step, 0] * q * q / (batch * d_e))
     return out.T
 
 
@@ -364,7 +372,7 @@ def escape_step(steps, losses, floor):
     return int(steps[below[0]]) if below.size else None
 
 
-def plateau_steps(T, q, d, d_e, lr, floor):
+def plateau_steps(T, q, d, d_e, lr, floor, batch=None):
     """t_1/2 in closed form, from the family's expected scores without cross-talk (S_i = 1 on the
     subset, 0 off it) and a constant rate. With K = T - q and U = e^{2c}: G = E<STS_q, g> =
     d e^c / (q e^c + K), N = E||g||^2 = d (q U + K) / (q e^c + K)^2, L = d/(2q) - alpha G +
@@ -375,11 +383,14 @@ def plateau_steps(T, q, d, d_e, lr, floor):
     evaluated at the U where L is the midpoint of d/(2q) and `floor`, plus T / lr: alpha starts at 0
     (alpha(t) = 1 - e^{-lr t / T} while c ~ 0) and c's climb is proportional to it, so it starts
     about T / lr late. For T >> q: t_1/2 ~ T / lr + d_e (T + 2q ln(T/q)) / (2 lr d), linear in
-    d_e T / (lr d), and no batch size in it."""
+    d_e T / (lr d). With SGD's batch (family_dynamics' w, at its level lr L q / batch, L ~ d/(2q)
+    on the plateau, next to N ~ d / T there) alpha and so the climb are 1 + lr T / (2 batch) times
+    slower: the batch enters only through T / batch."""
     K, share = T - q, 1 / (2 * q) - floor / d                # U / (q U + K) at the midpoint
     U = max(1.0, share * K / (1 - q * share))
     climb = q * q * (U - 1) + 2 * q * K * np.log(U) + K * K * (1 - 1 / U)
-    return float(T / lr + d_e / (2 * lr * d * K) * climb)
+    noise = 1 if batch is None else 1 + lr * T / (2 * batch)
+    return float(T / lr + noise * d_e / (2 * lr * d * K) * climb)
 
 
 def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
@@ -475,21 +486,25 @@ def widths(Ts, q, d, target, seed=0, de=8):
                    tried=sorted([k, v[0]] for k, v in tried.items()))
 
 
-def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
-    """--dynamics' record, printed: family_dynamics at the runs' schedule (lr, lr/3 from anneal_at)
-    on 2048 sequences, its t_1/2 against family_floor (4096: the same 2048 and more) and
-    plateau_steps', the curve (step, loss, c, alpha) every `every` steps."""
-    curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, anneal_at, 1 / 3, seed=seed)
+def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None):
+    """--dynamics' rows, each printed: family_dynamics at the runs' schedule (lr, lr/3 from
+    anneal_at) on 2048 sequences, by the population's GD, then (with a batch) by SGD's on `batch`;
+    each with its t_1/2 against family_floor (4096 sequences: the same 2048 and more) and
+    plateau_steps', and its curve (step, loss, c, alpha, se, w) every `every` steps."""
     floor = family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
-    t_half, closed = escape_step(range(steps + 1), curve[0], floor), plateau_steps(T, q, d, d_e,
-                                                                                   lr, floor)
-    print(f"stochastic: T={T} q={q} d={d} d_e={d_e} lr={lr}: GD on W = c W*, V = alpha V* ends at"
-          f" loss {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
-          f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})")
-    rows = np.column_stack([np.arange(steps + 1), *curve])[::every]
-    return dict(pe="stochastic", T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=anneal_at,
-                anneal_factor=1 / 3, floor=floor, t_half=t_half, t_half_closed=closed,
-                columns=["step", "loss", "c", "alpha", "se"], rows=rows.tolist())
+    for n in [None] + [batch] * (batch is not None):
+        curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, anneal_at, 1 / 3,
+                                seed=seed, batch=n)
+        t_half, closed = escape_step(range(steps + 1), curve[0], floor), plateau_steps(
+            T, q, d, d_e, lr, floor, n)
+        print(f"stochastic: T={T} q={q} d={d} d_e={d_e} lr={lr}, {'GD' if n is None else 'SGD'} on"
+              f" W = c W*, V = alpha V*{'' if n is None else f' (batch {n})'}: loss"
+              f" {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
+              f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})")
+        yield dict(pe="stochastic", T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=anneal_at,
+                   anneal_factor=1 / 3, batch=n, floor=floor, t_half=t_half, t_half_closed=closed,
+                   columns=["step", "loss", "c", "alpha", "se", "w"],
+                   rows=np.column_stack([np.arange(steps + 1), *curve])[::every].tolist())
 
 
 def parser():
@@ -510,6 +525,8 @@ def parser():
     add("--dynamics", action="store_true", help="print family_dynamics' curve at --T, --q, --de,"
         " --lr, --steps (stochastic PE; lr/3 from half the steps) and its t_1/2, and exit")
     add("--every", type=int, default=10, help="with --dynamics: --json keeps every this many steps")
+    add("--batch", type=int, help="with --dynamics: also the curve of SGD on this many sequences a"
+        " step (family_dynamics' batch)")
     add("--anneal-at", type=int, help="with --dynamics: the step from which lr is a third [half the"
         " --steps, as train_tf.py's]")
     add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
@@ -534,6 +551,7 @@ def check_flags(args):
     check(args.floor + args.needed_de + args.dynamics <= 1, "--floor, --needed-de and --dynamics",
           "one at a time", "more")
     check(whole(args.every), "--every", ARGUMENTS["steps"][0], args.every)
+    check(args.batch is None or whole(args.batch), "--batch", ARGUMENTS["n"][0], args.batch)
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
           and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
     check(not args.positions or args.floor and max(args.positions) >= min(args.T),
@@ -557,8 +575,9 @@ def main(argv=None):
             search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
             anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
             rows = list(widths(args.T, q, d, search["target"], args.seed) if args.needed_de else
-                        (dynamics(T, q, d, d_e, args.steps, args.lr, anneal_at, args.every,
-                                  args.seed) for T, d_e in itertools.product(args.T, args.de))
+                        (row for T, d_e in itertools.product(args.T, args.de) for row in dynamics(
+                            T, q, d, d_e, args.steps, args.lr, anneal_at, args.every, args.seed,
+                            args.batch))
                         if args.dynamics else
                         floors(args.T, args.q, d, args.de, args.positions, args.seed))
             family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"

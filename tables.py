@@ -413,13 +413,13 @@ def measured(run):
 
 
 def curves(row, group):
-    """The steps every seed logged, (val, c, α) there (seeds, steps, 3), and family_dynamics'
-    (loss, c, α, se) there (its JSON keeps every few steps: interpolated between them)."""
+    """The steps every seed logged up to the row's last, (val, c, α) there (seeds, steps, 3), and
+    family_dynamics' (loss, c, α, se) there (its JSON keeps every few steps: interpolated)."""
     logs = [dict(zip(m[0], m[1:].T)) for m in map(measured, group)]
-    steps = np.array(sorted(set.intersection(*map(set, logs))))
+    steps = np.array(sorted(s for s in set.intersection(*map(set, logs)) if s <= row["steps"]))
     kept = np.array(row["rows"], float).T
     return (steps, np.array([[log[s] for s in steps] for log in logs]),
-            [np.interp(steps, kept[0], y) for y in kept[1:]])
+            [np.interp(steps, kept[0], y) for y in kept[1:5]])
 
 
 def escape(row, group):
@@ -430,50 +430,60 @@ def escape(row, group):
         loss, c, alpha, gap_se)
 
 
+def model(row):
+    return "GD" if row["batch"] is None else f"SGD, n={row['batch']}"
+
+
 def table_dynamics(name, pairs):
     """A configuration's logged curve against family_dynamics' at a few steps around its t_1/2."""
     rows = []
-    for row, g in pairs:
+    for mine, g in pairs:
+        row = mine[-1]                                     # SGD's where there is one
         _, steps, seeds, (loss, c, alpha, se) = escape(row, g)
         at = {int(np.abs(steps - x * (row["t_half"] or 0)).argmin()) for x in (.5, 1, 1.5, 2, 4)}
         for i in sorted(at | {0, len(steps) - 1}):
-            rows.append([label(g, [g]), len(g), int(steps[i]), mean_sd(seeds[:, i, 0]),
+            rows.append([label(g, [g]), model(row), int(steps[i]), mean_sd(seeds[:, i, 0]),
                          f"{loss[i]:.4f} ± {se[i]:.4f}", mean_sd(seeds[:, i, 1], ".3f"),
                          fmt(c[i], ".3f"), mean_sd(seeds[:, i, 2], ".3f"), fmt(alpha[i], ".3f")])
-    markdown(f"{name}: the logged curve against gradient descent on W = c W*, V = α V* from zero"
-             f" ({DYNAMICS}: sts.family_dynamics on its own 2,048 sequences, the runs' rate"
-             " schedule), at the first and last logged steps and those nearest ½, 1, 1½, 2 and 4"
-             " times its t½. Over the seeds mean ± s (the sample standard deviation); ± se beside"
-             " the prediction: the Monte-Carlo se of the gap to the seeds' common val set, √(se² +"
-             " se² 2048/n_test). c = ⟨W, W*⟩/d_e (logs without it: norm_W cos_W / √d_e),"
-             " α = ⟨V, V*⟩/d ('-': not logged).",
-             ["configuration", "seeds", "step", "val", "predicted", "c", "c predicted", "α",
+    markdown(f"{name}: the logged curve against W = c W*, V = α V* trained from zero ({DYNAMICS}:"
+             " sts.family_dynamics on its own 2,048 sequences at the runs' rate schedule; by SGD's"
+             " model at the runs' n where the file has it, else by GD), at the first and last steps"
+             " both logged and those nearest ½, 1, 1½, 2 and 4 times its t½. Over the seeds mean ± s"
+             " (the sample standard deviation); ± beside the prediction: the Monte-Carlo se of its"
+             " gap to the seeds' common val set, √(se² + se² 2048/n_test). c = ⟨W, W*⟩/d_e (logs"
+             " without it: norm_W cos_W / √d_e), α = ⟨V, V*⟩/d ('-': not logged).",
+             ["configuration", "model", "step", "val", "predicted", "c", "c predicted", "α",
               "α predicted"], rows)
 
 
 def table_plateau(experiments):
-    """Every configuration beside a family_dynamics.json: t_1/2 measured, by the reduction and
-    the closed form, the largest gap of the curve, the end's c and α."""
+    """Every configuration beside a family_dynamics.json: t_1/2 measured, by GD's and SGD's
+    reduction and their closed forms; the largest gap of the curve, the end's c and α (SGD's)."""
     rows = []
     for folder, pairs in experiments:
-        for row, g in pairs:
-            halves, steps, seeds, (loss, c, alpha, se) = escape(row, g)
+        for mine, g in pairs:
+            halves, steps, seeds, (loss, c, alpha, se) = escape(mine[-1], g)
+            halves = [NAN if h is None else h for h in halves]
             gap = seeds[:, :, 0].mean(0) - loss
             i, cfg = int(np.abs(gap).argmax()), g[0]["config"]
+            sgd = mine[-1] if mine[-1]["batch"] is not None else {}
             rows.append([folder, cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
-                         mean_sd([NAN if h is None else h for h in halves], ".0f"),
-                         row["t_half"], f"{row['t_half_closed']:.0f}",
-                         fmt(mean([NAN if h is None else h for h in halves]) / row["t_half"],
-                             ".2f") if row["t_half"] else "-",
+                         mean_sd(halves, ".0f"), mine[0]["t_half"] if mine[0]["batch"] is None
+                         else "-", sgd.get("t_half", "-"), f"{mine[0]['t_half_closed']:.0f}",
+                         fmt(sgd.get("t_half_closed", NAN), ".0f"),
+                         *(fmt(mean(halves) / row["t_half"], ".2f") if row.get("t_half") else "-"
+                           for row in (mine[0], sgd)),
                          f"{gap[i]:+.3f} ± {se[i]:.3f} ({int(steps[i])})",
                          f"{mean(seeds[:, -1, 1]):.3f} / {c[-1]:.3f}",
                          f"{fmt(mean(seeds[:, -1, 2]), '.3f')} / {alpha[-1]:.3f}"])
-    markdown(f"The plateau: t½, the first logged step whose val is below the midpoint of its first"
-             f" and the family's floor (family_dynamics.json's, sts.family_floor on 4,096"
-             " sequences), over the seeds mean ± s; the reduction's t½ (sts.family_dynamics, every"
-             " step), the closed form's (sts.plateau_steps), their ratio; the largest gap of the"
-             " seeds' mean val to the reduction's loss over the logged steps ± its Monte-Carlo se"
-             " (at that step); c and α at the last logged step (seeds' mean) / the reduction's.",
-             ["experiment", "T", "q", "d_e", "lr", "n", "seeds", "t½ measured", "t½ reduction",
-              "t½ closed form", "measured / reduction", "largest val gap (step)",
-              "c at end: measured / reduction", "α at end: measured / reduction"], rows)
+    markdown("The plateau: t½, the first logged step whose val is below the midpoint of its first"
+             f" and the family's floor ({DYNAMICS}'s: sts.family_floor on 4,096 sequences), over"
+             " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (sts.family_dynamics,"
+             " every step) by GD and by SGD's model at the runs' n, and their closed forms"
+             " (sts.plateau_steps); measured over each; the largest gap of the seeds' mean val to"
+             " the last model's loss over the logged steps ± its Monte-Carlo se (at that step);"
+             " c and α at the last step both logged, the seeds' mean / the last model's.",
+             ["experiment", "T", "q", "d_e", "lr", "n", "seeds", "t½ measured", "t½ GD", "t½ SGD",
+              "closed form: GD", "SGD", "measured / GD", "measured / SGD",
+              "largest val gap (step)", "c at end: measured / model",
+              "α at end: measured / model"], rows)

@@ -800,14 +800,14 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
         for config in (tmp_path / "scan" / f"n{batch}").glob("*/config.json"):
             edit_json(config, lambda c: c.update(batch=batch))
         sts.main(["--dynamics", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--steps", "40",
-                  "--anneal-at", "20", "--every", "5", "--json",
+                  "--anneal-at", "20", "--every", "5", "--batch", str(batch), "--json",
                   str(tmp_path / "scan" / f"n{batch}" / "family_dynamics.json")])
     run = three_seeds / "sgd" / "stochastic-de8-seed1"
     last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()][-1]
     with np.load(run / "weights_final.npz") as w:
         assert (last["c"], last["alpha"]) == pytest.approx(sts.family_fit(w["W"], w["V"], 2))
     folder = tmp_path / "scan" / "n64"
-    row = json.loads((folder / "family_dynamics.json").read_text())["rows"][0]
+    gd, row = json.loads((folder / "family_dynamics.json").read_text())["rows"]   # GD, SGD
     halves = []
     for seed in range(3):
         log = [json.loads(x) for x in (folder / f"stochastic-de8-seed{seed}" / "log.jsonl")
@@ -816,8 +816,10 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
                                       row["floor"]))
     out = tables_of(tmp_path / "scan", capsys)
     [cells] = table_cells(out, "| scan/n64 |")
-    assert cells[1:11] == ["6", "2", "8", "1.0", "64", "3", tables.mean_sd(halves, ".0f"),
-                          str(row["t_half"]), f"{row['t_half_closed']:.0f}",
+    assert cells[1:14] == ["6", "2", "8", "1.0", "64", "3", tables.mean_sd(halves, ".0f"),
+                          str(gd["t_half"]), str(row["t_half"]), f"{gd['t_half_closed']:.0f}",
+                          f"{row['t_half_closed']:.0f}", tables.fmt(np.mean(halves) / gd["t_half"],
+                                                                    ".2f"),
                           tables.fmt(np.mean(halves) / row["t_half"], ".2f")]
     assert "the logged curve against" not in out          # a scan's folders: the t_1/2 table alone
     capsys.readouterr()
@@ -827,7 +829,7 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
     assert {"scan.png"} <= {p.name for p in (tmp_path / "figs").iterdir()}
     out = tables_of(folder, capsys)                      # alone: its curve at a few steps
     curve = out.split("the logged curve against")[1]
-    steps = [int(r[2]) for r in table_cells(curve, "| stochastic PE (3 seeds) | 3 |")]
+    steps = [int(r[2]) for r in table_cells(curve, "| stochastic PE (3 seeds) | SGD, n=64 |")]
     assert steps[0] == 0 and steps[-1] == 40 and steps == sorted(set(steps))
     with pytest.raises(SystemExit):
         plots.main([str(folder), "--out", str(tmp_path / "one"), "--formats", "png"])

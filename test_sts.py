@@ -252,7 +252,8 @@ def test_family_gradient_matches_finite_differences_and_the_models_own_gradient_
 
 
 def test_family_dynamics_ends_at_family_floors_c_alpha_where_it_converges():
-    loss, c, alpha, se = sts.family_dynamics("stochastic", 6, 2, 3, 3, 2000, lr=4.0, n=512)
+    loss, c, alpha, se, w = sts.family_dynamics("stochastic", 6, 2, 3, 3, 2000, lr=4.0, n=512)
+    assert not w.any()                                      # GD: no SGD noise
     floor, c_best, alpha_best = sts.family_floor("stochastic", 6, 2, 3, 3, n=512)   # same draws
     assert c[0] == alpha[0] == 0 and loss[0] > 2 * floor
     assert (loss[-1], c[-1], alpha[-1]) == pytest.approx((floor, c_best, alpha_best), rel=1e-5)
@@ -264,12 +265,25 @@ def test_family_dynamics_is_what_sgd_at_a_large_batch_does_with_stochastic_pe():
     T, q, d, d_e, steps, lr, n = 6, 2, 3, 16, 60, 2.0, 4096
     W, V, losses = sts.train(sts.PositionalEncoding("stochastic", d_e, T), T, q, d, steps, lr, n,
                              progress=False)
-    loss, c, alpha, se = sts.family_dynamics("stochastic", T, q, d, d_e, steps, lr, n=n)
+    loss, c, alpha, se, _ = sts.family_dynamics("stochastic", T, q, d, d_e, steps, lr, n=n)
     assert (se > 0).all() and se[0] == pytest.approx(loss[0] * (2 / d / n) ** 0.5, rel=0.1)  # chi2
     assert sts.cosine(W, sts.ground_truth(d, d_e)[0]) > 0.99
     assert sts.family_fit(W, V, d) == pytest.approx((c[-1], alpha[-1]), rel=0.01)
     assert losses == pytest.approx(loss[:-1], abs=6 * se[:-1].max())  # sampling: n = 4096 a step
     assert loss[steps // 2] < 0.6 * loss[0]                 # the curve falls: not a flat match
+
+
+def test_sgds_model_is_what_sgd_at_a_small_batch_does_where_gd_is_far_off():
+    """At n = 16 sequences a step (T = 40: lr T / (2n) = 1.25) SGD's noise in W's token-to-PE
+    block holds alpha, and so c, far below GD's; family_dynamics' batch model follows it."""
+    T, q, d, d_e, steps, n = 40, 2, 3, 16, 200, 16
+    fits = np.mean([sts.family_fit(*sts.train(sts.PositionalEncoding("stochastic", d_e, T), T, q,
+                                              d, steps, 1.0, n, seed=seed, progress=False)[:2], d)
+                    for seed in range(8)], 0)           # 8 seeds' (c, alpha): se 0.007, 0.02
+    gd, sgd = (np.array(sts.family_dynamics("stochastic", T, q, d, d_e, steps, batch=b)[1:3])[:, -1]
+               for b in (None, n))
+    assert (np.abs(sgd - fits) < 0.25 * np.abs(gd - fits)).all()
+    assert gd[1] > 2 * fits[1] and abs(sgd[1] - fits[1]) < 0.2       # alpha: 1.9 vs 0.52 vs 0.71
 
 
 def test_escape_step_and_the_closed_form_plateau():
@@ -278,6 +292,7 @@ def test_escape_step_and_the_closed_form_plateau():
     t = sts.plateau_steps(20, 3, 5, 64, 1.0, 0.1)
     assert sts.plateau_steps(20, 3, 5, 128, 1.0, 0.1) - 20 == pytest.approx(2 * (t - 20))  # d_e
     assert sts.plateau_steps(20, 3, 5, 64, 0.5, 0.1) == pytest.approx(2 * t)              # 1 / lr
+    assert sts.plateau_steps(20, 3, 5, 64, 1.0, 0.1, 40) - 20 == pytest.approx(1.25 * (t - 20))
     loss, *_ = sts.family_dynamics("stochastic", 20, 3, 5, 64, 400)   # the reduction, within 15%
     assert sts.escape_step(range(401), loss, 0.1) == pytest.approx(t, rel=0.15)
 
@@ -285,12 +300,15 @@ def test_escape_step_and_the_closed_form_plateau():
 def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):
     out = tmp_path / "dyn.json"
     sts.main(["--dynamics", "--T", "6", "--q", "2", "--d", "3", "--de", "4", "8", "--steps", "40",
-              "--every", "10", "--anneal-at", "20", "--json", str(out)])
+              "--every", "10", "--anneal-at", "20", "--batch", "16", "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["de"], r["anneal_at"], len(r["rows"])) for r in rows] == [(4, 20, 5), (8, 20, 5)]
-    loss, c, alpha, se = sts.family_dynamics("stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3)
-    assert rows[1]["rows"][-1] == [40, loss[40], c[40], alpha[40], se[40]]
-    assert rows[1]["t_half"] == sts.escape_step(range(41), loss, rows[1]["floor"])
+    assert [(r["de"], r["batch"], r["anneal_at"], len(r["rows"])) for r in rows] == [
+        (4, None, 20, 5), (4, 16, 20, 5), (8, None, 20, 5), (8, 16, 20, 5)]
+    for row in rows[2:]:
+        curve = sts.family_dynamics("stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3, batch=row["batch"])
+        assert row["rows"][-1] == [40, *curve[:, 40]]
+        assert row["t_half"] == sts.escape_step(range(41), curve[0], row["floor"])
+        assert row["t_half_closed"] == sts.plateau_steps(6, 2, 3, 8, 1.0, row["floor"], row["batch"])
 
 
 def test_needed_de_is_the_smallest_d_e_a_scan_finds_meeting_the_target_from_any_start():
