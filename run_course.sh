@@ -69,8 +69,9 @@ if [ "$SCALE" = paper ]; then
   LANE_B=(
     # the training curve the family W = c W*, V = alpha V* predicts (sts.family_dynamics), beside the
     # seeds of sgd/; and the plateau at n = 1,024 (the seeds' 256: 4x less SGD noise), seed 0, 10,000 steps
-    "mkdir -p $O/sgd && python sts.py --dynamics --T 200 --de 170 --steps 100000 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
-    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python sts.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN"
+    # (GD's and SGD's at n = 256, through the plateau and the drop: 20,000 steps, about 10 min)
+    "mkdir -p $O/sgd && python sts.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at 50000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
+    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python sts.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN"
   )
   AFTER="python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
@@ -104,15 +105,15 @@ else
     "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python sts.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
     "python train_bool.py $MODE --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND m50
     # the family's predicted training curves beside the stochastic-PE SGD runs (sts.family_dynamics)
-    "mkdir -p $O/sgd $O/floor $O/de_below_T && python sts.py --dynamics --T 20 --de 64 --steps 10000 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 64 --de 32 --steps 10000 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
+    "mkdir -p $O/sgd $O/floor $O/de_below_T && python sts.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --batch 256 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 64 --de 32 --steps 10000 --batch 256 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
   )
   # the plateau's length t_1/2 around the course point (T 20, d_e 64, lr 1, q 3, n 256), 3 seeds a point
-  # (about a minute each; n = 4,096 about 5), each beside its family_dynamics prediction
+  # (about a minute each; n = 4,096 about 5), each beside family_dynamics' GD and SGD at its n
   for point in "base:" "T10:--T 10" "T40:--T 40" "T80:--T 80 --steps 3000" "de16:--de 16" "de32:--de 32" \
       "de128:--de 128" "de256:--de 256 --steps 3000" "lr0.25:--lr 0.25 --steps 3000" "lr0.5:--lr 0.5" "lr2:--lr 2" \
       "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096"; do
     name=${point%%:*} flags="--steps 2000 ${point#*:}"
-    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python sts.py --dynamics ${flags/--batch*/} --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN")
+    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python sts.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN")
   done
   # the figure set's runs, copied: stochastic d_e = 64 into floor/, and stochastic and fixed PE beside
   # randomized PE; then every figure
