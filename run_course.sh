@@ -96,6 +96,8 @@ else
     LANE_B+=("$TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 20 40 80 160 320 --json $O/randomized/$opt/table_floor.json$Q_TABLE")
   done
   LANE_B+=(
+    # randomized PE's training curves by W = c W*, V = alpha V* (sts.family_dynamics), GD's and SGD's
+    "mkdir -p $O/randomized/sgd && python sts.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --positions 20 40 80 160 320 --every 100 --json $O/randomized/sgd/family_dynamics.json$Q_DYN"
     "mkdir -p $O/floor && python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
     # and at the test lengths and q_test
     "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json $O/logs/floor_T.json$Q_FLOOR && python sts.py --floor --T 20 --q 2 4 6 --d 5 --de 64 --json $O/logs/floor_q.json$Q_FLOOR && python -c '$MERGE' $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"

@@ -30,8 +30,9 @@ PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final
 # seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
 # n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
 FLOOR, PREDICTED = "family_floor.json", ("pe", "T", "q", "d", "de")  # sts.py --floor; row keys
-DYNAMICS, SCHEDULE = "family_dynamics.json", ("T", "q", "d", "de", "lr", "anneal_at")
-PLAIN = dict(pe="stochastic", optimizer="sgd", init="zero", attend="tokens")  # what it predicts
+DYNAMICS = "family_dynamics.json"   # sts.py --dynamics: the curves of a run's setting, SCHEDULE
+SCHEDULE = ("pe", "positions", "T", "q", "d", "de", "lr", "anneal_at")
+PLAIN = dict(optimizer="sgd", init="zero", attend="tokens")  # the runs it predicts (and anneal 1/3)
 NAN = float("nan")
 
 
@@ -202,20 +203,19 @@ def load_prediction(folder, runs):
 
 
 def load_dynamics(folder, runs):
-    """[(rows, group)]: each configuration of plain SGD with stochastic PE (PLAIN) and the rows of
-    family_dynamics.json (sts.py --dynamics) at its SCHEDULE and no longer than it trained, the
-    population's GD (batch None) first, then SGD's at its batch; Skip if there is none."""
+    """[(rows, group)]: each configuration of plain SGD (PLAIN) and the rows of family_dynamics.json
+    (sts.py --dynamics) at its SCHEDULE (a row without positions: None) and no longer than it
+    trained, the population's GD (batch None) first, then SGD's at its batch; Skip if none."""
     path, key = folder / DYNAMICS, lambda x: tuple(x.get(k) for k in SCHEDULE)
-    rows = [need_keys(row, [*SCHEDULE, "steps", "batch", "floor", "t_half", "t_half_closed",
-                            "rows"], f"{path}: row {i}")
+    rows = [need_keys(row, [*SCHEDULE[:1], *SCHEDULE[2:], "steps", "batch", "floor", "t_half",
+                            "t_half_closed", "rows"], f"{path}: row {i}")
             for i, row in enumerate(need_keys(read(path), ["rows"], path)["rows"], 1)]
     pairs = [(sorted(mine, key=lambda row: row["batch"] is not None), g)
              for g, c in ((g, g[0]["config"]) for g in configurations(runs))
              if c.get("anneal_factor") == 1 / 3 and all(c.get(k) == v for k, v in PLAIN.items())
              and (mine := [r for r in rows if key(r) == key(c) and r["steps"] <= c["steps"]
                            and r["batch"] in (None, c["batch"])])]
-    require(pairs, f"{path}: no row at these runs' {', '.join(SCHEDULE)} (plain SGD,"
-            " stochastic PE)", Skip)
+    require(pairs, f"{path}: no row at these runs' {', '.join(SCHEDULE)} (plain SGD)", Skip)
     return pairs
 
 

@@ -486,22 +486,25 @@ def widths(Ts, q, d, target, seed=0, de=8):
                    tried=sorted([k, v[0]] for k, v in tried.items()))
 
 
-def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None):
+def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, positions=None):
     """--dynamics' rows, each printed: family_dynamics at the runs' schedule (lr, lr/3 from
     anneal_at) on 2048 sequences, by the population's GD, then (with a batch) by SGD's on `batch`;
     each with its t_1/2 against family_floor (4096 sequences: the same 2048 and more) and
-    plateau_steps', and its curve (step, loss, c, alpha, se, w) every `every` steps."""
-    floor = family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
+    plateau_steps', and its curve (step, loss, c, alpha, se, w) every `every` steps. Stochastic
+    PE, or randomized PE with a table of `positions`."""
+    kind = "stochastic" if positions is None else "randomized"
+    floor = family_floor(kind, T, q, d, d_e, seed=seed, positions=positions)[0]
     for n in [None] + [batch] * (batch is not None):
-        curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, anneal_at, 1 / 3,
-                                seed=seed, batch=n)
+        curve = family_dynamics(kind, T, q, d, d_e, steps, lr, anneal_at, 1 / 3, seed=seed,
+                                positions=positions, batch=n)
         t_half, closed = escape_step(range(steps + 1), curve[0], floor), plateau_steps(
             T, q, d, d_e, lr, floor, n)
-        print(f"stochastic: T={T} q={q} d={d} d_e={d_e} lr={lr}, {'GD' if n is None else 'SGD'} on"
+        print(f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)} lr={lr},"
+              f" {'GD' if n is None else 'SGD'} on"
               f" W = c W*, V = alpha V*{'' if n is None else f' (batch {n})'}: loss"
               f" {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
               f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})")
-        yield dict(pe="stochastic", T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=anneal_at,
+        yield dict(pe=kind, positions=positions, T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=anneal_at,
                    anneal_factor=1 / 3, batch=n, floor=floor, t_half=t_half, t_half_closed=closed,
                    columns=["step", "loss", "c", "alpha", "se", "w"],
                    rows=np.column_stack([np.arange(steps + 1), *curve])[::every].tolist())
@@ -530,9 +533,11 @@ def parser():
     add("--anneal-at", type=int, help="with --dynamics: the step from which lr is a third [half the"
         " --steps, as train_tf.py's]")
     add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
-    add("--json", help="with --floor, --needed-de or --dynamics: also write the rows to this file (plots.py)")
-    add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
-        " L >= T positions instead: the floors of W = c W* and of a table-learning W (table_floor)")
+    add("--json", help="with --floor, --needed-de or --dynamics: also write the rows to this file"
+        " (plots.py)")
+    add("--positions", type=int, nargs="+", help="with --floor (or --dynamics): randomized PE with"
+        " tables of these L >= T positions instead: the floors of W = c W* and of a table-learning"
+        " W (table_floor); its curves")
     return p
 
 
@@ -554,8 +559,9 @@ def check_flags(args):
     check(args.batch is None or whole(args.batch), "--batch", ARGUMENTS["n"][0], args.batch)
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
           and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
-    check(not args.positions or args.floor and max(args.positions) >= min(args.T),
-          "--positions", "a table size L >= some --T, with --floor", args.positions)
+    check(not args.positions or (args.floor or args.dynamics) and min(args.positions) >= max(
+        args.T) * args.dynamics and max(args.positions) >= min(args.T), "--positions",
+          "table sizes L >= --T (some --T with --floor; every one with --dynamics)", args.positions)
 
 
 def main(argv=None):
@@ -575,9 +581,10 @@ def main(argv=None):
             search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
             anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
             rows = list(widths(args.T, q, d, search["target"], args.seed) if args.needed_de else
-                        (row for T, d_e in itertools.product(args.T, args.de) for row in dynamics(
-                            T, q, d, d_e, args.steps, args.lr, anneal_at, args.every, args.seed,
-                            args.batch))
+                        (row for T, d_e, L in itertools.product(args.T, args.de, args.positions
+                                                                 or [None])
+                         for row in dynamics(T, q, d, d_e, args.steps, args.lr, anneal_at,
+                                             args.every, args.seed, args.batch, L))
                         if args.dynamics else
                         floors(args.T, args.q, d, args.de, args.positions, args.seed))
             family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
