@@ -486,7 +486,7 @@ def figure_plateau(name, members, out):
                 ax.errorbar(xi, np.mean(h), [[np.mean(h) - min(h)], [max(h) - np.mean(h)]],
                             fmt="o", color=COLORS["stochastic"], ms=3, capsize=2)
         ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
-        x_ticks(ax, x)
+        x_ticks(ax, x, [f"{v:g}" for v in x])
     legend_key(axes[0][0], "o", "trained (seeds: mean, lowest to highest)",
                color=COLORS["stochastic"], ms=3)
     axes[0][0].set_ylabel("t½ (steps)")

@@ -465,7 +465,7 @@ def table_plateau(experiments):
             halves, steps, seeds, (loss, c, alpha, se) = escape(mine[-1], g)
             halves = [NAN if h is None else h for h in halves]
             gap = seeds[:, :, 0].mean(0) - loss
-            i, cfg = int(np.abs(gap).argmax()), g[0]["config"]
+            i, cfg, beyond = int(np.abs(gap).argmax()), g[0]["config"], np.abs(gap) > 2 * se
             sgd = mine[-1] if mine[-1]["batch"] is not None else {}
             rows.append([folder, cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
                          mean_sd(halves, ".0f"), mine[0]["t_half"] if mine[0]["batch"] is None
@@ -473,17 +473,19 @@ def table_plateau(experiments):
                          fmt(sgd.get("t_half_closed", NAN), ".0f"),
                          *(fmt(mean(halves) / row["t_half"], ".2f") if row.get("t_half") else "-"
                            for row in (mine[0], sgd)),
-                         f"{gap[i]:+.3f} ± {se[i]:.3f} ({int(steps[i])})",
+                         f"{beyond.sum()} of {len(gap)}; {gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}",
                          f"{mean(seeds[:, -1, 1]):.3f} / {c[-1]:.3f}",
                          f"{fmt(mean(seeds[:, -1, 2]), '.3f')} / {alpha[-1]:.3f}"])
     markdown("The plateau: t½, the first logged step whose val is below the midpoint of its first"
              f" and the family's floor ({DYNAMICS}'s: sts.family_floor on 4,096 sequences), over"
              " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (sts.family_dynamics,"
              " every step) by GD and by SGD's model at the runs' n, and their closed forms"
-             " (sts.plateau_steps); measured over each; the largest gap of the seeds' mean val to"
-             " the last model's loss over the logged steps ± its Monte-Carlo se (at that step);"
-             " c and α at the last step both logged, the seeds' mean / the last model's.",
+             " (sts.plateau_steps); measured over each; the logged steps where the seeds' mean val"
+             " is more than 2 Monte-Carlo se from the last model's loss (the set's and the"
+             " model's sequences differ: √(se² + se² 2048/n_test)), and the largest gap; c and α"
+             " at the last step both logged, the seeds' mean / the last model's. t½ is read at the"
+             " runs' logging steps (every 5 steps in plateau/, 100 or 500 elsewhere).",
              ["experiment", "T", "q", "d_e", "lr", "n", "seeds", "t½ measured", "t½ GD", "t½ SGD",
               "closed form: GD", "SGD", "measured / GD", "measured / SGD",
-              "largest val gap (step)", "c at end: measured / model",
+              "val − model beyond 2 se; largest", "c at end: measured / model",
               "α at end: measured / model"], rows)
