@@ -468,7 +468,7 @@ def table_plateau(experiments):
             i, cfg, beyond = int(np.abs(gap).argmax()), g[0]["config"], np.abs(gap) > 2 * se
             sgd = mine[-1] if mine[-1]["batch"] is not None else {}
             rows.append([folder, cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
-                         mean_sd(halves, ".0f"), mine[0]["t_half"] if mine[0]["batch"] is None
+                         cfg["eval_every"], mean_sd(halves, ".0f"), mine[0]["t_half"] if mine[0]["batch"] is None
                          else "-", sgd.get("t_half", "-"), f"{mine[0]['t_half_closed']:.0f}",
                          fmt(sgd.get("t_half_closed", NAN), ".0f"),
                          *(fmt(mean(halves) / row["t_half"], ".2f") if row.get("t_half") else "-"
@@ -483,9 +483,9 @@ def table_plateau(experiments):
              " (sts.plateau_steps); measured over each; the logged steps where the seeds' mean val"
              " is more than 2 Monte-Carlo se from the last model's loss (the set's and the"
              " model's sequences differ: √(se² + se² 2048/n_test)), and the largest gap; c and α"
-             " at the last step both logged, the seeds' mean / the last model's. t½ is read at the"
-             " runs' logging steps (every 5 steps in plateau/, 100 or 500 elsewhere).",
-             ["experiment", "T", "q", "d_e", "lr", "n", "seeds", "t½ measured", "t½ GD", "t½ SGD",
+             " at the last step both logged, the seeds' mean / the last model's. A measured t½ is"
+             " a logged step: it is late by up to one logging interval (every 5 steps in plateau/).",
+             ["experiment", "T", "q", "d_e", "lr", "n", "seeds", "logged every", "t½ measured", "t½ GD", "t½ SGD",
               "closed form: GD", "SGD", "measured / GD", "measured / SGD",
               "val − model beyond 2 se; largest", "c at end: measured / model",
               "α at end: measured / model"], rows)

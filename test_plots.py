@@ -816,7 +816,7 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
                                       row["floor"]))
     out = tables_of(tmp_path / "scan", capsys)
     [cells] = table_cells(out, "| scan/n64 |")
-    assert cells[1:14] == ["6", "2", "8", "1.0", "64", "3", tables.mean_sd(halves, ".0f"),
+    assert cells[1:15] == ["6", "2", "8", "1.0", "64", "3", "5", tables.mean_sd(halves, ".0f"),
                           str(gd["t_half"]), str(row["t_half"]), f"{gd['t_half_closed']:.0f}",
                           f"{row['t_half_closed']:.0f}", tables.fmt(np.mean(halves) / gd["t_half"],
                                                                     ".2f"),
