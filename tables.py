@@ -467,7 +467,8 @@ def table_plateau(experiments):
             gap = seeds[:, :, 0].mean(0) - loss
             i, cfg, beyond = int(np.abs(gap).argmax()), g[0]["config"], np.abs(gap) > 2 * se
             sgd = mine[-1] if mine[-1]["batch"] is not None else {}
-            rows.append([folder, cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
+            rows.append([folder + f", L={cfg['positions']}" * bool(cfg.get("positions")),
+                         cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
                          cfg["eval_every"], mean_sd(halves, ".0f"), mine[0]["t_half"] if mine[0]["batch"] is None
                          else "-", sgd.get("t_half", "-"), f"{mine[0]['t_half_closed']:.0f}",
                          fmt(sgd.get("t_half_closed", NAN), ".0f"),
@@ -485,7 +486,8 @@ def table_plateau(experiments):
              " model's sequences differ: √(se² + se² 2048/n_test)), and the largest gap; c and α"
              " at the last step both logged, the seeds' mean / the last model's. A measured t½ is"
              " a logged step: it is late by up to one logging interval (every 5 steps in plateau/).",
-             ["experiment", "T", "q", "d_e", "lr", "n", "seeds", "logged every", "t½ measured", "t½ GD", "t½ SGD",
+             ["experiment (randomized PE: its L)", "T", "q", "d_e", "lr", "n", "seeds",
+              "logged every", "t½ measured", "t½ GD", "t½ SGD",
               "closed form: GD", "SGD", "measured / GD", "measured / SGD",
               "val − model beyond 2 se; largest", "c at end: measured / model",
               "α at end: measured / model"], rows)
