@@ -547,7 +547,7 @@ def draw_all(experiments, summaries, out, report):
             out[0].mkdir(parents=True, exist_ok=True)
         except OSError as e:
             runlog.fail("plots.py", runlog.cannot_write(e))
-    dynamics = []                                    # (folder, load_dynamics' pairs)
+    loaded = []                                      # (folder, runs, predicted, dynamics' pairs)
     for folder, dirs in sorted(experiments.items()):
         runs = unique([run for run in (report.attempt(load_run, d, report, then="; the run is left"
                                                       " out (of its configuration's mean too)")
@@ -556,24 +556,27 @@ def draw_all(experiments, summaries, out, report):
                      and report.attempt(load_prediction, folder, runs) or {})
         pairs = runs and (folder / DYNAMICS).exists() and report.attempt(load_dynamics, folder,
                                                                           runs)
-        dynamics += [(folder, pairs)] * bool(pairs)
-        if runs and out is None:
-            tabulate(folder.name, runs, report, predicted)
-        elif runs:
-            draw(folder.name, runs, out, report, predicted)
-    scans = defaultdict(list)                        # 3 or more under one parent: a scan of t_1/2
-    for folder, pairs in dynamics:
-        scans[folder.parent].append((folder, pairs))
-    for parent, members in scans.items():
-        scan = len(members) >= 3
-        for folder, pairs in members * (not scan):
-            report.drawn += bool(report.attempt(*(
-                (table_dynamics, folder.name, pairs) if out is None else
-                (figure_dynamics, folder.name, pairs, out))))
-        if scan and out:
-            report.drawn += bool(report.attempt(figure_plateau, parent.name, members, out))
+        loaded.append((folder, runs, predicted, pairs))
+    scans = defaultdict(list)     # 3 or more beside a family_dynamics.json under one parent: a scan
+    for folder, _, _, pairs in loaded:
+        scans[folder.parent] += [(folder, pairs)] * bool(pairs)
+    scans = {parent: members for parent, members in scans.items() if len(members) >= 3}
+    for folder, runs, predicted, pairs in loaded:
+        if runs and folder.parent not in scans:      # a scan's points: its table and figure alone
+            if out is None:
+                tabulate(folder.name, runs, report, predicted)
+            else:
+                draw(folder.name, runs, out, report, predicted)
+            if pairs:
+                report.drawn += bool(report.attempt(*(
+                    (table_dynamics, folder.name, pairs) if out is None else
+                    (figure_dynamics, folder.name, pairs, out))))
+    for parent, members in scans.items() if out else ():
+        report.drawn += bool(report.attempt(figure_plateau, parent.name, members, out))
+    dynamics = [(folder, pairs) for folder, _, _, pairs in loaded if pairs]
     if out is None and dynamics:
-        report.attempt(table_plateau, [(str(f.relative_to(f.parents[1])), p) for f, p in dynamics])
+        report.drawn += bool(report.attempt(table_plateau, [(str(f.relative_to(f.parents[1])), p)
+                                                            for f, p in dynamics]))
     for path in summaries:
         report.drawn += bool(report.attempt(draw_summary, path, out, report))
     sweeps = [(p, Report().attempt(load_summary, p, Report())) for p in summaries  # (reported

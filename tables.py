@@ -445,7 +445,7 @@ def table_dynamics(name, pairs):
             rows.append([label(g, [g]), model(row), int(steps[i]), mean_sd(seeds[:, i, 0]),
                          f"{loss[i]:.4f} ± {se[i]:.4f}", mean_sd(seeds[:, i, 1], ".3f"),
                          fmt(c[i], ".3f"), mean_sd(seeds[:, i, 2], ".3f"), fmt(alpha[i], ".3f")])
-    markdown(f"{name}: the logged curve against W = c W*, V = α V* trained from zero ({DYNAMICS}:"
+    return markdown(f"{name}: the logged curve against W = c W*, V = α V* trained from zero ({DYNAMICS}:"
              " sts.family_dynamics on its own 2,048 sequences at the runs' rate schedule; by SGD's"
              " model at the runs' n where the file has it, else by GD), at the first and last steps"
              " both logged and those nearest ½, 1, 1½, 2 and 4 times its t½. Over the seeds mean ± s"
@@ -477,7 +477,7 @@ def table_plateau(experiments):
                          f"{beyond.sum()} of {len(gap)}; {gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}",
                          f"{mean(seeds[:, -1, 1]):.3f} / {c[-1]:.3f}",
                          f"{fmt(mean(seeds[:, -1, 2]), '.3f')} / {alpha[-1]:.3f}"])
-    markdown("The plateau: t½, the first logged step whose val is below the midpoint of its first"
+    return markdown("The plateau: t½, the first logged step whose val is below the midpoint of its first"
              f" and the family's floor ({DYNAMICS}'s: sts.family_floor on 4,096 sequences), over"
              " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (sts.family_dynamics,"
              " every step) by GD and by SGD's model at the runs' n, and their closed forms"
