@@ -467,7 +467,7 @@ def table_plateau(experiments):
             gap = seeds[:, :, 0].mean(0) - loss
             i, cfg, beyond = int(np.abs(gap).argmax()), g[0]["config"], np.abs(gap) > 2 * se
             sgd = mine[-1] if mine[-1]["batch"] is not None else {}
-            rows.append([folder + f", L={cfg['positions']}" * bool(cfg.get("positions")),
+            rows.append([folder + (f", L={cfg['positions']}" if cfg.get("positions") else ""),
                          cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
                          cfg["eval_every"], mean_sd(halves, ".0f"), mine[0]["t_half"] if mine[0]["batch"] is None
                          else "-", sgd.get("t_half", "-"), f"{mine[0]['t_half_closed']:.0f}",
