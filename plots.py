@@ -557,9 +557,9 @@ def draw_all(experiments, summaries, out, report):
         pairs = runs and (folder / DYNAMICS).exists() and report.attempt(load_dynamics, folder,
                                                                           runs)
         loaded.append((folder, runs, predicted, pairs))
-    scans = defaultdict(list)     # 3 or more beside a family_dynamics.json under one parent: a scan
-    for folder, _, _, pairs in loaded:
-        scans[folder.parent] += [(folder, pairs)] * bool(pairs)
+    scans = defaultdict(list)    # a scan: 3 or more folders under one parent, each one configuration
+    for folder, runs, _, pairs in loaded:                    # beside its family_dynamics.json
+        scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
     scans = {parent: members for parent, members in scans.items() if len(members) >= 3}
     for folder, runs, predicted, pairs in loaded:
         if runs and folder.parent not in scans:      # a scan's points: its table and figure alone

@@ -834,3 +834,6 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
     with pytest.raises(SystemExit):
         plots.main([str(folder), "--out", str(tmp_path / "one"), "--formats", "png"])
     assert (tmp_path / "one" / "n64_dynamics.png").is_file()
+    shutil.copytree(three_seeds / "sgd" / "fixed-de8-seed0", folder / "fixed-de8-seed0")
+    out = tables_of(tmp_path / "scan", capsys)   # n64 holds two configurations now: no scan left
+    assert out.count("the logged curve against") == 3 and "| scan/n64 |" in out
