@@ -15,6 +15,7 @@ are drawn).
 """
 import argparse
 import itertools
+import os
 import sys
 import textwrap
 from collections import defaultdict
@@ -27,7 +28,8 @@ import runlog
 from rundirs import (FLOOR, Report, Skip, configurations, describe, find_experiments, finite, label,
                      load_prediction, load_run, load_summary, read, sets, spread, unique,
                      value, weights)
-from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, family_curves, partial, table,
+from tables import (EVAL_SEED, FORM_WORDS, THEORY, WIDTH_FORMS, by_model_and_s, family_curves,
+                    partial, table, theory,
                     table_critical, table_floor, table_length, table_needed, table_paired,
                     table_largest, table_selection, table_sweep, trained_de, width_fits)
 
@@ -475,8 +477,18 @@ def draw_summary(path, out, report):
     return tabulate_it(path, summary) if out is None else figure(summary, out, name)
 
 
-def draw_all(experiments, summaries, out, report):
-    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats)."""
+def name_of(folder, experiments):
+    """An experiment's name in figures' files and tables' sections: its folder's name, or where
+    another experiment's folder has that name too, its path below their common folder
+    (randomized/sgd, randomized_long/sgd): one name per folder path."""
+    same = [f for f in experiments if f.name == folder.name]
+    return folder.name if len(same) == 1 else folder.relative_to(os.path.commonpath(same)).as_posix() \
+        if folder != Path(os.path.commonpath(same)) else folder.name
+
+
+def draw_all(experiments, summaries, out, report, n_theory=None):
+    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats). With
+    n_theory: instead, THEORY beside each experiment with a FLOOR, on n_theory sequences a set."""
     if out and (experiments or summaries):
         try:
             out[0].mkdir(parents=True, exist_ok=True)
@@ -488,15 +500,21 @@ def draw_all(experiments, summaries, out, report):
                                        for d in dirs) if run], report)
         predicted = (runs and (folder / FLOOR).exists()
                      and report.attempt(load_prediction, folder, runs) or {})
-        if runs and out is None:
-            tabulate(folder.name, runs, report, predicted)
+        if runs and n_theory and predicted:
+            rows = report.attempt(theory, runs, predicted, n_theory)
+            runlog.write_json(folder / THEORY, dict(sequences=n_theory, seed=EVAL_SEED, rows=rows))
+            report.drawn += bool(rows) and not print(f"wrote {folder / THEORY}")
+        elif n_theory:
+            continue
+        elif runs and out is None:
+            tabulate(name_of(folder, experiments), runs, report, predicted)
         elif runs:
-            draw(folder.name, runs, out, report, predicted)
-    for path in summaries:
+            draw(name_of(folder, experiments).replace("/", "_"), runs, out, report, predicted)
+    for path in summaries if not n_theory else ():
         report.drawn += bool(report.attempt(draw_summary, path, out, report))
     sweeps = [(p, Report().attempt(load_summary, p, Report())) for p in summaries  # (reported
               if p.name == "sweep.json"]                                       # above if bad)
-    if out is None and len(sweeps) > 1:
+    if out is None and len(sweeps) > 1 and not n_theory:
         report.attempt(table_largest, [(p, s) for p, s in sweeps if s])
 
 
@@ -507,14 +525,17 @@ def main(argv=None):
     p.add_argument("--out", default="runs/figures", help="folder for the PNG and PDF files (default"
                    " runs/figures: the committed gallery figures/ is written only when named here)")
     p.add_argument("--table", action="store_true", help="print the numbers as Markdown tables")
+    p.add_argument("--theory", type=int, metavar="N", help=f"write {THEORY} beside the runs of each"
+                   " folder with a family_floor.json: the family against each trained run on N"
+                   " sequences a set, paired (read by --table)")
     p.add_argument("--formats", nargs="+", default=list(FORMATS), choices=("png", "pdf", "svg"),
                    help="file formats of each figure (default png pdf; PDF takes half the time)")
     args, report = p.parse_args(argv), Report()
     if not args.table and Path(args.out).exists() and not Path(args.out).is_dir():  # before all
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
-    draw_all(experiments, summaries, None if args.table else (Path(args.out), tuple(args.formats)),
-             report)
+    draw_all(experiments, summaries, None if args.table or args.theory else (
+        Path(args.out), tuple(args.formats)), report, args.theory)
     print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
     if not report.drawn:
         runlog.fail("plots.py", f"nothing {'printed' if args.table else 'drawn'} from"

@@ -90,6 +90,81 @@ def family_curves(groups, predicted):
     return curves
 
 
+THEORY = "theory.json"  # plots.py --theory N: the family against the trained runs, paired
+
+
+def own_model(run, row):
+    """The run's trained (W, V) and its own family's: stochastic PE's W = c W*, V = alpha V* at the
+    run's sts.family_fit; fixed PE's construction W = c M on the run's table (the row's q = 3 fit)."""
+    c, (W, V) = run["config"], weights(run)
+    d, d_e, T = c["d"], c["de"], c["T"]
+    W_star, V_star = sts.ground_truth(d, d_e)
+    if c["pe"] == "stochastic":
+        return (W, V), tuple(f * x for f, x in zip(sts.family_fit(W, V, d), (W_star, V_star)))
+    ridge = None if row["ridge"] is None else row["ridge"] * T / d_e
+    W_own = row["table_c"] * W_star
+    W_own[d:, d:] = row["table_c"] * sts.table_metric(d_e, table_of(run)[:, :T], ridge)
+    return (W, V), (W_own, row["table_alpha"] * V_star)
+
+
+def table_of(run):
+    """The run's table of PEs as train_tf.py builds it (None: stochastic PE)."""
+    c = run["config"]
+    return sts.PositionalEncoding(c["pe"], c["de"], c.get("positions") or max(lengths(c)),
+                                  c["seed"]).table
+
+
+def theory_losses(group, row, names, n):
+    """{set: (seed, model, sequence) losses}, model 0 the trained run, 1 its own family, on n
+    sequences of THEORY's stream of the set's T, by chunks; each sequence's first q positions of one
+    permutation are its q-subset at every q, so a q-set is nested in the training set's sequences."""
+    c, out = group[0]["config"], {}
+    models, tables = [own_model(r, row) for r in group], [table_of(r) for r in group]
+    for k in names:
+        (T, q), d = task(k, c), c["d"]
+        rng, pe = np.random.default_rng([EVAL_SEED, T]), sts.PositionalEncoding(c["pe"], c["de"], T)
+        for lo in range(0, n, CHUNK):       # q = T: the permutation; stochastic P shared by seeds
+            b = sts.sample_batch(rng, min(CHUNK, n - lo), T, T, d, pe)
+            X, mask = b.Z[:, :d], np.zeros(b.idx.shape)
+            np.put_along_axis(mask, b.idx[:, :q], 1.0, axis=-1)
+            losses = []
+            for (trained, own), table in zip(models, tables):
+                P = b.Z[:, d:] if table is None else np.broadcast_to(table[:, :T], b.Z[:, d:].shape)
+                Z, z_q = sts.embed(X, P, mask)
+                target = sts.sts_target(X, mask)
+                losses.append([0.5 * ((sts.forward(*m, Z, z_q, c["attend"])[0] - target) ** 2)
+                               .sum(-1) for m in (trained, own)])
+            out.setdefault(k, []).append(np.array(losses))
+    return {k: np.concatenate(v, axis=-1) for k, v in out.items()}
+
+
+def theory(runs, predicted, n):
+    """THEORY's rows: per configuration of stochastic or fixed PE and set, the trained and own-family
+    losses on n sequences (the seeds' mean, se), and the family's share of the trained rise from
+    the training set, paired sequence by sequence (q-sets nested in the training set's sequences)."""
+    rows = []
+    for g in configurations([r for r in runs if r["config"]["pe"] in ("stochastic", "fixed")]):
+        c = g[0]["config"]
+        row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})
+        names = [k for k in sets(g, "T", "q") if c["pe"] == "stochastic" or k[0] != "T"]
+        if c["pe"] == "fixed" and "table_c" not in row:
+            continue
+        each = {k: x.mean(0) for k, x in theory_losses(g, row, names, n).items()}  # seeds' mean
+        for k in names:
+            trained, own = each[k]
+            cell = dict(runs=[r["path"].name for r in g], set=k, n=n, trained=float(trained.mean()),
+                        own=float(own.mean()), own_se=float(own.std(ddof=1) / n ** 0.5))
+            if k != "val":
+                rise = trained.mean() - each["val"][0].mean()
+                cell["share"] = share = float((own.mean() - each["val"][1].mean()) / rise)
+                u, u0 = own - share * trained, each["val"][1] - share * each["val"][0]
+                paired_sets = task(k, c)[0] == c["T"]   # a q-set: the training set's sequences
+                var = (u - u0).var(ddof=1) if paired_sets else u.var(ddof=1) + u0.var(ddof=1)
+                cell["share_se"] = float(np.sqrt(var / n) / abs(rise))
+            rows.append(cell)
+    return rows
+
+
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
 WIDTH_FORMS = {  # d_e against T, each fit's form: a power law, the theory's, a polylog
     "power": lambda T, c, k, **_: c * np.asarray(T, float) ** k,            # c T^k
@@ -211,28 +286,47 @@ def table_floor(name, runs, predicted):
               "trained − family", "Monte-Carlo se", "trained / family"], rows)
 
 
+def quoted(x, se):
+    """"x ± se" to the digit of se's first significant one: the precision se supports."""
+    k = max(0, -math.floor(math.log10(se))) if finite(se) and se > 0 else 4
+    return f"{x:.{k}f} ± {se:.{k}f}" if finite(x) else "-"
+
+
 def table_length(name, runs, predicted):
-    """At each length and subset size, a configuration's loss, its predictions, its slope."""
+    """At each length and subset size, a configuration's loss, the family's (THEORY's, paired with
+    the trained runs; FLOOR's best), each one's share of the trained rise, its slope."""
     groups, names = configurations(runs), sets(runs, "T", "q")
-    curves, rows = family_curves(groups, predicted), []
+    path = runs[0]["path"].parent / THEORY
+    own = {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
+    rows, n = [], {r["n"] for r in own.values()}
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
-        curve, trained = curves.get(g[0]["path"], {}), [value(r["end"], k) for r in g]
+        c, trained = g[0]["config"], [value(r["end"], k) for r in g]
+        mine = own.get((tuple(r["path"].name for r in g), k), {})
+        best = [predicted.get((c["pe"], *task(j, c), c["d"], c["de"]), {}) for j in (k, "val")]
+        key = "loss" if c["pe"] == "stochastic" else "table"
         rise = mean(trained) - mean(value(r["end"], "val") for r in g)
-        shares = [fmt((curve[k][i] - curve["val"][i]) / rise, ".2f") if k != "val" and k in curve
-                  and finite(curve[k][i]) and finite(curve["val"][i]) else "-" for i in (0, 1)]
-        rows.append(["T={}, q={}".format(*task(k, g[0]["config"])), label(g, groups),
-                     mean_sd(trained), *map(fmt, curve.get(k, "--")), " / ".join(shares),
+        share = (best[0][key] - best[1][key]) / rise if k != "val" and all(
+            key in b and finite(b.get(key + "_se" if key == "table" else "se")) for b in best) else NAN
+        se = math.hypot(*(b.get(key + "_se" if key == "table" else "se", NAN) for b in best))
+        rows.append(["T={}, q={}".format(*task(k, c)), label(g, groups), mean_sd(trained),
+                     quoted(mine.get("own", NAN), mine.get("own_se")),
+                     quoted(best[0].get(key, NAN), best[0].get(key + "_se" if key == "table" else "se")),
+                     quoted(mine.get("share", NAN), mine.get("share_se")), quoted(share, se / abs(rise)),
                      mean_sd([slope(r, k) for r in g], ".2g")])
     markdown(f"{name}: at each length and subset size (T={groups[0][0]['config']['T']},"
              f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the sample"
              " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each seed's"
-             " own c, α (sts.family_fit; the seeds' mean) and the family's best"
-             f" ({FLOOR}); fixed PE, at the training T: W = c M that learned its table"
-             " (sts.table_floor) at the training q's c, M and retuned; each one's rise from the"
-             " training set over the trained rise; the slope of the logged loss over the last"
-             f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
+             f" own c, α (sts.family_fit; {THEORY}) and the family's best ({FLOOR}); fixed PE, at"
+             " the training T: W = c M that learned its table (sts.table_floor) at the training q's"
+             f" c, M ({THEORY}) and retuned ({FLOOR}); ± its Monte-Carlo se. Own: on"
+             f" {'/'.join(map(str, sorted(n))) or '-'} sequences a set, each seed's trained run"
+             " and its family on the same sequences, the q-sets nested in the training set's;"
+             " its share of the trained rise from the training set paired sequence by sequence"
+             " (± se). Best: its rise over the trained rise on the common sets. The slope of the"
+             f" logged loss over the last {WINDOW:,} steps (the last half of a shorter run) per"
+             " 10k steps.",
              ["at", "configuration", "trained", "at own c, α", "predicted best",
-              "share of the rise: own / best", "slope per 10k steps"], rows)
+              "share of the rise: own", "share: best", "slope per 10k steps"], rows)
 
 
 def selection(W_ee, P):
@@ -359,31 +453,35 @@ def last_quarter(path, row, eps):
 
 def table_largest(sweeps):
     """Across sweeps [(path, summary)] of the first's target: the FCN's width at the largest budget
-    run at each T, whether the rule settles it, and the slope of ln m on ln T over those T (and
-    over the settled ones), with the slopes one grid step (m x or / 2) at either end of T gives."""
+    run at each T and, where the rule settles it, at convergence; the slope of ln m on ln T over
+    every run of 3 or more consecutive T (or 2, all there are), and its range if each true width
+    lies anywhere in (m/2, m] (the doubling grid's step)."""
     eps, largest = sweeps[0][1]["eps"], {}
     for path, r in [(p, r) for p, s in sweeps if s["eps"] == eps for r in s["rows"]]:
         if r["model"] == "fcn" and r["steps"] > largest.get(r["T"], ({"steps": 0},))[0]["steps"]:
             largest[r["T"]] = (r, path)
     pts = [(T, r["width"], r["steps"], *last_quarter(path, r, eps)[1:])   # (.., settled, at it)
            for T, (r, path) in sorted(largest.items()) if r["width"]]
-    x, y, at = (np.log([pt[k] for pt in pts]) for k in (0, 1, 4))
-    settled = np.array([pt[3] == "yes" for pt in pts])
-
-    def loglog(keep, y):  # the least-squares slope over the kept T, and one grid step at an end
-        u, fit = x[keep], np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
-        step = math.log(2) * (u[-1] - u.mean()) / ((u - u.mean()) ** 2).sum() if len(u) > 1 else 0
-        return [fmt(fit, ".2f"), f"{fmt(fit - step, '.2f')} to {fmt(fit + step, '.2f')}"]
-    caption = (f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
-               f" {eps:.4f}; m → m': m' reached it trained on, the slope over the settled uses"
-               " it): settled if the width below is (above, over its longest training); the"
-               " least-squares slope of ln m on ln T, and with one grid step at either end")
-    return markdown(caption, ["T: m (steps, settled)", "slope", "one grid step at an end",
-                              "over the settled", "one grid step at an end"],
-                    [[", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps}, "
-                                f"{('no', 'yes')[ok == 'yes']})" for T, m, steps, ok, at in pts),
-                      *loglog(np.ones(len(pts), bool), y), *loglog(settled, at)]]
-                    if len(pts) >= 2 else [])
+    rows = []
+    for what, series in (("at the largest budget", [(T, m) for T, m, *_ in pts]),
+                         ("at convergence", [(T, at) for T, _, _, ok, at in pts if ok == "yes"])):
+        k = len(series)
+        for lo, hi in [(0, k)] if k == 2 else [(i, j) for j in range(3, k + 1) for i in range(j - 2)]:
+            x, y = np.log(np.array(series[lo:hi], float)).T
+            w = (x - x.mean()) / ((x - x.mean()) ** 2).sum()   # slope = w . y, linear in each y
+            fit = float(w @ y)
+            rows.append([what, f"{series[lo][0]}–{series[hi - 1][0]}",
+                         ", ".join(str(m) for _, m in series[lo:hi]), f"{fit:.2f}",
+                         f"{fit - math.log(2) * w[w > 0].sum():.2f} to"
+                         f" {fit - math.log(2) * w[w < 0].sum():.2f}"])
+    return markdown(f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
+                    f" {eps:.4f}): " + ", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps},"
+                                                 f" {('no', 'yes')[ok == 'yes']})"
+                                                 for T, m, steps, ok, at in pts) +
+                    " (T: m (steps, settled if the width below is); m → m': m' reached it trained"
+                    " on, the width at convergence); the least-squares slope of ln m on ln T over"
+                    " each run of consecutive T, and its range if each true width lies anywhere in"
+                    " (m/2, m]", ["widths", "T", "m", "slope", "each true width in (m/2, m]"], rows)
 
 
 def table_sweep(path, summary):

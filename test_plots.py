@@ -757,12 +757,15 @@ def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longes
         plots.main([str(tmp_path), "--table"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    [cells] = table_cells(out, "| 4: ")
+    assert "4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, yes)" in out
     x, y = np.log([4, 8, 16]), np.log([8, 32, 64])
-    slope, step = np.polyfit(x, y, 1)[0], np.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum()
-    assert cells == ["4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, yes)", f"{slope:.2f}",
-                     f"{slope - step:.2f} to {slope + step:.2f}", f"{np.log(8) / np.log(4):.2f}",
-                     "1.00 to 2.00"]                  # over T = 4, 16: one grid step moves it 0.5
+    slope = np.polyfit(x, y, 1)[0]
+    [budget] = table_cells(out, "| at the largest budget |")
+    assert budget[1:] == ["4–16", "8, 32, 64", f"{slope:.2f}",   # the true widths in (m/2, m]: the ends
+                      f"{np.polyfit(x, y - np.log(2) * np.array([0, 0, 1]), 1)[0]:.2f} to"
+                      f" {np.polyfit(x, y - np.log(2) * np.array([1, 0, 0]), 1)[0]:.2f}"]
+    [settled] = table_cells(out, "| at convergence |")   # over T = 4, 16 alone: 0.5 either way
+    assert settled[1:] == ["4–16", "8, 64", f"{np.log(8) / np.log(4):.2f}", "1.00 to 2.00"]
     [row] = table_cells(out, "| fcn | 16 | 400 |")    # the quarter of m = 32's longest training
     assert row[-2:] == ["m = 32: 0.5030 → 0.5000 at 1600", "yes"]
 
@@ -784,6 +787,7 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
     out = capsys.readouterr().out
     [row] = table_cells(out, "| fcn | 16 | 100 |")
     assert row[-2:] == ["m = 32: 0.3500 → 0.2500 at 1600; m = 16: 0.5030 → 0.5000 at 1600", "yes"]
-    [cells] = table_cells(out, "| 8: ")
-    assert cells[0] == "8: 16 (100, yes), 16: 64 → 32 (100, yes)"
-    assert (cells[1], cells[3]) == ("2.00", "1.00")     # m = 16, 64 at the budget; 16, 32 settled
+    assert "8: 16 (100, yes), 16: 64 → 32 (100, yes)" in out
+    [budget], [settled] = (table_cells(out, f"| {w} |") for w in ("at the largest budget",
+                                                                 "at convergence"))
+    assert (budget[3], settled[3]) == ("2.00", "1.00")  # m = 16, 64 at the budget; 16, 32 settled
