@@ -287,9 +287,12 @@ def table_floor(name, runs, predicted):
 
 
 def quoted(x, se):
-    """"x ± se" to the digit of se's first significant one: the precision se supports."""
-    k = max(0, -math.floor(math.log10(se))) if finite(se) and se > 0 else 4
-    return f"{x:.{k}f} ± {se:.{k}f}" if finite(x) else "-"
+    """"x ± se" to the digit of se's first significant one, the precision se supports (x to 4
+    decimals without a se, "-" without an x)."""
+    if not finite(x) or not finite(se):
+        return fmt(x)
+    k = max(0, -math.floor(math.log10(se))) if se > 0 else 4
+    return f"{x:.{k}f} ± {se:.{k}f}"
 
 
 def table_length(name, runs, predicted):
@@ -303,15 +306,15 @@ def table_length(name, runs, predicted):
         c, trained = g[0]["config"], [value(r["end"], k) for r in g]
         mine = own.get((tuple(r["path"].name for r in g), k), {})
         best = [predicted.get((c["pe"], *task(j, c), c["d"], c["de"]), {}) for j in (k, "val")]
-        key = "loss" if c["pe"] == "stochastic" else "table"
+        key, se = ("loss", "se") if c["pe"] == "stochastic" else ("table", "table_se")
         rise = mean(trained) - mean(value(r["end"], "val") for r in g)
-        share = (best[0][key] - best[1][key]) / rise if k != "val" and all(
-            key in b and finite(b.get(key + "_se" if key == "table" else "se")) for b in best) else NAN
-        se = math.hypot(*(b.get(key + "_se" if key == "table" else "se", NAN) for b in best))
+        both = k != "val" and rise and all(finite(b.get(key)) and finite(b.get(se)) for b in best)
         rows.append(["T={}, q={}".format(*task(k, c)), label(g, groups), mean_sd(trained),
                      quoted(mine.get("own", NAN), mine.get("own_se")),
-                     quoted(best[0].get(key, NAN), best[0].get(key + "_se" if key == "table" else "se")),
-                     quoted(mine.get("share", NAN), mine.get("share_se")), quoted(share, se / abs(rise)),
+                     quoted(best[0].get(key, NAN), best[0].get(se)),
+                     quoted(mine.get("share", NAN), mine.get("share_se")),
+                     quoted((best[0][key] - best[1][key]) / rise, math.hypot(best[0][se], best[1][se])
+                            / abs(rise)) if both else "-",
                      mean_sd([slope(r, k) for r in g], ".2g")])
     markdown(f"{name}: at each length and subset size (T={groups[0][0]['config']['T']},"
              f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the sample"

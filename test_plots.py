@@ -262,18 +262,54 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
         for style, wanted in ((":", own), ("--", best)):
             ys = [wanted[pe, k] for pe in ("fixed", "stochastic") if wanted.get((pe, k), 0) > 1e-9]
             assert sorted(y for s, y in panel if s == style) == pytest.approx(sorted(ys)), (k, style)
-    summaries = {pe: [json.loads((sgd / f"{pe}-de8-seed{seed}" / "summary.json").read_text())
-                      ["final"] for seed in range(3)] for pe in ("stochastic", "fixed")}
-    trained = {(pe, k): np.mean([s["val"] if k == "val" else s[f"test_{k[0]}"][k[2:]]
-                                 for s in summaries[pe]]) for pe in summaries for k in sets}
+
+
+def test_theory_scores_each_seed_and_its_own_family_on_nested_sequences_and_the_table_quotes_it(
+        three_seeds, tmp_path, capsys):
+    """plots.py --theory N: each seed's trained run and its own family (stochastic PE: its
+    family_fit; fixed PE: the construction at the q = 3 fit, on the run's table) on N sequences of
+    the set's T, the q-sets the first q positions of the training set's own permutations; the share
+    of the rise paired; --table quotes each to its se's digit."""
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--theory", "256"])
+    assert done.value.code == 0
+    rows = {(r["runs"][0].split("-")[0], r["set"]): r for r in
+            json.loads((sgd / "theory.json").read_text())["rows"]}
+    floor = {(r["pe"], r["q"]): r for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
+             if r["T"] == 6}
+    for pe in ("stochastic", "fixed"):
+        each = {}                                          # (trained, own) per set, seeds' mean
+        for seed in range(3):
+            run = sgd / f"{pe}-de8-seed{seed}"
+            W, V = (np.load(run / "weights_final.npz")[k] for k in "WV")
+            table = sts.PositionalEncoding(pe, 8, 10, seed).table       # as trained: max T = 10
+            own = [x * sts.ground_truth(2, 8)[i] for i, x in enumerate(sts.family_fit(W, V, 2))]
+            if pe == "fixed":
+                r = floor["fixed", 2]
+                own = [r["table_c"] * sts.ground_truth(2, 8)[0], r["table_alpha"] * sts.ground_truth(2, 8)[1]]
+                ridge = None if r["ridge"] is None else r["ridge"] * 6 / 8
+                own[0][2:, 2:] = r["table_c"] * sts.table_metric(8, table[:, :6], ridge)
+            b = sts.sample_batch(np.random.default_rng([tables.EVAL_SEED, 6]), 256, 6, 6, 2,
+                                 sts.PositionalEncoding(pe, 8, 6))
+            P = b.Z[:, 2:] if pe == "stochastic" else np.broadcast_to(table[:, :6], b.Z[:, 2:].shape)
+            for k, q in (("val", 2), ("q=1", 1)):      # q = 1: the first of the val set's two
+                mask = (b.idx[:, :q, None] == np.arange(6)).any(1).astype(float)
+                Z, z_q = sts.embed(b.Z[:, :2], P, mask)
+                target = sts.sts_target(b.Z[:, :2], mask)
+                each.setdefault(k, []).append([sts.loss(sts.forward(*m, Z, z_q)[0], target)
+                                               for m in ((W, V), own)])
+        mean = {k: np.mean(v, 0) for k, v in each.items()}
+        for k in mean:
+            assert [rows[pe, k]["trained"], rows[pe, k]["own"]] == pytest.approx(mean[k]), (pe, k)
+        share = (mean["q=1"][1] - mean["val"][1]) / (mean["q=1"][0] - mean["val"][0])
+        assert rows[pe, "q=1"]["share"] == pytest.approx(share) and rows[pe, "q=1"]["share_se"] >= 0
     out = tables_of(sgd, capsys)
-    for pe, k in [(pe, k) for pe in ("stochastic", "fixed") for k in ("T=8", "T=10", "q=1")
-                  if (pe, k) in own]:
-        row, = table_cells(out, f"| T={sets[k][0]}, q={sets[k][1]} | {pe} PE (3 seeds) |")
-        rise = trained[pe, k] - trained[pe, "val"]
-        share = lambda f: f"{(f[pe, k] - f[pe, 'val']) / rise:.2f}" if (pe, k) in f else "-"
-        assert row[3:6] == [f"{own[pe, k]:.4f}", f"{best[pe, k]:.4f}" if (pe, k) in best else "-",
-                            f"{share(own)} / {share(best)}"], (pe, k)
+    for (pe, k), r in [(key, r) for key, r in rows.items() if key[1] != "val"]:
+        row, = table_cells(out, f"| T={6 if k[0] == 'q' else k[2:]}, q={2 if k[0] == 'T' else k[2:]}"
+                                f" | {pe} PE (3 seeds) |")
+        assert row[3] == tables.quoted(r["own"], r["own_se"]) and row[5] == tables.quoted(
+            r["share"], r["share_se"]), (pe, k, row)
 
 
 def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_seeds, capsys):
@@ -353,6 +389,24 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
     out, err = capsys.readouterr()
     assert done.value.code == 2 and len(err.splitlines()) == 1 and "family_floor.json" in err
     assert len(table_cells(out, "| configuration |")) == 1 and table_cells(out, "| pe |") == []
+
+
+def test_figures_and_table_sections_are_named_once_per_folder_path(tmp_path, capsys, monkeypatch):
+    """randomized/sgd and randomized_long/sgd: two experiments, two names (a figure of one does not
+    overwrite the other's, nor do two tables.md sections read "sgd:"); a lone folder keeps its own."""
+    for folder in ("sgd", "randomized/sgd", "randomized_long/sgd", "adam"):
+        fake_run(tmp_path / folder / "stochastic-de3-seed0", "stochastic")
+    names = []
+    monkeypatch.setattr(plots, "save", lambda fig, out, name, title: names.append(name) or True)
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path), "--out", str(tmp_path / "figures")])
+    training = sorted(n for n in names if n.endswith("_training"))
+    assert training == ["adam_training", "randomized_long_sgd_training", "randomized_sgd_training",
+                        "sgd_training"] and len(set(names)) == len(names), names
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path), "--table"])
+    sections = [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines() if ": T=6, q=2" in ln]
+    assert sorted(sections) == ["adam", "randomized/sgd", "randomized_long/sgd", "sgd"], sections
 
 
 def fake_run(path, pe):
