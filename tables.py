@@ -245,7 +245,7 @@ def table_paired(name, runs):
     but for the PE: each seed's difference on the same sequences, over the seeds, beyond 2 se."""
     groups, key = configurations(runs), lambda g: setting(g[0]["config"],
                                                          (*PER_SEED, "pe", "positions"))
-    rows = []
+    rows, gaps = [], {}
     for ref, g in [(ref, g) for ref in ("fixed", "stochastic") for g in groups
                    if g[0]["config"]["pe"] not in ("fixed", ref, "onehot")]:
         base = next((b for b in groups if b[0]["config"]["pe"] == ref and key(b) == key(g)), None)
@@ -254,17 +254,21 @@ def table_paired(name, runs):
                if r["config"]["seed"] in seeds]
         for k in sets(g, "T", "q") if per else []:
             d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
+            gap = gaps.get((key(g), k)) if ref == "stochastic" else None  # stochastic − fixed
             rows.append([f"{label(g, groups)} − {label(base, groups)}", k,
                          f"{len(d)} of {len(per)}",
                          ", ".join(f"{x:+.4f} ± {se:.4f}" for x, se in d) or "-", *over_seeds(d),
                          f"{sum(x < -2 * se for x, se in d)} / {sum(x > 2 * se for x, se in d)}"
-                         if d else "-"])
+                         if d else "-", fmt(-mean([x for x, _ in d]) / gap, ".2f") if gap else "-"])
+            if g[0]["config"]["pe"] == "stochastic" and d:
+                gaps[key(g), k] = mean([x for x, _ in d])
     markdown(f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed d ="
              " mean(l_a - l_b) and its Monte-Carlo se std/√n; over the seeds, d's mean ± s (the"
              " sample standard deviation) and the Monte-Carlo se of that mean √(Σ se²)/k; beyond 2"
-             " se: the seeds with d < -2 se (a lower) / d > 2 se (a higher).",
+             " se: the seeds with d < -2 se (a lower) / d > 2 se (a higher); randomized − stochastic"
+             " PE: the share of the stochastic − fixed gap randomized PE keeps, −d / that gap.",
              ["a − b", "set", "seeds", "each seed: d ± se", "d: mean ± s", "Monte-Carlo se",
-              "beyond 2 se: lower / higher"], rows)
+              "beyond 2 se: lower / higher", "share of the gap kept"], rows)
 
 
 def table_floor(name, runs, predicted):
@@ -276,22 +280,22 @@ def table_floor(name, runs, predicted):
         both = [x for x in (Report().attempt(family_pair, run, row) for run in g) if x is not None
                 ] if finite(row.get("c")) and finite(row.get("alpha")) else []
         t, f = [x[0].mean() for x in both], [x[1].mean() for x in both]
-        rows.append([c["pe"], c["de"], f"{len(both)} of {len(g)}", fmt(row.get("loss"), ".4g"),
-                     mean_sd(t), mean_sd(f), *over_seeds([paired(*x) for x in both]),
-                     fmt(mean(t) / mean(f), ".3g")])
+        rows.append([c["pe"], c["de"], f"{len(both)} of {len(g)}",
+                     quoted(row.get("loss", NAN), row.get("se")), mean_sd(t), mean_sd(f),
+                     *over_seeds([paired(*x) for x in both]), fmt(mean(t) / mean(f), "#.3g")])
     markdown(f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
              f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
              " deviation), trained − family paired, its Monte-Carlo se √(Σ se²)/k.",
-             ["pe", "d_e", "seeds", f"family best ({FLOOR})", "trained", "family at its c, α",
+             ["pe", "d_e", "seeds", f"family best ({FLOOR}; ± se)", "trained", "family at its c, α",
               "trained − family", "Monte-Carlo se", "trained / family"], rows)
 
 
 def quoted(x, se):
-    """"x ± se" to the digit of se's first significant one, the precision se supports (x to 4
-    decimals without a se, "-" without an x)."""
+    """"x ± se" to the digit of se's first significant one, the precision se supports, at most 4
+    decimals as every loss here (x alone without a se, "-" without an x)."""
     if not finite(x) or not finite(se):
         return fmt(x)
-    k = max(0, -math.floor(math.log10(se))) if se > 0 else 4
+    k = min(4, max(0, -math.floor(math.log10(se))) if se > 0 else 4)
     return f"{x:.{k}f} ± {se:.{k}f}"
 
 
