@@ -482,8 +482,8 @@ def name_of(folder, experiments):
     another experiment's folder has that name too, its path below their common folder
     (randomized/sgd, randomized_long/sgd): one name per folder path."""
     same = [f for f in experiments if f.name == folder.name]
-    return folder.name if len(same) == 1 else folder.relative_to(os.path.commonpath(same)).as_posix() \
-        if folder != Path(os.path.commonpath(same)) else folder.name
+    below = folder.relative_to(os.path.commonpath(same)).as_posix()   # "." for a lone folder
+    return folder.name if below == "." else below
 
 
 def draw_all(experiments, summaries, out, report, n_theory=None):

@@ -2,8 +2,8 @@
 # Every experiment of the README, then every figure, on the CPU:
 #     bash run_course.sh [OUT]             # course scale: runs into OUT (default runs/course), figures into OUT/figures
 #     bash run_course.sh results/paper paper   # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
-#                                          # ~80 min on 2 CPU cores, then the predicted floors (~2 min) into
-#                                          # OUT/sgd/family_floor.json and the figures into OUT/figures
+#                                          # ~80 min on 2 CPU cores, then the predicted floors and theory.json
+#                                          # (16,384 sequences each: ~1 h loaded) and the figures into OUT/figures
 #     bash run_course.sh OUT [SCALE] --list   # print the lines instead of running them: each runs alone from
 #                                          # this folder, in any order; the last after all (README: on a cluster)
 # Everything is written under OUT; GALLERY=1 draws the course figures into figures/ and copies the paper ones
@@ -30,9 +30,9 @@ TF="python train_tf.py --preset $SCALE --n-final 32768${TF_FLAGS:+ $TF_FLAGS}"  
 O=$(printf %q "$OUT")             # OUT as a shell reads it back, in the lines below
 FIGS=$O/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
 Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS=""   # QUICK=1's sizes, appended to each line (empty otherwise)
-NF="--n 16384"                     # sequences per predicted floor: its se about 1/4 of the floor's 1/100
+NF="--n 16384" NT=16384            # sequences per predicted floor and per theory.json set (se ~ 1% / 4)
 if [ "${QUICK:-0}" = 1 ]; then
-  NF="--n 512"
+  NF="--n 512" NT=512
   Q_TF=" --steps 20 --eval-every 10 --n-test 64 --n-final 64 --T 8 --test-T 10 12"
   Q_FLOOR=" --T 8 10 12"       # course: the family's floor at the quick runs' lengths (every --de of the line)
   Q_DE=" --T 8" Q_LONG=" --T 10 12"   # paper: the d_e sweep at the training T, the test lengths at d_e = 170
@@ -68,7 +68,7 @@ if [ "$SCALE" = paper ]; then
     "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 $NF --json $O/logs/floor_de.json$Q_DE && python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 $NF --json $O/logs/floor_T.json$Q_LONG && python sts.py --floor --T 200 --q 2 4 6 --d 5 --de 170 $NF --json $O/logs/floor_q.json$Q_DE && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
   )
   LANE_B=()
-  AFTER="python plots.py $O --out $O/figures$Q_PLOTS"
+  AFTER="python plots.py $O/sgd --theory $NT && python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
 else
   # Course scale: two lanes, one per core (a course-scale step is too small to keep two cores busy on its
@@ -104,7 +104,7 @@ else
   # randomized PE; then every figure
   AFTER="$(copy "$O/sgd" "$O/floor" $(runs stochastic))"
   for opt in sgd adam; do AFTER+=" && $(copy "$O/$opt" "$O/randomized/$opt" $(runs stochastic fixed))"; done
-  AFTER+=" && python plots.py $O --out $FIGS$Q_PLOTS"
+  AFTER+=" && python plots.py $O/sgd $O/floor --theory $NT && python plots.py $O --out $FIGS$Q_PLOTS"
 fi
 
 [ $LIST = 0 ] || { printf '%s\n' "${LANE_A[@]}" ${LANE_B[@]+"${LANE_B[@]}"} "$AFTER"; exit 0; }

@@ -135,6 +135,10 @@ DERIVED = {
         "0.08": "T = 20's settled m = 64 (0.3293) minus eps 0.25", "0.21": "T = 10's m = 16 minus eps"},
     "**Verdict.** The budget moved the FCN's answer": {
         "3.9": "FCN / transformer parameters at 24k steps, T = 10 (fcn_budgets' params cells)"},
+    "**A convergence rule, applied.**": {
+        "0.024": "0.005 a quarter at a ln t rate: 0.005 ln 4 / ln(4/3)",
+        "0.048": "the same over 16x: 0.005 ln 16 / ln(4/3)",
+        "0.08": "T = 20's settled m = 64 (0.3293) minus eps 0.25", "0.21": "T = 10's m = 16 minus eps"},
     "**Transformer vs FCN.**": {"1.6": "m50 72 / 45 (s = 3)", "2.5": "m50 79 / 32 (s = 2)"},
     "**Log T or a small power, for the transformer?**": {"3.1": "m50 ratios T = 2,000 / 50"},
     "**Verdict.** Over T = 10–1,280 the needed d_e": {"0.29": "ln(87 / 71) / ln 2, needed_de.json"},
@@ -323,6 +327,9 @@ SOURCES = {
         "course/fcn_budgets/sweep.json"],
     "**Verdict.** Over T = 10–1,280 the needed d_e": ["course | fcn_sweep | ",
                                                      "course/fcn_sweep/needed_de.json"],
+    "**A convergence rule, applied.**": [
+        "course | T10 | ", "course | T20 | ", "course | fcn_budgets | fcn | 10 |",
+        "course | T40 | ", "course | T80 | "],
     "**Transformer vs FCN.**": ["course | bool | ", "course/bool/critical.json", "course/bool/summary.json"],
     "**Log T or a small power, for the transformer?**": [
         "course | bool | ", "course | bool_tf_long | ", "course/bool/critical.json",
@@ -349,6 +356,18 @@ def test_every_fcn_width_a_sweep_tried_is_the_mean_of_its_committed_runs_logs():
                 assert round(sum(vals) / len(vals), 4) == val, (path, row["T"], row["steps"], width)
                 checked += 1
     assert checked >= 90          # the six committed sweeps: 91 widths tried
+
+
+@pytest.mark.parametrize("scale", ["course", "paper"])
+def test_fixed_pes_construction_is_one_number_in_family_floor_and_table_floor(scale):
+    """table_floor.json's L = T row is fixed PE (the same draws): its construction and its W = cW*
+    floor equal family_floor.json's fixed row at the training T and q, to the last bit."""
+    table = json.loads(next((HERE / "results" / scale).rglob("table_floor.json")).read_text())
+    family = json.loads((HERE / "results" / scale / "sgd" / "family_floor.json").read_text())
+    for row in [r for r in table["rows"] if r["positions"] == r["T"]]:
+        fixed, = [r for r in family["rows"] if r["pe"] == "fixed" and (r["T"], r["q"], r["de"]) ==
+                  (row["T"], row["q"], row["de"])]
+        assert (row["table"], row["family"]) == (fixed["table"], fixed["loss"]), scale
 
 
 def test_no_ignored_file_is_tracked():

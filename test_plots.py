@@ -155,7 +155,7 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, t
         edit_json(run / "summary.json", lambda s: s.pop("final_se"))  # as older runs wrote them
         (run / "final_losses.npz").unlink()
     out, _ = table(0, [0, 1, 2], se=False)                           # '-' where the data is missing
-    assert all(row[2:] == ["0 of 3", "-", "-", "-", "-"]
+    assert all(row[2:] == ["0 of 3", "-", "-", "-", "-", "-"]
                for row in table_cells(out, "| stochastic PE (3 seeds) −"))
     edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))  # out of the mean
     err = table(2, [0, 1], se=False)[1].splitlines()
@@ -185,7 +185,7 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds
     sgd = three_seeds / "sgd"
     rows = table_cells(tables_of(sgd, capsys), "| stochastic PE (3 seeds) − fixed PE (3 seeds) |")
     assert [row[1] for row in rows] == ["val", "T=8", "T=10", "q=1"]
-    for _, name, seeds, each, d_cell, se_cell, beyond in rows:
+    for _, name, seeds, each, d_cell, se_cell, beyond, kept in rows:
         diffs = [npz_losses(sgd / f"stochastic-de8-seed{seed}", name)
                  - npz_losses(sgd / f"fixed-de8-seed{seed}", name) for seed in range(3)]
         d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(len(x)) for x in diffs]
@@ -194,7 +194,7 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds
         assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
         assert se_cell == f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"
         assert beyond == (f"{sum(x < -2 * s for x, s in zip(d, se))}"
-                          f" / {sum(x > 2 * s for x, s in zip(d, se))}")
+                          f" / {sum(x > 2 * s for x, s in zip(d, se))}") and kept == "-"
 
 
 def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(three_seeds,
@@ -220,7 +220,7 @@ def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequen
             diffs.append(loss[0] - loss[1])
         d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(128) for x in diffs]
         cells, = table_cells(out, f"| {pe} | 8 |")
-        assert cells[2:4] == ["3 of 3", f"{row['loss']:.4g}"]
+        assert cells[2:4] == ["3 of 3", tables.quoted(row["loss"], row["se"])]   # to its se's digit
         assert cells[6:8] == [f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}",
                               f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"]
 
@@ -367,13 +367,14 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
         plots.main([str(floor), "--table"])
     out, err = capsys.readouterr()
     assert done.value.code == 0 and err == ""
-    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json)",
+    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json; ± se)",
                                            "trained", "family at its c, α", "trained − family",
                                            "Monte-Carlo se", "trained / family"]]
     rows = table_cells(out, ("| stochastic |", "| fixed |"))  # a row per (pe, d_e), each with a row
     assert sorted((pe, int(de)) for pe, de, *_ in rows) == sorted(predicted)
     for pe, de, seeds, best, trained, family, diff, *_ in rows:
-        assert seeds == "2 of 2" and best == f"{predicted[pe, int(de)]:.4g}"
+        row = next(r for r in written if (r["pe"], r["de"]) == (pe, int(de)))
+        assert seeds == "2 of 2" and best == tables.quoted(predicted[pe, int(de)], row["se"])
         t, f, d = (float(cell.split(" ± ")[0]) for cell in (trained, family, diff))
         assert d == pytest.approx(t - f, abs=2e-4) and trained.count(" ± ") == 1
 
