@@ -34,8 +34,9 @@ from collections import namedtuple
 
 if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread (set before NumPy loads), 4x
     if "numpy" in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ:  # loaded: too late
-        print("sts.py: NumPy was imported before OPENBLAS_NUM_THREADS=1, so its BLAS keeps its threads"
-              " (about 4x slower on 2 shared cores): set it before NumPy loads", file=sys.stderr)
+        print("sts.py: NumPy was imported before OPENBLAS_NUM_THREADS=1, so its BLAS keeps its"
+              " threads (about 4x slower on 2 shared cores): set it before NumPy loads",
+              file=sys.stderr)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a shared machine: a 2nd thread spins idle
 import numpy as np  # noqa: E402
 
@@ -380,8 +381,8 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
 
 
 def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
-    """--floor's rows on n sequences, printed, each loss with its Monte-Carlo se: stochastic and fixed
-    PE's family_floor (fixed: and table_floor, the construction that learns its table of T
+    """--floor's rows on n sequences, printed, each loss with its Monte-Carlo se: stochastic and
+    fixed PE's family_floor (fixed: and table_floor, the construction that learns its table of T
     positions), or randomized's with Ls (L = T: fixed PE's very draws, so one number for both)."""
     for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
         kinds = ("stochastic", "fixed") if L is None else ("fixed",) if L == T else ("randomized",)
@@ -404,17 +405,17 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
                 row = dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=value,
                            family_se=row["se"], table=row["table"], table_se=row["table_se"],
                            c=row["table_c"], alpha=row["table_alpha"], ridge=row["ridge"])
-            print(f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}: {text} ({n} sequences;"
-                  " achievable losses, not bounds)")
+            print(f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}: {text} ({n}"
+                  " sequences; achievable losses, not bounds)")
             yield row
 
 
-def widths(Ts, q, d, target, seed=0, de=8):
+def widths(Ts, q, d, target, seed=0, de=8, n=4096):
     """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
     answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
     for T in sorted(Ts):
         start = time.time()
-        de, tried = needed_de(T, q, d, target, seed=seed, start=de)
+        de, tried = needed_de(T, q, d, target, n, seed, start=de)
         near = [k for k in tried if de / 2 <= k <= 2 * de]
         slope = np.polyfit(np.log(near), [tried[k][0] for k in near], 1)[0] if near[1:] else 0
         (floor, c, alpha, se), seconds = tried[de], round(time.time() - start, 1)
@@ -441,7 +442,7 @@ def parser():
     add("--floor", action="store_true", help="print family_floor at each --T and --de, and exit")
     add("--needed-de", action="store_true", help="print needed_de (target --eps d/(2q)), and exit")
     add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
-    add("--n", type=int, default=4096, help="with --floor: sequences each floor is computed on")
+    add("--n", type=int, default=4096, help="with --floor, --needed-de: sequences per floor")
     add("--json", help="with --floor or --needed-de: also write the rows to this file (plots.py)")
     add("--positions", type=int, nargs="+", help="with --floor: randomized PE with tables of these"
         " L >= T positions instead: the floors of W = c W* and of a table-learning W (table_floor)")
@@ -481,7 +482,8 @@ def main(argv=None):
     try:
         if args.floor or args.needed_de:        # the rows, printed as they come, then to --json
             search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
-            rows = list(widths(args.T, q, d, search["target"], args.seed) if args.needed_de else
+            rows = list(widths(args.T, q, d, search["target"], args.seed, n=args.n)
+                        if args.needed_de else
                         floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n))
             family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
                       if args.positions else "W = c W*, V = alpha V*")

@@ -12,7 +12,6 @@ from rundirs import (FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, de
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
-LENGTH_N = 1024  # sequences per sts.family_loss in the length table: its cost grows with T, d_e
 SETTLED = 0.005  # settled: a move below ~1 Monte-Carlo se of 1,024 sequences' val near a loss 0.25
 WINDOW = 50_000  # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
 
@@ -70,23 +69,19 @@ def family_pair(run, row):
 
 
 def family_curves(groups, predicted):
-    """{first run's path: {set name: (own, best)}}, best FLOOR's at the set's T and q. Stochastic
-    PE: W = c W*, V = alpha V*, own the seeds' mean at their sts.family_fit. Fixed PE, at the
-    training T: W = c M that learned its table (sts.table_floor), own at the training q's c, M."""
+    """{first run's path: {set name: (own, best)}}: THEORY's own family at the set (stochastic PE:
+    W = c W*, V = alpha V* at each seed's sts.family_fit; fixed PE: W = c M at the training q's c, M)
+    and FLOOR's best at the set's T and q (fixed PE: the construction retuned)."""
     curves = {}
-    for g in [g for g in groups if predicted and g[0]["config"]["pe"] in ("stochastic", "fixed")]:
-        c, best = g[0]["config"], "loss" if g[0]["config"]["pe"] == "stochastic" else "table"
-        row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})  # the trained q's
-        fits = ([sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
-                 if w] if best == "loss" else [(row["table_c"], row["table_alpha"])] if best in row
-                else [])
-        ridge = row.get("ridge") if best == "table" else None
-        ridge = None if ridge is None else ridge * c["T"] / c["de"]
-        at = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})  # noqa: E731
-        curves[g[0]["path"]] = {k: (mean([sts.family_loss(c["pe"], *task(k, c), c["d"], c["de"], *f,
-                                                          n=LENGTH_N, ridge=ridge) for f in fits]),
-                                    at(k).get(best))
-                                for k in sets(g, "T", "q") if best == "loss" or k[0] != "T"}
+    for g in groups:
+        c, path = g[0]["config"], g[0]["path"].parent / THEORY
+        names = [run["path"].name for run in g]
+        own = {r["set"]: r["own"] for r in (read(path)["rows"] if path.exists() else [])
+               if r["runs"] == names}
+        best = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {}).get(  # noqa
+            "loss" if c["pe"] == "stochastic" else "table")
+        curves[g[0]["path"]] = {k: (own.get(k), best(k)) for k in sets(g, "T", "q")
+                                if c["pe"] == "stochastic" or k[0] != "T"}   # fixed: its T only
     return curves
 
 

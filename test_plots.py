@@ -232,18 +232,13 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
     c, M (own) and retuned (best), at the training T only. Figures and table say the same."""
     sgd, drawn, sets = three_seeds / "sgd", {}, {"val": (6, 2), "T=8": (8, 2), "T=10": (10, 2),
                                                   "q=1": (6, 1)}
+    sgd = shutil.copytree(sgd, tmp_path / "sgd")
+    with pytest.raises(SystemExit):
+        plots.main([str(sgd), "--theory", "128"])            # the own family: theory.json's
     rows = {(r["pe"], r["T"], r["q"]): r for r in json.loads((sgd / "family_floor.json")
                                                             .read_text())["rows"]}
-    fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k]
-                             for k in "WV"), 2) for seed in range(3)]
-    fixed = rows["fixed", 6, 2]
-    ridge = None if fixed["ridge"] is None else fixed["ridge"] * 6 / 8
-    own = {**{("stochastic", k): np.mean([sts.family_loss("stochastic", T, q, 2, 8, c, alpha,
-                                                          n=tables.LENGTH_N) for c, alpha in fits])
-              for k, (T, q) in sets.items()},
-           **{("fixed", k): sts.family_loss("fixed", 6, sets[k][1], 2, 8, fixed["table_c"],
-                                            fixed["table_alpha"], n=tables.LENGTH_N, ridge=ridge)
-              for k in ("val", "q=1")}}
+    own = {(r["runs"][0].split("-")[0], r["set"]): r["own"]
+           for r in json.loads((sgd / "theory.json").read_text())["rows"]}
     best = {("stochastic", k): rows["stochastic", *sets[k]]["loss"] for k in ("val", "T=8", "q=1")}
     best.update({("fixed", k): rows["fixed", *sets[k]]["table"] for k in ("val", "q=1")})
 
@@ -254,7 +249,7 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
         return True
     monkeypatch.setattr(plots, "save", keep)
     with pytest.raises(SystemExit) as done:
-        plots.main([str(sgd), "--out", str(tmp_path)])
+        plots.main([str(sgd), "--out", str(tmp_path / "figures")])
     assert done.value.code == 0
     panels = dict(zip(["val", "T=8", "T=10"], drawn["sgd_length"]))
     panels["q=1"] = drawn["sgd_qtest"][1]                   # the q figure: val, then q=1
