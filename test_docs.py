@@ -201,19 +201,19 @@ def test_every_number_the_documents_quote_is_in_its_own_named_sources(regenerate
             tokens = [f"{m[1]} ± {m[2]}" for m in PAIR.finditer(text)] + [
                 t for t in NUMBER.findall(PAIR.sub(" ", text)) if t not in ELSEWHERE
                 and t not in DERIVED.get(key_of(key), {})]
+            used.add(key_of(key))
             if not tokens:
                 continue
             if key_of(key) is None:
                 unnamed.append(f"{doc}:{k}: {key[:50]!r}")
                 continue
-            used.add(key_of(key))
             numbers, pairs = map(sum, zip(*(source_numbers(s, regenerated)
                                             for s in SOURCES[key_of(key)])), ([], []))
             missing += [f"{doc}:{k}: {t} (not in {key_of(key)!r}'s sources)" for t in tokens
                         if not found(t, numbers, pairs)]
     assert not unnamed, f"{len(unnamed)} units name no source in SOURCES: " + "; ".join(unnamed)
     assert not missing, f"{len(missing)} numbers their own sources do not hold: " + "; ".join(missing)
-    assert used == set(SOURCES), f"SOURCES keys no unit holds: {sorted(set(SOURCES) - used)}"
+    assert set(SOURCES) <= used, f"SOURCES keys no unit holds: {sorted(set(SOURCES) - used)}"
 
 
 # Each checked unit's own sources: "FOLDER | SECTION | ROW" (the lines of results/FOLDER/tables.md's
@@ -329,7 +329,8 @@ SOURCES = {
                                                      "course/fcn_sweep/needed_de.json"],
     "**A convergence rule, applied.**": [
         "course | T10 | ", "course | T20 | ", "course | fcn_budgets | fcn | 10 |",
-        "course | T40 | ", "course | T80 | "],
+        "course | T40 | ", "course | T80 | ", "course/fcn_96k/T20/sweep.json",
+        "course/fcn_96k/T40/sweep.json", "course/fcn_96k/T80/sweep.json"],
     "**Transformer vs FCN.**": ["course | bool | ", "course/bool/critical.json", "course/bool/summary.json"],
     "**Log T or a small power, for the transformer?**": [
         "course | bool | ", "course | bool_tf_long | ", "course/bool/critical.json",
