@@ -58,11 +58,14 @@ def read(token):
 
 
 def rounds_to(v, q, token):
-    """Is v (printed to q decimals) `token` rounded to its decimals? Fewer decimals cannot vouch for
-    it; a token without a sign may quote a difference's size."""
+    """Is v (printed to q decimals) `token` rounded once from its full value? Every value that v
+    printed to q decimals may stand for must round to the token: 0.1345 vouches for 0.1345 and
+    0.13, not for 0.134 nor 0.135. Fewer decimals cannot vouch for it; a token without a sign may
+    quote a difference's size."""
     (x, p), signs = read(token), (1,) if token[0] in "-−" else (1, -1)
-    slack = 0.5 * 10.0 ** -p + 0.5 * 10.0 ** -q if q > p else 1e-12     # the same decimals: equal
-    return q >= p and any(abs(s * v - x) <= slack + 1e-12 for s in signs)
+    half = 0.5 * 10.0 ** -q - 1e-12 if q < 17 else 0.0         # v's own rounding interval
+    ends = [(s * v - half, s * v + half) for s in signs]
+    return q >= p and any(all(abs(e - x) <= 0.5 * 10.0 ** -p + 1e-12 for e in pair) for pair in ends)
 
 
 def tables_md_rows(folder, text):
@@ -109,8 +112,8 @@ def found(token, numbers, pairs):
     return any(rounds_to(v, q, token) for v, q in numbers)
 
 
-NUMBER = re.compile(r"(?<![\w.^/])[−-]?\d+\.\d+(?![\w.])|(?<![\w.^/])\d+(?:\.\d+)?%")  # 0.0982, 61%
-PAIR = re.compile(r"(?<![\w.^/])([−-]?\d+\.\d+)(?: ± | \(s )(\d+\.\d+)")       # 0.0982 ± 0.0001
+NUMBER = re.compile(r"(?<![\w.^])[−-]?\d+\.\d+(?![\w.])|(?<![\w.^])\d+(?:\.\d+)?%")  # 0.0982, 61%
+PAIR = re.compile(r"(?<![\w.^])([−-]?\d+\.\d+)(?: ± | \(s )(\d+\.\d+)")       # 0.0982 ± 0.0001
 # Quoted numbers measured outside the committed files, each with where it was measured, and
 # percentages that are settings, not results.
 ELSEWHERE = {
@@ -236,11 +239,11 @@ SOURCES = {
     "Stochastic PEs generalise to longer T, fixed do not (fixed ≥ 0.15 at T_test)|3": [
         PS + "stochastic PE (3 seeds)"],
     "q_test: both → 0, stochastic sooner; fixed worse as q grows|1": [
-        CS + "(3 seeds) | 3 |", CS + "q=", "course | de_below_T | q="],
+        CS + "(3 seeds) | 3 |", CS + "T=20, q=", "course | de_below_T | | q="],
     "q_test: both → 0, stochastic sooner; fixed worse as q grows|2": [PS + "(3 seeds) | 3 |",
-                                                                     PS + "q="],
+                                                                     PS + "T=200, q="],
     "q_test: both → 0, stochastic sooner; fixed worse as q grows|3": [
-        CS + "q=", PS + "q=", "course/sgd/family_floor.json", "paper/sgd/family_floor.json"],
+        CS + "T=20, q=", PS + "T=200, q=", "course/sgd/family_floor.json", "paper/sgd/family_floor.json"],
     "Beyond the paper: randomized positions (Ruoss et al. 2023), a table of L ≥ every test length,"
     " T of its positions per sequence|1": ["course | randomized/sgd | ", "course | randomized/adam | "],
     "Beyond the paper: randomized positions (Ruoss et al. 2023), a table of L ≥ every test length,"
@@ -274,7 +277,7 @@ SOURCES = {
     "| run (3 seeds) | T=20 (train) | T=25 |": [CS + "(3 seeds) | 3 |",
                                                "course | adam | (3 seeds) | 3 |"],
     "| run (3 seeds) | q=2 | q=3 (train) | q=4 | q=6 |": [CS + "(3 seeds) | 3 |"],
-    "| q | stochastic trained | own c, α | best |": [CS + "q=3 |", CS + "q="],
+    "| q | stochastic trained | own c, α | best |": [CS + "q=3 |", CS + "T=20, q="],
     "| run (3 seeds) | q=2 | q=3 (train) | q=4 | q=6 | T=80 |": [
         "course | de_below_T | (3 seeds) | 3 |"],
     "| PE | d_e | predicted: best of W = cW*, V = αV*": ["course | floor | "],
@@ -298,13 +301,13 @@ SOURCES = {
     "**Why the stochastic loss rises with T (beyond the paper).**": [PS + "stochastic PE"],
     "**\"Fixed PE stays at 0.15 or more\"": [PS + "(3 seeds) | 3 |", "paper | adam | PE (3"
                                             " seeds) | 3 |"],
-    "**q_test: not reproduced, also with d_e < T.**": [PS + "q=", "paper | adam | q="],
-    "**q_test from theory**": [PS + "q=", PS + "T=200, q=3"],
+    "**q_test: not reproduced, also with d_e < T.**": [PS + "| q=", "paper | adam | | q="],
+    "**q_test from theory**": [PS + "T=200, q=", PS + "T=200, q=3"],
     "**Attend query (the paper's own variant, Figure 1)": ["paper | query | "],
     "**Why it rises (beyond the paper):**": [CS + "", "course | adam | "],
-    "**Stochastic PE's rise with q is a scale tuned to q = 3.**": [CS + "q=", PS + "q=",
+    "**Stochastic PE's rise with q is a scale tuned to q = 3.**": [CS + "T=20, q=", PS + "T=200, q=",
                                                                   "course/sgd/family_floor.json"],
-    "**\"Both reach 0\" cannot hold": [CS + "q="],
+    "**\"Both reach 0\" cannot hold": [CS + "T=20, q="],
     "**Fixed PE: its construction is exact at every q here**": [CS + "fixed PE (3 seeds)"],
     "**The table family explains fixed PE's in-distribution advantage.**": [
         "paper/randomized/table_floor.json", PS + "fixed PE (3 seeds) | 3 |",
