@@ -393,7 +393,8 @@ def test_figures_and_table_sections_are_named_once_per_folder_path(tmp_path, cap
     for folder in ("sgd", "randomized/sgd", "randomized_long/sgd", "adam"):
         fake_run(tmp_path / folder / "stochastic-de3-seed0", "stochastic")
     names = []
-    monkeypatch.setattr(plots, "save", lambda fig, out, name, title: names.append(name) or True)
+    monkeypatch.setattr(plots, "save", lambda fig, out, name, title: names.append(name)
+                        or plots.plt.close(fig) or True)
     with pytest.raises(SystemExit):
         plots.main([str(tmp_path), "--out", str(tmp_path / "figures")])
     training = sorted(n for n in names if n.endswith("_training"))
