@@ -3,6 +3,7 @@
     python plots.py results/paper                # every figure these runs allow, into runs/figures/
     python plots.py results/course --out figures # the committed gallery is written only when named
     python plots.py results/paper --table        # the numbers as Markdown tables instead
+    python plots.py results/paper/sgd --theory 16384  # theory.json: each run against its own family
 
 Transformer runs give NAME_training, NAME_length, NAME_qtest and NAME_weights (the paper's
 Figures 1-4), or NAME_floor (three d_e or more) or NAME_positions (two table sizes L or more); FCN

@@ -374,6 +374,37 @@ def test_fixed_pes_construction_is_one_number_in_family_floor_and_table_floor(sc
         assert (row["table"], row["family"]) == (fixed["table"], fixed["loss"]), scale
 
 
+def test_readme_gives_run_course_shs_time_as_its_committed_runs_clocked_it():
+    """Lane by lane (run_course.sh's two lanes run side by side): a job's runs train together, so a
+    job takes its longest run's `seconds`; FCN runs, the needed-d_e search and the AND go one after
+    another. The README quotes both lanes' sums, to the minute."""
+    course, seconds = HERE / "results" / "course", lambda p: json.loads(p.read_text())["seconds"]
+
+    def jobs(folder, keep=lambda c: True):   # transformer jobs: one per d_e and command line
+        longest = {}
+        for path in (course / folder).glob("*/summary.json"):
+            c = json.loads((path.parent / "config.json").read_text())
+            if c["model"] == "transformer" and keep(c):
+                key = (c["de"], c.get("positions") == c["T"])        # L = T: a line of its own
+                longest[key] = max(longest.get(key, 0), seconds(path))
+        return sum(longest.values())
+    fcn = lambda folder: sum(map(seconds, (course / folder).glob("fcn-*/summary.json")))  # noqa
+    randomized = lambda c: c["pe"] == "randomized"           # noqa: E731  (the others: copies)
+    lane_a = (max(seconds(p) for f in ("sgd", "query", "random_init", "adam")   # the figure set
+                  for p in (course / f).glob("*/summary.json"))
+              + jobs("floor", lambda c: c["de"] != 64) + fcn("fcn_budgets"))  # 64: a copy
+    lane_b = (jobs("de_below_T") + jobs("randomized/sgd", randomized)
+              + jobs("randomized/adam", randomized) + jobs("randomized_long/sgd") + fcn("fcn_sweep")
+              + sum(r["seconds"] for r in json.loads((course / "fcn_sweep" / "needed_de.json")
+                                                     .read_text())["rows"])
+              + seconds(course / "bool" / "summary.json"))
+    row = next(line for line in (HERE / "README.md").read_text().splitlines()
+               if line.startswith("| `bash run_course.sh`"))
+    for lane in (lane_a, lane_b):
+        hours, minutes = divmod(round(lane / 60), 60)
+        assert f"{hours} h {minutes} min" in row, (lane, row)
+
+
 def test_no_ignored_file_is_tracked():
     r = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=HERE,
                        capture_output=True, text=True)
