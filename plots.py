@@ -3,6 +3,7 @@
     python plots.py results/paper                # every figure these runs allow, into runs/figures/
     python plots.py results/course --out figures # the committed gallery is written only when named
     python plots.py results/paper --table        # the numbers as Markdown tables instead
+    python plots.py results/paper/sgd --theory 16384  # theory.json: each run against its own family
 
 Transformer runs give NAME_training, NAME_length, NAME_qtest and NAME_weights (the paper's
 Figures 1-4), or NAME_floor (three d_e or more) or NAME_positions (two table sizes L or more); FCN
@@ -15,6 +16,7 @@ are drawn).
 """
 import argparse
 import itertools
+import os
 import sys
 import textwrap
 from collections import defaultdict
@@ -27,10 +29,10 @@ import runlog
 from rundirs import (DYNAMICS, FLOOR, Report, Skip, configurations, describe, find_experiments,
                      finite, label, load_dynamics, load_prediction, load_run, load_summary, read,
                      sets, spread, unique, value, weights)
-from tables import (FORM_WORDS, WIDTH_FORMS, by_model_and_s, escape, family_curves, partial, table,
-                    table_critical, table_dynamics, table_floor, table_length, table_needed,
-                    table_paired, table_largest, table_plateau, table_selection, table_sweep,
-                    trained_de, width_fits)
+from tables import (EVAL_SEED, FORM_WORDS, THEORY, WIDTH_FORMS, by_model_and_s, escape,
+                    family_curves, partial, table, table_critical, table_dynamics, table_floor,
+                    table_largest, table_length, table_needed, table_paired, table_plateau,
+                    table_selection, table_sweep, theory, trained_de, width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -540,8 +542,44 @@ def draw_summary(path, out, report):
     return tabulate_it(path, summary) if out is None else figure(summary, out, name)
 
 
-def draw_all(experiments, summaries, out, report):
-    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats)."""
+def name_of(folder, experiments):
+    """An experiment's name in figures' files and tables' sections: its folder's name, or where
+    another experiment's folder has that name too, its path below their common folder
+    (randomized/sgd, randomized_long/sgd): one name per folder path."""
+    same = [f for f in experiments if f.name == folder.name]
+    below = folder.relative_to(os.path.commonpath(same)).as_posix()   # "." for a lone folder
+    return folder.name if below == "." else below
+
+
+def scans_of(loaded):
+    """{parent: [(folder, pairs)]}: 3 or more folders under one parent, each one configuration
+    beside its family_dynamics.json, are a scan of t_1/2 (run_course.sh's plateau/)."""
+    scans = defaultdict(list)
+    for folder, runs, _, pairs in loaded:
+        scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
+    return {parent: members for parent, members in scans.items() if len(members) >= 3}
+
+
+def draw_dynamics(loaded, scans, experiments, out, report):
+    """The figures (out=None: tables) of the runs beside a family_dynamics.json: each folder's
+    curves but a scan's, each scan's t_1/2 figure, one t_1/2 table of them all."""
+    for folder, _, _, pairs in loaded:
+        name = name_of(folder, experiments)
+        if pairs and folder.parent not in scans:
+            report.drawn += bool(report.attempt(*(
+                (table_dynamics, name, pairs) if out is None else
+                (figure_dynamics, name.replace("/", "_"), pairs, out))))
+    for parent, members in scans.items() if out else ():
+        report.drawn += bool(report.attempt(figure_plateau, parent.name, members, out))
+    dynamics = [(folder, pairs) for folder, _, _, pairs in loaded if pairs]
+    if out is None and dynamics:
+        report.drawn += bool(report.attempt(table_plateau, [(str(f.relative_to(f.parents[1])), p)
+                                                            for f, p in dynamics]))
+
+
+def draw_all(experiments, summaries, out, report, n_theory=None):
+    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats). With
+    n_theory: instead, THEORY beside each experiment with a FLOOR, on n_theory sequences a set."""
     if out and (experiments or summaries):
         try:
             out[0].mkdir(parents=True, exist_ok=True)
@@ -554,34 +592,29 @@ def draw_all(experiments, summaries, out, report):
                                        for d in dirs) if run], report)
         predicted = (runs and (folder / FLOOR).exists()
                      and report.attempt(load_prediction, folder, runs) or {})
+        if n_theory:                                 # --theory: THEORY files, nothing drawn
+            if runs and predicted:
+                rows = report.attempt(theory, runs, predicted, n_theory)
+                runlog.write_json(folder / THEORY, dict(sequences=n_theory, seed=EVAL_SEED,
+                                                        rows=rows))
+                report.drawn += bool(rows) and not print(f"wrote {folder / THEORY}")
+            continue
         pairs = runs and (folder / DYNAMICS).exists() and report.attempt(load_dynamics, folder,
                                                                           runs)
         loaded.append((folder, runs, predicted, pairs))
-    scans = defaultdict(list)    # a scan: 3 or more folders under one parent, each one configuration
-    for folder, runs, _, pairs in loaded:                    # beside its family_dynamics.json
-        scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
-    scans = {parent: members for parent, members in scans.items() if len(members) >= 3}
-    for folder, runs, predicted, pairs in loaded:
+    scans = scans_of(loaded)
+    for folder, runs, predicted, _ in loaded:
         if runs and folder.parent not in scans:      # a scan's points: its table and figure alone
             if out is None:
-                tabulate(folder.name, runs, report, predicted)
+                tabulate(name_of(folder, experiments), runs, report, predicted)
             else:
-                draw(folder.name, runs, out, report, predicted)
-            if pairs:
-                report.drawn += bool(report.attempt(*(
-                    (table_dynamics, folder.name, pairs) if out is None else
-                    (figure_dynamics, folder.name, pairs, out))))
-    for parent, members in scans.items() if out else ():
-        report.drawn += bool(report.attempt(figure_plateau, parent.name, members, out))
-    dynamics = [(folder, pairs) for folder, _, _, pairs in loaded if pairs]
-    if out is None and dynamics:
-        report.drawn += bool(report.attempt(table_plateau, [(str(f.relative_to(f.parents[1])), p)
-                                                            for f, p in dynamics]))
-    for path in summaries:
+                draw(name_of(folder, experiments).replace("/", "_"), runs, out, report, predicted)
+    draw_dynamics(loaded, scans, experiments, out, report)
+    for path in summaries if not n_theory else ():
         report.drawn += bool(report.attempt(draw_summary, path, out, report))
     sweeps = [(p, Report().attempt(load_summary, p, Report())) for p in summaries  # (reported
               if p.name == "sweep.json"]                                       # above if bad)
-    if out is None and len(sweeps) > 1:
+    if out is None and len(sweeps) > 1 and not n_theory:
         report.attempt(table_largest, [(p, s) for p, s in sweeps if s])
 
 
@@ -592,14 +625,17 @@ def main(argv=None):
     p.add_argument("--out", default="runs/figures", help="folder for the PNG and PDF files (default"
                    " runs/figures: the committed gallery figures/ is written only when named here)")
     p.add_argument("--table", action="store_true", help="print the numbers as Markdown tables")
+    p.add_argument("--theory", type=int, metavar="N", help=f"write {THEORY} beside the runs of each"
+                   " folder with a family_floor.json: the family against each trained run on N"
+                   " sequences a set, paired (read by --table)")
     p.add_argument("--formats", nargs="+", default=list(FORMATS), choices=("png", "pdf", "svg"),
                    help="file formats of each figure (default png pdf; PDF takes half the time)")
     args, report = p.parse_args(argv), Report()
     if not args.table and Path(args.out).exists() and not Path(args.out).is_dir():  # before all
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
-    draw_all(experiments, summaries, None if args.table else (Path(args.out), tuple(args.formats)),
-             report)
+    draw_all(experiments, summaries, None if args.table or args.theory else (
+        Path(args.out), tuple(args.formats)), report, args.theory)
     print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
     if not report.drawn:
         runlog.fail("plots.py", f"nothing {'printed' if args.table else 'drawn'} from"

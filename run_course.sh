@@ -2,8 +2,8 @@
 # Every experiment of the README, then every figure, on the CPU:
 #     bash run_course.sh [OUT]             # course scale: runs into OUT (default runs/course), figures into OUT/figures
 #     bash run_course.sh results/paper paper   # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
-#                                          # ~80 min on 2 CPU cores, then the predicted floors (~2 min) into
-#                                          # OUT/sgd/family_floor.json and the figures into OUT/figures
+#                                          # ~80 min on 2 CPU cores, then the predicted floors and theory.json
+#                                          # (16,384 sequences each: ~1 h loaded) and the figures into OUT/figures
 #     bash run_course.sh OUT [SCALE] --list   # print the lines instead of running them: each runs alone from
 #                                          # this folder, in any order; the last after all (README: on a cluster)
 # Everything is written under OUT; GALLERY=1 draws the course figures into figures/ and copies the paper ones
@@ -30,7 +30,9 @@ TF="python train_tf.py --preset $SCALE --n-final 32768${TF_FLAGS:+ $TF_FLAGS}"  
 O=$(printf %q "$OUT")             # OUT as a shell reads it back, in the lines below
 FIGS=$O/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
 Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS="" Q_DYN=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+NF="--n 16384" NT=16384            # sequences per predicted floor and per theory.json set (se ~ 1% / 4)
 if [ "${QUICK:-0}" = 1 ]; then
+  NF="--n 512" NT=512
   Q_TF=" --steps 20 --eval-every 10 --n-test 64 --n-final 64 --T 8 --test-T 10 12"
   Q_FLOOR=" --T 8 10 12"       # course: the family's floor at the quick runs' lengths (every --de of the line)
   Q_DE=" --T 8" Q_LONG=" --T 10 12"   # paper: the d_e sweep at the training T, the test lengths at d_e = 170
@@ -61,10 +63,10 @@ if [ "$SCALE" = paper ]; then
     # randomized PE (Ruoss et al. 2023): tables of L = 400 (the longest test length) and 1,600 positions
     "$TF --pe randomized --positions 400 1600 --seed $SEEDS $MODE --out $O/randomized$Q_TF"
     # and its two predicted floors at each table size: W = c W*, and a W that learns its table (L = 200: fixed PE)
-    "mkdir -p $O/randomized && python sts.py --floor --T 200 --q 3 --d 5 --de 170 --positions 200 400 1600 --json $O/randomized/table_floor.json$Q_TABLE"
+    "mkdir -p $O/randomized && python sts.py --floor --T 200 --q 3 --d 5 --de 170 --positions 200 400 1600 $NF --json $O/randomized/table_floor.json$Q_TABLE"
     # the floor random PEs allow: against d_e at T=200 (the floor figure), and at the test lengths for d_e=170
     # (the length figure), and at q_test (the q figure); every (T, d_e) pair in one call would cost ~4x as long
-    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 --json $O/logs/floor_de.json$Q_DE && python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 --json $O/logs/floor_T.json$Q_LONG && python sts.py --floor --T 200 --q 2 4 6 --d 5 --de 170 --json $O/logs/floor_q.json$Q_DE && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
+    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 $NF --json $O/logs/floor_de.json$Q_DE && python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 $NF --json $O/logs/floor_T.json$Q_LONG && python sts.py --floor --T 200 --q 2 4 6 --d 5 --de 170 $NF --json $O/logs/floor_q.json$Q_DE && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
   )
   LANE_B=(
     # the training curve the family W = c W*, V = alpha V* predicts (sts.family_dynamics), beside the
@@ -73,7 +75,7 @@ if [ "$SCALE" = paper ]; then
     "mkdir -p $O/sgd && python sts.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at 50000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
     "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python sts.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN"
   )
-  AFTER="python plots.py $O --out $O/figures$Q_PLOTS"
+  AFTER="python plots.py $O/sgd --theory $NT && python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
 else
   # Course scale: two lanes, one per core (a course-scale step is too small to keep two cores busy on its
@@ -93,16 +95,16 @@ else
   )
   for opt in sgd adam; do   # randomized PE: tables of L = 2T ... 16T positions, and L = T (no longer test lengths),
     # and its two predicted floors at each L: W = c W*, and a W that learns its table
-    LANE_B+=("$TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 20 40 80 160 320 --json $O/randomized/$opt/table_floor.json$Q_TABLE")
+    LANE_B+=("$TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 20 40 80 160 320 $NF --json $O/randomized/$opt/table_floor.json$Q_TABLE")
   done
   LANE_B+=(
     # randomized PE's training curves by W = c W*, V = alpha V* (sts.family_dynamics), GD's and SGD's
     "mkdir -p $O/randomized/sgd && python sts.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --positions 20 40 80 160 320 --every 100 --json $O/randomized/sgd/family_dynamics.json$Q_DYN"
-    "mkdir -p $O/floor && python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
+    "mkdir -p $O/floor && python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 $NF --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
     # and at the test lengths and q_test
-    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 --json $O/logs/floor_T.json$Q_FLOOR && python sts.py --floor --T 20 --q 2 4 6 --d 5 --de 64 --json $O/logs/floor_q.json$Q_FLOOR && python -c '$MERGE' $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
+    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 $NF --json $O/logs/floor_T.json$Q_FLOOR && python sts.py --floor --T 20 --q 2 4 6 --d 5 --de 64 $NF --json $O/logs/floor_q.json$Q_FLOOR && python -c '$MERGE' $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
     # SGD's randomized PE at L = 40, 80 trained on to 40,000 steps (the first 10,000 as above), beside its construction
-    "$TF --optimizer sgd --pe randomized --positions 40 80 --steps 40000 --anneal-at 5000 --eval-every 250 --seed $SEEDS $MODE --out $O/randomized_long/sgd$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 40 80 --json $O/randomized_long/sgd/table_floor.json$Q_TABLE"
+    "$TF --optimizer sgd --pe randomized --positions 40 80 --steps 40000 --anneal-at 5000 --eval-every 250 --seed $SEEDS $MODE --out $O/randomized_long/sgd$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 40 80 $NF --json $O/randomized_long/sgd/table_floor.json$Q_TABLE"
     # ours: width FCN vs transformer at 1,500 steps; then the transformer's width from its family floor
     "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python sts.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
     "python train_bool.py $MODE --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND m50
@@ -121,7 +123,7 @@ else
   # randomized PE; then every figure
   AFTER="$(copy "$O/sgd" "$O/floor" $(runs stochastic))"
   for opt in sgd adam; do AFTER+=" && $(copy "$O/$opt" "$O/randomized/$opt" $(runs stochastic fixed))"; done
-  AFTER+=" && python plots.py $O --out $FIGS$Q_PLOTS"
+  AFTER+=" && python plots.py $O/sgd $O/floor --theory $NT && python plots.py $O --out $FIGS$Q_PLOTS"
 fi
 
 [ $LIST = 0 ] || { printf '%s\n' "${LANE_A[@]}" ${LANE_B[@]+"${LANE_B[@]}"} "$AFTER"; exit 0; }

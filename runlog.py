@@ -15,6 +15,7 @@ import errno
 import json
 import math
 import os
+import shlex
 import signal
 import stat
 import sys
@@ -233,17 +234,28 @@ class Signals:
 
 @contextlib.contextmanager
 def lock(out):
-    """One writer per --out: an exclusive lock on OUT/.lock while the block runs (the kernel drops
-    it when the process dies, SIGKILL too). A second writer is bad input, and writes nothing."""
+    """One writer per --out: an exclusive lock on OUT/.lock while the block runs, the file removed
+    as it ends (the kernel drops the lock when the process dies, SIGKILL too, and then leaves an
+    empty .lock, harmless). A second writer is bad input, and writes nothing."""
     import fcntl
-    Path(out).mkdir(parents=True, exist_ok=True)
-    with open(Path(out) / ".lock", "a") as handle:
+    path = Path(out) / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = open(path, "a")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            handle.close()
             raise ValueError(f"--out: another process is writing {out} (it holds {out}/.lock);"
                              " wait for it to end, or give another --out") from None
+        if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+            break                        # else its holder removed it as we opened it: anew
+        handle.close()
+    try:
         yield
+    finally:                             # removed while still held: no second writer can hold it
+        path.unlink(missing_ok=True)
+        handle.close()
 
 
 def require(ok, message, error=ValueError):
@@ -365,8 +377,13 @@ def resolve_device(name):
     return torch.device(name)
 
 
-def run_command(program, body, kept="the logs and weights so far are saved", sizes="sizes"):
-    """body() under the module docstring's exit statuses; `sizes`: the flags to lower on OOM."""
+def run_command(program, body, kept="the logs and weights so far are saved", sizes="sizes",
+                argv=None):
+    """body() under the module docstring's exit statuses; `sizes`: the flags to lower on OOM; a
+    signal's line ends with the command (`argv`, default sys.argv's) that goes on with --resume."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    go_on = shlex.join(["python", program, *(a for a in argv if a != "--force"),
+                        *["--resume"] * ("--resume" not in argv)])
     SIGNAL[0] = signal.SIGINT
     before = {s: signal.signal(s, take) for s in SIGNALS}
     try:
@@ -383,8 +400,8 @@ def run_command(program, body, kept="the logs and weights so far are saved", siz
         fail(program, cannot_write(first))
     except KeyboardInterrupt:
         name = signal.Signals(SIGNAL[0]).name
-        print(f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; {kept}",
-              file=sys.stderr)
+        print(f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; {kept};"
+              f" go on with: {go_on}", file=sys.stderr)
         sys.exit(128 + SIGNAL[0])
     except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError, and
         if isinstance(e, RuntimeError) and "allocate" not in str(e):    # the CPU allocator's one

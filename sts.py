@@ -33,6 +33,10 @@ import time
 from collections import namedtuple
 
 if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread (set before NumPy loads), 4x
+    if "numpy" in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ:  # loaded: too late
+        print("sts.py: NumPy was imported before OPENBLAS_NUM_THREADS=1, so its BLAS keeps its"
+              " threads (about 4x slower on 2 shared cores): set it before NumPy loads",
+              file=sys.stderr)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a shared machine: a 2nd thread spins idle
 import numpy as np  # noqa: E402
 
@@ -285,6 +289,13 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, 
     return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)
 
 
+def floor_se(draws, c, alpha):
+    """The Monte-Carlo standard error of the family's loss at (c, alpha) on `draws`: the std of its
+    sequences' losses / sqrt(n)."""
+    each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)
+    return float(each.std(ddof=1) / len(each) ** 0.5)
+
+
 def scale_floor(draws, c_max=1e4):
     """min over (c, alpha) of the family's loss on `draws`. The best alpha at c is E<g, y> /
     E||g||^2 (least squares, g = family_output); c from a golden-section search over log c."""
@@ -406,8 +417,7 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
         if d_e not in tried:
             draws = family_draws("stochastic", T, q, d, d_e, n, seed)
             value, c, alpha = scale_floor(draws)
-            each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # per sequence
-            tried[d_e] = (value, c, alpha, float(each.std(ddof=1) / n ** 0.5))
+            tried[d_e] = (value, c, alpha, floor_se(draws, c, alpha))
         return tried[d_e][0] <= target
     hi = start
     while not met(hi):                               # up until met: ceil(3 hi / 2) > hi
@@ -444,38 +454,42 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     return rows
 
 
-def floors(Ts, qs, d, des, Ls=None, seed=0):
-    """--floor's rows, printed: stochastic and fixed PE's family_floor (fixed: and table_floor, the
-    construction that learns its table of T positions), or randomized's with Ls."""
+def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
+    """--floor's rows on n sequences, printed, each loss with its Monte-Carlo se: stochastic and
+    fixed PE's family_floor (fixed: and table_floor, the construction that learns its table of T
+    positions), or randomized's with Ls (L = T: fixed PE's very draws, so one number for both)."""
     for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
-        if L is None:
-            for kind in ("stochastic", "fixed"):
-                value, c, alpha = family_floor(kind, T, q, d, d_e, seed=seed)
-                row = dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, c=c, alpha=alpha)
-                line = (f"{kind}: T={T} q={q} d={d} d_e={d_e}: best loss {value:.4f} at c={c:.3g},"
-                        f" alpha={alpha:.3f} of W = c W*, V = alpha V* (4096 sequences)")
-                if kind == "fixed":             # fixed PE's floor: a W that learns its table's M
-                    row.update(zip(("table", "table_c", "table_alpha", "ridge"),
-                                   table_floor(kind, T, q, d, d_e, seed=seed)))
-                    line += f"; W = c M, its table learned: {row['table']:.4f}"
-                print(line)
-                yield row
-        elif L >= T:
-            family = family_floor("randomized", T, q, d, d_e, seed=seed, positions=L)[0]
-            table, c, alpha, ridge = table_floor("randomized", T, q, d, d_e, seed=seed, positions=L)
-            print(f"randomized: T={T} q={q} d={d} d_e={d_e} L={L}: W = c W*: {family:.4f};"
-                  f" W = c M (the table learned): {table:.4f} at c={c:.3g}, alpha={alpha:.3f},"
-                  f" ridge {ridge} L/d_e (4096 sequences; achievable losses, not bounds)")
-            yield dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=family,
-                       table=table, c=c, alpha=alpha, ridge=ridge)
+        kinds = ("stochastic", "fixed") if L is None else ("fixed",) if L == T else ("randomized",)
+        for kind in kinds if L is None or L >= T else ():
+            at = dict(positions=L) if kind == "randomized" else {}
+            draws = family_draws(kind, T, q, d, d_e, n, seed, **at)
+            value, c, alpha = scale_floor(draws)
+            row = dict(pe=kind, T=T, q=q, d=d, de=d_e, loss=value, se=floor_se(draws, c, alpha),
+                       c=c, alpha=alpha)
+            text = (f"best loss {value:.4f} ± {row['se']:.4f} (se) at c={c:.3g}, alpha={alpha:.3f}"
+                    " of W = c W*, V = alpha V*")
+            if kind != "stochastic":        # a W that learns its table's cross-talk, W = c M
+                table, tc, ta, r = table_floor(kind, T, q, d, d_e, n, seed, **at)
+                ridge = None if r is None else r * (L or T) / d_e
+                row.update(table=table, table_se=floor_se(family_draws(
+                    kind, T, q, d, d_e, n, seed, ridge=ridge, **at), tc, ta), table_c=tc,
+                    table_alpha=ta, ridge=r)
+                text += f"; W = c M, its table learned: {table:.4f} ± {row['table_se']:.4f}"
+            if L is not None:              # randomized PE's row (L = T: fixed PE's draws)
+                row = dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L, family=value,
+                           family_se=row["se"], table=row["table"], table_se=row["table_se"],
+                           c=row["table_c"], alpha=row["table_alpha"], ridge=row["ridge"])
+            print(f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}: {text} ({n}"
+                  " sequences; achievable losses, not bounds)")
+            yield row
 
 
-def widths(Ts, q, d, target, seed=0, de=8):
+def widths(Ts, q, d, target, seed=0, de=8, n=4096):
     """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
     answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
     for T in sorted(Ts):
         start = time.time()
-        de, tried = needed_de(T, q, d, target, seed=seed, start=de)
+        de, tried = needed_de(T, q, d, target, n, seed, start=de)
         near = [k for k in tried if de / 2 <= k <= 2 * de]
         slope = np.polyfit(np.log(near), [tried[k][0] for k in near], 1)[0] if near[1:] else 0
         (floor, c, alpha, se), seconds = tried[de], round(time.time() - start, 1)
@@ -533,6 +547,7 @@ def parser():
     add("--anneal-at", type=int, help="with --dynamics: the step from which lr is a third [half the"
         " --steps, as train_tf.py's]")
     add("--eps", type=float, default=0.3, help="--needed-de's target over d/(2q), the loss at zero")
+    add("--n", type=int, default=4096, help="with --floor, --needed-de: sequences per floor")
     add("--json", help="with --floor, --needed-de or --dynamics: also write the rows to this file"
         " (plots.py)")
     add("--positions", type=int, nargs="+", help="with --floor (or --dynamics): randomized PE with"
@@ -547,11 +562,13 @@ def check_flags(args):
         check_args(T, q, d=args.d)
     for flag, name, v in [("--steps", "steps", args.steps), ("--lr", "lr", args.lr),
                           ("--eps", "target", args.eps), ("--seed", "seed", args.seed),
+                          ("--n", "n", args.n),
                           *(("--de", "d_e", v) for v in args.de)]:
         check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
     check(args.anneal_at is None or whole(args.anneal_at, 0), "--anneal-at", "an integer >= 0",
           args.anneal_at)
-    check(args.floor or len(args.q) == 1 and args.dynamics or len(args.q) == 1 and (args.needed_de or len(args.T) == len(args.de) == 1),
+    check(args.floor or len(args.q) == 1 and (args.dynamics or args.needed_de
+                                              or len(args.T) == len(args.de) == 1),
           "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
     check(args.floor + args.needed_de + args.dynamics <= 1, "--floor, --needed-de and --dynamics",
           "one at a time", "more")
@@ -580,18 +597,19 @@ def main(argv=None):
         if args.floor or args.needed_de or args.dynamics:  # the rows, printed, then to --json
             search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
             anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
-            rows = list(widths(args.T, q, d, search["target"], args.seed) if args.needed_de else
+            rows = list(widths(args.T, q, d, search["target"], args.seed, n=args.n)
+                        if args.needed_de else
                         (row for T, d_e, L in itertools.product(args.T, args.de, args.positions
                                                                  or [None])
                          for row in dynamics(T, q, d, d_e, args.steps, args.lr, anneal_at,
                                              args.every, args.seed, args.batch, L))
                         if args.dynamics else
-                        floors(args.T, args.q, d, args.de, args.positions, args.seed))
+                        floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n))
             family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
                       if args.positions else "W = c W*, V = alpha V*")
             if args.json:
                 with open(args.json, "w") as fh:
-                    json.dump(dict(family=family, sequences=2048 if args.dynamics else 4096,
+                    json.dump(dict(family=family, sequences=2048 if args.dynamics else args.n,
                                    seed=args.seed, rows=rows,
                                    **(search if args.needed_de else {})),
                               fh, indent=None if args.dynamics else 2)

@@ -12,7 +12,6 @@ from rundirs import (DYNAMICS, FLOOR, NAN, PER_SEED, PREDICTED, Report, configur
 
 # trained and family models are scored on one common set of sequences; chunks keep memory small
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
-LENGTH_N = 1024  # sequences per sts.family_loss in the length table: its cost grows with T, d_e
 SETTLED = 0.005  # settled: a move below ~1 Monte-Carlo se of 1,024 sequences' val near a loss 0.25
 WINDOW = 50_000  # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
 
@@ -70,24 +69,95 @@ def family_pair(run, row):
 
 
 def family_curves(groups, predicted):
-    """{first run's path: {set name: (own, best)}}, best FLOOR's at the set's T and q. Stochastic
-    PE: W = c W*, V = alpha V*, own the seeds' mean at their sts.family_fit. Fixed PE, at the
-    training T: W = c M that learned its table (sts.table_floor), own at the training q's c, M."""
+    """{first run's path: {set name: (own, best)}}: THEORY's own family at the set (stochastic PE:
+    W = c W*, V = alpha V* at each seed's sts.family_fit; fixed PE: W = c M at the training q's c, M)
+    and FLOOR's best at the set's T and q (fixed PE: the construction retuned)."""
     curves = {}
-    for g in [g for g in groups if predicted and g[0]["config"]["pe"] in ("stochastic", "fixed")]:
-        c, best = g[0]["config"], "loss" if g[0]["config"]["pe"] == "stochastic" else "table"
-        row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})  # the trained q's
-        fits = ([sts.family_fit(*w, c["d"]) for w in map(Report().attempt, [weights] * len(g), g)
-                 if w] if best == "loss" else [(row["table_c"], row["table_alpha"])] if best in row
-                else [])
-        ridge = row.get("ridge") if best == "table" else None
-        ridge = None if ridge is None else ridge * c["T"] / c["de"]
-        at = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})  # noqa: E731
-        curves[g[0]["path"]] = {k: (mean([sts.family_loss(c["pe"], *task(k, c), c["d"], c["de"], *f,
-                                                          n=LENGTH_N, ridge=ridge) for f in fits]),
-                                    at(k).get(best))
-                                for k in sets(g, "T", "q") if best == "loss" or k[0] != "T"}
+    for g in groups:
+        c, path = g[0]["config"], g[0]["path"].parent / THEORY
+        names = [run["path"].name for run in g]
+        own = {r["set"]: r["own"] for r in (read(path)["rows"] if path.exists() else [])
+               if r["runs"] == names}
+        best = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {}).get(  # noqa
+            "loss" if c["pe"] == "stochastic" else "table")
+        curves[g[0]["path"]] = {k: (own.get(k), best(k)) for k in sets(g, "T", "q")
+                                if c["pe"] == "stochastic" or k[0] != "T"}   # fixed: its T only
     return curves
+
+
+THEORY = "theory.json"  # plots.py --theory N: the family against the trained runs, paired
+
+
+def own_model(run, row):
+    """The run's trained (W, V) and its own family's: stochastic PE's W = c W*, V = alpha V* at the
+    run's sts.family_fit; fixed PE's construction W = c M on the run's table (the row's q = 3 fit)."""
+    c, (W, V) = run["config"], weights(run)
+    d, d_e, T = c["d"], c["de"], c["T"]
+    W_star, V_star = sts.ground_truth(d, d_e)
+    if c["pe"] == "stochastic":
+        return (W, V), tuple(f * x for f, x in zip(sts.family_fit(W, V, d), (W_star, V_star)))
+    ridge = None if row["ridge"] is None else row["ridge"] * T / d_e
+    W_own = row["table_c"] * W_star
+    W_own[d:, d:] = row["table_c"] * sts.table_metric(d_e, table_of(run)[:, :T], ridge)
+    return (W, V), (W_own, row["table_alpha"] * V_star)
+
+
+def table_of(run):
+    """The run's table of PEs as train_tf.py builds it (None: stochastic PE)."""
+    c = run["config"]
+    return sts.PositionalEncoding(c["pe"], c["de"], c.get("positions") or max(lengths(c)),
+                                  c["seed"]).table
+
+
+def theory_losses(group, row, names, n):
+    """{set: (seed, model, sequence) losses}, model 0 the trained run, 1 its own family, on n
+    sequences of THEORY's stream of the set's T, by chunks; each sequence's first q positions of one
+    permutation are its q-subset at every q, so a q-set is nested in the training set's sequences."""
+    c, out = group[0]["config"], {}
+    models, tables = [own_model(r, row) for r in group], [table_of(r) for r in group]
+    for k in names:
+        (T, q), d = task(k, c), c["d"]
+        rng, pe = np.random.default_rng([EVAL_SEED, T]), sts.PositionalEncoding(c["pe"], c["de"], T)
+        for lo in range(0, n, CHUNK):       # q = T: the permutation; stochastic P shared by seeds
+            b = sts.sample_batch(rng, min(CHUNK, n - lo), T, T, d, pe)
+            X, mask = b.Z[:, :d], np.zeros(b.idx.shape)
+            np.put_along_axis(mask, b.idx[:, :q], 1.0, axis=-1)
+            losses = []
+            for (trained, own), table in zip(models, tables):
+                P = b.Z[:, d:] if table is None else np.broadcast_to(table[:, :T], b.Z[:, d:].shape)
+                Z, z_q = sts.embed(X, P, mask)
+                target = sts.sts_target(X, mask)
+                losses.append([0.5 * ((sts.forward(*m, Z, z_q, c["attend"])[0] - target) ** 2)
+                               .sum(-1) for m in (trained, own)])
+            out.setdefault(k, []).append(np.array(losses))
+    return {k: np.concatenate(v, axis=-1) for k, v in out.items()}
+
+
+def theory(runs, predicted, n):
+    """THEORY's rows: per configuration of stochastic or fixed PE and set, the trained and own-family
+    losses on n sequences (the seeds' mean, se), and the family's share of the trained rise from
+    the training set, paired sequence by sequence (q-sets nested in the training set's sequences)."""
+    rows = []
+    for g in configurations([r for r in runs if r["config"]["pe"] in ("stochastic", "fixed")]):
+        c = g[0]["config"]
+        row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})
+        names = [k for k in sets(g, "T", "q") if c["pe"] == "stochastic" or k[0] != "T"]
+        if c["pe"] == "fixed" and "table_c" not in row:
+            continue
+        each = {k: x.mean(0) for k, x in theory_losses(g, row, names, n).items()}  # seeds' mean
+        for k in names:
+            trained, own = each[k]
+            cell = dict(runs=[r["path"].name for r in g], set=k, n=n, trained=float(trained.mean()),
+                        own=float(own.mean()), own_se=float(own.std(ddof=1) / n ** 0.5))
+            if k != "val":
+                rise = trained.mean() - each["val"][0].mean()
+                cell["share"] = share = float((own.mean() - each["val"][1].mean()) / rise)
+                u, u0 = own - share * trained, each["val"][1] - share * each["val"][0]
+                paired_sets = task(k, c)[0] == c["T"]   # a q-set: the training set's sequences
+                var = (u - u0).var(ddof=1) if paired_sets else u.var(ddof=1) + u0.var(ddof=1)
+                cell["share_se"] = float(np.sqrt(var / n) / abs(rise))
+            rows.append(cell)
+    return rows
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
@@ -170,7 +240,7 @@ def table_paired(name, runs):
     but for the PE: each seed's difference on the same sequences, over the seeds, beyond 2 se."""
     groups, key = configurations(runs), lambda g: setting(g[0]["config"],
                                                          (*PER_SEED, "pe", "positions"))
-    rows = []
+    rows, gaps = [], {}
     for ref, g in [(ref, g) for ref in ("fixed", "stochastic") for g in groups
                    if g[0]["config"]["pe"] not in ("fixed", ref, "onehot")]:
         base = next((b for b in groups if b[0]["config"]["pe"] == ref and key(b) == key(g)), None)
@@ -179,17 +249,21 @@ def table_paired(name, runs):
                if r["config"]["seed"] in seeds]
         for k in sets(g, "T", "q") if per else []:
             d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
+            gap = gaps.get((key(g), k)) if ref == "stochastic" else None  # stochastic − fixed
             rows.append([f"{label(g, groups)} − {label(base, groups)}", k,
                          f"{len(d)} of {len(per)}",
                          ", ".join(f"{x:+.4f} ± {se:.4f}" for x, se in d) or "-", *over_seeds(d),
                          f"{sum(x < -2 * se for x, se in d)} / {sum(x > 2 * se for x, se in d)}"
-                         if d else "-"])
+                         if d else "-", fmt(-mean([x for x, _ in d]) / gap, ".2f") if gap else "-"])
+            if g[0]["config"]["pe"] == "stochastic" and d:
+                gaps[key(g), k] = mean([x for x, _ in d])
     markdown(f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed d ="
              " mean(l_a - l_b) and its Monte-Carlo se std/√n; over the seeds, d's mean ± s (the"
              " sample standard deviation) and the Monte-Carlo se of that mean √(Σ se²)/k; beyond 2"
-             " se: the seeds with d < -2 se (a lower) / d > 2 se (a higher).",
+             " se: the seeds with d < -2 se (a lower) / d > 2 se (a higher); randomized − stochastic"
+             " PE: the share of the stochastic − fixed gap randomized PE keeps, −d / that gap.",
              ["a − b", "set", "seeds", "each seed: d ± se", "d: mean ± s", "Monte-Carlo se",
-              "beyond 2 se: lower / higher"], rows)
+              "beyond 2 se: lower / higher", "share of the gap kept"], rows)
 
 
 def table_floor(name, runs, predicted):
@@ -201,38 +275,60 @@ def table_floor(name, runs, predicted):
         both = [x for x in (Report().attempt(family_pair, run, row) for run in g) if x is not None
                 ] if finite(row.get("c")) and finite(row.get("alpha")) else []
         t, f = [x[0].mean() for x in both], [x[1].mean() for x in both]
-        rows.append([c["pe"], c["de"], f"{len(both)} of {len(g)}", fmt(row.get("loss"), ".4g"),
-                     mean_sd(t), mean_sd(f), *over_seeds([paired(*x) for x in both]),
-                     fmt(mean(t) / mean(f), ".3g")])
+        rows.append([c["pe"], c["de"], f"{len(both)} of {len(g)}",
+                     quoted(row.get("loss", NAN), row.get("se")), mean_sd(t), mean_sd(f),
+                     *over_seeds([paired(*x) for x in both]), fmt(mean(t) / mean(f), "#.3g")])
     markdown(f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
              f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
              " deviation), trained − family paired, its Monte-Carlo se √(Σ se²)/k.",
-             ["pe", "d_e", "seeds", f"family best ({FLOOR})", "trained", "family at its c, α",
+             ["pe", "d_e", "seeds", f"family best ({FLOOR}; ± se)", "trained", "family at its c, α",
               "trained − family", "Monte-Carlo se", "trained / family"], rows)
 
 
+def quoted(x, se):
+    """"x ± se" to the digit of se's first significant one, the precision se supports, at most 4
+    decimals as every loss here (x alone without a se, "-" without an x)."""
+    if not finite(x) or not finite(se):
+        return fmt(x)
+    k = min(4, max(0, -math.floor(math.log10(se))) if se > 0 else 4)
+    return f"{x:.{k}f} ± {se:.{k}f}"
+
+
 def table_length(name, runs, predicted):
-    """At each length and subset size, a configuration's loss, its predictions, its slope."""
+    """At each length and subset size, a configuration's loss, the family's (THEORY's, paired with
+    the trained runs; FLOOR's best), each one's share of the trained rise, its slope."""
     groups, names = configurations(runs), sets(runs, "T", "q")
-    curves, rows = family_curves(groups, predicted), []
+    path = runs[0]["path"].parent / THEORY
+    own = {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
+    rows, n = [], {r["n"] for r in own.values()}
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
-        curve, trained = curves.get(g[0]["path"], {}), [value(r["end"], k) for r in g]
+        c, trained = g[0]["config"], [value(r["end"], k) for r in g]
+        mine = own.get((tuple(r["path"].name for r in g), k), {})
+        best = [predicted.get((c["pe"], *task(j, c), c["d"], c["de"]), {}) for j in (k, "val")]
+        key, se = ("loss", "se") if c["pe"] == "stochastic" else ("table", "table_se")
         rise = mean(trained) - mean(value(r["end"], "val") for r in g)
-        shares = [fmt((curve[k][i] - curve["val"][i]) / rise, ".2f") if k != "val" and k in curve
-                  and finite(curve[k][i]) and finite(curve["val"][i]) else "-" for i in (0, 1)]
-        rows.append(["T={}, q={}".format(*task(k, g[0]["config"])), label(g, groups),
-                     mean_sd(trained), *map(fmt, curve.get(k, "--")), " / ".join(shares),
+        both = k != "val" and rise and all(finite(b.get(key)) and finite(b.get(se)) for b in best)
+        rows.append(["T={}, q={}".format(*task(k, c)), label(g, groups), mean_sd(trained),
+                     quoted(mine.get("own", NAN), mine.get("own_se")),
+                     quoted(best[0].get(key, NAN), best[0].get(se)),
+                     quoted(mine.get("share", NAN), mine.get("share_se")),
+                     quoted((best[0][key] - best[1][key]) / rise, math.hypot(best[0][se], best[1][se])
+                            / abs(rise)) if both else "-",
                      mean_sd([slope(r, k) for r in g], ".2g")])
     markdown(f"{name}: at each length and subset size (T={groups[0][0]['config']['T']},"
              f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the sample"
              " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each seed's"
-             " own c, α (sts.family_fit; the seeds' mean) and the family's best"
-             f" ({FLOOR}); fixed PE, at the training T: W = c M that learned its table"
-             " (sts.table_floor) at the training q's c, M and retuned; each one's rise from the"
-             " training set over the trained rise; the slope of the logged loss over the last"
-             f" {WINDOW:,} steps (the last half of a shorter run) per 10k steps.",
+             f" own c, α (sts.family_fit; {THEORY}) and the family's best ({FLOOR}); fixed PE, at"
+             " the training T: W = c M that learned its table (sts.table_floor) at the training q's"
+             f" c, M ({THEORY}) and retuned ({FLOOR}); ± its Monte-Carlo se. Own: on"
+             f" {'/'.join(map(str, sorted(n))) or '-'} sequences a set, each seed's trained run"
+             " and its family on the same sequences, the q-sets nested in the training set's;"
+             " its share of the trained rise from the training set paired sequence by sequence"
+             " (± se). Best: its rise over the trained rise on the common sets. The slope of the"
+             f" logged loss over the last {WINDOW:,} steps (the last half of a shorter run) per"
+             " 10k steps.",
              ["at", "configuration", "trained", "at own c, α", "predicted best",
-              "share of the rise: own / best", "slope per 10k steps"], rows)
+              "share of the rise: own", "share: best", "slope per 10k steps"], rows)
 
 
 def selection(W_ee, P):
@@ -359,31 +455,35 @@ def last_quarter(path, row, eps):
 
 def table_largest(sweeps):
     """Across sweeps [(path, summary)] of the first's target: the FCN's width at the largest budget
-    run at each T, whether the rule settles it, and the slope of ln m on ln T over those T (and
-    over the settled ones), with the slopes one grid step (m x or / 2) at either end of T gives."""
+    run at each T and, where the rule settles it, at convergence; the slope of ln m on ln T over
+    every run of 3 or more consecutive T (or 2, all there are), and its range if each true width
+    lies anywhere in (m/2, m] (the doubling grid's step)."""
     eps, largest = sweeps[0][1]["eps"], {}
     for path, r in [(p, r) for p, s in sweeps if s["eps"] == eps for r in s["rows"]]:
         if r["model"] == "fcn" and r["steps"] > largest.get(r["T"], ({"steps": 0},))[0]["steps"]:
             largest[r["T"]] = (r, path)
     pts = [(T, r["width"], r["steps"], *last_quarter(path, r, eps)[1:])   # (.., settled, at it)
            for T, (r, path) in sorted(largest.items()) if r["width"]]
-    x, y, at = (np.log([pt[k] for pt in pts]) for k in (0, 1, 4))
-    settled = np.array([pt[3] == "yes" for pt in pts])
-
-    def loglog(keep, y):  # the least-squares slope over the kept T, and one grid step at an end
-        u, fit = x[keep], np.polyfit(x[keep], y[keep], 1)[0] if sum(keep) >= 2 else NAN
-        step = math.log(2) * (u[-1] - u.mean()) / ((u - u.mean()) ** 2).sum() if len(u) > 1 else 0
-        return [fmt(fit, ".2f"), f"{fmt(fit - step, '.2f')} to {fmt(fit + step, '.2f')}"]
-    caption = (f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
-               f" {eps:.4f}; m → m': m' reached it trained on, the slope over the settled uses"
-               " it): settled if the width below is (above, over its longest training); the"
-               " least-squares slope of ln m on ln T, and with one grid step at either end")
-    return markdown(caption, ["T: m (steps, settled)", "slope", "one grid step at an end",
-                              "over the settled", "one grid step at an end"],
-                    [[", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps}, "
-                                f"{('no', 'yes')[ok == 'yes']})" for T, m, steps, ok, at in pts),
-                      *loglog(np.ones(len(pts), bool), y), *loglog(settled, at)]]
-                    if len(pts) >= 2 else [])
+    rows = []
+    for what, series in (("at the largest budget", [(T, m) for T, m, *_ in pts]),
+                         ("at convergence", [(T, at) for T, _, _, ok, at in pts if ok == "yes"])):
+        k = len(series)
+        for lo, hi in [(0, k)] if k == 2 else [(i, j) for j in range(3, k + 1) for i in range(j - 2)]:
+            x, y = np.log(np.array(series[lo:hi], float)).T
+            w = (x - x.mean()) / ((x - x.mean()) ** 2).sum()   # slope = w . y, linear in each y
+            fit = float(w @ y)
+            rows.append([what, f"{series[lo][0]}–{series[hi - 1][0]}",
+                         ", ".join(str(m) for _, m in series[lo:hi]), f"{fit:.2f}",
+                         f"{fit - math.log(2) * w[w > 0].sum():.2f} to"
+                         f" {fit - math.log(2) * w[w < 0].sum():.2f}"])
+    return markdown(f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
+                    f" {eps:.4f}): " + ", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps},"
+                                                 f" {('no', 'yes')[ok == 'yes']})"
+                                                 for T, m, steps, ok, at in pts) +
+                    " (T: m (steps, settled if the width below is); m → m': m' reached it trained"
+                    " on, the width at convergence); the least-squares slope of ln m on ln T over"
+                    " each run of consecutive T, and its range if each true width lies anywhere in"
+                    " (m/2, m]", ["widths", "T", "m", "slope", "each true width in (m/2, m]"], rows)
 
 
 def table_sweep(path, summary):

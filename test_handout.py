@@ -179,6 +179,17 @@ def test_run_as_a_script_numpy_takes_one_blas_thread(monkeypatch):
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
 
 
+def test_run_after_numpy_loaded_says_in_one_line_that_blas_keeps_its_threads(monkeypatch, capsys):
+    """In a kernel that imported NumPy first, OPENBLAS_NUM_THREADS no longer acts: say so (the
+    lesson then runs about 4x slower); set before NumPy loads, say nothing."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)     # NumPy is loaded: this test's
+    run_source(monkeypatch, ["sts.py", "--help"], {"__name__": "__main__", "__file__": "sts.py"})
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "OPENBLAS_NUM_THREADS" in err and "before NumPy" in err, err
+    run_source(monkeypatch, ["sts.py", "--help"], {"__name__": "__main__", "__file__": "sts.py"})
+    assert "OPENBLAS" not in capsys.readouterr().err            # set now, as a first cell sets it
+
+
 @pytest.fixture(scope="module")
 def drawn_figures(tmp_path_factory):
     """{name: matplotlib figure} of the committed course runs, as plots.py draws them (once for

@@ -155,7 +155,7 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(three_seeds, t
         edit_json(run / "summary.json", lambda s: s.pop("final_se"))  # as older runs wrote them
         (run / "final_losses.npz").unlink()
     out, _ = table(0, [0, 1, 2], se=False)                           # '-' where the data is missing
-    assert all(row[2:] == ["0 of 3", "-", "-", "-", "-"]
+    assert all(row[2:] == ["0 of 3", "-", "-", "-", "-", "-"]
                for row in table_cells(out, "| stochastic PE (3 seeds) −"))
     edit_json(runs[2] / "summary.json", lambda s: s.update(status="diverged"))  # out of the mean
     err = table(2, [0, 1], se=False)[1].splitlines()
@@ -185,7 +185,7 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds
     sgd = three_seeds / "sgd"
     rows = table_cells(tables_of(sgd, capsys), "| stochastic PE (3 seeds) − fixed PE (3 seeds) |")
     assert [row[1] for row in rows] == ["val", "T=8", "T=10", "q=1"]
-    for _, name, seeds, each, d_cell, se_cell, beyond in rows:
+    for _, name, seeds, each, d_cell, se_cell, beyond, kept in rows:
         diffs = [npz_losses(sgd / f"stochastic-de8-seed{seed}", name)
                  - npz_losses(sgd / f"fixed-de8-seed{seed}", name) for seed in range(3)]
         d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(len(x)) for x in diffs]
@@ -194,7 +194,7 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(three_seeds
         assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
         assert se_cell == f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"
         assert beyond == (f"{sum(x < -2 * s for x, s in zip(d, se))}"
-                          f" / {sum(x > 2 * s for x, s in zip(d, se))}")
+                          f" / {sum(x > 2 * s for x, s in zip(d, se))}") and kept == "-"
 
 
 def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(three_seeds,
@@ -220,7 +220,7 @@ def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequen
             diffs.append(loss[0] - loss[1])
         d, se = [x.mean() for x in diffs], [x.std(ddof=1) / np.sqrt(128) for x in diffs]
         cells, = table_cells(out, f"| {pe} | 8 |")
-        assert cells[2:4] == ["3 of 3", f"{row['loss']:.4g}"]
+        assert cells[2:4] == ["3 of 3", tables.quoted(row["loss"], row["se"])]   # to its se's digit
         assert cells[6:8] == [f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}",
                               f"{np.sqrt(np.sum(np.square(se))) / 3:.4f}"]
 
@@ -232,18 +232,13 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
     c, M (own) and retuned (best), at the training T only. Figures and table say the same."""
     sgd, drawn, sets = three_seeds / "sgd", {}, {"val": (6, 2), "T=8": (8, 2), "T=10": (10, 2),
                                                   "q=1": (6, 1)}
+    sgd = shutil.copytree(sgd, tmp_path / "sgd")
+    with pytest.raises(SystemExit):
+        plots.main([str(sgd), "--theory", "128"])            # the own family: theory.json's
     rows = {(r["pe"], r["T"], r["q"]): r for r in json.loads((sgd / "family_floor.json")
                                                             .read_text())["rows"]}
-    fits = [sts.family_fit(*(np.load(sgd / f"stochastic-de8-seed{seed}" / "weights_final.npz")[k]
-                             for k in "WV"), 2) for seed in range(3)]
-    fixed = rows["fixed", 6, 2]
-    ridge = None if fixed["ridge"] is None else fixed["ridge"] * 6 / 8
-    own = {**{("stochastic", k): np.mean([sts.family_loss("stochastic", T, q, 2, 8, c, alpha,
-                                                          n=tables.LENGTH_N) for c, alpha in fits])
-              for k, (T, q) in sets.items()},
-           **{("fixed", k): sts.family_loss("fixed", 6, sets[k][1], 2, 8, fixed["table_c"],
-                                            fixed["table_alpha"], n=tables.LENGTH_N, ridge=ridge)
-              for k in ("val", "q=1")}}
+    own = {(r["runs"][0].split("-")[0], r["set"]): r["own"]
+           for r in json.loads((sgd / "theory.json").read_text())["rows"]}
     best = {("stochastic", k): rows["stochastic", *sets[k]]["loss"] for k in ("val", "T=8", "q=1")}
     best.update({("fixed", k): rows["fixed", *sets[k]]["table"] for k in ("val", "q=1")})
 
@@ -254,7 +249,7 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
         return True
     monkeypatch.setattr(plots, "save", keep)
     with pytest.raises(SystemExit) as done:
-        plots.main([str(sgd), "--out", str(tmp_path)])
+        plots.main([str(sgd), "--out", str(tmp_path / "figures")])
     assert done.value.code == 0
     panels = dict(zip(["val", "T=8", "T=10"], drawn["sgd_length"]))
     panels["q=1"] = drawn["sgd_qtest"][1]                   # the q figure: val, then q=1
@@ -262,18 +257,54 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
         for style, wanted in ((":", own), ("--", best)):
             ys = [wanted[pe, k] for pe in ("fixed", "stochastic") if wanted.get((pe, k), 0) > 1e-9]
             assert sorted(y for s, y in panel if s == style) == pytest.approx(sorted(ys)), (k, style)
-    summaries = {pe: [json.loads((sgd / f"{pe}-de8-seed{seed}" / "summary.json").read_text())
-                      ["final"] for seed in range(3)] for pe in ("stochastic", "fixed")}
-    trained = {(pe, k): np.mean([s["val"] if k == "val" else s[f"test_{k[0]}"][k[2:]]
-                                 for s in summaries[pe]]) for pe in summaries for k in sets}
+
+
+def test_theory_scores_each_seed_and_its_own_family_on_nested_sequences_and_the_table_quotes_it(
+        three_seeds, tmp_path, capsys):
+    """plots.py --theory N: each seed's trained run and its own family (stochastic PE: its
+    family_fit; fixed PE: the construction at the q = 3 fit, on the run's table) on N sequences of
+    the set's T, the q-sets the first q positions of the training set's own permutations; the share
+    of the rise paired; --table quotes each to its se's digit."""
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--theory", "256"])
+    assert done.value.code == 0
+    rows = {(r["runs"][0].split("-")[0], r["set"]): r for r in
+            json.loads((sgd / "theory.json").read_text())["rows"]}
+    floor = {(r["pe"], r["q"]): r for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
+             if r["T"] == 6}
+    for pe in ("stochastic", "fixed"):
+        each = {}                                          # (trained, own) per set, seeds' mean
+        for seed in range(3):
+            run = sgd / f"{pe}-de8-seed{seed}"
+            W, V = (np.load(run / "weights_final.npz")[k] for k in "WV")
+            table = sts.PositionalEncoding(pe, 8, 10, seed).table       # as trained: max T = 10
+            own = [x * sts.ground_truth(2, 8)[i] for i, x in enumerate(sts.family_fit(W, V, 2))]
+            if pe == "fixed":
+                r = floor["fixed", 2]
+                own = [r["table_c"] * sts.ground_truth(2, 8)[0], r["table_alpha"] * sts.ground_truth(2, 8)[1]]
+                ridge = None if r["ridge"] is None else r["ridge"] * 6 / 8
+                own[0][2:, 2:] = r["table_c"] * sts.table_metric(8, table[:, :6], ridge)
+            b = sts.sample_batch(np.random.default_rng([tables.EVAL_SEED, 6]), 256, 6, 6, 2,
+                                 sts.PositionalEncoding(pe, 8, 6))
+            P = b.Z[:, 2:] if pe == "stochastic" else np.broadcast_to(table[:, :6], b.Z[:, 2:].shape)
+            for k, q in (("val", 2), ("q=1", 1)):      # q = 1: the first of the val set's two
+                mask = (b.idx[:, :q, None] == np.arange(6)).any(1).astype(float)
+                Z, z_q = sts.embed(b.Z[:, :2], P, mask)
+                target = sts.sts_target(b.Z[:, :2], mask)
+                each.setdefault(k, []).append([sts.loss(sts.forward(*m, Z, z_q)[0], target)
+                                               for m in ((W, V), own)])
+        mean = {k: np.mean(v, 0) for k, v in each.items()}
+        for k in mean:
+            assert [rows[pe, k]["trained"], rows[pe, k]["own"]] == pytest.approx(mean[k]), (pe, k)
+        share = (mean["q=1"][1] - mean["val"][1]) / (mean["q=1"][0] - mean["val"][0])
+        assert rows[pe, "q=1"]["share"] == pytest.approx(share) and rows[pe, "q=1"]["share_se"] >= 0
     out = tables_of(sgd, capsys)
-    for pe, k in [(pe, k) for pe in ("stochastic", "fixed") for k in ("T=8", "T=10", "q=1")
-                  if (pe, k) in own]:
-        row, = table_cells(out, f"| T={sets[k][0]}, q={sets[k][1]} | {pe} PE (3 seeds) |")
-        rise = trained[pe, k] - trained[pe, "val"]
-        share = lambda f: f"{(f[pe, k] - f[pe, 'val']) / rise:.2f}" if (pe, k) in f else "-"
-        assert row[3:6] == [f"{own[pe, k]:.4f}", f"{best[pe, k]:.4f}" if (pe, k) in best else "-",
-                            f"{share(own)} / {share(best)}"], (pe, k)
+    for (pe, k), r in [(key, r) for key, r in rows.items() if key[1] != "val"]:
+        row, = table_cells(out, f"| T={6 if k[0] == 'q' else k[2:]}, q={2 if k[0] == 'T' else k[2:]}"
+                                f" | {pe} PE (3 seeds) |")
+        assert row[3] == tables.quoted(r["own"], r["own_se"]) and row[5] == tables.quoted(
+            r["share"], r["share_se"]), (pe, k, row)
 
 
 def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(three_seeds, capsys):
@@ -331,13 +362,14 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
         plots.main([str(floor), "--table"])
     out, err = capsys.readouterr()
     assert done.value.code == 0 and err == ""
-    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json)",
+    assert table_cells(out, "| pe |") == [["pe", "d_e", "seeds", "family best (family_floor.json; ± se)",
                                            "trained", "family at its c, α", "trained − family",
                                            "Monte-Carlo se", "trained / family"]]
     rows = table_cells(out, ("| stochastic |", "| fixed |"))  # a row per (pe, d_e), each with a row
     assert sorted((pe, int(de)) for pe, de, *_ in rows) == sorted(predicted)
     for pe, de, seeds, best, trained, family, diff, *_ in rows:
-        assert seeds == "2 of 2" and best == f"{predicted[pe, int(de)]:.4g}"
+        row = next(r for r in written if (r["pe"], r["de"]) == (pe, int(de)))
+        assert seeds == "2 of 2" and best == tables.quoted(predicted[pe, int(de)], row["se"])
         t, f, d = (float(cell.split(" ± ")[0]) for cell in (trained, family, diff))
         assert d == pytest.approx(t - f, abs=2e-4) and trained.count(" ± ") == 1
 
@@ -353,6 +385,25 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
     out, err = capsys.readouterr()
     assert done.value.code == 2 and len(err.splitlines()) == 1 and "family_floor.json" in err
     assert len(table_cells(out, "| configuration |")) == 1 and table_cells(out, "| pe |") == []
+
+
+def test_figures_and_table_sections_are_named_once_per_folder_path(tmp_path, capsys, monkeypatch):
+    """randomized/sgd and randomized_long/sgd: two experiments, two names (a figure of one does not
+    overwrite the other's, nor do two tables.md sections read "sgd:"); a lone folder keeps its own."""
+    for folder in ("sgd", "randomized/sgd", "randomized_long/sgd", "adam"):
+        fake_run(tmp_path / folder / "stochastic-de3-seed0", "stochastic")
+    names = []
+    monkeypatch.setattr(plots, "save", lambda fig, out, name, title: names.append(name)
+                        or plots.plt.close(fig) or True)
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path), "--out", str(tmp_path / "figures")])
+    training = sorted(n for n in names if n.endswith("_training"))
+    assert training == ["adam_training", "randomized_long_sgd_training", "randomized_sgd_training",
+                        "sgd_training"] and len(set(names)) == len(names), names
+    with pytest.raises(SystemExit):
+        plots.main([str(tmp_path), "--table"])
+    sections = [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines() if ": T=6, q=2" in ln]
+    assert sorted(sections) == ["adam", "randomized/sgd", "randomized_long/sgd", "sgd"], sections
 
 
 def fake_run(path, pe):
@@ -757,12 +808,15 @@ def test_the_largest_budget_table_takes_each_t_from_the_sweep_that_ran_it_longes
         plots.main([str(tmp_path), "--table"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    [cells] = table_cells(out, "| 4: ")
+    assert "4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, yes)" in out
     x, y = np.log([4, 8, 16]), np.log([8, 32, 64])
-    slope, step = np.polyfit(x, y, 1)[0], np.log(2) * (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum()
-    assert cells == ["4: 8 (400, yes), 8: 32 (100, no), 16: 64 (400, yes)", f"{slope:.2f}",
-                     f"{slope - step:.2f} to {slope + step:.2f}", f"{np.log(8) / np.log(4):.2f}",
-                     "1.00 to 2.00"]                  # over T = 4, 16: one grid step moves it 0.5
+    slope = np.polyfit(x, y, 1)[0]
+    [budget] = table_cells(out, "| at the largest budget |")
+    assert budget[1:] == ["4–16", "8, 32, 64", f"{slope:.2f}",   # the true widths in (m/2, m]: the ends
+                      f"{np.polyfit(x, y - np.log(2) * np.array([0, 0, 1]), 1)[0]:.2f} to"
+                      f" {np.polyfit(x, y - np.log(2) * np.array([1, 0, 0]), 1)[0]:.2f}"]
+    [settled] = table_cells(out, "| at convergence |")   # over T = 4, 16 alone: 0.5 either way
+    assert settled[1:] == ["4–16", "8, 64", f"{np.log(8) / np.log(4):.2f}", "1.00 to 2.00"]
     [row] = table_cells(out, "| fcn | 16 | 400 |")    # the quarter of m = 32's longest training
     assert row[-2:] == ["m = 32: 0.5030 → 0.5000 at 1600", "yes"]
 
@@ -784,9 +838,10 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
     out = capsys.readouterr().out
     [row] = table_cells(out, "| fcn | 16 | 100 |")
     assert row[-2:] == ["m = 32: 0.3500 → 0.2500 at 1600; m = 16: 0.5030 → 0.5000 at 1600", "yes"]
-    [cells] = table_cells(out, "| 8: ")
-    assert cells[0] == "8: 16 (100, yes), 16: 64 → 32 (100, yes)"
-    assert (cells[1], cells[3]) == ("2.00", "1.00")     # m = 16, 64 at the budget; 16, 32 settled
+    assert "8: 16 (100, yes), 16: 64 → 32 (100, yes)" in out
+    [budget], [settled] = (table_cells(out, f"| {w} |") for w in ("at the largest budget",
+                                                                 "at convergence"))
+    assert (budget[3], settled[3]) == ("2.00", "1.00")  # m = 16, 64 at the budget; 16, 32 settled
 
 
 def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient_descent(

@@ -6,6 +6,7 @@ test_baselines.py; plots.py, rundirs.py and tables.py: test_plots.py). Seeded, C
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -120,6 +121,9 @@ def test_ctrl_c_and_sigterm_keep_the_logs_and_say_what_was_last_evaluated(tmp_pa
     else:
         returncode, out, err = signalled_from_outside(flags, run, sig)
     assert returncode == code and word in err.splitlines()[-1]
+    go_on = shlex.join(["python", "train_tf.py", *(f for f in flags if f != "--force"), "--resume"])
+    assert err.splitlines()[-1].endswith(f"; go on with: {go_on}"), err   # the command that goes on
+    assert not (tmp_path / ".lock").exists()              # the lock ends with its writer
     summary = summary_of(run)
     assert summary["status"] == word and summary["stopped_at"] >= 10
     closing = out.splitlines()[-1]                         # the last evaluation, with its own step
@@ -516,6 +520,16 @@ def readme_commands():
     return [words[1:] for words in lines if words[:1] == ["python"] and words[1] != "test_sts.py"]
 
 
+def test_the_readme_set_up_chooses_the_torch_build_before_its_install_line():
+    """A newcomer copying the set-up top-down picks CPU or CUDA torch before pip runs (the CUDA
+    build is 2.8 GB): a line sets BUILD, the install line uses it."""
+    setup = (HERE / "README.md").read_text().split("```")[1].splitlines()
+    install = next(i for i, line in enumerate(setup) if line.startswith("pip install"))
+    assert "$BUILD" in setup[install].split("#")[0], setup[install]
+    assert any(line.startswith("BUILD=") and "download.pytorch.org/whl/cpu" in line
+               for line in setup[:install]), setup
+
+
 def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_what_to_do(
         tmp_path, monkeypatch, capsys, one_thread):
     tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
@@ -627,7 +641,8 @@ def test_run_course_quick_runs_every_line_and_writes_only_under_out(quick_course
     assert {f"{name}_{kind}.png" for name in ("sgd", "query", "random_init", "adam", "de_below_T")
             for kind in ("training", "length", "qtest", "weights")} <= figures
     assert {"floor_floor.png", "fcn_sweep_separation.png", "bool_critical.png",
-            "sgd_positions.png", "adam_positions.png"} <= figures
+            "randomized_sgd_positions.png", "randomized_adam_positions.png",
+            "randomized_long_sgd_positions.png"} <= figures        # one name per folder path
 
 
 @pytest.mark.slow   # run by `python test_sts.py --all` (CI)

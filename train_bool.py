@@ -399,7 +399,7 @@ def main(argv=None):
             check_runs(args)                  # again: another writer may have been first
             run(args, device)
     runlog.run_command("train_bool.py", body, "the log and the rows so far are saved",
-                       sizes="--T, --m-max, --m")
+                       sizes="--T, --m-max, --m", argv=argv)
 
 
 if __name__ == "__main__":

@@ -418,7 +418,7 @@ def main(argv=None):
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
                 train(args, T, width, seed, device)
     runlog.run_command("train_fcn.py", body, "the logs so far are saved",
-                       sizes="--width, --batch, --n-test")
+                       sizes="--width, --batch, --n-test", argv=argv)
 
 
 if __name__ == "__main__":

@@ -550,7 +550,8 @@ def main(argv=None):
             check_runs(args)                    # and under it: another writer may have been first
             for d_e in args.de:
                 train(args, d_e, device)
-    runlog.run_command("train_tf.py", body, sizes="--batch, --n-final, --T or --test-T, --de")
+    runlog.run_command("train_tf.py", body, sizes="--batch, --n-final, --T or --test-T, --de",
+                       argv=argv)
 
 
 if __name__ == "__main__":
