@@ -128,6 +128,10 @@ ELSEWHERE = {
 }
 
 
+CURVE = ("Beyond the paper: the training curve, its plateau and drop, from W = cW*, V = αV* trained"
+         " from zero (`sts.family_dynamics`)")
+
+
 # Numbers a unit derives from its sources' numbers by arithmetic (ratios, margins), each with how; they
 # are the only numbers of that unit not looked up.
 DERIVED = {
@@ -146,6 +150,16 @@ DERIVED = {
     "**Log T or a small power, for the transformer?**": {"3.1": "m50 ratios T = 2,000 / 50"},
     "**Verdict.** Over T = 10–1,280 the needed d_e": {"0.29": "ln(87 / 71) / ln 2, needed_de.json"},
     "**Not done:**": {"35%": "the widest interval's half-width over its m50, critical.json"},
+    CURVE + "|1": {"0.02": "the largest |measured - model| of c and alpha at the end over the grid"
+                           " (the t_1/2 table's last columns: plateau/de256's c 2.057 / 2.072)"},
+    "**Predicted at course scale, within 16%.**": {
+        "16%": "1.16 - 1, the largest measured t_1/2 over SGD's model in the grid",
+        "0.02": "as in the claim row"},
+    "**The closed form** is": {"0.84": "closed form over GD's t_1/2 at d_e = 16 (49 / 58)",
+                               "1.00": "the same at d_e = 256 (684 / 685)"},
+    "**SGD's noise: a third number.**": {
+        "0.7": "c at step 1,000 from the seed-0 log (norm_W cos_W / sqrt(170)) over the family's GD c",
+        "1.04": "1 + lr T / (2n) at T = 20, n = 256", "1.39": "the same at T = 200"},
     "**Against the published figure**": {"1.6": "m50 ratio T = 500 / 50 (s = 3)",
                                          "2.2": "m50 ratio of the long transformer run"},
 }
@@ -222,7 +236,19 @@ def test_every_number_the_documents_quote_is_in_its_own_named_sources(regenerate
 # Each checked unit's own sources: "FOLDER | SECTION | ROW" (the lines of results/FOLDER/tables.md's
 # section SECTION that hold ROW) or a JSON file under results/. A claim cell's key: "claim|column".
 CS, PS = "course | sgd | ", "paper | sgd | "      # the figure sets' SGD runs
+PLATEAU = "course | The plateau | plateau/"        # the t_1/2 grid's rows
 SOURCES = {
+    CURVE + "|1": [PLATEAU],
+    "| tables.md: experiment | T | d_e | lr |": [PLATEAU, "paper | The plateau | "],
+    "Stochastic-PE training sits on a plateau": ["paper/sgd/stochastic-de170-seed0/log.jsonl"],
+    "**SGD's noise: a third number.**": ["paper/sgd/family_dynamics.json"],
+    "**Predicted at course scale, within 16%.**": [PLATEAU],
+    "**The batch scan closes the gap": [PLATEAU],
+    "**Paper scale: the third number closes": ["paper | The plateau | "],
+    CURVE + "|2": ["paper | The plateau | "],
+    "**The closed form** is": [PLATEAU],
+    "**Randomized PE** (`randomized/sgd`": ["course | The plateau | randomized/sgd"],
+    "**Fixed PE leaves the family**": [CS + "fixed PE (3 seeds) | 3 |", PS + "fixed PE (3 seeds) | 3 |"],
     # README's claim table
     "GD drives the loss to 0|1": [CS + "(3 seeds) | 3 |", CS + "| stochastic | 64 |",
                                   "course | floor | onehot PE"],
@@ -343,6 +369,27 @@ SOURCES = {
     "**Against the published figure**": ["course | bool | ", "course/bool/critical.json", "course/bool/summary.json"],
     "**Not done:**": ["course | bool | ", "course/bool/critical.json", "course/bool/summary.json"],
 }
+
+
+def test_results_plateau_rows_are_the_plateau_tables_cells(regenerated):
+    """RESULTS' t_1/2 table: each row's cells (integers too, which the number check leaves alone)
+    are those of its experiment's row of "The plateau" in that scale's tables.md; and the claim
+    row's paper-scale step counts are cells of the paper's."""
+    text = (HERE / "RESULTS.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith(("| course: ", "| paper: "))]
+    assert len(rows) == 8
+    for line in rows:
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        scale, experiment = cells[0].split(": ")
+        table = tables_md_rows(scale, regenerated[f"results/{scale}"])[(scale, "The plateau")]
+        [theirs] = [row for row in table if row.startswith(f"| {experiment} |")]
+        t = [c.strip() for c in theirs.split("|")[1:-1]]
+        assert cells[1:] == [t[1], t[3], t[4], t[5], *t[7:13]], line   # all but q and seeds
+    paper = " ".join(tables_md_rows("paper", regenerated["results/paper"])[("paper", "The plateau")])
+    [claim] = [line for line in (HERE / "README.md").read_text().splitlines()
+               if line.startswith(f"| {CURVE} |")]
+    steps = re.findall(r"\b\d,\d{3}\b", claim.split("|")[3])
+    assert len(steps) >= 4 and all(f" {s.replace(',', '')} " in paper for s in steps), steps
 
 
 def test_every_fcn_width_a_sweep_tried_is_the_mean_of_its_committed_runs_logs():
