@@ -444,7 +444,8 @@ def test_readme_gives_run_course_shs_time_as_its_committed_runs_clocked_it():
               + jobs("randomized/adam", randomized) + jobs("randomized_long/sgd") + fcn("fcn_sweep")
               + sum(r["seconds"] for r in json.loads((course / "fcn_sweep" / "needed_de.json")
                                                      .read_text())["rows"])
-              + seconds(course / "bool" / "summary.json"))
+              + seconds(course / "bool" / "summary.json")
+              + sum(jobs(point.relative_to(course)) for point in (course / "plateau").iterdir()))
     row = next(line for line in (HERE / "README.md").read_text().splitlines()
                if line.startswith("| `bash run_course.sh`"))
     for lane in (lane_a, lane_b):
