@@ -30,6 +30,7 @@ TF="python train_tf.py --preset $SCALE --n-final 32768${TF_FLAGS:+ $TF_FLAGS}"  
 O=$(printf %q "$OUT")             # OUT as a shell reads it back, in the lines below
 FIGS=$O/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
 Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS="" Q_DYN=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+PAPER_ANNEAL=50000   # the paper's runs' lr anneal step, which sts.py --dynamics must share (QUICK: theirs)
 NF="--n 16384" NT=16384            # sequences per predicted floor and per theory.json set (se ~ 1% / 4)
 if [ "${QUICK:-0}" = 1 ]; then
   NF="--n 512" NT=512
@@ -42,7 +43,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   Q_NEEDED=" --T 6 8"
   Q_BOOL=" --T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
   Q_PLOTS=" --formats png"     # a PDF doubles the drawing time
-  Q_DYN=" --T 8 --steps 20 --every 10"   # sts.py --dynamics at the quick runs' T and steps
+  Q_DYN=" --T 8 --steps 20 --every 10" PAPER_ANNEAL=10   # sts.py --dynamics at the quick runs' T, steps, rate
 fi
 copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of folder FROM into TO, replacing them
   local from=$1 to=$2 name; shift 2
@@ -72,7 +73,7 @@ if [ "$SCALE" = paper ]; then
     # the training curve the family W = c W*, V = alpha V* predicts (sts.family_dynamics), beside the
     # seeds of sgd/; and the plateau at n = 1,024 (the seeds' 256: 4x less SGD noise), seed 0, 10,000 steps
     # (GD's and SGD's at n = 256, through the plateau and the drop: 20,000 steps, about 10 min)
-    "mkdir -p $O/sgd && python sts.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at 50000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
+    "mkdir -p $O/sgd && python sts.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
     "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python sts.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN"
   )
   AFTER="python plots.py $O/sgd --theory $NT && python plots.py $O --out $O/figures$Q_PLOTS"
