@@ -330,18 +330,18 @@ def family_fit(W, V, d):
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
 
-# ----------------------- How training gets there: gradient descent inside the family, and its plateau
+# ------------------- How training gets there: gradient descent inside the family, and its plateau
 def family_gradient(draws, c, alpha):
     """Each sequence's loss of the family at (c, alpha) on `draws` and the gradient (dL/dc,
     dL/dalpha) of their mean L, by hand: f = alpha g, g = X sigma, sigma = softmax(c S), S_i =
     p_i^T s the scores at c = 1."""
     X, S, target = draws
     sigma = softmax(c * S)                                      # the attention of W = c W*  (n, T)
-    dsigma = sigma * (S - (sigma * S).sum(-1, keepdims=True))   # d sigma_i/dc = sigma_i (S_i - <sigma, S>)
+    dsigma = sigma * (S - (sigma * S).sum(-1, keepdims=True))   # = d sigma_i / dc, softmax's rule
     g, dg = np.einsum("ndt,nkt->knd", X, np.stack([sigma, dsigma], 1))  # g = X sigma, dg/dc  (n, d)
     r = alpha * g - target                                      # f - STS_q                  (n, d)
     n = len(S)                                                  # L = 1/(2n) sum ||r||^2, so
-    return 0.5 * (r * r).sum(-1), alpha * (r * dg).sum() / n, (r * g).sum() / n  # each, dL/dc, dL/dalpha
+    return 0.5 * (r * r).sum(-1), alpha * (r * dg).sum() / n, (r * g).sum() / n  # each; L_c, L_a
 
 
 def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, anneal_factor=1.0, n=2048,
@@ -357,7 +357,7 @@ def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, anneal_fa
     Its per-sequence gradient ~ alpha r s^T (r = f - STS_q, E r_a^2 = 2L/d, E s s^T = q/d_e I) has
     mean 0 but, once W_xe != 0, the pull alpha^2 (q/d_e) W_xe: the scores gain x_i^T W_xe s, which
     tilt g by u = W_xe s, so E||g||^2 gains w = E||u||^2 = (q/d_e) |W_xe|^2, a loss alpha^2 w / 2:
-        w <- w (1 - 2 lr alpha^2 q / d_e) + 2 lr^2 alpha^2 L q^2 / (batch d_e)    (-> lr L q / batch)
+        w <- w (1 - 2 lr alpha^2 q / d_e) + 2 lr^2 alpha^2 L q^2 / (batch d_e)   (-> lr L q / batch)
     which lowers alpha's optimum G / N to G / (N + w) and so slows c, whose drive is alpha.
     Returns (loss, c, alpha, se, w), arrays of steps + 1: the state before each step, then after
     the last; se the loss's Monte-Carlo standard error, the n sequences' losses' std / sqrt(n)."""
@@ -518,8 +518,9 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, posi
               f" W = c W*, V = alpha V*{'' if n is None else f' (batch {n})'}: loss"
               f" {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
               f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})")
-        yield dict(pe=kind, positions=positions, T=T, q=q, d=d, de=d_e, lr=lr, steps=steps, anneal_at=anneal_at,
-                   anneal_factor=1 / 3, batch=n, floor=floor, t_half=t_half, t_half_closed=closed,
+        yield dict(pe=kind, positions=positions, T=T, q=q, d=d, de=d_e, lr=lr, steps=steps,
+                   anneal_at=anneal_at, anneal_factor=1 / 3, batch=n, floor=floor, t_half=t_half,
+                   t_half_closed=closed,
                    columns=["step", "loss", "c", "alpha", "se", "w"],
                    rows=np.column_stack([np.arange(steps + 1), *curve])[::every].tolist())
 
@@ -539,8 +540,9 @@ def parser():
     add("--seed", type=int, default=0, help="seed of the data, the fixed PE table and the init")
     add("--floor", action="store_true", help="print family_floor at each --T and --de, and exit")
     add("--needed-de", action="store_true", help="print needed_de (target --eps d/(2q)), and exit")
-    add("--dynamics", action="store_true", help="print family_dynamics' curve at --T, --q, --de,"
-        " --lr, --steps (stochastic PE; lr/3 from half the steps) and its t_1/2, and exit")
+    add("--dynamics", action="store_true", help="print family_dynamics' curves (GD's; with --batch"
+        " SGD's too) and t_1/2 at each --T, --de (--positions: randomized PE), --q, --lr, --steps,"
+        " and exit")
     add("--every", type=int, default=10, help="with --dynamics: --json keeps every this many steps")
     add("--batch", type=int, help="with --dynamics: also the curve of SGD on this many sequences a"
         " step (family_dynamics' batch)")
@@ -576,9 +578,28 @@ def check_flags(args):
     check(args.batch is None or whole(args.batch), "--batch", ARGUMENTS["n"][0], args.batch)
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
           and not os.path.isdir(args.json), "--json", "a file in a writable folder", args.json)
-    check(not args.positions or (args.floor or args.dynamics) and min(args.positions) >= max(
-        args.T) * args.dynamics and max(args.positions) >= min(args.T), "--positions",
-          "table sizes L >= --T (some --T with --floor; every one with --dynamics)", args.positions)
+    L = args.positions and (min(args.positions) if args.dynamics else max(args.positions))
+    check(not args.positions or (args.floor or args.dynamics) and L >= (max(args.T) if args.dynamics
+                                                                        else min(args.T)),
+          "--positions", "table sizes L >= --T (some --T with --floor; each with --dynamics)",
+          args.positions)
+
+
+def search_rows(args, q, d, target):
+    """--needed-de's, --dynamics' or --floor's rows, each printed as it comes; the family they
+    belong to and the sequences each row used, for the --json file."""
+    family = "W = c W*, V = alpha V*"
+    if args.needed_de:
+        return list(widths(args.T, q, d, target, args.seed, n=args.n)), family, args.n
+    if args.dynamics:
+        anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
+        return [row for T, d_e, L in itertools.product(args.T, args.de, args.positions or [None])
+                for row in dynamics(T, q, d, d_e, args.steps, args.lr, anneal_at, args.every,
+                                    args.seed, args.batch, L)], family, 2048
+    if args.positions:                               # randomized PE's tables: a W that learns M
+        family = "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+    return (list(floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n)), family,
+            args.n)
 
 
 def main(argv=None):
@@ -596,23 +617,12 @@ def main(argv=None):
     try:
         if args.floor or args.needed_de or args.dynamics:  # the rows, printed, then to --json
             search = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
-            anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
-            rows = list(widths(args.T, q, d, search["target"], args.seed, n=args.n)
-                        if args.needed_de else
-                        (row for T, d_e, L in itertools.product(args.T, args.de, args.positions
-                                                                 or [None])
-                         for row in dynamics(T, q, d, d_e, args.steps, args.lr, anneal_at,
-                                             args.every, args.seed, args.batch, L))
-                        if args.dynamics else
-                        floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n))
-            family = ("W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
-                      if args.positions else "W = c W*, V = alpha V*")
+            rows, family, sequences = search_rows(args, q, d, search["target"])
             if args.json:
                 with open(args.json, "w") as fh:
-                    json.dump(dict(family=family, sequences=2048 if args.dynamics else args.n,
-                                   seed=args.seed, rows=rows,
+                    json.dump(dict(family=family, sequences=sequences, seed=args.seed, rows=rows,
                                    **(search if args.needed_de else {})),
-                              fh, indent=None if args.dynamics else 2)
+                              fh, indent=None if args.dynamics else 2)   # curves: one line each
             return
         worst = [r[1] for r in demo(args.T[0], q, d, args.de[0], args.steps, args.lr, args.seed)
                  if not r[1] < 100 * start]                            # NaN fails `<` too

@@ -525,7 +525,7 @@ def curves(row, group):
 def escape(row, group):
     """Each seed's t_1/2 (sts.escape_step at the family's floor), the curves, the val gap's se."""
     steps, seeds, (loss, c, alpha, se) = curves(row, group)
-    gap_se = se * math.sqrt(1 + row.get("sequences", 2048) / group[0]["config"]["n_test"])
+    gap_se = se * math.sqrt(1 + 2048 / group[0]["config"]["n_test"])   # --dynamics' 2048 draws
     return [sts.escape_step(steps, v, row["floor"]) for v in seeds[:, :, 0]], steps, seeds, (
         loss, c, alpha, gap_se)
 
