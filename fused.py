@@ -128,14 +128,11 @@ def chunk_forward(G, r, X, idx, W, V, query):
     return f, (p_y, sm, sm_q, vz, vq)
 
 
-def fused_chunk(G, r, X, idx, target, W, V, query, n, val):
-    """FusedStep's work on a chunk: with val each sequence's loss 1/2 ||f - y||^2 (c, R), else the
-    chunk's loss sum (R,) and its backward pass by hand: dW[:, :, d:] (R, D, e) and dV (R, d, D)
-    of L = 1/(2n) sum ||f - y||^2."""
+def fused_chunk(G, r, X, idx, target, W, V, query, n):
+    """FusedStep's work on a chunk: the chunk's loss sum (R,) and its backward pass by hand:
+    dW[:, :, d:] (R, D, e) and dV (R, d, D) of L = 1/(2n) sum ||f - y||^2."""
     f, (p_y, sm, sm_q, vz, vq) = chunk_forward(G, r, X, idx, W, V, query)
     err = f - target[:, None, :]
-    if val:
-        return 0.5 * (err * err).sum(2)
     R, df = sm.shape[1], err / n                                   # dL/df
     ds = (vz * df[..., None]).sum(2)                               # ds_i = (V z_i)^T df (c, R, T)
     ds_q = (vq * df).sum(-1)
@@ -150,18 +147,18 @@ def fused_chunk(G, r, X, idx, target, W, V, query, n, val):
 
 
 class FusedStep:
-    """Losses (and gradients) of R runs on a batch, each chunk drawn once for the runs sharing it.
-    parts: runs sharing PEs, as (seed, kind, table, run indices): kind "stochastic" (table None),
-    or a (L, d_e) tensor of unit rows, whose first T rows are used (fixed, onehot) or T of the L in
-    order, drawn per sequence (randomized). query: (R,) bool, which runs attend [Z, z_q]. chunk:
-    the work on each chunk's draws, fused_chunk (train_tf.autograd_chunk: --step autograd), given
-    the part's runs' query flags as host bools."""
+    """--step fused: the losses and gradients of R runs on a batch by fused_chunk, each chunk drawn
+    once for the runs sharing it, in worker threads. parts: runs sharing PEs, as (seed, kind, table,
+    run indices): kind "stochastic" (table None), or a (L, d_e) tensor of unit rows, whose first T
+    rows are used (fixed, onehot) or T of the L in order, drawn per sequence (randomized). query:
+    (R,) bool, which runs attend [Z, z_q]. A batch is its key (index, n, T, q, val): train_tf.py's
+    get_batch hands it over, and the chunks are drawn here."""
 
-    def __init__(self, parts, query, d, d_e, device, dtype, threads=2, chunk=fused_chunk):
+    def __init__(self, parts, query, d, d_e, device, dtype, threads=2):
         attends = torch.as_tensor(query).tolist()       # on the host once: no step waits on it
         self.parts = [(seed, kind, table, torch.tensor(runs, device=device),
                        tuple(attends[k] for k in runs)) for seed, kind, table, runs in parts]
-        self.d, self.d_e, self.chunk, self.device, self.dtype = d, d_e, chunk, device, dtype
+        self.d, self.d_e, self.device, self.dtype = d, d_e, device, dtype
         self.threads = threads if device.type == "cpu" else 1
         self.local = threading.local()                             # per-thread generator and buffer
         self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
@@ -193,8 +190,9 @@ class FusedStep:
         return list(self.pool.map(work, shares)) if len(shares) > 1 else [work(shares[0])]
 
     def draws(self, lo, hi, index, T, q, val):
-        """Yields each part's PEs (G, r) and tokens on sequences lo..hi, tokens drawn once per
-        stream; the PEs of every part share a buffer, so a part is used before the next is drawn."""
+        """Yields each part's (runs, query, G, r, tokens) on sequences lo..hi of batch `index`,
+        tokens drawn once per stream; the PEs of every part share this thread's buffer, so a part
+        is used before the next is drawn."""
         gen, buf = self.thread_tools(buffer_size(self.device, hi - lo, T, self.d_e))
         tokens = {}
         for seed, kind, table, runs, query in self.parts:
@@ -215,26 +213,32 @@ class FusedStep:
                 r = torch.ones(hi - lo, T, dtype=self.dtype, device=self.device)
             yield runs, query, G, r, tokens[token_words]
 
-    def __call__(self, W, V, index, n, T, q, val=False):
-        """W (R, D, D), V (R, d, D) on the training batch `index` of each run's seed: returns losses
-        (R,), dW (R, D, D) (zero but for columns d:) and dV (R, d, D). With val, on the validation
-        set `index` (the same for every run), no gradient: returns each sequence's loss (n, R)."""
-        per_sequence = torch.empty(n, W.shape[0], dtype=self.dtype, device=self.device)
+    def __call__(self, W, V, batch):
+        """W (R, D, D), V (R, d, D) on batch (index, n, T, q, val): each run's mean loss (R,),
+        dW (R, D, D) (zero but for columns d:) and dV (R, d, D)."""
+        index, n, T, q, val = batch
 
         def work(chunks):                              # one thread's chunks, its own sums
             sums = torch.zeros_like(W[:, 0, 0]), torch.zeros_like(W), torch.zeros_like(V)
             for lo, hi in chunks:
                 for runs, query, G, r, (X, idx, target) in self.draws(lo, hi, index, T, q, val):
-                    out = self.chunk(G, r, X, idx, target, W[runs], V[runs], query, n, val)
-                    if val:
-                        per_sequence[lo:hi, runs] = out
-                        continue
+                    out = fused_chunk(G, r, X, idx, target, W[runs], V[runs], query, n)
                     sums[0][runs] += out[0]
                     sums[1][runs, :, self.d:] += out[1]
                     sums[2][runs] += out[2]
             return sums
-        sums = self.each_thread(n, T, work)
-        if val:
-            return per_sequence
-        losses, dW, dV = (sum(parts[1:], parts[0]) for parts in zip(*sums))
+        losses, dW, dV = (sum(parts[1:], parts[0]) for parts in zip(*self.each_thread(n, T, work)))
         return losses / n, dW, dV
+
+    def losses(self, W, V, batch):
+        """Each sequence's loss under each run (n, R) on batch (index, n, T, q, val), no gradient."""
+        index, n, T, q, val = batch
+        out = torch.empty(n, W.shape[0], dtype=self.dtype, device=self.device)
+
+        def work(chunks):
+            for lo, hi in chunks:
+                for runs, query, G, r, (X, idx, target) in self.draws(lo, hi, index, T, q, val):
+                    err = chunk_forward(G, r, X, idx, W[runs], V[runs], query)[0] - target[:, None]
+                    out[lo:hi, runs] = 0.5 * (err * err).sum(2)
+        self.each_thread(n, T, work)
+        return out
