@@ -75,14 +75,14 @@ def signal_in_step(monkeypatch, sig, k):
     """train_tf.py's next job gets `sig` while it trains step k (taken after it), sent to the test's
     own process; an AssertionError, not a killed test run, where the job left no handler for it."""
     import train_tf                      # torch: imported by the tests that use it
-    step = train_tf.Trainer.train_step
+    get_batch = train_tf.get_batch
 
-    def signalled(tr, t):
-        if t == k:
+    def signalled(model, index, n, T, q, val=False):
+        if index == k and not val:
             assert signal.getsignal(sig) not in (signal.SIG_DFL, signal.SIG_IGN, None), sig
             os.kill(os.getpid(), sig)
-        return step(tr, t)
-    monkeypatch.setattr(train_tf.Trainer, "train_step", signalled)
+        return get_batch(model, index, n, T, q, val)
+    monkeypatch.setattr(train_tf, "get_batch", signalled)
 
 
 def fewer_sequences(monkeypatch, most=256):

@@ -213,6 +213,8 @@ class Job:
         """Fresh run directories with their config.json (None), or with --resume the checkpoint's
         trainer state, each log rewritten as it was checkpointed and config.json from the flags."""
         state = None
+        for tmp in self.file.parent.glob(f".{self.file.name}.*.tmp"):
+            tmp.unlink()                            # a killed writer's: the lock says it is gone
         if self.resume and self.file.exists():
             import torch
             saved = torch.load(self.file, weights_only=False)

@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -90,34 +92,38 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     (2, 2 ** 15, 1, 2), (2, 16 * 9, 1, 5)])         # a chunk per thread; chunks of <= 16 sequences,
                                                     # the last of 6
 @pytest.mark.parametrize("kind", sts.PE_KINDS)
-@pytest.mark.parametrize("chunk", [fused.fused_chunk, train_tf.autograd_chunk])  # --step
+@pytest.mark.parametrize("step", ["fused", "autograd"])  # --step
 def test_both_steps_equal_the_numpy_backward_on_the_same_draws(kind, threads, positions, work,
-                                                               chunks, chunk, monkeypatch):
+                                                               chunks, step, monkeypatch):
     # the fused step, and the model of train_tf.py by autograd (--step autograd), each against
     # sts.forward and sts.backward: every PE kind, both attentions (half the runs attend the query)
     monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
     monkeypatch.setattr(fused, "THREAD_WORK", work)
-    assert_step_equals_numpy(kind, torch.device("cpu"), threads, chunks, chunk)
+    assert_step_equals_numpy(kind, torch.device("cpu"), threads, chunks, step)
 
 
 @CUDA
 @pytest.mark.parametrize("kind", sts.PE_KINDS)
-@pytest.mark.parametrize("chunk", [fused.fused_chunk, train_tf.autograd_chunk])
-def test_both_steps_on_cuda_equal_the_numpy_backward_on_their_draws(kind, chunk):
+@pytest.mark.parametrize("step", ["fused", "autograd"])
+def test_both_steps_on_cuda_equal_the_numpy_backward_on_their_draws(kind, step):
     # on CUDA the streams' generators are CUDA's (other numbers than the CPU's), drawn a whole
     # chunk at a time, and the batch is one chunk: each step must still be sts.backward on its draws
-    assert_step_equals_numpy(kind, torch.device("cuda"), 1, 1, chunk)
+    assert_step_equals_numpy(kind, torch.device("cuda"), 1, 1, step)
 
 
-def assert_step_equals_numpy(kind, device, threads, chunks, chunk):
-    """A step's losses and gradients on `device` against sts.backward on the draws it made."""
+def assert_step_equals_numpy(kind, device, threads, chunks, name):
+    """A step's losses and gradients on `device` against sts.backward on the draws it made: the
+    fused step on its key, autograd on train_tf.get_batch's draws."""
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
-    step = fused.FusedStep([(c["seed"], kind, None if table is None else table.to(device),
-                             list(range(len(W))))], query.to(device), d, d_e, device,
-                           torch.float64, threads, chunk)
-    assert len(step.bounds(n, T)) == chunks
-    losses, dW, dV = (a.cpu() for a in step(W.to(device), V.to(device), 7, n, T, q))
+    engine = fused.FusedStep([(c["seed"], kind, None if table is None else table.to(device),
+                               list(range(len(W))))], query.to(device), d, d_e, device,
+                             torch.float64, threads)
+    model = types.SimpleNamespace(engine=engine, args=types.SimpleNamespace(step=name),
+                                  attend=["query" if x else "tokens" for x in query.tolist()])
+    assert len(engine.bounds(n, T)) == chunks
+    losses, dW, dV = (a.cpu() for a in train_tf.step_fn(model)(
+        W.to(device), V.to(device), train_tf.get_batch(model, 7, n, T, q)))
     X, idx, target, G = (a.cpu().numpy() for a in draw_batch(
         fused.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, device))
     mask = np.zeros((n, T))
@@ -245,16 +251,16 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
     # with W = 0 and V = V* the model outputs the mean of all T tokens: its loss depends on the
     # tokens and subsets alone, not the PEs; so runs of one seed must score alike on every batch,
     # runs of another seed differently, and all runs of all seeds alike on every validation set
-    args = train_tf.parse_args(TINY + ["--pe", "stochastic", "fixed", "onehot", "--de", "8",
-                                       "--seed", "1", "2"])
-    trainer = train_tf.Trainer(args, 8, torch.device("cpu"))
-    for W, V in zip(trainer.W, trainer.V):
+    args = replace(train_tf.parse_args(TINY + ["--pe", "stochastic", "fixed", "onehot", "--de",
+                                               "8", "--seed", "1", "2"]), step="fused")
+    model = train_tf.Model(args, 8, torch.device("cpu"), train_tf.run_specs(args, 8))
+    for W, V in zip(model.W, model.V):
         W.zero_()
-        V.copy_(trainer.V_star)
-    sets = train_tf.evaluate(trainer, 64)
-    seeds = [spec["seed"] for spec in trainer.specs]
-    losses = trainer.step_fn(torch.stack(trainer.W), torch.stack(trainer.V),
-                             3, 64, 6, 2)[0].tolist()
+        V.copy_(torch.as_tensor(sts.ground_truth(2, 8)[1]))
+    sets = train_tf.evaluate(model, 64)
+    seeds = [spec["seed"] for spec in model.specs]
+    losses = train_tf.step_fn(model)(torch.stack(model.W), torch.stack(model.V),
+                                     train_tf.get_batch(model, 3, 64, 6, 2))[0].tolist()
     assert [name for name, _ in sets] == [("val", None), ("test_T", "8"), ("test_q", "1")]
     for name, x in sets:                                # (64, runs): every run alike, every sequence
         assert x.shape == (64, len(seeds)) and bool((x == x[:, :1]).all()), name
@@ -324,12 +330,11 @@ def test_a_signal_while_a_step_trains_is_taken_after_it_and_the_job_resumes_bit_
     # sums half summed); the checks of the test below, whose signal comes from another process
     flags = [*STOPPED, "--steps", "40"]
     train_tf.main(flags + ["--out", str(tmp_path / "whole")])
-    step = train_tf.Trainer.train_step
     signal_in_step(monkeypatch, sig, 17)
     with pytest.raises(SystemExit) as done:
         train_tf.main(flags + ["--out", str(tmp_path / "cut")])
     assert done.value.code == (143 if sig == signal.SIGTERM else 130)
-    monkeypatch.setattr(train_tf.Trainer, "train_step", step)
+    monkeypatch.undo()
     checkpoint, = (tmp_path / "cut").glob("checkpoint-*.pt")
     assert torch.load(checkpoint, weights_only=False)["step"] == 18
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
@@ -388,17 +393,12 @@ def test_the_cuda_draws_forced_on_the_cpu_keep_every_set_a_prefix_and_resume_bit
     flags = [*TINY, "--batch", "50", "--steps", "60", "--n-test", "100", "--n-final", "300",
              "--pe", "stochastic", "fixed", "randomized", "--positions", "9", "--optimizer", "adam"]
     train_tf.main(flags + ["--out", str(tmp_path / "whole")])
-    step = train_tf.Trainer.train_step
-
-    def stopped(tr, t):                                # SIGTERM in step 25: taken after it
-        if t == 25:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return step(tr, t)
-    monkeypatch.setattr(train_tf.Trainer, "train_step", stopped)
+    get_batch = train_tf.get_batch
+    signal_in_step(monkeypatch, signal.SIGTERM, 25)    # SIGTERM in step 25: taken after it
     with pytest.raises(SystemExit) as done:
         train_tf.main(flags + ["--out", str(tmp_path / "cut")])
     assert done.value.code == 143
-    monkeypatch.setattr(train_tf.Trainer, "train_step", step)
+    monkeypatch.setattr(train_tf, "get_batch", get_batch)
     train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0", "randomized-L9-de8-seed0"):
         whole = same_run(tmp_path / "whole" / run, tmp_path / "cut" / run)
@@ -429,7 +429,7 @@ import io, json, os, signal, sys
 from pathlib import Path
 import torch
 import runlog, train_tf
-WRITERS = ("save_checkpoint", "write_summary", "append_record", "inside_torch_save")
+WRITERS = ("checkpoint", "summary", "record", "inside_torch_save")
 flags, out = json.loads(sys.argv[1]), Path(sys.argv[2])
 counts, kill = dict.fromkeys(WRITERS, 0), None
 save = torch.save
@@ -448,16 +448,20 @@ def inside_torch_save(obj, handle):
 
 torch.save = inside_torch_save
 
-def counted(name, write):
+def counted(write, name_of):
     def call(*args, **kwargs):
         write(*args, **kwargs)
-        counts[name] += 1
-        if kill and kill[:2] == (name, counts[name]):
-            os.kill(os.getpid(), kill[2])
+        name = name_of(*args)
+        if name:
+            counts[name] += 1
+            if kill and kill[:2] == (name, counts[name]):
+                os.kill(os.getpid(), kill[2])
     return call
 
-for name in WRITERS[:3]:
-    setattr(runlog, name, counted(name, getattr(runlog, name)))
+runlog.write_atomic = counted(runlog.write_atomic, lambda path, write: {
+    ".pt": "checkpoint", ".json": "summary" * (Path(path).name == "summary.json")}.get(
+    Path(path).suffix))
+runlog.Job.log = counted(runlog.Job.log, lambda *args: "record")
 
 def main(folder, *extra):
     try:
@@ -529,8 +533,7 @@ def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_fi
                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.splitlines()[-1])
-    assert report["counts"] == dict(save_checkpoint=4, write_summary=4, append_record=12,
-                                    inside_torch_save=4)
+    assert report["counts"] == dict(checkpoint=4, summary=4, record=12, inside_torch_save=4)
     whole = run_state_files(tmp_path / "whole")
     assert whole and not [name for name in whole if name.endswith((".pt", ".tmp"))]
     failed = {}
