@@ -185,7 +185,7 @@ class Job:
 
         job = Job(dirs, configs, checkpoint_file, resume)
         with job:                         # signals are noted, not raised, until job.open() returns
-            state = job.open()            # None: fresh directories; else the checkpoint's state
+            job.open(model.load_state_dict)   # fresh directories, or the checkpoint's state loaded
             ... job.log(r, record, start_loss) ... job.save(step, state) ...
             job.close("finished", finals)
     A signal is acted on at the next save(), after the checkpoint is written (a second one at once);
@@ -209,40 +209,39 @@ class Job:
         elif not self.hold:
             raise Interrupted(signum)
 
-    def open(self):
-        """Fresh run directories with their config.json (None), or with --resume the checkpoint's
-        trainer state, each log rewritten as it was checkpointed and config.json from the flags."""
-        state = None
+    def open(self, load):
+        """Fresh run directories with their config.json; or with --resume load(the trainer's state
+        in the checkpoint), before anything is written, then each log as it was checkpointed and
+        config.json from the flags. Whether it resumed."""
         for tmp in self.file.parent.glob(f".{self.file.name}.*.tmp"):
             tmp.unlink()                            # a killed writer's: the lock says it is gone
-        if self.resume and self.file.exists():
+        resumed, logs = self.resume and self.file.exists(), [b""] * len(self.dirs)
+        if resumed:
             import torch
             saved = torch.load(self.file, weights_only=False)
-            require(saved["dirs"] == self.names(), f"--resume: {self.file} holds "
-                    f"the runs {', '.join(saved['dirs'])}; resume with the flags that train them")
+            require(saved["dirs"] == self.names(), f"--resume: {self.file} holds the runs "
+                    f"{', '.join(saved['dirs'])}; resume with the flags that train them")
             for old, new in zip(saved["configs"], json.loads(json.dumps(self.configs))):
                 changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
                            and old.get(k) != new[k]]
                 require(not changed, f"--resume: the flags differ from the checkpoint's in "
                         f"{', '.join(changed)}; resume with the run's own flags")
+            load(saved["state"])
             self.status, self.records, self.step = saved["status"], saved["records"], saved["step"]
-            self.t0 -= saved["seconds"]
-            state, logs, self.saved = saved["state"], saved["logs"], time.time()
+            self.t0, self.saved, logs = self.t0 - saved["seconds"], time.time(), saved["logs"]
         else:
-            if self.file:
-                self.file.unlink(missing_ok=True)   # an old job's state must not resume
+            self.file.unlink(missing_ok=True)       # an old job's state must not resume
             for path in self.dirs:
                 path.mkdir(parents=True, exist_ok=True)
                 for old in path.iterdir():          # --force: nothing of the old run stays
                     if old.is_file() and old.name != ".lock":
                         old.unlink()
-            logs = [b""] * len(self.dirs)
         for path, config, log in zip(self.dirs, self.configs, logs):
             write_json(path / "config.json", config)
             write_bytes(path / "log.jsonl", log)
         self.logs = [open(path / "log.jsonl", "a") for path in self.dirs]
         self.hold = False
-        return state
+        return resumed
 
     def names(self):
         """The runs' folders, relative to the checkpoint's: what a checkpoint holds."""

@@ -250,9 +250,8 @@ def train(args, d_e, device):
         return
     step = step_fn(model)
     with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=True) as bar:
-        if state := job.open():
-            model.load_state_dict(state)
-        for r, spec in enumerate(specs if state is None else []):
+        resumed = job.open(model.load_state_dict)
+        for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
         for t in range(job.step, args.steps + 1):
@@ -335,11 +334,12 @@ def rescore(args, device):
                 V.copy_(torch.as_tensor(rundirs.weights(run)[1]))
             written += [(run, final, arrays)
                         for run, (final, arrays) in zip(group, finals(model, args.n_final))]
-        for run, final, arrays in written:
-            runlog.write_npz(run["path"] / "final_losses.npz", arrays)
-            runlog.write_json(run["path"] / "summary.json", dict(run["summary"], **final))
-            print(runlog.closing_line(run["path"], "rescored", run["summary"].get("stopped_at"),
-                                      dict(run["summary"], **final)))
+        with runlog.Job([], [], None, False):      # a signal waits for every run's two files
+            for run, final, arrays in written:
+                runlog.write_npz(run["path"] / "final_losses.npz", arrays)
+                runlog.write_json(run["path"] / "summary.json", dict(run["summary"], **final))
+                print(runlog.closing_line(run["path"], "rescored", run["summary"].get(
+                    "stopped_at"), dict(run["summary"], **final)))
         print(f"train_tf.py: {len(paths)} run(s) rescored on {args.n_final} sequences per set in "
               f"{time.time() - t0:.0f} s; final_losses.npz and summary.json rewritten")
 
