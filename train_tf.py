@@ -314,7 +314,10 @@ def rescore(args, device):
     """--evaluate: each run's final weights on the common validation sets, runs that agree on SHARED
     side by side, every number computed before any file is rewritten (under each --out's lock)."""
     paths, groups, report = [Path(path) for path in args.evaluate], {}, rundirs.Report()
-    runs = [rundirs.load_run(path, report) for path in paths]      # bad input: before any lock
+    try:
+        runs = [rundirs.load_run(path, report) for path in paths]  # bad input: before any lock
+    except runlog.Unusable as e:
+        raise runlog.Unusable(f"--evaluate: {e}") from None
     for path, run in zip(paths, runs):
         runlog.require(run["config"]["model"] == "transformer" and run["summary"],
                        f"--evaluate: {path} is not a finished train_tf.py run; name such runs")
