@@ -8,6 +8,7 @@ one seed sharing their draws and every run sharing the validation sets; runs tog
 a killed and resumed run against an uninterrupted one, bit for bit (killed after any of its writes
 too). Seeded; on the CPU, and on CUDA too where there is a device (skipped otherwise).
 """
+import functools
 import json
 import os
 import signal
@@ -119,11 +120,12 @@ def assert_step_equals_numpy(kind, device, threads, chunks, name):
     engine = fused.FusedStep([(c["seed"], kind, None if table is None else table.to(device),
                                list(range(len(W))))], query.to(device), d, d_e, device,
                              torch.float64, threads)
-    model = types.SimpleNamespace(engine=engine, args=types.SimpleNamespace(step=name),
-                                  attend=["query" if x else "tokens" for x in query.tolist()])
+    model = types.SimpleNamespace(engine=engine, args=types.SimpleNamespace(step=name))
+    step = engine if name == "fused" else functools.partial(
+        train_tf.autograd_step, attend=["query" if x else "tokens" for x in query.tolist()])
     assert len(engine.bounds(n, T)) == chunks
-    losses, dW, dV = (a.cpu() for a in train_tf.step_fn(model)(
-        W.to(device), V.to(device), train_tf.get_batch(model, 7, n, T, q)))
+    losses, dW, dV = (a.cpu() for a in step(W.to(device), V.to(device),
+                                            train_tf.get_batch(model, 7, n, T, q)))
     X, idx, target, G = (a.cpu().numpy() for a in draw_batch(
         fused.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, device))
     mask = np.zeros((n, T))
@@ -259,8 +261,8 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
         V.copy_(torch.as_tensor(sts.ground_truth(2, 8)[1]))
     sets = train_tf.evaluate(model, 64)
     seeds = [spec["seed"] for spec in model.specs]
-    losses = train_tf.step_fn(model)(torch.stack(model.W), torch.stack(model.V),
-                                     train_tf.get_batch(model, 3, 64, 6, 2))[0].tolist()
+    losses = model.step(torch.stack(model.W), torch.stack(model.V),
+                        train_tf.get_batch(model, 3, 64, 6, 2))[0].tolist()
     assert [name for name, _ in sets] == [("val", None), ("test_T", "8"), ("test_q", "1")]
     for name, x in sets:                                # (64, runs): every run alike, every sequence
         assert x.shape == (64, len(seeds)) and bool((x == x[:, :1]).all()), name

@@ -11,6 +11,7 @@ and --seed (or --figure-set's seven) train side by side on each step's shared dr
 one after another. Each run writes a directory under --out: config.json, log.jsonl,
 weights_init.npz, weights_final.npz, final_losses.npz (per sequence), summary.json.
 """
+import functools
 import hashlib
 import json
 import time
@@ -33,13 +34,12 @@ from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 class Args:
     """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
     50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's."""
-    preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
+    preset: str = flag("paper", "defaults of the flags marked [paper ...; course ...]",
                        choices=("paper", "course"))
-    pe: list = flag(["stochastic"], "positional encodings to train", choices=sts.PE_KINDS,
-                    action=Distinct)
-    positions: list = flag(None, "randomized PE: the table's size L, several for a sweep; each "
-                           "sequence uses T of its L positions in order [the longest length]",
-                           type=POSITIVE, nargs="+", action=Distinct)
+    pe: list = flag(["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct)
+    positions: list = flag(None, "randomized PE: its table's size L (several: a sweep); each sequence"
+                           " uses T of its L in order [the longest length]", type=POSITIVE,
+                           nargs="+", action=Distinct)
     seed: list = flag([0], "seeds (data, init, fixed PE table); all share the validation sets",
                       type=NATURAL, action=Distinct)
     figure_set: bool = flag(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
@@ -52,35 +52,30 @@ class Args:
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam"))
     lr: float = flag(None, "learning rate [sgd 1, adam 0.01]", type=RATE)
-    anneal_at: int = flag(None, "step from which lr is multiplied by --anneal-factor [half the "
-                          "steps]", type=NATURAL)
+    anneal_at: int = flag(None, "first step of lr x --anneal-factor [half the steps]", type=NATURAL)
     anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on", type=RATE)
-    init: str = flag("zero", "zero (the theorems) or random Gaussian (Figure 3)",
-                     choices=("zero", "random"))
+    init: str = flag("zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random"))
     init_scale: float = flag(0.01, "std of the entries of a random init", type=RATE)
-    attend: str = flag("tokens", "attend over Z, or over [Z, z_q] (Figure 1)",
-                       choices=("tokens", "query"))
+    attend: str = flag("tokens", "attend over Z, or [Z, z_q] (Figure 1)", choices=("tokens", "query"))
     test_T: list = flag([250, 300, 350, 400], "lengths of the length-generalisation sets",
                         type=POSITIVE, nargs="*")
     test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE,
                         nargs="*")
     n_test: int = flag(1024, "sequences in each validation set at each evaluation", type=POSITIVE)
-    n_final: int = flag(4096, "sequences in each set of the final evaluation (summary.json's final,"
-                        " final_se; the --n-test sets are its first part)", type=POSITIVE)
+    n_final: int = flag(4096, "sequences per set at the end (summary.json's final, final_se; the "
+                        "--n-test sets are its first part)", type=POSITIVE)
     eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
     device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    step: str = flag(None, "autograd: the model below by torch.autograd; fused: fused.py's hand-"
-                     "fused step on the same draws [the faster on the device: STEP]",
-                     choices=("autograd", "fused"))
+    step: str = flag(None, "autograd: the model below by torch.autograd; fused: fused.py's by hand,"
+                     " same draws [STEP: the faster]", choices=("autograd", "fused"))
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
     threads: int = flag(2, "CPU threads drawing and computing chunks (--step fused)", type=POSITIVE)
-    checkpoint_every: float = flag(300.0, "seconds between checkpoints (at evaluations)", type=RATE)
+    checkpoint_every: float = flag(300.0, "seconds between checkpoints", type=RATE)
     out: str = flag("runs/tf", "parent folder of the run directories")
     force: bool = flag(False, "replace run directories that already hold a run")
     resume: bool = flag(False, "go on from the runs' checkpoints (same flags otherwise)")
     evaluate: list = flag(None, "no training: score these runs' final weights on the first "
-                          "--n-final sequences of each common set; rewrite their finals",
-                          nargs="+", metavar="DIR")
+                          "--n-final sequences of each common set", nargs="+", metavar="DIR")
 
 
 # "course": a tenth of the length and steps, about a minute on 2 CPU cores; its d_e = 64 > T, as
@@ -152,9 +147,14 @@ class Model:
         self.parts = [(seed, kind, None if kind == "stochastic" else torch.as_tensor(  # its table
             sts.PositionalEncoding(kind, d_e, L or longest, seed).table.T.copy(), dtype=self.dtype,
             device=device), runs) for (seed, kind, L), runs in shared.items()]  # (L or longest, e)
-        self.attend, self.d_e = [s["attend"] for s in specs], d_e
-        self.engine = fused.FusedStep(self.parts, [a == "query" for a in self.attend], args.d,
-                                      d_e, device, self.dtype, args.threads)
+        attend, self.d_e = [s["attend"] for s in specs], d_e
+        self.engine = fused.FusedStep(self.parts, [a == "query" for a in attend], args.d, d_e,
+                                      device, self.dtype, args.threads)
+        # --step: the batch's losses and gradients (W, V, batch) -> (each run's loss, dW, dV), and
+        # each sequence's loss (n, R), by the model and autograd, or by fused.py's hand
+        self.step, self.losses = ((self.engine, self.engine.losses) if args.step == "fused" else
+                                  (functools.partial(autograd_step, attend=attend),
+                                   functools.partial(model_losses, attend=attend)))
         inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
                  for s in specs]
         self.W, self.V = ([torch.tensor(M, dtype=self.dtype, device=device) for M in Ms]
@@ -189,25 +189,16 @@ def get_batch(model, index, n, T, q, val=False):
             for runs, _, G, r, (X, idx, target) in model.engine.draws(0, n, index, T, q, val)]
 
 
-def step_fn(model):
-    """(W, V, batch) -> (each run's loss, dW, dV): --step autograd's, or fused.py's by hand."""
-    if model.args.step == "fused":
-        return model.engine
-    return lambda W, V, batch: autograd_step(W, V, batch, model.attend)
-
-
 # --------------------------------------------------------------------------------------- evaluate
 @torch.no_grad()
 def evaluate(model, n):
     """Each run's loss on each of the first n sequences of every validation set, common to every
     run of every seed (val at T, then each T_test and q_test): [((group, key), (n, R))]."""
     a, W, V = model.args, torch.stack(model.W), torch.stack(model.V)
-    losses = (model.engine.losses if a.step == "fused"
-              else lambda W, V, batch: model_losses(W, V, batch, model.attend))
     sets = [("val", None, a.T, a.q), *(("test_T", str(T), T, a.q) for T in a.test_T),
             *(("test_q", str(q), a.T, q) for q in a.test_q)]   # (group, key, T, q): the VAL streams
-    return [((group, key), losses(W, V, get_batch(model, fused.val_index(T, q), n, T, q, True))
-             .double()) for group, key, T, q in sets]
+    return [((group, key), model.losses(W, V, get_batch(model, fused.val_index(T, q), n, T, q,
+                                                        True)).double()) for group, key, T, q in sets]
 
 
 def records(model, step, t0, since, evaluated):
@@ -241,14 +232,13 @@ def finals(model, n):
 def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
-    model, step, start_loss = Model(args, d_e, device, specs), None, args.d / (2 * args.q)
+    model, start_loss = Model(args, d_e, device, specs), args.d / (2 * args.q)
     job = runlog.Job([s["dir"] for s in specs], [config(args, s, d_e, device) for s in specs],
                      job_checkpoint(args, specs, d_e), args.resume, args.checkpoint_every,
                      files=lambda r: {"weights_final.npz": model.weights(r)})
     if args.resume and not job.file.exists() and all(runlog.finished(s["dir"]) for s in specs):
         print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
         return
-    step = step_fn(model)
     with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=True) as bar:
         resumed = job.open(model.load_state_dict)
         for r, spec in enumerate([] if resumed else specs):
@@ -267,8 +257,8 @@ def train(args, d_e, device):
                                     f"{job.records[0]['cos_W']:.3f}")
             if t == args.steps:
                 break
-            losses, dW, dV = step(torch.stack(model.W), torch.stack(model.V),
-                                  get_batch(model, t, args.batch, args.T, args.q))
+            batch = get_batch(model, t, args.batch, args.T, args.q)
+            losses, dW, dV = model.step(torch.stack(model.W), torch.stack(model.V), batch)
             model.loss_sum += losses
             for r, (spec, opt) in enumerate(zip(specs, model.optimizers)):
                 opt.param_groups[0]["lr"] = sts.learning_rate(t, spec["lr"], spec["anneal_at"],
@@ -313,65 +303,56 @@ def config(args, spec, d_e, device):
 def rescore(args, device):
     """--evaluate: each run's final weights on the common validation sets, runs that agree on SHARED
     side by side, every number computed before any file is rewritten (under each --out's lock)."""
-    paths, groups, report = [Path(path) for path in args.evaluate], {}, rundirs.Report()
     try:
-        runs = [rundirs.load_run(path, report) for path in paths]  # bad input: before any lock
-    except runlog.Unusable as e:
+        runs = [rundirs.load_run(Path(path), rundirs.Report()) for path in args.evaluate]
+    except runlog.Unusable as e:                                       # before any lock or write
         raise runlog.Unusable(f"--evaluate: {e}") from None
-    for path, run in zip(paths, runs):
-        runlog.require(run["config"]["model"] == "transformer" and run["summary"],
-                       f"--evaluate: {path} is not a finished train_tf.py run; name such runs")
-    outs = [p for path in paths for p in (path.parent, path.parent.parent)   # a figure set's: up
-            if p == path.parent or (p / ".lock").exists()]
-    with runlog.lock(*outs):
-        for run in runs:
-            shared = {k: run["config"][k] for k in SHARED}
-            groups.setdefault(json.dumps(shared), (shared, []))[1].append(run)
-        t0, written = time.time(), []
-        for shared, group in groups.values():
-            specs = [dict(run["config"], positions=run["config"].get("positions"), dir=run["path"])
-                     for run in group]
-            model = Model(replace(args, **shared), shared["de"], device, specs)
+    groups, t0 = {}, time.time()
+    for run in runs:
+        runlog.require(run["config"]["model"] == "transformer" and run["summary"], f"--evaluate:"
+                       f" {run['path']} is not a finished train_tf.py run; name such runs")
+        groups.setdefault(json.dumps([run["config"][k] for k in SHARED]), []).append(run)
+    with runlog.lock(*[p for run in runs for p in (run["path"].parent, run["path"].parent.parent)
+                       if p == run["path"].parent or (p / ".lock").exists()]):  # a figure set's
+        written = []
+        for group in groups.values():
+            shared = {k: group[0]["config"][k] for k in SHARED}
+            model = Model(replace(args, **shared), shared["de"], device, [dict(
+                run["config"], positions=run["config"].get("positions")) for run in group])
             for W, V, run in zip(model.W, model.V, group):
                 W.copy_(torch.as_tensor(rundirs.weights(run)[0]))
                 V.copy_(torch.as_tensor(rundirs.weights(run)[1]))
-            written += [(run, final, arrays)
+            written += [(run["path"], dict(run["summary"], **final), arrays)
                         for run, (final, arrays) in zip(group, finals(model, args.n_final))]
         with runlog.Job([], [], None, False):      # a signal waits for every run's two files
-            for run, final, arrays in written:
-                runlog.write_npz(run["path"] / "final_losses.npz", arrays)
-                runlog.write_json(run["path"] / "summary.json", dict(run["summary"], **final))
-                print(runlog.closing_line(run["path"], "rescored", run["summary"].get(
-                    "stopped_at"), dict(run["summary"], **final)))
-        print(f"train_tf.py: {len(paths)} run(s) rescored on {args.n_final} sequences per set in "
+            for path, summary, arrays in written:
+                runlog.write_npz(path / "final_losses.npz", arrays)
+                runlog.write_json(path / "summary.json", summary)
+                print(runlog.closing_line(path, "rescored", summary.get("stopped_at"), summary))
+        print(f"train_tf.py: {len(runs)} run(s) rescored on {args.n_final} sequences per set in "
               f"{time.time() - t0:.0f} s; final_losses.npz and summary.json rewritten")
 
 
 def parse_args(argv=None):
-    """The flags over their preset's values, with the derived defaults resolved and every rule
-    between them checked (a ValueError naming the flag and the fix)."""
+    """The flags over their preset's values, the derived defaults resolved, the rules between them
+    checked before anything is written (one line naming the flag and the fix)."""
     given = runlog.given(runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
                          .parse_args(argv))
     args = replace(PRESETS[given.get("preset", "paper")], **given)
     longest = max([args.T, *args.test_T])
     onehot = "de" not in given and args.pe == ["onehot"] and not args.figure_set
-    return replace(args, de=[longest] if onehot else args.de,  # p_i = e_i: a dimension a position
+    args = replace(args, de=[longest] if onehot else args.de,  # p_i = e_i: a dimension a position
                    anneal_at=args.steps // 2 if args.anneal_at is None else args.anneal_at,
                    positions=args.positions or ([longest] if "randomized" in args.pe else None))
-
-
-def check_args(args):
-    """The rules between flags, before anything is written: one line naming the flag, the fix."""
-    longest, L = max([args.T, *args.test_T]), min(args.positions or [max([args.T, *args.test_T])])
-    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
+    L, biggest = min(args.positions or [longest]), torch.finfo(getattr(torch, args.dtype)).max
     sizes = [("q", "T", args.q, args.T), *(("test-q", "T", q, args.T) for q in args.test_q),
              *(("test-T", "q", args.q, T) for T in args.test_T)]
     runlog.check([(q <= T, f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): pick"
                    " a smaller q or a longer T") for name, other, q, T in sizes] + [
-        (args.n_final >= args.n_test, f"--n-final must be >= --n-test (got {args.n_final} < "
+        (args.n_final >= args.n_test or args.evaluate, f"--n-final must be >= --n-test (got {args.n_final} < "
          f"{args.n_test}): raise --n-final or lower --n-test"),
         (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-        (args.lr is None or args.lr < biggest,
+        (args.lr is None or args.lr < biggest,    # a rate the weights' dtype can hold
          f"--lr must be below {biggest:.3g} in {args.dtype}; pick a smaller --lr"),
         (args.positions is None or "randomized" in args.pe and not args.figure_set,
          "--positions sets randomized PE's table; add --pe randomized or drop it"),
@@ -380,6 +361,7 @@ def check_args(args):
         ("onehot" not in args.pe or args.figure_set or d_e >= longest, f"--de: onehot PE needs "
          f"d_e >= the largest length {longest} (got d_e={d_e}); raise --de or use --pe fixed/"
          "stochastic") for d_e in args.de])
+    return args
 
 
 def check_runs(args):
@@ -400,8 +382,6 @@ def check_runs(args):
 def main(argv=None):
     def body():
         args = parse_args(argv)
-        if not args.evaluate:
-            check_args(args)
         device = runlog.resolve_device(args.device)
         args = replace(args, step=args.step or STEP[device.type])
         if device.type == "cpu":
