@@ -14,6 +14,7 @@ It knows nothing of the models; it imports torch only for a checkpoint or a devi
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -183,7 +184,7 @@ def lock(*outs):
 class Job:
     """The runs one process trains together, as one unit: their directories, one checkpoint.
 
-        job = Job(dirs, configs, checkpoint_file, resume)
+        job = Job(dirs, configs, out, family, resume)   # its checkpoint: in out, named by its runs
         with job:                         # signals are noted, not raised, until job.open() returns
             job.open(model.load_state_dict)   # fresh directories, or the checkpoint's state loaded
             ... job.log(r, record, start_loss) ... job.save(step, state) ...
@@ -191,8 +192,10 @@ class Job:
     A signal is acted on at the next save(), after the checkpoint is written (a second one at once);
     at any ending each run still running gets its summary.json, then `files(r)` its last arrays."""
 
-    def __init__(self, dirs, configs, file, resume, every=300.0, files=None):
-        self.dirs, self.configs, self.file, self.resume = list(map(Path, dirs)), configs, file, resume
+    def __init__(self, dirs, configs, out, family, resume, every=300.0, files=None):
+        self.dirs, self.configs, self.resume = list(map(Path, dirs)), configs, resume
+        names = "\n".join(os.path.relpath(path, out) for path in self.dirs).encode()
+        self.file = Path(out) / f"checkpoint-{family}-{hashlib.sha1(names).hexdigest()[:10]}.pt"
         self.every, self.files = every, files or (lambda r: {})
         self.status, self.records = ["running"] * len(dirs), [{} for _ in dirs]
         self.step, self.caught, self.hold, self.logs, self.saved = 0, None, True, [], None
@@ -242,6 +245,22 @@ class Job:
         self.logs = [open(path / "log.jsonl", "a") for path in self.dirs]
         self.hold = False
         return resumed
+
+    def check(self, force):
+        """At the door: each run directory is free, or --resume can go on with it (its job's
+        checkpoint, or it finished); another job's checkpoint of the family is named, never lost."""
+        family = self.file.name.rsplit("-", 1)[0] + "-*.pt"
+        for held in [] if self.file.exists() or not self.resume else self.file.parent.glob(family):
+            import torch
+            require(False, f"--resume: {held} holds the checkpoint of other runs ("
+                    f"{', '.join(torch.load(held, weights_only=False)['dirs'])}); resume with the"
+                    " flags that train them, or give another --out")
+        for path in self.dirs:
+            check_free(path, force, self.resume, self.file.exists() or finished(path))
+
+    def finished(self):
+        """--resume of a job every run of which finished: nothing to do."""
+        return self.resume and not self.file.exists() and all(map(finished, self.dirs))
 
     def names(self):
         """The runs' folders, relative to the checkpoint's: what a checkpoint holds."""

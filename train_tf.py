@@ -12,7 +12,6 @@ one after another. Each run writes a directory under --out: config.json, log.jso
 weights_init.npz, weights_final.npz, final_losses.npz (per sequence), summary.json.
 """
 import functools
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, replace
@@ -233,12 +232,9 @@ def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
     model, start_loss = Model(args, d_e, device, specs), args.d / (2 * args.q)
-    job = runlog.Job([s["dir"] for s in specs], [config(args, s, d_e, device) for s in specs],
-                     job_checkpoint(args, specs, d_e), args.resume, args.checkpoint_every,
-                     files=lambda r: {"weights_final.npz": model.weights(r)})
-    if args.resume and not job.file.exists() and all(runlog.finished(s["dir"]) for s in specs):
-        print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
-        return
+    job = new_job(args, specs, d_e, device, lambda r: {"weights_final.npz": model.weights(r)})
+    if job.finished():
+        return print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
     with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=True) as bar:
         resumed = job.open(model.load_state_dict)
         for r, spec in enumerate([] if resumed else specs):
@@ -286,10 +282,10 @@ def run_specs(args, d_e):
             for folder, spec, seed in grid]
 
 
-def job_checkpoint(args, specs, d_e):
-    """The file of a job's checkpoint in --out, named by its runs: the same flags find it again."""
-    names = "\n".join(str(spec["dir"].relative_to(args.out)) for spec in specs)
-    return Path(args.out) / f"checkpoint-de{d_e}-{hashlib.sha1(names.encode()).hexdigest()[:10]}.pt"
+def new_job(args, specs, d_e, device, files=None):
+    """The runs' runlog.Job: their folders and configs, and their checkpoint in --out."""
+    return runlog.Job([s["dir"] for s in specs], [config(args, s, d_e, device) for s in specs],
+                      args.out, f"de{d_e}", args.resume, args.checkpoint_every, files)
 
 
 def config(args, spec, d_e, device):
@@ -364,21 +360,6 @@ def parse_args(argv=None):
     return args
 
 
-def check_runs(args):
-    """Before any training: every run directory is free, or with --resume its job can go on."""
-    for d_e in args.de:
-        specs = run_specs(args, d_e)
-        job = job_checkpoint(args, specs, d_e)
-        for held in [] if job.exists() or not args.resume else Path(args.out).glob(
-                f"checkpoint-de{d_e}-*.pt"):                  # another job's: never --force it
-            runs = ", ".join(torch.load(held, weights_only=False)["dirs"])
-            runlog.require(False, f"--resume: {held} holds the checkpoint of other runs ({runs});"
-                           " resume with the flags that train them, or give another --out")
-        for spec in specs:
-            runlog.check_free(spec["dir"], args.force, args.resume,
-                              job.exists() or runlog.finished(spec["dir"]))
-
-
 def main(argv=None):
     def body():
         args = parse_args(argv)
@@ -389,7 +370,8 @@ def main(argv=None):
         if args.evaluate:
             return rescore(args, device)
         with runlog.lock(args.out):
-            check_runs(args)                    # under the lock: no other writer may come between
+            for d_e in args.de:                 # under the lock: no other writer comes between
+                new_job(args, run_specs(args, d_e), d_e, device).check(args.force)
             for d_e in args.de:
                 train(args, d_e, device)
     runlog.run_command("train_tf.py", body, argv=argv)
