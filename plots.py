@@ -428,8 +428,7 @@ def figure_positions(runs, out, name):
 
 
 def figure_dynamics(name, pairs, out):
-    """The logged val, c and α (seeds' mean, band) with sts.family_dynamics' curves drawn over:
-    GD's dashed, SGD's model at the runs' n dotted."""
+    """The logged val, c and α with sts.family_dynamics' over: GD's dashed, SGD's model dotted."""
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
     groups = [g for _, g in pairs]
     for mine, g in pairs:
@@ -458,8 +457,7 @@ SCANNED = ("T", "de", "lr", "q", "batch")  # figure_plateau's panels: the settin
 
 
 def figure_plateau(name, members, out):
-    """t_1/2 against each setting the scan varies from its most common point: the seeds (mean,
-    lowest to highest), the reduction's and the closed form's."""
+    """t_1/2 against each setting a scan varies from its most common point, trained, predicted."""
     points = [(g[0]["config"], mine, escape(mine[-1], g)[0]) for _, pairs in members
               for mine, g in pairs]
     base = {k: max({c[k] for c, *_ in points}, key=[c[k] for c, *_ in points].count)
@@ -535,17 +533,14 @@ def draw_summary(path, summary, sweep, out):
 
 
 def name_of(folder, experiments):
-    """An experiment's name in figures' files and tables' sections: its folder's name, or where
-    another experiment's folder has that name too, its path below their common folder
-    (randomized/sgd, randomized_long/sgd): one name per folder path."""
+    """Its folder's name, or below the common folder of those of that name (randomized/sgd)."""
     same = [f for f in experiments if f.name == folder.name]
     below = folder.relative_to(os.path.commonpath(same)).as_posix()   # "." for a lone folder
     return folder.name if below == "." else below
 
 
 def scans_of(loaded):
-    """{parent: [(folder, pairs)]}: 3 or more folders under one parent, each one configuration
-    beside its family_dynamics.json, are a scan of t_1/2 (run_course.sh's plateau/)."""
+    """{parent: [(folder, pairs)]}: 3 or more one-configuration folders of DYNAMICS' pairs."""
     scans = defaultdict(list)
     for folder, runs, _, pairs in loaded:
         scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
@@ -553,8 +548,7 @@ def scans_of(loaded):
 
 
 def draw_dynamics(loaded, scans, experiments, out, report):
-    """The figures (out=None: tables) of the runs beside a family_dynamics.json: each folder's
-    curves but a scan's, each scan's t_1/2 figure, one t_1/2 table of them all."""
+    """DYNAMICS' figures (out=None: tables): curves but a scan's, its t_1/2, one t_1/2 table."""
     for folder, _, _, pairs in loaded:
         name = name_of(folder, experiments)
         if pairs and folder.parent not in scans:

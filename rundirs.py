@@ -173,8 +173,7 @@ def load_summary(path):
 
 
 def load_prediction(folder, runs):
-    """family_floor.json's rows {(pe, T, q, d, d_e): row} at the runs' (pe, d), sets' T and q;
-    Skip if none has a run's (pe, T, q, d)."""
+    """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets; Skip if none at a run's."""
     path, key = folder / FLOOR, lambda row, n=5: tuple(row[k] for k in PREDICTED[:n])
     rows = need_keys(read(path), ["rows"], path)["rows"]
     tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]

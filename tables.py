@@ -59,8 +59,7 @@ def pe_of(c):
 
 
 def family_pair(run, row):
-    """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
-    EVAL_SEED sequences and the run's own table of positions."""
+    """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
     c, pe = run["config"], pe_of(run["config"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
@@ -295,8 +294,7 @@ def quoted(x, se):
 
 
 def table_length(name, runs, predicted):
-    """At each length and subset size, a configuration's loss, the family's (THEORY's, paired with
-    the trained runs; FLOOR's best), each one's share of the trained rise, its slope."""
+    """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
     groups, names = configurations(runs), sets(runs, "T", "q")
     path = runs[0]["path"].parent / THEORY
     own = {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
@@ -546,8 +544,7 @@ def table_dynamics(name, pairs):
 
 
 def table_plateau(experiments):
-    """Every configuration beside a family_dynamics.json: t_1/2 measured, by GD's and SGD's
-    reduction and their closed forms; the largest gap of the curve, the end's c and α (SGD's)."""
+    """Every configuration beside a DYNAMICS: t_1/2 measured and predicted, the gap, c and α."""
     rows = []
     for folder, (gd, last), g in [(f, (mine[0], mine[-1]), g) for f, pairs in experiments
                                   for mine, g in pairs]:
