@@ -5,15 +5,11 @@
     python plots.py results/paper --table        # the numbers as Markdown tables instead
     python plots.py results/paper/sgd --theory 16384  # theory.json: each run against its own family
 
-Transformer runs give NAME_training, NAME_length, NAME_qtest and NAME_weights (the paper's
-Figures 1-4), or NAME_floor (three d_e or more) or NAME_positions (two table sizes L or more); FCN
-runs NAME_fcn_training; a sweep.json NAME_separation, a critical.json NAME_critical, a
-needed_de.json NAME_needed_de. Runs agreeing but for PER_SEED are one configuration: the seeds'
-mean, a band from the lowest to the highest. What cannot be drawn is one line of stderr naming the
-file, and the rest is still drawn: exit status 2 after a skip, when nothing is drawn or when --out
-cannot be written; 0 after a warning alone (a log's last line cut mid-record: its intact records
-are drawn).
-"""
+Transformer runs give NAME_training, _length, _qtest, _weights (the paper's Figures 1-4), or
+NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs NAME_fcn_training;
+sweep.json, critical.json, needed_de.json NAME_separation, _critical, _needed_de. Seeds: their mean
+and a band from lowest to highest. What cannot be drawn is a line on stderr, the rest drawn; exit
+status 2 after one, or when nothing is drawn; 0 after a warning alone (a log's cut last line)."""
 import argparse
 import itertools
 import os
@@ -50,13 +46,15 @@ PANEL = (2.4, 2.1)  # inches per panel, at font size 8
 FORMATS = ("png", "pdf")
 
 
-def curve(ax, group, groups, name, f=lambda y: y, **kw):
-    """`name` against the step: the seeds' mean, a band from lowest to highest; f (1/y) on each."""
-    step, y = spread(group, name)
-    col = color(group, groups)
-    ax.plot(step, f(y.mean(0)), color=col, **kw)
-    if len(group) > 1:
-        ax.fill_between(step, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
+def band(ax, x, y, col, f=lambda y: y, **kw):
+    """y (a row per seed) against x: the seeds' mean, a band from lowest to highest; f on each."""
+    ax.plot(x, f(y.mean(0)), color=col, **kw)
+    if len(y) > 1:
+        ax.fill_between(x, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
+
+
+def curve(ax, group, groups, name, f=lambda y: y, **kw):  # `name` against the step, its seeds
+    band(ax, *spread(group, name), color(group, groups), f, **kw)
 
 
 def color(group, groups):
@@ -64,10 +62,6 @@ def color(group, groups):
     keys = [g[0]["config"].get("pe") or g[0]["config"].get("model") for g in groups]
     i, own = [id(g) for g in groups].index(id(group)), len(set(keys) & set(COLORS)) == len(keys)
     return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
-
-
-def legend_key(ax, style, text, **kw):  # a legend entry alone, for a style several lines share
-    ax.plot([], [], style, label=text, **kw)
 
 
 def x_ticks(ax, xs, labels=None):  # ticks at the values drawn alone, no minor ones
@@ -127,8 +121,8 @@ def figure_training(runs, out, name):
     ax_loss.set(yscale="log", xlabel="step", ylabel="training loss ½‖f − STS_q‖²", title="loss")
     ax_loss.set_ylim(top=max(ax_loss.get_ylim()[1], start) * 1.5)  # the reference off the edge
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
-    legend_key(ax_cos, "k-", "cos(W, W*)")
-    legend_key(ax_cos, "k--", "cos(V, V*)")
+    ax_cos.plot([], [], "k-", label="cos(W, W*)")
+    ax_cos.plot([], [], "k--", label="cos(V, V*)")
     ax_cos.set(xlabel="step", ylabel="cosine similarity", title="alignment with ground truth",
                ylim=(min(0, ax_cos.get_ylim()[0]), 1.05))
     return save(fig, out, f"{name}_training", describe(c, groups))
@@ -257,9 +251,10 @@ def figure_floor(runs, out, name, predicted):
     fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.5 * PANEL[1]))
     shown = [x for pe in sorted(by_pe) for x in floor_lines(ax, pe, by_pe[pe], guess[pe], low)]
     if any(guess.values()):  # one legend entry for every PE's prediction
-        legend_key(ax, "ks--", "best of W = cW*, V = αV* (predicted)", mfc="none", ms=4, lw=0.8)
+        ax.plot([], [], "ks--", label="best of W = cW*, V = αV* (predicted)", mfc="none", ms=4,
+                lw=0.8)
     if min(shown) < low:
-        legend_key(ax, "kv", f"below {low:.2g}: drawn at the bottom", ms=5)
+        ax.plot([], [], "kv", label=f"below {low:.2g}: drawn at the bottom", ms=5)
     ticks = sorted({int(x) for points in by_pe.values() for x in points}
                    | {x for g in guess.values() for x, _ in g})
     ax.set_xticks(ticks, [str(x) for x in ticks])     # the d_e values themselves, no minor labels
@@ -322,10 +317,10 @@ def figure_critical(summary, out, name):
     for model, s, mine, fit in by_model_and_s(summary):
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], "os^Dv"[ss.index(s) % 5],
                         (lo, hi))
-    legend_key(ax, "k-", "fit a + b ln T", lw=0.8)
-    legend_key(ax, "k:", "fit c T^k", lw=0.8)
+    ax.plot([], [], "k-", label="fit a + b ln T", lw=0.8)
+    ax.plot([], [], "k:", label="fit c T^k", lw=0.8)
     if any(map(unbounded, rows)):
-        legend_key(ax, "ko", "open: m50 beyond the scan, the one bound known", mfc="none")
+        ax.plot([], [], "ko", label="open: m50 beyond the scan, the one bound known", mfc="none")
     ax.set_xscale("log")
     x_ticks(ax, sorted({r["T"] for r in rows}))
     ax.set(xlabel="sequence length T (bits)", ylabel="m50 (training-set size), 95% interval",
@@ -384,9 +379,9 @@ def figure_needed(summary, out, name, sweep=None):
         if reached and failed:
             ax.plot([t, t], [failed, reached], color=cyan, lw=1)
     if trained:
-        legend_key(ax, "s-", f"transformer trained {max(sweep['budgets']):,} steps: the first d_e"
-                   "\nof its grid reaching the target; bar: down to\nthe largest below that did"
-                   " not; open: none did", ms=4, color=cyan)
+        ax.plot([], [], "s-", label=f"transformer trained {max(sweep['budgets']):,} steps: the"
+                " first d_e\nof its grid reaching the target; bar: down to\nthe largest below"
+                " that did not; open: none did", ms=4, color=cyan)
     ys = ax.get_ylim()
     powers = [2 ** k for k in range(1, 14) if ys[0] <= 2 ** k <= ys[1]]
     ax.set_yticks(powers, [str(t) for t in powers])
@@ -433,8 +428,7 @@ def figure_positions(runs, out, name):
 
 
 def figure_dynamics(name, pairs, out):
-    """The logged val, c and α (seeds' mean, band) with sts.family_dynamics' curves drawn over:
-    GD's dashed, SGD's model at the runs' n dotted."""
+    """The logged val, c and α with sts.family_dynamics' over: GD's dashed, SGD's model dotted."""
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
     groups = [g for _, g in pairs]
     for mine, g in pairs:
@@ -448,13 +442,13 @@ def figure_dynamics(name, pairs, out):
                 kept = np.array(row["rows"], float).T             # every few steps
                 ax.plot(kept[0], kept[k + 1], color=col, lw=0.9,
                         ls="--" if row["batch"] is None else ":")
-    legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (sts.family_dynamics)")
-    legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
+    axes[0].plot([], [], "k--", label="W = cW*, V = αV* by GD (sts.family_dynamics)")
+    axes[0].plot([], [], "k:", label="the same by SGD's model at the runs' n")
     axes[0].set(yscale="log", xlabel="step", ylabel="validation loss ½‖f − STS_q‖²", title="val")
     axes[1].set(xlabel="step", ylabel="c = ⟨W, W*⟩ / d_e", title="c")
     axes[2].set(xlabel="step", ylabel="α = ⟨V, V*⟩ / d", title="α (where logged)")
     for ax in axes:
-        ax.set_xscale("symlog", linthresh=max(10, pairs[0][0][0]["t_half"] or 10))  # plateau: linear
+        ax.set_xscale("symlog", linthresh=max(10, pairs[0][0][0]["t_half"] or 10))  # plateau
         ax.set_xlim(left=0)
     return save(fig, out, f"{name}_dynamics", describe(pairs[0][1][0]["config"], groups))
 
@@ -463,8 +457,7 @@ SCANNED = ("T", "de", "lr", "q", "batch")  # figure_plateau's panels: the settin
 
 
 def figure_plateau(name, members, out):
-    """t_1/2 against each setting the scan varies from its most common point: the seeds (mean,
-    lowest to highest), the reduction's and the closed form's."""
+    """t_1/2 against each setting a scan varies from its most common point, trained, predicted."""
     points = [(g[0]["config"], mine, escape(mine[-1], g)[0]) for _, pairs in members
               for mine, g in pairs]
     base = {k: max({c[k] for c, *_ in points}, key=[c[k] for c, *_ in points].count)
@@ -489,8 +482,8 @@ def figure_plateau(name, members, out):
                             fmt="o", color=COLORS["stochastic"], ms=3, capsize=2)
         ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
         x_ticks(ax, x, [f"{v:g}" for v in x])
-    legend_key(axes[0][0], "o", "trained (seeds: mean, lowest to highest)",
-               color=COLORS["stochastic"], ms=3)
+    axes[0][0].plot([], [], "o", label="trained (seeds: mean, lowest to highest)",
+                    color=COLORS["stochastic"], ms=3)
     axes[0][0].set_ylabel("t½ (steps)")
     return save(fig, out, name, f"the plateau around T={base['T']}, d_e={base['de']}, lr="
                 f"{base['lr']}, q={base['q']}, n={base['batch']}: stochastic PE, SGD from zero")
@@ -498,15 +491,13 @@ def figure_plateau(name, members, out):
 
 def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
-    tf = [r for r in runs if r["config"]["model"] == "transformer"]
+    tf, at = [r for r in runs if r["config"]["model"] == "transformer"], runs[0]["path"].parent
     for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
-        report.drawn += bool(report.attempt(table, name, [r for r in runs
-                                                         if r["config"]["model"] == model]))
-    selection = (runs[0]["path"].parent / "table_floor.json").exists()
-    for job in [(table_paired, name, tf), (table_length, name, tf, predicted)] * bool(tf) + [
-            (table_floor, name, tf, predicted)] * bool(predicted) + [
-            (table_selection, name, tf)] * selection:
-        report.attempt(*job)
+        report.draw(table, name, [r for r in runs if r["config"]["model"] == model], at=at)
+    for job in [(table_paired, name, tf, report), (table_length, name, tf, predicted)] * bool(tf) \
+            + [(table_floor, name, tf, predicted)] * bool(predicted) \
+            + [(table_selection, name, tf)] * (at / "table_floor.json").exists():
+        report.attempt(*job, at=at)
 
 
 def draw(name, runs, out, report, predicted):
@@ -527,33 +518,29 @@ def draw(name, runs, out, report, predicted):
         if len({k[4] for k in predicted if k[1] == tf[0]["config"]["T"]}) >= 3:
             jobs.append((figure_floor, tf, out, name, predicted))  # the trained d_e against these
     for job in jobs:
-        report.drawn += bool(report.attempt(*job))
+        report.draw(*job, at=runs[0]["path"].parent)
 
 
-def draw_summary(path, out, report):
-    """The figure (out=None: the table) of a summary file; a needed_de.json's with a sweep.json."""
-    summary, beside, name = load_summary(path, report), path.parent / "sweep.json", path.parent.name
+def draw_summary(path, summary, sweep, out):
+    """The figure (out=None: the table) of a summary; a needed_de.json's with a sweep.json's."""
+    name, table_only = path.parent.name, out is None
     if path.name == "needed_de.json":
-        sweep = Report().attempt(load_summary, beside, Report()) if beside.is_file() else None
-        return (table_needed(path, summary, sweep) if out is None
+        return (table_needed(path, summary, sweep) if table_only
                 else figure_needed(summary, out, name, sweep))
-    tabulate_it, figure = {"sweep.json": (table_sweep, figure_separation),
-                           "critical.json": (table_critical, figure_critical)}[path.name]
-    return tabulate_it(path, summary) if out is None else figure(summary, out, name)
+    if path.name == "sweep.json":
+        return table_sweep(path, summary) if table_only else figure_separation(summary, out, name)
+    return table_critical(path, summary) if table_only else figure_critical(summary, out, name)
 
 
 def name_of(folder, experiments):
-    """An experiment's name in figures' files and tables' sections: its folder's name, or where
-    another experiment's folder has that name too, its path below their common folder
-    (randomized/sgd, randomized_long/sgd): one name per folder path."""
+    """Its folder's name, or below the common folder of those of that name (randomized/sgd)."""
     same = [f for f in experiments if f.name == folder.name]
     below = folder.relative_to(os.path.commonpath(same)).as_posix()   # "." for a lone folder
     return folder.name if below == "." else below
 
 
 def scans_of(loaded):
-    """{parent: [(folder, pairs)]}: 3 or more folders under one parent, each one configuration
-    beside its family_dynamics.json, are a scan of t_1/2 (run_course.sh's plateau/)."""
+    """{parent: [(folder, pairs)]}: 3 or more one-configuration folders of DYNAMICS' pairs."""
     scans = defaultdict(list)
     for folder, runs, _, pairs in loaded:
         scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
@@ -561,20 +548,27 @@ def scans_of(loaded):
 
 
 def draw_dynamics(loaded, scans, experiments, out, report):
-    """The figures (out=None: tables) of the runs beside a family_dynamics.json: each folder's
-    curves but a scan's, each scan's t_1/2 figure, one t_1/2 table of them all."""
+    """DYNAMICS' figures (out=None: tables): curves but a scan's, its t_1/2, one t_1/2 table."""
     for folder, _, _, pairs in loaded:
         name = name_of(folder, experiments)
         if pairs and folder.parent not in scans:
-            report.drawn += bool(report.attempt(*(
-                (table_dynamics, name, pairs) if out is None else
-                (figure_dynamics, name.replace("/", "_"), pairs, out))))
+            report.draw(*((table_dynamics, name, pairs) if out is None else
+                          (figure_dynamics, name.replace("/", "_"), pairs, out)), at=folder)
     for parent, members in scans.items() if out else ():
-        report.drawn += bool(report.attempt(figure_plateau, parent.name, members, out))
-    dynamics = [(folder, pairs) for folder, _, _, pairs in loaded if pairs]
+        report.draw(figure_plateau, parent.name, members, out, at=parent)
+    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, _, _, p in loaded if p]
     if out is None and dynamics:
-        report.drawn += bool(report.attempt(table_plateau, [(str(f.relative_to(f.parents[1])), p)
-                                                            for f, p in dynamics]))
+        report.draw(table_plateau, dynamics)
+
+
+def load(folder, dirs, report, n_theory):
+    """An experiment's runs, FLOOR's rows for them and (but under --theory) DYNAMICS' pairs."""
+    runs = unique([run for d in dirs if (run := report.attempt(load_run, d, report, at=d, then=(
+        "; the run is left out (of its configuration's mean too)")))], report)
+    predicted = (runs and (folder / FLOOR).exists()
+                 and report.attempt(load_prediction, folder, runs, at=folder / FLOOR) or {})
+    return folder, runs, predicted, not n_theory and runs and (folder / DYNAMICS).exists() and (
+        report.attempt(load_dynamics, folder, runs, at=folder / DYNAMICS))
 
 
 def draw_all(experiments, summaries, out, report, n_theory=None):
@@ -585,36 +579,29 @@ def draw_all(experiments, summaries, out, report, n_theory=None):
             out[0].mkdir(parents=True, exist_ok=True)
         except OSError as e:
             runlog.fail("plots.py", runlog.cannot_write(e))
-    loaded = []                                      # (folder, runs, predicted, dynamics' pairs)
-    for folder, dirs in sorted(experiments.items()):
-        runs = unique([run for run in (report.attempt(load_run, d, report, then="; the run is left"
-                                                      " out (of its configuration's mean too)")
-                                       for d in dirs) if run], report)
-        predicted = (runs and (folder / FLOOR).exists()
-                     and report.attempt(load_prediction, folder, runs) or {})
-        if n_theory:                                 # --theory: THEORY files, nothing drawn
-            if runs and predicted:
-                rows = report.attempt(theory, runs, predicted, n_theory)
-                runlog.write_json(folder / THEORY, dict(sequences=n_theory, seed=EVAL_SEED,
-                                                        rows=rows))
-                report.drawn += bool(rows) and not print(f"wrote {folder / THEORY}")
-            continue
-        pairs = runs and (folder / DYNAMICS).exists() and report.attempt(load_dynamics, folder,
-                                                                          runs)
-        loaded.append((folder, runs, predicted, pairs))
+    loaded = [load(folder, dirs, report, n_theory) for folder, dirs in sorted(experiments.items())]
+    for folder, runs, predicted, _ in loaded if n_theory else ():   # --theory: THEORY files alone
+        if runs and predicted and (rows := report.attempt(theory, runs, predicted, n_theory)):
+            runlog.write_json(folder / THEORY, dict(sequences=n_theory, seed=EVAL_SEED, rows=rows))
+            report.drawn += not print(f"wrote {folder / THEORY}")
+    if n_theory:
+        return
     scans = scans_of(loaded)
     for folder, runs, predicted, _ in loaded:
         if runs and folder.parent not in scans:      # a scan's points: its table and figure alone
+            name = name_of(folder, experiments)
             if out is None:
-                tabulate(name_of(folder, experiments), runs, report, predicted)
+                tabulate(name, runs, report, predicted)
             else:
-                draw(name_of(folder, experiments).replace("/", "_"), runs, out, report, predicted)
+                draw(name.replace("/", "_"), runs, out, report, predicted)
     draw_dynamics(loaded, scans, experiments, out, report)
-    for path in summaries if not n_theory else ():
-        report.drawn += bool(report.attempt(draw_summary, path, out, report))
-    sweeps = [(p, Report().attempt(load_summary, p, Report())) for p in summaries  # (reported
-              if p.name == "sweep.json"]                                       # above if bad)
-    if out is None and len(sweeps) > 1 and not n_theory:
+    loaded = {p: report.attempt(load_summary, p, at=p) for p in summaries}
+    for path, summary in loaded.items():
+        if summary:
+            report.draw(draw_summary, path, summary, loaded.get(path.parent / "sweep.json"), out,
+                        at=path)
+    sweeps = [(p, s) for p, s in loaded.items() if p.name == "sweep.json"]
+    if out is None and len(sweeps) > 1:
         report.attempt(table_largest, [(p, s) for p, s in sweeps if s])
 
 

@@ -1,7 +1,5 @@
 """What the training scripts leave on disk, read for plots.py and tables.py. Each evaluation set has
-one name here, "val", "T=250" or "q=2" (flat() and final_losses() translate the files' forms);
-what cannot be read raises Skip, whose message names the file and says why.
-"""
+one name here, "val", "T=250" or "q=2"; what cannot be read raises Skip, naming the file and why."""
 import io
 import json
 import math
@@ -20,11 +18,7 @@ NEEDS = {"transformer": ("T", "q", "d", "de", "pe", "seed", "batch", "optimizer"
                          "attend"),
          "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr")}
 WHOLE = ("T", "q", "d", "de", "width", "seed", "batch")  # those of them that are integers
-# a search in one file (train_fcn.py, train_bool.py, sts.py --needed-de): its keys, a row's keys
-SUMMARIES = {"sweep.json": (("eps", "budgets", "batch", "seeds", "d", "loglog_slope"),
-                            ("model", "T", "steps", "width", "params", "val", "tried")),
-             "critical.json": ((), ("model", "s", "T", "m50", "lo", "hi")),
-             "needed_de.json": (("eps", "target", "q", "d"), ("T", "de", "floor", "se", "de_se"))}
+SUMMARIES = ("sweep.json", "critical.json", "needed_de.json")  # train_fcn, train_bool, sts.py
 VARYING = ("pe", "positions", "T", "width", "depth", "de", "optimizer", "attend", "init")  # legends
 PER_SEED = ("seed", "threads", "device", "compile", "checkpoint_every", "n_final", "evaluate")
 # seeds may differ here ("compile": a flag since removed, in the configs of the paper's seed 0;
@@ -43,18 +37,17 @@ class Report(list):
     def say(self, kind, message):
         self.append(f"plots.py: {kind}: {message}")
 
-    def attempt(self, job, *args, then=""):
-        """job(*args), or None with its Skip or a malformed file's error reported (then `then`)."""
+    def attempt(self, job, *args, then="", at="plots.py"):
+        """job(*args), or None with its Skip, or a malformed file's error at `at`, reported."""
         try:
             return job(*args)
         except Skip as e:
             self.say("skipped", f"{e}{then}")
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OSError) as e:
-            first = next((a for a in args if isinstance(a, (Path, list))), None)  # its data's path,
-            run = first[0] if isinstance(first, list) and first else None     # or its runs' folder
-            first = run["path"].parent if isinstance(run, dict) and "path" in run else first
-            self.say("skipped", f"{first if isinstance(first, Path) else 'plots.py'}:"
-                     f" {type(e).__name__}: {e} (a malformed file?){then}")
+        except (LookupError, TypeError, ValueError, AttributeError, OSError) as e:
+            self.say("skipped", f"{at}: {type(e).__name__}: {e} (a malformed file?){then}")
+
+    def draw(self, *job, **kw):  # a figure or table: counted if drawn
+        self.drawn += bool(self.attempt(*job, **kw))
 
 
 def need_keys(obj, keys, where):
@@ -66,12 +59,15 @@ def need_keys(obj, keys, where):
 
 def final_losses(run):
     """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none; Skip
-    for a damaged file, or a key or shape that train_tf.py does not write."""
-    exists = (run["path"] / "final_losses.npz").exists()     # a FIFO too: read() refuses it
-    arrays = npz(run, "final_losses") if exists else {}
+    for a damaged file, a key or shape that train_tf.py does not write, or a size that is not
+    summary.json's n_final (a kill between --evaluate's two renames)."""
+    path, n = run["path"] / "final_losses.npz", run["summary"].get("n_final")
+    arrays = npz(run, "final_losses") if path.exists() else {}  # a FIFO too: read() refuses it
     odd = [k for k, x in arrays.items() if not re.fullmatch(r"val|test_[Tq]_\d+", k) or x.ndim != 1]
-    if odd:
-        raise Skip(f"{run['path']}/final_losses.npz: {odd[0]!r} is none of train_tf.py's sets")
+    require(not odd, f"{path}: {odd[:1]} is none of train_tf.py's sets", Skip)
+    size = {len(x) for x in arrays.values()} - {n}
+    require(n is None or not size, f"{path}: {max(size, default=0)} sequences a set, summary.json's"
+            f" n_final {n}; not paired: rerun train_tf.py --evaluate on the run", Skip)
     return {k if k == "val" else f"{k[5]}={k[7:]}": x for k, x in arrays.items()}
 
 
@@ -83,18 +79,15 @@ def read_log(path, report):
     records, cut = [], None
     for i, line in lines:
         try:
-            record = json.loads(line)
+            r = json.loads(line)
         except json.JSONDecodeError:
-            if i == lines[-1][0]:
-                cut = i
-                continue
-            record = line
-        if (not isinstance(record, dict) or not isinstance(record.get("step"), int)
-                or not all(isinstance(record.get(g, {}), dict) for g in GROUPS)):
+            r, cut = None, i == lines[-1][0] and i                 # the last line: cut mid-record
+        if (isinstance(r, dict) and isinstance(r.get("step"), int)
+                and all(isinstance(r.get(g, {}), dict) for g in GROUPS)):
+            records.append(flat(r))
+        elif not cut:
             report.say("skipped", f"{path}: line {i} is not a record (a JSON object with a step):"
                        f" {line[:40]}")
-        else:
-            records.append(flat(record))
     require(records, f"{path}: no intact record (the run logged nothing)", Skip)
     if cut:
         report.say("warning", f"{path}: line {cut} cut mid-record, left out; drawing the"
@@ -171,29 +164,18 @@ def unique(runs, report):
     return [run for same in copies.values() for run in same]
 
 
-def load_summary(path, report):
-    """A SUMMARIES file with its complete rows; a critical.json's with the config.json beside it."""
-    head, row_keys = SUMMARIES[path.name]
-    summary = need_keys(read(path), ("rows", *head), path)
-    rows = [report.attempt(need_keys, row, row_keys, f"{path}: row {i}")
-            for i, row in enumerate(summary["rows"], 1)]
-    require(any(rows), f"{path}: no complete row; rerun the search that writes it", Skip)
-    config = path.parent / "config.json"
-    return dict(summary, rows=[row for row in rows if row], **(
-        {"config": need_keys(read(config), ["grid"], config)} if path.name == "critical.json"
-        else {}))
+def load_summary(path):
+    """A SUMMARIES file; a critical.json's with the config.json beside it."""
+    summary, config = need_keys(read(path), ["rows"], path), path.parent / "config.json"
+    if path.name == "critical.json":
+        summary["config"] = need_keys(read(config), ["grid"], config)
+    return summary
 
 
 def load_prediction(folder, runs):
-    """family_floor.json's rows {(pe, T, q, d, d_e): row} at the runs' (pe, d), sets' T and q;
-    Skip if a row is malformed or none has a run's (pe, T, q, d)."""
+    """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets; Skip if none at a run's."""
     path, key = folder / FLOOR, lambda row, n=5: tuple(row[k] for k in PREDICTED[:n])
     rows = need_keys(read(path), ["rows"], path)["rows"]
-    for i, row in enumerate(rows if isinstance(rows, list) else [None], 1):
-        require(finite(need_keys(row, [*PREDICTED, "loss"], f"{path}: row {i}")["loss"])
-                and row["loss"] >= 0 and all(type(row[k]) in (str, int) for k in PREDICTED),
-                f"{path}: row {i}: {json.dumps(row)[:60]}: want pe, T, q, d, de (strings or"
-                " integers) and a loss >= 0", Skip)
     tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
     require({key(c, 4) for c in tf} & {key(r, 4) for r in rows}, f"{path}: no row for the runs'"
             f" (pe, T, q, d): {', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}", Skip)
@@ -207,9 +189,7 @@ def load_dynamics(folder, runs):
     (sts.py --dynamics) at its SCHEDULE (a row without positions: None) and no longer than it
     trained, the population's GD (batch None) first, then SGD's at its batch; Skip if none."""
     path, key = folder / DYNAMICS, lambda x: tuple(x.get(k) for k in SCHEDULE)
-    rows = [need_keys(row, [*SCHEDULE[:1], *SCHEDULE[2:], "steps", "batch", "floor", "t_half",
-                            "t_half_closed", "rows"], f"{path}: row {i}")
-            for i, row in enumerate(need_keys(read(path), ["rows"], path)["rows"], 1)]
+    rows = need_keys(read(path), ["rows"], path)["rows"]
     pairs = [(sorted(mine, key=lambda row: row["batch"] is not None), g)
              for g, c in ((g, g[0]["config"]) for g in configurations(runs))
              if c.get("anneal_factor") == 1 / 3 and all(c.get(k) == v for k, v in PLAIN.items())

@@ -1,6 +1,5 @@
 """The Markdown tables of `plots.py --table`, each caption saying what its cells are ('-': data
-missing); the family W = c W*, V = alpha V* evaluated with sts.py's NumPy, no torch.
-"""
+missing); the family W = c W*, V = alpha V* evaluated with sts.py's NumPy, no torch."""
 import math
 
 import numpy as np
@@ -10,10 +9,10 @@ from rundirs import (DYNAMICS, FLOOR, NAN, PER_SEED, PREDICTED, Report, configur
                      final_losses, finite, flat, label, lengths, read, read_log, sets, setting,
                      task, value, weights)
 
-# trained and family models are scored on one common set of sequences; chunks keep memory small
-EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256
+EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256  # trained and family models on common sequences
 SETTLED = 0.005  # settled: a move below ~1 Monte-Carlo se of 1,024 sequences' val near a loss 0.25
 WINDOW = 50_000  # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
+THEORY = "theory.json"  # plots.py --theory N: the family against the trained runs, paired
 
 
 def fmt(x, spec=".4f"):
@@ -53,11 +52,15 @@ def slope(run, name):
     return float(np.polyfit(*xy.T, 1)[0] * 1e4) if len(xy) > 2 else NAN
 
 
+def pe_of(c):
+    """The table of positions of a run (config c) as train_tf.py builds it."""
+    return sts.PositionalEncoding(c["pe"], c["de"], c.get("positions") or max(lengths(c)),
+                                  c["seed"])
+
+
 def family_pair(run, row):
-    """Each sequence's loss (2, n), trained and at the row's W = c W*, V = alpha V*, on the same
-    EVAL_SEED sequences, with the run's own table of positions as train_tf.py builds it."""
-    c = run["config"]
-    pe = sts.PositionalEncoding(c["pe"], c["de"], c.get("positions") or max(lengths(c)), c["seed"])
+    """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
+    c, pe = run["config"], pe_of(run["config"])
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     models = [weights(run), (row["c"] * W_star, row["alpha"] * V_star)]
     rng, n, out = np.random.default_rng(EVAL_SEED), min(c.get("n_final", EVAL_N), EVAL_N), []
@@ -68,29 +71,28 @@ def family_pair(run, row):
     return np.concatenate(out, axis=1)
 
 
+def best(predicted, c, k):
+    """FLOOR's row at set k's T and q for the configuration c ({}: none)."""
+    return predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})
+
+
 def family_curves(groups, predicted):
-    """{first run's path: {set name: (own, best)}}: THEORY's own family at the set (stochastic PE:
-    W = c W*, V = alpha V* at each seed's sts.family_fit; fixed PE: W = c M at the training q's c, M)
-    and FLOOR's best at the set's T and q (fixed PE: the construction retuned)."""
+    """{first run's path: {set name: (own, best)}}: THEORY's own family at the set, FLOOR's best at
+    the set's T and q (fixed PE: W = c M, which learns its table, at its T alone)."""
     curves = {}
     for g in groups:
         c, path = g[0]["config"], g[0]["path"].parent / THEORY
-        names = [run["path"].name for run in g]
         own = {r["set"]: r["own"] for r in (read(path)["rows"] if path.exists() else [])
-               if r["runs"] == names}
-        best = lambda k: predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {}).get(  # noqa
-            "loss" if c["pe"] == "stochastic" else "table")
-        curves[g[0]["path"]] = {k: (own.get(k), best(k)) for k in sets(g, "T", "q")
-                                if c["pe"] == "stochastic" or k[0] != "T"}   # fixed: its T only
+               if r["runs"] == [run["path"].name for run in g]}
+        key = "loss" if c["pe"] == "stochastic" else "table"
+        curves[g[0]["path"]] = {k: (own.get(k), best(predicted, c, k).get(key)) for k in
+                                sets(g, "T", "q") if c["pe"] == "stochastic" or k[0] != "T"}
     return curves
-
-
-THEORY = "theory.json"  # plots.py --theory N: the family against the trained runs, paired
 
 
 def own_model(run, row):
     """The run's trained (W, V) and its own family's: stochastic PE's W = c W*, V = alpha V* at the
-    run's sts.family_fit; fixed PE's construction W = c M on the run's table (the row's q = 3 fit)."""
+    run's sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
     c, (W, V) = run["config"], weights(run)
     d, d_e, T = c["d"], c["de"], c["T"]
     W_star, V_star = sts.ground_truth(d, d_e)
@@ -98,23 +100,16 @@ def own_model(run, row):
         return (W, V), tuple(f * x for f, x in zip(sts.family_fit(W, V, d), (W_star, V_star)))
     ridge = None if row["ridge"] is None else row["ridge"] * T / d_e
     W_own = row["table_c"] * W_star
-    W_own[d:, d:] = row["table_c"] * sts.table_metric(d_e, table_of(run)[:, :T], ridge)
+    W_own[d:, d:] = row["table_c"] * sts.table_metric(d_e, pe_of(c).table[:, :T], ridge)
     return (W, V), (W_own, row["table_alpha"] * V_star)
-
-
-def table_of(run):
-    """The run's table of PEs as train_tf.py builds it (None: stochastic PE)."""
-    c = run["config"]
-    return sts.PositionalEncoding(c["pe"], c["de"], c.get("positions") or max(lengths(c)),
-                                  c["seed"]).table
 
 
 def theory_losses(group, row, names, n):
     """{set: (seed, model, sequence) losses}, model 0 the trained run, 1 its own family, on n
-    sequences of THEORY's stream of the set's T, by chunks; each sequence's first q positions of one
-    permutation are its q-subset at every q, so a q-set is nested in the training set's sequences."""
+    sequences of the set's T; each sequence's first q positions of one permutation are its
+    q-subset at every q, so a q-set is nested in the training set's sequences."""
     c, out = group[0]["config"], {}
-    models, tables = [own_model(r, row) for r in group], [table_of(r) for r in group]
+    models, tables = [own_model(r, row) for r in group], [pe_of(r["config"]).table for r in group]
     for k in names:
         (T, q), d = task(k, c), c["d"]
         rng, pe = np.random.default_rng([EVAL_SEED, T]), sts.PositionalEncoding(c["pe"], c["de"], T)
@@ -124,7 +119,8 @@ def theory_losses(group, row, names, n):
             np.put_along_axis(mask, b.idx[:, :q], 1.0, axis=-1)
             losses = []
             for (trained, own), table in zip(models, tables):
-                P = b.Z[:, d:] if table is None else np.broadcast_to(table[:, :T], b.Z[:, d:].shape)
+                P = (b.Z[:, d:] if table is None
+                     else np.broadcast_to(table[:, :T], b.Z[:, d:].shape))
                 Z, z_q = sts.embed(X, P, mask)
                 target = sts.sts_target(X, mask)
                 losses.append([0.5 * ((sts.forward(*m, Z, z_q, c["attend"])[0] - target) ** 2)
@@ -134,9 +130,9 @@ def theory_losses(group, row, names, n):
 
 
 def theory(runs, predicted, n):
-    """THEORY's rows: per configuration of stochastic or fixed PE and set, the trained and own-family
-    losses on n sequences (the seeds' mean, se), and the family's share of the trained rise from
-    the training set, paired sequence by sequence (q-sets nested in the training set's sequences)."""
+    """THEORY's rows: per configuration of stochastic or fixed PE and set, the trained and own
+    family's losses on n sequences (the seeds' mean, se), and the family's share of the trained
+    rise from the training set, paired sequence by sequence."""
     rows = []
     for g in configurations([r for r in runs if r["config"]["pe"] in ("stochastic", "fixed")]):
         c = g[0]["config"]
@@ -147,8 +143,9 @@ def theory(runs, predicted, n):
         each = {k: x.mean(0) for k, x in theory_losses(g, row, names, n).items()}  # seeds' mean
         for k in names:
             trained, own = each[k]
-            cell = dict(runs=[r["path"].name for r in g], set=k, n=n, trained=float(trained.mean()),
-                        own=float(own.mean()), own_se=float(own.std(ddof=1) / n ** 0.5))
+            cell = dict(runs=[r["path"].name for r in g], set=k, n=n,
+                        trained=float(trained.mean()), own=float(own.mean()),
+                        own_se=float(own.std(ddof=1) / n ** 0.5))
             if k != "val":
                 rise = trained.mean() - each["val"][0].mean()
                 cell["share"] = share = float((own.mean() - each["val"][1].mean()) / rise)
@@ -235,17 +232,18 @@ def table(name, runs):
         ["configuration", *shape, "seeds", "step", *names, *cos], rows)
 
 
-def table_paired(name, runs):
+def table_paired(name, runs, report):
     """Each PE minus fixed PE, and randomized minus stochastic PE, where the configurations agree
-    but for the PE: each seed's difference on the same sequences, over the seeds, beyond 2 se."""
+    but for the PE: each seed's difference on the same sequences, over the seeds, beyond 2 se; a
+    seed whose final_losses.npz cannot be read (reported) is left out."""
     groups, key = configurations(runs), lambda g: setting(g[0]["config"],
                                                          (*PER_SEED, "pe", "positions"))
-    rows, gaps = [], {}
+    rows, gaps, files = [], {}, {r["path"]: report.attempt(final_losses, r) or {} for r in runs}
     for ref, g in [(ref, g) for ref in ("fixed", "stochastic") for g in groups
                    if g[0]["config"]["pe"] not in ("fixed", ref, "onehot")]:
         base = next((b for b in groups if b[0]["config"]["pe"] == ref and key(b) == key(g)), None)
-        seeds = {r["config"]["seed"]: final_losses(r) for r in base or []}
-        per = [(final_losses(r), seeds[r["config"]["seed"]]) for r in g
+        seeds = {r["config"]["seed"]: files[r["path"]] for r in base or []}
+        per = [(files[r["path"]], seeds[r["config"]["seed"]]) for r in g
                if r["config"]["seed"] in seeds]
         for k in sets(g, "T", "q") if per else []:
             d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
@@ -259,11 +257,12 @@ def table_paired(name, runs):
                 gaps[key(g), k] = mean([x for x, _ in d])
     markdown(f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed d ="
              " mean(l_a - l_b) and its Monte-Carlo se std/√n; over the seeds, d's mean ± s (the"
-             " sample standard deviation) and the Monte-Carlo se of that mean √(Σ se²)/k; beyond 2"
-             " se: the seeds with d < -2 se (a lower) / d > 2 se (a higher); randomized − stochastic"
-             " PE: the share of the stochastic − fixed gap randomized PE keeps, −d / that gap.",
-             ["a − b", "set", "seeds", "each seed: d ± se", "d: mean ± s", "Monte-Carlo se",
-              "beyond 2 se: lower / higher", "share of the gap kept"], rows)
+             " sample standard deviation) and the Monte-Carlo se of that mean √(Σ se²)/k; beyond"
+             " 2 se: the seeds with d < -2 se (a lower) / d > 2 se (a higher); randomized −"
+             " stochastic PE: the share of the stochastic − fixed gap randomized PE keeps, −d /"
+             " that gap.", ["a − b", "set", "seeds", "each seed: d ± se", "d: mean ± s",
+                            "Monte-Carlo se", "beyond 2 se: lower / higher",
+                            "share of the gap kept"], rows)
 
 
 def table_floor(name, runs, predicted):
@@ -281,8 +280,8 @@ def table_floor(name, runs, predicted):
     markdown(f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
              f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
              " deviation), trained − family paired, its Monte-Carlo se √(Σ se²)/k.",
-             ["pe", "d_e", "seeds", f"family best ({FLOOR}; ± se)", "trained", "family at its c, α",
-              "trained − family", "Monte-Carlo se", "trained / family"], rows)
+             ["pe", "d_e", "seeds", f"family best ({FLOOR}; ± se)", "trained",
+              "family at its c, α", "trained − family", "Monte-Carlo se", "trained / family"], rows)
 
 
 def quoted(x, se):
@@ -295,8 +294,7 @@ def quoted(x, se):
 
 
 def table_length(name, runs, predicted):
-    """At each length and subset size, a configuration's loss, the family's (THEORY's, paired with
-    the trained runs; FLOOR's best), each one's share of the trained rise, its slope."""
+    """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
     groups, names = configurations(runs), sets(runs, "T", "q")
     path = runs[0]["path"].parent / THEORY
     own = {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
@@ -304,23 +302,23 @@ def table_length(name, runs, predicted):
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
         c, trained = g[0]["config"], [value(r["end"], k) for r in g]
         mine = own.get((tuple(r["path"].name for r in g), k), {})
-        best = [predicted.get((c["pe"], *task(j, c), c["d"], c["de"]), {}) for j in (k, "val")]
+        b = [best(predicted, c, j) for j in (k, "val")]
         key, se = ("loss", "se") if c["pe"] == "stochastic" else ("table", "table_se")
         rise = mean(trained) - mean(value(r["end"], "val") for r in g)
-        both = k != "val" and rise and all(finite(b.get(key)) and finite(b.get(se)) for b in best)
+        both = k != "val" and rise and all(finite(x.get(key)) and finite(x.get(se)) for x in b)
         rows.append(["T={}, q={}".format(*task(k, c)), label(g, groups), mean_sd(trained),
                      quoted(mine.get("own", NAN), mine.get("own_se")),
-                     quoted(best[0].get(key, NAN), best[0].get(se)),
+                     quoted(b[0].get(key, NAN), b[0].get(se)),
                      quoted(mine.get("share", NAN), mine.get("share_se")),
-                     quoted((best[0][key] - best[1][key]) / rise, math.hypot(best[0][se], best[1][se])
+                     quoted((b[0][key] - b[1][key]) / rise, math.hypot(b[0][se], b[1][se])
                             / abs(rise)) if both else "-",
                      mean_sd([slope(r, k) for r in g], ".2g")])
     markdown(f"{name}: at each length and subset size (T={groups[0][0]['config']['T']},"
              f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the sample"
-             " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each seed's"
-             f" own c, α (sts.family_fit; {THEORY}) and the family's best ({FLOOR}); fixed PE, at"
-             " the training T: W = c M that learned its table (sts.table_floor) at the training q's"
-             f" c, M ({THEORY}) and retuned ({FLOOR}); ± its Monte-Carlo se. Own: on"
+             " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each"
+             f" seed's own c, α (sts.family_fit; {THEORY}) and the family's best ({FLOOR}); fixed"
+             " PE, at the training T: W = c M that learned its table (sts.table_floor) at the"
+             f" training q's c, M ({THEORY}) and retuned ({FLOOR}); ± its Monte-Carlo se. Own: on"
              f" {'/'.join(map(str, sorted(n))) or '-'} sequences a set, each seed's trained run"
              " and its family on the same sequences, the q-sets nested in the training set's;"
              " its share of the trained rise from the training set paired sequence by sequence"
@@ -359,9 +357,9 @@ def table_selection(name, runs):
             cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
             rows.append([label(g, groups), c["optimizer"], what,
                          *(mean_sd(x, ".3g") for x in cells)])
-    markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P (L ×"
-             " L) on each seed's own table, L > d_e; the trained W against table_floor.json's W ="
-             " c M (sts.table_floor); over the seeds mean ± s (the sample standard deviation).",
+    markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
+             " (L × L) on each seed's own table, L > d_e; the trained W against table_floor.json's"
+             " W = c M (sts.table_floor); over the seeds mean ± s (the sample standard deviation).",
              ["configuration", "optimizer", "W_ee", "self-score mean", "self-score s over"
               " positions", "cross-score s", "self mean / cross s", "least eigenvalue",
               "largest eigenvalue", "off-diagonal share of ‖W_ee‖"], rows)
@@ -444,7 +442,7 @@ def last_quarter(path, row, eps):
                 path.parent.glob(f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl")]
         end = max(row["steps"], min((max(log, default=0) for log in logs), default=0))
         a, b = (mean([log.get(s, NAN) for log in logs]) for s in (end * 3 // 4, end))
-        below.append(f"m = {m}: {fmt(a)} → {fmt(b)}" + (f" at {end}" if end > row["steps"] else ""))
+        below.append(f"m = {m}: {fmt(a)} → {fmt(b)}" + f" at {end}" * (end > row["steps"]))
         settled = ("-" if not finite(a - b) else "no (below the target)" if b <= eps else
                    "yes" if abs(a - b) < SETTLED else "no")
         if settled != "no (below the target)":
@@ -468,7 +466,8 @@ def table_largest(sweeps):
     for what, series in (("at the largest budget", [(T, m) for T, m, *_ in pts]),
                          ("at convergence", [(T, at) for T, _, _, ok, at in pts if ok == "yes"])):
         k = len(series)
-        for lo, hi in [(0, k)] if k == 2 else [(i, j) for j in range(3, k + 1) for i in range(j - 2)]:
+        for lo, hi in [(0, k)] if k == 2 else [(i, j) for j in range(3, k + 1)
+                                               for i in range(j - 2)]:
             x, y = np.log(np.array(series[lo:hi], float)).T
             w = (x - x.mean()) / ((x - x.mean()) ** 2).sum()   # slope = w . y, linear in each y
             fit = float(w @ y)
@@ -476,8 +475,8 @@ def table_largest(sweeps):
                          ", ".join(str(m) for _, m in series[lo:hi]), f"{fit:.2f}",
                          f"{fit - math.log(2) * w[w > 0].sum():.2f} to"
                          f" {fit - math.log(2) * w[w < 0].sum():.2f}"])
-    return markdown(f"The FCN's width at the largest budget run at each T (every sweep.json with eps"
-                    f" {eps:.4f}): " + ", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps},"
+    return markdown(f"The FCN's width at the largest budget run at each T (every sweep.json with"
+                    f" eps {eps:.4f}): " + ", ".join(f"{T}: {m}{f' → {at}' * (at != m)} ({steps},"
                                                  f" {('no', 'yes')[ok == 'yes']})"
                                                  for T, m, steps, ok, at in pts) +
                     " (T: m (steps, settled if the width below is); m → m': m' reached it trained"
@@ -503,35 +502,21 @@ def table_sweep(path, summary):
                       *last_quarter(path, r, summary["eps"])[:2]] for r in summary["rows"]])
 
 
-# ----------------------------------------- the training curve against sts.family_dynamics (GD on c, α)
-def measured(run):
-    """A run's logged (step, val, c, α); c = norm_W cos_W / √d_e in logs from before c was logged."""
-    d_e = run["config"]["de"]
-    return np.array([(r["step"], value(r, "val"), value(r, "c") if "c" in r else
-                      value(r, "norm_W") * value(r, "cos_W") / math.sqrt(d_e), value(r, "alpha"))
-                     for r in run["log"]], float).reshape(-1, 4).T
-
-
-def curves(row, group):
-    """The steps every seed logged up to the row's last, (val, c, α) there (seeds, steps, 3), and
-    family_dynamics' (loss, c, α, se) there (its JSON keeps every few steps: interpolated)."""
-    logs = [dict(zip(m[0], m[1:].T)) for m in map(measured, group)]
-    steps = np.array(sorted(s for s in set.intersection(*map(set, logs)) if s <= row["steps"]))
-    kept = np.array(row["rows"], float).T
-    return (steps, np.array([[log[s] for s in steps] for log in logs]),
-            [np.interp(steps, kept[0], y) for y in kept[1:5]])
-
-
+# ------------------------------------ the training curve against sts.family_dynamics (GD on c, α)
 def escape(row, group):
-    """Each seed's t_1/2 (sts.escape_step at the family's floor), the curves, the val gap's se."""
-    steps, seeds, (loss, c, alpha, se) = curves(row, group)
+    """Each seed's t_1/2 (sts.escape_step at the row's floor); the steps every seed logged up to the
+    row's last; the logged (val, c, α) there (seeds, steps, 3), c = norm_W cos_W / √d_e in logs
+    from before c was logged; family_dynamics' (loss, c, α) there (interpolated), its gap's se."""
+    logs = [{r["step"]: (value(r, "val"), value(r, "c") if "c" in r else value(r, "norm_W")
+                         * value(r, "cos_W") / math.sqrt(run["config"]["de"]), value(r, "alpha"))
+             for r in run["log"]} for run in group]
+    steps = np.array(sorted(s for s in set.intersection(*map(set, logs)) if s <= row["steps"]),
+                     float)
+    seeds, kept = np.array([[log[s] for s in steps] for log in logs]), np.array(row["rows"], float)
+    loss, c, alpha, se = (np.interp(steps, kept[:, 0], y) for y in kept[:, 1:5].T)
     gap_se = se * math.sqrt(1 + 2048 / group[0]["config"]["n_test"])   # --dynamics' 2048 draws
     return [sts.escape_step(steps, v, row["floor"]) for v in seeds[:, :, 0]], steps, seeds, (
         loss, c, alpha, gap_se)
-
-
-def model(row):
-    return "GD" if row["batch"] is None else f"SGD, n={row['batch']}"
 
 
 def table_dynamics(name, pairs):
@@ -541,53 +526,54 @@ def table_dynamics(name, pairs):
         row = mine[-1]                                     # SGD's where there is one
         _, steps, seeds, (loss, c, alpha, se) = escape(row, g)
         at = {int(np.abs(steps - x * (row["t_half"] or 0)).argmin()) for x in (.5, 1, 1.5, 2, 4)}
-        for i in sorted(at | {0, len(steps) - 1}):
-            rows.append([label(g, [g]), model(row), int(steps[i]), mean_sd(seeds[:, i, 0]),
-                         f"{loss[i]:.4f} ± {se[i]:.4f}", mean_sd(seeds[:, i, 1], ".3f"),
-                         fmt(c[i], ".3f"), mean_sd(seeds[:, i, 2], ".3f"), fmt(alpha[i], ".3f")])
-    return markdown(f"{name}: the logged curve against W = c W*, V = α V* trained from zero ({DYNAMICS}:"
-             " sts.family_dynamics on its own 2,048 sequences at the runs' rate schedule; by SGD's"
-             " model at the runs' n where the file has it, else by GD), at the first and last steps"
-             " both logged and those nearest ½, 1, 1½, 2 and 4 times its t½. Over the seeds mean ± s"
-             " (the sample standard deviation); ± beside the prediction: the Monte-Carlo se of its"
-             " gap to the seeds' common val set, √(se² + se² 2048/n_test). c = ⟨W, W*⟩/d_e (logs"
-             " without it: norm_W cos_W / √d_e), α = ⟨V, V*⟩/d ('-': not logged).",
-             ["configuration", "model", "step", "val", "predicted", "c", "c predicted", "α",
-              "α predicted"], rows)
+        model = "GD" if row["batch"] is None else f"SGD, n={row['batch']}"
+        rows += [[label(g, [g]), model, int(steps[i]), mean_sd(seeds[:, i, 0]),
+                  f"{loss[i]:.4f} ± {se[i]:.4f}", mean_sd(seeds[:, i, 1], ".3f"), fmt(c[i], ".3f"),
+                  mean_sd(seeds[:, i, 2], ".3f"), fmt(alpha[i], ".3f")]
+                 for i in sorted(at | {0, len(steps) - 1})]
+    return markdown(
+        f"{name}: the logged curve against W = c W*, V = α V* trained from zero ({DYNAMICS}:"
+        " sts.family_dynamics on its own 2,048 sequences at the runs' rate schedule; by SGD's"
+        " model at the runs' n where the file has it, else by GD), at the first and last steps"
+        " both logged and those nearest ½, 1, 1½, 2 and 4 times its t½. Over the seeds mean ± s"
+        " (the sample standard deviation); ± beside the prediction: the Monte-Carlo se of its"
+        " gap to the seeds' common val set, √(se² + se² 2048/n_test). c = ⟨W, W*⟩/d_e (logs"
+        " without it: norm_W cos_W / √d_e), α = ⟨V, V*⟩/d ('-': not logged).",
+        ["configuration", "model", "step", "val", "predicted", "c", "c predicted", "α",
+         "α predicted"], rows)
 
 
 def table_plateau(experiments):
-    """Every configuration beside a family_dynamics.json: t_1/2 measured, by GD's and SGD's
-    reduction and their closed forms; the largest gap of the curve, the end's c and α (SGD's)."""
+    """Every configuration beside a DYNAMICS: t_1/2 measured and predicted, the gap, c and α."""
     rows = []
-    for folder, pairs in experiments:
-        for mine, g in pairs:
-            halves, steps, seeds, (loss, c, alpha, se) = escape(mine[-1], g)
-            halves = [NAN if h is None else h for h in halves]
-            gap = seeds[:, :, 0].mean(0) - loss
-            i, cfg, beyond = int(np.abs(gap).argmax()), g[0]["config"], np.abs(gap) > 2 * se
-            sgd = mine[-1] if mine[-1]["batch"] is not None else {}
-            rows.append([folder + (f", L={cfg['positions']}" if cfg.get("positions") else ""),
-                         cfg["T"], cfg["q"], cfg["de"], cfg["lr"], cfg["batch"], len(g),
-                         cfg["eval_every"], mean_sd(halves, ".0f"), mine[0]["t_half"] if mine[0]["batch"] is None
-                         else "-", sgd.get("t_half", "-"), f"{mine[0]['t_half_closed']:.0f}",
-                         fmt(sgd.get("t_half_closed", NAN), ".0f"),
-                         *(fmt(mean(halves) / row["t_half"], ".2f") if row.get("t_half") else "-"
-                           for row in (mine[0], sgd)),
-                         f"{beyond.sum()} of {len(gap)}; {gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}",
-                         f"{mean(seeds[:, -1, 1]):.3f} / {c[-1]:.3f}",
-                         f"{fmt(mean(seeds[:, -1, 2]), '.3f')} / {alpha[-1]:.3f}"])
-    return markdown("The plateau: t½, the first logged step whose val is below the midpoint of its first"
-             f" and the family's floor ({DYNAMICS}'s: sts.family_floor on 4,096 sequences), over"
-             " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (sts.family_dynamics,"
-             " every step) by GD and by SGD's model at the runs' n, and their closed forms"
-             " (sts.plateau_steps); measured over each; the logged steps where the seeds' mean val"
-             " is more than 2 Monte-Carlo se from the last model's loss (the set's and the"
-             " model's sequences differ: √(se² + se² 2048/n_test)), and the largest gap; c and α"
-             " at the last step both logged, the seeds' mean / the last model's. A measured t½ is"
-             " a logged step: it is late by up to one logging interval (every 5 steps in plateau/).",
-             ["experiment (randomized PE: its L)", "T", "q", "d_e", "lr", "n", "seeds",
-              "logged every", "t½ measured", "t½ GD", "t½ SGD",
-              "closed form: GD", "SGD", "measured / GD", "measured / SGD",
-              "val − model beyond 2 se; largest", "c at end: measured / model",
-              "α at end: measured / model"], rows)
+    for folder, (gd, last), g in [(f, (mine[0], mine[-1]), g) for f, pairs in experiments
+                                  for mine, g in pairs]:
+        halves, steps, seeds, (loss, c, alpha, se) = escape(last, g)
+        halves = [NAN if h is None else h for h in halves]
+        gap = seeds[:, :, 0].mean(0) - loss
+        i, cfg, beyond = int(np.abs(gap).argmax()), g[0]["config"], np.abs(gap) > 2 * se
+        sgd = last if last["batch"] is not None else {}
+        rows.append([folder + (f", L={cfg['positions']}" if cfg.get("positions") else ""),
+                     *(cfg[k] for k in ("T", "q", "de", "lr", "batch")), len(g),
+                     cfg["eval_every"], mean_sd(halves, ".0f"),
+                     gd["t_half"] if gd["batch"] is None else "-", sgd.get("t_half", "-"),
+                     f"{gd['t_half_closed']:.0f}", fmt(sgd.get("t_half_closed", NAN), ".0f"),
+                     *(fmt(mean(halves) / row["t_half"], ".2f") if row.get("t_half") else "-"
+                       for row in (gd, sgd)),
+                     f"{beyond.sum()} of {len(gap)}; {gap[i]:+.3f} ± {se[i]:.3f} at"
+                     f" {int(steps[i])}", f"{mean(seeds[:, -1, 1]):.3f} / {c[-1]:.3f}",
+                     f"{fmt(mean(seeds[:, -1, 2]), '.3f')} / {alpha[-1]:.3f}"])
+    return markdown(
+        "The plateau: t½, the first logged step whose val is below the midpoint of its first"
+        f" and the family's floor ({DYNAMICS}'s: sts.family_floor on 4,096 sequences), over"
+        " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (sts.family_dynamics,"
+        " every step) by GD and by SGD's model at the runs' n, and their closed forms"
+        " (sts.plateau_steps); measured over each; the logged steps where the seeds' mean val"
+        " is more than 2 Monte-Carlo se from the last model's loss (the set's and the"
+        " model's sequences differ: √(se² + se² 2048/n_test)), and the largest gap; c and α"
+        " at the last step both logged, the seeds' mean / the last model's. A measured t½ is"
+        " a logged step: it is late by up to one logging interval (every 5 steps in plateau/).",
+        ["experiment (randomized PE: its L)", "T", "q", "d_e", "lr", "n", "seeds",
+         "logged every", "t½ measured", "t½ GD", "t½ SGD", "closed form: GD", "SGD",
+         "measured / GD", "measured / SGD", "val − model beyond 2 se; largest",
+         "c at end: measured / model", "α at end: measured / model"], rows)

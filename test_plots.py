@@ -15,6 +15,7 @@ import torch
 
 import plots
 import rundirs
+import runlog
 import tables
 import sts
 import train_fcn
@@ -496,12 +497,12 @@ PLOT_CASES = {
     "unreadable weights": (
         lambda r: (r / FIXED / "weights_final.npz").write_text("not a zip"), 2, WHOLE, 1,
         "fixed-de3-seed0/weights_final.npz: cannot be read"),
-    "a sweep.json row without its width": (
+    "a sweep.json row without its width (a hand edit: the file is skipped)": (
         lambda r: write_summary(r, "sweep", "sweep.json", SWEEP),
-        2, WHOLE + ["sweep_separation.png"], 1, "sweep/sweep.json: row 2: no key 'width'"),
+        2, WHOLE, 1, "sweep/sweep.json: KeyError: 'width'"),
     "a critical.json row without m50": (
         lambda r: write_summary(r, "bool", "critical.json", CRITICAL, {"grid": [16, 32, 64, 128]}),
-        2, WHOLE + ["bool_critical.png"], 1, "bool/critical.json: row 1: no key 'm50'"),
+        2, WHOLE, 1, "bool/critical.json: KeyError: 'm50'"),
     "a family_floor.json for another T": (
         lambda r: (r / "exp" / "family_floor.json").write_text(json.dumps({"rows": [
             dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})), 2, WHOLE, 1,
@@ -618,6 +619,65 @@ def test_a_damaged_final_losses_npz_is_one_line_naming_it_not_a_silent_blank(
     assert f"{tmp_path / FIXED}/final_losses.npz: {why}" in err
     assert len(table_cells(out, "| fixed PE")) == 1                 # the configurations' table
 
+def test_a_final_losses_npz_of_another_size_than_its_summary_is_skipped_not_mixed(
+        three_seeds, tmp_path, capsys):
+    """A kill during train_tf.py --evaluate between its two renames: final_losses.npz of 1,024
+    sequences a set beside a summary.json whose n_final still says 128. The paired table leaves
+    that seed out, and says so, instead of pairing its first 128 sequences with the others'."""
+    import statistics
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    cut = sgd / "fixed-de8-seed1" / "final_losses.npz"
+    with np.load(cut) as z:
+        np.savez(cut, **{k: np.resize(x, 1024) * 0.5 for k, x in z.items()})  # a new evaluation
+    assert json.loads((cut.parent / "summary.json").read_text())["n_final"] == 128
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(sgd), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and err.count("\n") == 1, err
+    assert f"skipped: {cut}: " in err and "n_final" in err and "train_tf.py --evaluate" in err
+    rows = table_cells(out, "| stochastic PE (3 seeds) − fixed PE (3 seeds) |")
+    assert [row[1] for row in rows] == ["val", "T=8", "T=10", "q=1"]
+    for _, name, seeds, each, d_cell, *_ in rows:              # seeds 0 and 2 alone
+        d = [(npz_losses(sgd / f"stochastic-de8-seed{seed}", name)
+              - npz_losses(sgd / f"fixed-de8-seed{seed}", name)).mean() for seed in (0, 2)]
+        assert seeds == "2 of 3" and each.count(" ± ") == 2
+        assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
+
+
+# EXPECTED TO FAIL (xfail, strict) until runlog.write_atomic writes each call's own temporary
+# name (issue 49, the lead's runlog.py change): then it passes, and the xfail mark must go.
+@pytest.mark.xfail(strict=True, reason="runlog.write_atomic still writes path.tmp (issue 49)")
+def test_two_writers_of_one_file_each_write_their_own_temporary_file(tmp_path):
+    """Two plots.py into one --out save the same figure at once: each write_atomic must succeed,
+    the file is one writer's whole, and no temporary file is left behind."""
+    import threading
+    target, held, release, errors = tmp_path / "exp_training.png", threading.Event(), \
+        threading.Event(), []
+
+    def slow(handle):                          # the first writer, held open mid-write
+        handle.write(b"A" * 1000)
+        held.set()
+        assert release.wait(30)
+        handle.write(b"A" * 1000)
+
+    def first():
+        try:
+            runlog.write_atomic(target, slow)
+        except Exception as e:                 # noqa: BLE001  reported below
+            errors.append(e)
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert held.wait(30)
+    try:
+        runlog.write_atomic(target, lambda handle: handle.write(b"B" * 2000))  # the second
+    finally:
+        release.set()
+        thread.join(30)
+    assert errors == [] and target.read_bytes() in (b"A" * 2000, b"B" * 2000)
+    assert [f.name for f in tmp_path.iterdir()] == [target.name]            # no temporary left
+
+
 def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):
     fake_run(tmp_path / "run", "fixed")
     append(tmp_path / "run" / "log.jsonl", '{"step": 30, "val"')
@@ -673,11 +733,10 @@ def test_plots_draws_and_tabulates_the_needed_width_with_the_trained_sweep_besid
     write_summary(tmp_path, "width", "needed_de.json", NEEDED)
     (tmp_path / "width" / "sweep.json").write_text(json.dumps(sweep))
     monkeypatch.setattr(plots, "FORMATS", ("png",))
-    report = rundirs.Report()                                   # the figure alone, not the sweep's
-    (tmp_path / "fig").mkdir()
-    assert plots.draw_summary(tmp_path / "width" / "needed_de.json", (tmp_path / "fig", ("png",)),
-                              report)
-    assert report == [] and [f.name for f in (tmp_path / "fig").iterdir()] == ["width_needed_de.png"]
+    (tmp_path / "fig").mkdir()                                  # the figure alone, not the sweep's
+    assert plots.draw_summary(tmp_path / "width" / "needed_de.json", NEEDED, sweep,
+                              (tmp_path / "fig", ("png",)))
+    assert [f.name for f in (tmp_path / "fig").iterdir()] == ["width_needed_de.png"]
     with pytest.raises(SystemExit) as done:
         plots.main([str(tmp_path / "width"), "--table"])
     out = capsys.readouterr().out
@@ -688,17 +747,6 @@ def test_plots_draws_and_tabulates_the_needed_width_with_the_trained_sweep_besid
     cells = {r[0]: r for r in table_cells(out, ("| power", "| the theory", "| polylog"))}
     assert [cells[tables.FORM_WORDS[k]][2] for k in fits] == [f"{f['rms']:.4f}"
                                                               for f in fits.values()]
-
-
-def test_a_needed_de_json_row_without_its_floor_is_one_line_and_the_other_rows_are_drawn(tmp_path,
-                                                                                        capsys):
-    cut = {k: v for k, v in NEEDED["rows"][0].items() if k != "floor"}
-    write_summary(tmp_path, "width", "needed_de.json", dict(NEEDED, rows=[cut, *NEEDED["rows"][1:]]))
-    with pytest.raises(SystemExit) as done:
-        plots.main([str(tmp_path), "--out", str(tmp_path / "fig"), "--formats", "png"])
-    err = capsys.readouterr().err.splitlines()
-    assert done.value.code == 2 and len(err) == 1 and "needed_de.json: row 1: no key 'floor'" in err[0]
-    assert [f.name for f in (tmp_path / "fig").iterdir()] == ["width_needed_de.png"]
 
 
 @pytest.mark.parametrize("out", ["figures", "figures/new"])   # the folder read-only, or its parent
