@@ -10,7 +10,6 @@ NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs
 sweep.json, critical.json, needed_de.json NAME_separation, _critical, _needed_de. Seeds: their mean
 and a band from lowest to highest. What cannot be drawn is a line on stderr, the rest drawn; exit
 status 2 after one, or when nothing is drawn; 0 after a warning alone (a log's cut last line)."""
-import argparse
 import itertools
 import os
 import sys
@@ -90,8 +89,6 @@ def save(fig, out, name, title):
     try:
         for ext in formats:           # whole or not at all: no truncated figure is left behind
             runlog.write_atomic(folder / f"{name}.{ext}", lambda h: fig.savefig(h, format=ext))
-    except OSError as e:            # a read-only --out, a full disk: the others would fail too
-        runlog.fail("plots.py", runlog.cannot_write(e))
     finally:
         plt.close(fig)
     print(f"wrote {folder / name}.{' and .'.join(formats)}")
@@ -575,10 +572,7 @@ def draw_all(experiments, summaries, out, report, n_theory=None):
     """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats). With
     n_theory: instead, THEORY beside each experiment with a FLOOR, on n_theory sequences a set."""
     if out and (experiments or summaries):
-        try:
-            out[0].mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            runlog.fail("plots.py", runlog.cannot_write(e))
+        out[0].mkdir(parents=True, exist_ok=True)
     loaded = [load(folder, dirs, report, n_theory) for folder, dirs in sorted(experiments.items())]
     for folder, runs, predicted, _ in loaded if n_theory else ():   # --theory: THEORY files alone
         if runs and predicted and (rows := report.attempt(theory, runs, predicted, n_theory)):
@@ -606,8 +600,7 @@ def draw_all(experiments, summaries, out, report, n_theory=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="plots.py", description=__doc__.split("\n")[0])
-    p.error = lambda message: runlog.fail("plots.py", message)  # one line, not a usage block
+    p = runlog.Parser("plots.py", __doc__.split("\n")[0])      # an error: one line, exit 2
     p.add_argument("paths", nargs="+", help="run directories, or folders that hold them")
     p.add_argument("--out", default="runs/figures", help="folder for the PNG and PDF files (default"
                    " runs/figures: the committed gallery figures/ is written only when named here)")

@@ -131,9 +131,9 @@ fi
 
 LANES=()   # the lanes under way
 lane() { local line; for line; do eval "$line"; done; }   # in a subshell of its own: each run is its child
-stop() {   # Ctrl-C (exit 130) or SIGTERM (143): stop the lanes and the run each has under way (it checkpoints
-           # and writes its summaries)
-  trap - INT TERM
+stop() {   # Ctrl-C (exit 130), SIGTERM (143) or SIGHUP (129, a closed terminal): stop the lanes and the run
+           # each has under way (it checkpoints and writes its summaries)
+  trap - INT TERM HUP
   local runs
   runs=$(pgrep -P "$(IFS=,; echo "${LANES[*]}")" || true)
   kill "${LANES[@]}" 2>/dev/null || true
@@ -145,6 +145,7 @@ stop() {   # Ctrl-C (exit 130) or SIGTERM (143): stop the lanes and the run each
 }
 trap 'stop 130' INT
 trap 'stop 143' TERM
+trap 'stop 129' HUP
 mkdir -p "$OUT/logs"
 if [ ${#LANE_B[@]} = 0 ]; then
   lane "${LANE_A[@]}" & LANES=($!)

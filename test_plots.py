@@ -645,9 +645,7 @@ def test_a_final_losses_npz_of_another_size_than_its_summary_is_skipped_not_mixe
         assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
 
 
-# EXPECTED TO FAIL (xfail, strict) until runlog.write_atomic writes each call's own temporary
-# name (issue 49, the lead's runlog.py change): then it passes, and the xfail mark must go.
-@pytest.mark.xfail(strict=True, reason="runlog.write_atomic still writes path.tmp (issue 49)")
+# issue 49's hole: two writers of one file shared its path.tmp, and one failed
 def test_two_writers_of_one_file_each_write_their_own_temporary_file(tmp_path):
     """Two plots.py into one --out save the same figure at once: each write_atomic must succeed,
     the file is one writer's whole, and no temporary file is left behind."""

@@ -807,3 +807,27 @@ def test_evaluate_is_one_transaction_under_the_lock_and_a_sigterm_waits_for_its_
         with np.load(run / "final_losses.npz") as losses:
             assert len(losses["val"]) == 128
         assert json.loads((run / "summary.json").read_text())["n_final"] == 128
+
+
+@pytest.mark.slow   # a process stopped from outside: run by `python test_sts.py --all` (CI)
+def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_so(tmp_path):
+    # issue 49's hole: a closed terminal (SIGHUP to the script alone) left its lanes and their
+    # trainers running, orphaned, without summaries; INT and TERM were trapped, HUP was not
+    out = tmp_path / "out"
+    proc = subprocess.Popen(["bash", str(HERE / "run_course.sh"), str(out)],
+                            env=dict(os.environ, TF_FLAGS="--device cpu"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not any(log.stat().st_size for log in out.rglob("log.jsonl")):
+            assert time.time() < deadline and proc.poll() is None, "no run logged in 2 minutes"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=120) == 129, proc.stderr.read()
+        left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
+        assert left == "", f"orphaned: {left}"
+        runs = [p.parent for p in out.rglob("config.json")]
+        assert runs and all(summary_of(run)["status"] == "terminated" for run in runs)
+    finally:
+        subprocess.run(["pkill", "-f", str(out)])
+        proc.kill()
