@@ -17,7 +17,7 @@ import functools
 import resource
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -42,33 +42,36 @@ TARGETS = [("fused", "floor", "<=", 1.3), ("autograd", "fused", ">=", 3.5),
            ("figure-set", None, "<=", 60)]        # a path's ms over another's, or its ms alone
 
 
-def floor(tr, index, n, T):
+def floor(model, index, n, T):
     """A batch's stochastic PE Gaussians alone, on the step's chunks: the least a step costs."""
-    step = tr.step_fn
+    engine = model.engine
 
     def work(chunks):
         for lo, hi in chunks:
-            gen, buf = step.thread_tools(fused.buffer_size(step.device, hi - lo, T, tr.d_e))
-            fused.draw_pe(gen, fused.words(0, index)[1], lo, hi, T, tr.d_e, buf)
-    step.each_thread(n, T, work)
+            gen, buf = engine.thread_tools(fused.buffer_size(engine.device, hi - lo, T, model.d_e))
+            fused.draw_pe(gen, fused.words(0, index)[1], lo, hi, T, model.d_e, buf)
+    engine.each_thread(n, T, work)
 
 
 def paths(scale, device):
-    """name -> step(index) to time, each on one torch thread (its worker threads share cores)."""
-    def trainer(*flags):          # train_tf.py's Trainer for these flags (no run directory written)
-        return train_tf.Trainer(train_tf.parse_args(["--preset", scale.preset, *flags]),
-                                scale.de[0], device)
-    one = trainer("--step", "fused")
-    out = {"autograd": trainer("--step", "autograd").train_step, "fused": one.train_step,
-           "figure-set": trainer("--figure-set", "--step", train_tf.STEP[device.type]).train_step,
+    """name -> step(index) to time: train_tf.py's batch and step (the optimisers' update aside),
+    each on one torch thread (its worker threads share cores)."""
+    def step(*flags, step=None):      # train_tf.py's Model for these flags (no run written)
+        args = train_tf.parse_args(["--preset", scale.preset, *flags])
+        args = replace(args, step=args.step or train_tf.STEP[device.type])
+        model = train_tf.Model(args, scale.de[0], device, train_tf.run_specs(args, scale.de[0]))
+        return model, lambda index: (step or model.step)(torch.stack(model.W), torch.stack(
+            model.V), train_tf.get_batch(model, index, scale.batch, scale.T, scale.q))
+    one, fused_step = step("--step", "fused")
+    out = {"autograd": step("--step", "autograd")[1], "fused": fused_step,
+           "figure-set": step("--figure-set")[1],
            "floor": lambda index: floor(one, index, scale.batch, scale.T)}
     if device.type == "cpu":
-        out["1 thread"] = trainer("--step", "fused", "--threads", "1").train_step
+        out["1 thread"] = step("--step", "fused", "--threads", "1")[1]
     else:              # the model as CUDA graphs: measured here before train_tf.py would use it
-        graphs = trainer("--step", "autograd")
-        graphs.step_fn.chunk = functools.partial(train_tf.autograd_chunk, model=torch.compile(
-            train_tf.forward, mode="reduce-overhead"))
-        out["compiled"] = graphs.train_step
+        out["compiled"] = step("--step", "autograd", step=functools.partial(
+            train_tf.autograd_step, attend=["tokens"], forward=torch.compile(
+                train_tf.forward, mode="reduce-overhead")))[1]
     return out
 
 
@@ -112,7 +115,7 @@ def main(argv=None):
         peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         print(f"peak memory of the process (all paths): {peak / 2 ** 20:.0f} MiB")
-    runlog.run_command("bench.py", body)
+    runlog.run_command("bench.py", body, argv)
 
 
 if __name__ == "__main__":

@@ -126,8 +126,9 @@ def model_losses(W, V, batch, attend):
     return torch.stack([out[r] for r in sorted(out)], 1)
 
 
-def autograd_step(W, V, batch, attend):
-    """--step autograd: each run's mean loss on the batch (R,) and its gradient by autograd."""
+def autograd_step(W, V, batch, attend, forward=forward):
+    """--step autograd: each run's mean loss on the batch (R,) and its gradient by autograd
+    (bench.py times it with forward compiled)."""
     W, V = W.detach().requires_grad_(), V.detach().requires_grad_()
     out = {r: loss(forward(W[r], V[r], Z, z_q, attend[r]), target).mean()
            for runs, Z, z_q, target in batch for r in runs}
