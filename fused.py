@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+import sts
+
 # Sequences per seeded draw, and whether a draw makes its whole chunk (keeping the first ones). The
 # CPU draws 8 at a time, as many as asked (every CPU result here). On CUDA the seeded calls'
 # launches bound a step: a chunk is a paper-scale batch, drawn whole (a smaller set is the first
@@ -146,6 +148,17 @@ def fused_chunk(G, r, X, idx, target, W, V, query, n):
             torch.einsum("crd,crD->rdD", df, h))                                  # df h^T
 
 
+def parts(specs, d_e, longest, device, dtype):
+    """The runs that share their PEs (of one seed, kind and table size L): [(seed, kind, table,
+    run indices)], a table (L or the longest length, d_e) of unit rows, None for stochastic PE."""
+    shared = {}
+    for r, s in enumerate(specs):
+        shared.setdefault((s["seed"], s["pe"], s["positions"]), []).append(r)
+    return [(seed, kind, None if kind == "stochastic" else torch.as_tensor(sts.PositionalEncoding(
+        kind, d_e, L or longest, seed).table.T.copy(), dtype=dtype, device=device), runs)
+        for (seed, kind, L), runs in shared.items()]
+
+
 class FusedStep:
     """--step fused: the losses and gradients of R runs on a batch by fused_chunk, each chunk drawn
     once for the runs sharing it, in worker threads. parts: runs sharing PEs, as (seed, kind, table,
@@ -231,7 +244,7 @@ class FusedStep:
         return losses / n, dW, dV
 
     def losses(self, W, V, batch):
-        """Each sequence's loss under each run (n, R) on batch (index, n, T, q, val), no gradient."""
+        """Each sequence's loss under each run (n, R) on batch (index, n, T, q, val)."""
         index, n, T, q, val = batch
         out = torch.empty(n, W.shape[0], dtype=self.dtype, device=self.device)
 

@@ -1,14 +1,14 @@
-"""The run API of every training script: run folders, flags, one checkpoint format, the exit codes.
+"""The run API of every training script: run folders, flags, one checkpoint format, exit codes.
 
 A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
 terminated or failed; its step; its last record and final numbers) and the script's arrays (.npz).
 A Job is the runs one process trains together: one lock on --out, one checkpoint file holding the
-whole job (each run's config and log as they were, the trainer's state dict), renamed into place whole.
-Exit status (run_command): 0 finished, 1 a run diverged, 2 a user's mistake (one line naming the flag
-and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, each with the command
-that goes on. Rare faults (a full disk, out of memory, a hand-edited file) end in Python's traceback;
-nothing is lost: files are written whole or not at all, the last checkpoint stays intact.
+whole job (each run's config and log as checkpointed, the trainer's state), renamed into place.
+Exit status (run_command): 0 finished, 1 a run diverged, 2 a user's mistake (one line naming the
+flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, each with the
+command that goes on. Rare faults (a full disk, out of memory, a hand-edited file) end in Python's
+traceback, and lose nothing: files are written whole or not at all, the last checkpoint is intact.
 It knows nothing of the models; it imports torch only for a checkpoint or a device.
 """
 import argparse
@@ -192,7 +192,8 @@ class Job:
     A signal is acted on at the next save(), after the checkpoint is written (a second one at once);
     at any ending each run still running gets its summary.json, then `files(r)` its last arrays."""
 
-    def __init__(self, dirs, configs, out, family, resume, every=300.0, files=None):
+    def __init__(self, dirs=(), configs=(), out=".", family="", resume=False, every=300.0,
+                 files=None):        # Job(): no runs, its signals held (a transaction)
         self.dirs, self.configs, self.resume = list(map(Path, dirs)), configs, resume
         names = "\n".join(os.path.relpath(path, out) for path in self.dirs).encode()
         self.file = Path(out) / f"checkpoint-{family}-{hashlib.sha1(names).hexdigest()[:10]}.pt"
@@ -283,7 +284,8 @@ class Job:
         """The job's checkpoint at `step`, if due (--checkpoint-every), forced, or a signal came:
         then raises Interrupted once it is written."""
         self.step = step
-        if not (force or self.caught or self.saved is None or time.time() - self.saved > self.every):
+        due = self.saved is None or time.time() - self.saved > self.every
+        if not (force or self.caught or due):
             return
         import torch
         logs = [(path / "log.jsonl").read_bytes() for path in self.dirs]

@@ -6,10 +6,10 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Read top to bottom: the config, the model, get_batch, evaluate, the loop. The runs of several --pe
-and --seed (or --figure-set's seven) train side by side on each step's shared draws, several --de
-one after another. Each run writes a directory under --out: config.json, log.jsonl,
-weights_init.npz, weights_final.npz, final_losses.npz (per sequence), summary.json.
+Read top to bottom: config, model, get_batch, evaluate, the loop. The runs of several --pe and
+--seed (--figure-set: seven) train side by side on each step's shared draws, several --de in turn;
+each writes a directory under --out (runlog.py), its arrays in weights_init/final.npz and
+final_losses.npz (each sequence's loss on every validation set).
 """
 import functools
 import json
@@ -36,9 +36,9 @@ class Args:
     preset: str = flag("paper", "defaults of the flags marked [paper ...; course ...]",
                        choices=("paper", "course"))
     pe: list = flag(["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct)
-    positions: list = flag(None, "randomized PE: its table's size L (several: a sweep); each sequence"
-                           " uses T of its L in order [the longest length]", type=POSITIVE,
-                           nargs="+", action=Distinct)
+    positions: list = flag(None, "randomized PE: its table's size L (several: a sweep); each "
+                           "sequence uses T of its L in order [the longest length]",
+                           type=POSITIVE, nargs="+", action=Distinct)
     seed: list = flag([0], "seeds (data, init, fixed PE table); all share the validation sets",
                       type=NATURAL, action=Distinct)
     figure_set: bool = flag(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
@@ -55,7 +55,7 @@ class Args:
     anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on", type=RATE)
     init: str = flag("zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random"))
     init_scale: float = flag(0.01, "std of the entries of a random init", type=RATE)
-    attend: str = flag("tokens", "attend over Z, or [Z, z_q] (Figure 1)", choices=("tokens", "query"))
+    attend: str = flag("tokens", "attend over Z, or [Z z_q] (Fig. 1)", choices=("tokens", "query"))
     test_T: list = flag([250, 300, 350, 400], "lengths of the length-generalisation sets",
                         type=POSITIVE, nargs="*")
     test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE,
@@ -96,7 +96,7 @@ SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # --evaluate score
 STEP = dict(cpu="fused", cuda="autograd")
 
 
-# -------------------------------------------------------------- the model, in plain autograd PyTorch
+# ------------------------------------------------------------ the model, in plain autograd PyTorch
 def embed(X, P, idx):
     """sts.embed: Z = [X; P] (n, D, T), each token x_i over its PE p_i, and the query
     z_q = [0_d; sum_{i in y} p_i] (n, D) (x_query = 0, as in the paper's Theorem 1)."""
@@ -141,15 +141,10 @@ class Model:
 
     def __init__(self, args, d_e, device, specs):
         self.args, self.specs, self.dtype = args, specs, getattr(torch, args.dtype)
-        shared, longest = {}, max([args.T, *args.test_T])  # (seed, kind, L) -> runs sharing PEs
-        for r, s in enumerate(specs):
-            shared.setdefault((s["seed"], s["pe"], s["positions"]), []).append(r)
-        self.parts = [(seed, kind, None if kind == "stochastic" else torch.as_tensor(  # its table
-            sts.PositionalEncoding(kind, d_e, L or longest, seed).table.T.copy(), dtype=self.dtype,
-            device=device), runs) for (seed, kind, L), runs in shared.items()]  # (L or longest, e)
         attend, self.d_e = [s["attend"] for s in specs], d_e
-        self.engine = fused.FusedStep(self.parts, [a == "query" for a in attend], args.d, d_e,
-                                      device, self.dtype, args.threads)
+        self.engine = fused.FusedStep(fused.parts(specs, d_e, max([args.T, *args.test_T]), device,
+                                                  self.dtype), [a == "query" for a in attend],
+                                      args.d, d_e, device, self.dtype, args.threads)
         # --step: the batch's losses and gradients (W, V, batch) -> (each run's loss, dW, dV), and
         # each sequence's loss (n, R), by the model and autograd, or by fused.py's hand
         self.step, self.losses = ((self.engine, self.engine.losses) if args.step == "fused" else
@@ -163,25 +158,25 @@ class Model:
                                [W, V], lr=s["lr"]) for s, W, V in zip(specs, self.W, self.V)]
         self.loss_sum = torch.zeros(len(specs), dtype=self.dtype, device=device)
 
-    def state_dict(self):
+    def state_dict(self):              # what a checkpoint keeps, and --resume loads
         return dict(W=self.W, V=self.V, loss_sum=self.loss_sum,
                     optimizers=[opt.state_dict() for opt in self.optimizers])
 
     def load_state_dict(self, state):
-        for W, V, W0, V0, opt, saved in zip(self.W, self.V, state["W"], state["V"],
-                                            self.optimizers, state["optimizers"]):
+        for W, V, opt, W0, V0, saved in zip(self.W, self.V, self.optimizers, state["W"],
+                                            state["V"], state["optimizers"]):
             W.copy_(W0), V.copy_(V0), opt.load_state_dict(saved)
         self.loss_sum.copy_(state["loss_sum"])
 
     def weights(self, r):
-        return dict(W=self.W[r].cpu().numpy(), V=self.V[r].cpu().numpy())
+        return dict(W=self.W[r].cpu().numpy(), V=self.V[r].cpu().numpy())   # a run's .npz
 
 
 # -------------------------------------------------------------------------------------- the batch
 def get_batch(model, index, n, T, q, val=False):
-    """Batch `index` (of each run's seed; with val the validation set `index`, common to every run),
-    drawn from its keyed streams (fused.py): for --step autograd, each part's (runs, Z, z_q, target);
-    --step fused draws in its own threads, and gets the key."""
+    """Batch `index` of each run's seed (val: the validation set `index`, common to every run) from
+    its keyed streams (fused.py): each part's (runs, Z, z_q, target) for --step autograd; the key
+    for --step fused, which draws in its own threads."""
     key = (index, n, T, q, val)
     if model.args.step == "fused":
         return key
@@ -197,8 +192,8 @@ def evaluate(model, n):
     a, W, V = model.args, torch.stack(model.W), torch.stack(model.V)
     sets = [("val", None, a.T, a.q), *(("test_T", str(T), T, a.q) for T in a.test_T),
             *(("test_q", str(q), a.T, q) for q in a.test_q)]   # (group, key, T, q): the VAL streams
-    return [((group, key), model.losses(W, V, get_batch(model, fused.val_index(T, q), n, T, q,
-                                                        True)).double()) for group, key, T, q in sets]
+    return [((group, key), model.losses(W, V, get_batch(
+        model, fused.val_index(T, q), n, T, q, True)).double()) for group, key, T, q in sets]
 
 
 def records(model, step, t0, since, evaluated):
@@ -213,8 +208,8 @@ def records(model, step, t0, since, evaluated):
     norm_W, now = ((W * W).sum((-2, -1)) ** 0.5).tolist(), round(time.time() - t0, 3)
     fits = [sts.family_fit(w, v, model.args.d) for w, v in zip(W.cpu().numpy(), V.cpu().numpy())]
     return [dict(step=step, train_loss=train[r], time=now, lr=opt.param_groups[0]["lr"],
-                 **runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r], cos_V=cos_V[r],
-                 norm_W=norm_W[r], c=fits[r][0], alpha=fits[r][1])
+                 **runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r],
+                 cos_V=cos_V[r], norm_W=norm_W[r], c=fits[r][0], alpha=fits[r][1])
             for r, opt in enumerate(model.optimizers)]
 
 
@@ -236,7 +231,7 @@ def train(args, d_e, device):
     job = new_job(args, specs, d_e, device, lambda r: {"weights_final.npz": model.weights(r)})
     if job.finished():
         return print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
-    with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=True) as bar:
+    with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=1) as bar:
         resumed = job.open(model.load_state_dict)
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
@@ -250,8 +245,7 @@ def train(args, d_e, device):
                     if job.status[r] == "running":
                         job.log(r, rec, start_loss)          # a diverging run stops alone
                 model.loss_sum.zero_()
-                bar.set_postfix_str(f"val {job.records[0]['val']:.4f}, cos_W "
-                                    f"{job.records[0]['cos_W']:.3f}")
+                bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
             if t == args.steps:
                 break
             batch = get_batch(model, t, args.batch, args.T, args.q)
@@ -266,7 +260,7 @@ def train(args, d_e, device):
         job.close("finished", args.steps, finals(model, args.n_final))
 
 
-# ------------------------------------------------------------------------------ runs and their flags
+# ---------------------------------------------------------------------------- runs and their flags
 def run_specs(args, d_e):
     """The runs of one d_e: each a dict of RUN_KEYS and its directory."""
     base = dict({k: getattr(args, k) for k in ("attend", "init", "init_scale", "optimizer",
@@ -284,50 +278,26 @@ def run_specs(args, d_e):
 
 
 def new_job(args, specs, d_e, device, files=None):
-    """The runs' runlog.Job: their folders and configs, and their checkpoint in --out."""
-    return runlog.Job([s["dir"] for s in specs], [config(args, s, d_e, device) for s in specs],
+    """The runs' runlog.Job: their folders, each config.json (every resolved setting), and their
+    checkpoint in --out."""
+    keep = {k: v for k, v in asdict(args).items()
+            if k not in ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")}
+    return runlog.Job([s["dir"] for s in specs], [dict(keep, **{k: s[k] for k in RUN_KEYS},
+                      de=d_e, device=str(device), model="transformer") for s in specs],
                       args.out, f"de{d_e}", args.resume, args.checkpoint_every, files)
 
 
-def config(args, spec, d_e, device):
-    """A run's config.json: every resolved setting ("step": the step that trained it)."""
-    keep = {k: v for k, v in asdict(args).items()
-            if k not in ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")}
-    return dict(keep, **{k: spec[k] for k in RUN_KEYS}, de=d_e, device=str(device),
-                model="transformer")
-
-
 def rescore(args, device):
-    """--evaluate: each run's final weights on the common validation sets, runs that agree on SHARED
-    side by side, every number computed before any file is rewritten (under each --out's lock)."""
-    try:
-        runs = [rundirs.load_run(Path(path), rundirs.Report()) for path in args.evaluate]
-    except runlog.Unusable as e:                                       # before any lock or write
-        raise runlog.Unusable(f"--evaluate: {e}") from None
-    groups, t0 = {}, time.time()
-    for run in runs:
-        runlog.require(run["config"]["model"] == "transformer" and run["summary"], f"--evaluate:"
-                       f" {run['path']} is not a finished train_tf.py run; name such runs")
-        groups.setdefault(json.dumps([run["config"][k] for k in SHARED]), []).append(run)
-    with runlog.lock(*[p for run in runs for p in (run["path"].parent, run["path"].parent.parent)
-                       if p == run["path"].parent or (p / ".lock").exists()]):  # a figure set's
-        written = []
-        for group in groups.values():
-            shared = {k: group[0]["config"][k] for k in SHARED}
-            model = Model(replace(args, **shared), shared["de"], device, [dict(
-                run["config"], positions=run["config"].get("positions")) for run in group])
-            for W, V, run in zip(model.W, model.V, group):
-                W.copy_(torch.as_tensor(rundirs.weights(run)[0]))
-                V.copy_(torch.as_tensor(rundirs.weights(run)[1]))
-            written += [(run["path"], dict(run["summary"], **final), arrays)
-                        for run, (final, arrays) in zip(group, finals(model, args.n_final))]
-        with runlog.Job([], [], None, False):      # a signal waits for every run's two files
-            for path, summary, arrays in written:
-                runlog.write_npz(path / "final_losses.npz", arrays)
-                runlog.write_json(path / "summary.json", summary)
-                print(runlog.closing_line(path, "rescored", summary.get("stopped_at"), summary))
-        print(f"train_tf.py: {len(runs)} run(s) rescored on {args.n_final} sequences per set in "
-              f"{time.time() - t0:.0f} s; final_losses.npz and summary.json rewritten")
+    """--evaluate: each run's final weights on the first --n-final sequences of each common set."""
+    def score(group):                 # runs that agree on SHARED: side by side
+        shared = {k: group[0]["config"][k] for k in SHARED}
+        model = Model(replace(args, **shared), shared["de"], device, [dict(
+            run["config"], positions=run["config"].get("positions")) for run in group])
+        for W, V, run in zip(model.W, model.V, group):
+            W.copy_(torch.as_tensor(rundirs.weights(run)[0]))
+            V.copy_(torch.as_tensor(rundirs.weights(run)[1]))
+        return finals(model, args.n_final)
+    rundirs.rescore(args.evaluate, SHARED, score, args.n_final)
 
 
 def parse_args(argv=None):
@@ -341,16 +311,14 @@ def parse_args(argv=None):
     args = replace(args, de=[longest] if onehot else args.de,  # p_i = e_i: a dimension a position
                    anneal_at=args.steps // 2 if args.anneal_at is None else args.anneal_at,
                    positions=args.positions or ([longest] if "randomized" in args.pe else None))
-    L, biggest = min(args.positions or [longest]), torch.finfo(getattr(torch, args.dtype)).max
+    L = min(args.positions or [longest])
     sizes = [("q", "T", args.q, args.T), *(("test-q", "T", q, args.T) for q in args.test_q),
              *(("test-T", "q", args.q, T) for T in args.test_T)]
     runlog.check([(q <= T, f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): pick"
                    " a smaller q or a longer T") for name, other, q, T in sizes] + [
-        (args.n_final >= args.n_test or args.evaluate, f"--n-final must be >= --n-test (got {args.n_final} < "
-         f"{args.n_test}): raise --n-final or lower --n-test"),
+        (args.n_final >= args.n_test or args.evaluate, f"--n-final must be >= --n-test (got "
+         f"{args.n_final} < {args.n_test}): raise --n-final or lower --n-test"),
         (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-        (args.lr is None or args.lr < biggest,    # a rate the weights' dtype can hold
-         f"--lr must be below {biggest:.3g} in {args.dtype}; pick a smaller --lr"),
         (args.positions is None or "randomized" in args.pe and not args.figure_set,
          "--positions sets randomized PE's table; add --pe randomized or drop it"),
         (L >= longest, f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
