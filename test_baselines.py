@@ -4,6 +4,8 @@ FCN on STS_q (its input, its runs, the width search and the sweep), each with it
 Seeded; two short runs on CUDA too where there is a device.
 """
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -605,34 +607,49 @@ def test_a_sweep_older_than_its_cells_resumes_from_its_finished_runs_without_tra
     assert sweep_rows(tmp_path) == rows
 
 
-def test_a_transformer_cell_cut_off_resumes_from_its_checkpoint_to_the_same_rows(
-        tmp_path, one_thread, monkeypatch, capsys):
-    job = BUDGETS + ["--sweep-T", "4", "--sweep-steps", "20", "60", "--eval-every", "20"]
-    train_fcn.main(job + ["--out", str(tmp_path / "whole")])
+CELL = BUDGETS + ["--sweep-T", "4", "--eval-every", "20"]   # one T: its first cell is d_e = 4
+
+
+def cut_the_first_cell(monkeypatch, out, sig=signal.SIGINT):
+    """The sweep's first transformer cell gets `sig` in its 51st training step, sent to the test's
+    own process; its checkpoint is kept, and the steps the cells train from then on are returned."""
     steps, FusedStep = [], train_fcn.fused.FusedStep
 
-    class CutAtStep50(FusedStep):                # Ctrl-C in the first cell's 51st training step
-        def __call__(self, W, V, t, *args, val=False):
-            steps.append(t)
-            if not val and len(steps) == 51 + 1:           # + its evaluation at step 20
-                raise KeyboardInterrupt
-            return super().__call__(W, V, t, *args, val=val)
+    class CutAtStep50(FusedStep):
+        def __call__(self, W, V, batch):
+            steps.append(batch[0])
+            if steps == list(range(51)):                          # once: the first cell's
+                os.kill(os.getpid(), sig)
+            return super().__call__(W, V, batch)
     monkeypatch.setattr(train_fcn.fused, "FusedStep", CutAtStep50)
-    out = tmp_path / "cut"
     with pytest.raises(SystemExit) as done:
-        train_fcn.main(job + ["--out", str(out)])
-    assert done.value.code == 130 and (out / "transformer-T4-de4.pt").exists()
+        train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out)])
+    assert done.value.code == 128 + sig and (out / "transformer-T4-de4.pt").exists()
     steps.clear()
-    train_fcn.main(job + ["--out", str(out), "--resume"])
-    assert sweep_rows(out) == sweep_rows(tmp_path / "whole")
-    assert steps[0] == 40 and not list(out.glob("*.pt"))     # went on from its step-40 state
-    (out / "transformer-T4-de8.pt").write_bytes(b"not a checkpoint")   # a damaged one: refused
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as done:                          # (d_e = 8 is not cached)
-        train_fcn.main(job + ["--out", str(out), "--resume", "--sweep-de", "8"])
-    err = capsys.readouterr().err
-    assert done.value.code == 2 and "Traceback" not in err and err.endswith(
-        "transformer-T4-de8.pt: cannot be read (UnpicklingError); delete it to train the cell again\n")
+    return steps
+
+
+def test_a_transformer_cell_cut_off_resumes_from_its_checkpoint_to_the_same_rows(
+        tmp_path, one_thread, monkeypatch):
+    train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "whole")])
+    steps = cut_the_first_cell(monkeypatch, tmp_path / "cut", signal.SIGTERM)
+    train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "cut"),
+                           "--resume"])
+    assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "whole")
+    assert steps[0] == 51 and not list((tmp_path / "cut").glob("*.pt"))  # from its step-51 state
+
+
+@pytest.mark.parametrize("budget", [["--steps", "30"], ["--sweep-steps", "30", "40"]])
+def test_a_cut_cell_resumed_with_a_budget_it_passed_unread_trains_it_afresh(
+        tmp_path, one_thread, monkeypatch, budget):
+    """Budgets may change on --resume: the cell's checkpoint (step 51, or 40 for the code before)
+    holds no number at 30 steps, so the cell is trained again, not read as missing (a TypeError)."""
+    cut_the_first_cell(monkeypatch, tmp_path / "cut")
+    monkeypatch.undo()
+    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "cut"), "--resume"])
+    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "fresh")])
+    assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "fresh")
+    assert {r["steps"] for r in sweep_rows(tmp_path / "cut")} == set(map(int, budget[1:]))
 
 
 def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(tmp_path, one_thread,

@@ -241,10 +241,10 @@ def transformer_vals(args, T, d_e, device):
             start, vals = job.step, state["vals"]
         for t in range(start, max(budgets)):
             job.save(t, dict(W=W, V=V, vals=vals, optimizer=optimizer.state_dict()))
-            _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
+            _, W.grad, V.grad = step(W, V, (t, args.batch, T, args.q, False))
             optimizer.step()
             if t + 1 in budgets:
-                losses = step(W, V, fused.val_index(T, args.q), args.n_test, T, args.q, val=True)
+                losses = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T, args.q, True))
                 vals[t + 1] = losses.double().mean(0).tolist()
         job.close("finished", max(budgets))
     return vals
