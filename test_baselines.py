@@ -204,28 +204,40 @@ def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
     assert [f.name for f in (tmp_path / "fig").iterdir()] == [f"{tmp_path.name}_critical.png"]
 
 
-def test_bool_resume_trains_only_what_the_log_lacks_and_gives_the_same_table(tmp_path, one_thread):
+def test_bool_terminated_grid_resumes_from_its_checkpoint_to_the_same_table(tmp_path, one_thread,
+                                                                           monkeypatch, capsys):
+    """SIGTERM in the 4th training: the checkpoint taken as it ends keeps the four, exit 143; --resume
+    with other flags is refused in one line; with its own it trains only the rest, to the same
+    log and table as a grid never stopped."""
     job = ["--model", "transformer", "--s", "2", "--T", "8", "16", "--seeds", "3", "--points", "2",
-           "--m-max", "64", "--per-octave", "1", "--device", "cpu", "--out", str(tmp_path)]
-    train_bool.main(job)
-    whole = (tmp_path / "log.jsonl").read_text().splitlines()
-    table = json.loads((tmp_path / "critical.json").read_text())
-    # killed during its 4th record: 3 whole lines and a cut one (and lines that are no record);
-    # the summary of a killed run
-    (tmp_path / "log.jsonl").write_text("\n".join(whole[:3] + ["[]", '{"m": 3}']) + "\n"
-                                        + whole[3][:20])
-    (tmp_path / "summary.json").unlink()
-    train_bool.main(job + ["--resume"])
-    again = (tmp_path / "log.jsonl").read_text().splitlines()
-    timeless = lambda lines: sorted(json.dumps(dict(json.loads(line), seconds=0))  # noqa: E731
-                                    for line in lines)
-    assert again[:3] == whole[:3] and timeless(again) == timeless(whole)  # the rest trained once
-    assert json.loads((tmp_path / "critical.json").read_text())["rows"] == table["rows"]
-    config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(dict(config, n_test=10)))
-    with pytest.raises(SystemExit) as done:                 # another run's accuracies: refused
-        train_bool.main(job + ["--resume"])
-    assert done.value.code == 2
+           "--m-max", "64", "--per-octave", "1", "--device", "cpu"]
+    train_bool.main(job + ["--out", str(tmp_path / "whole")])
+    train_one, trained = train_bool.train_one, []
+
+    def sigterm_in_the_fourth(*key):
+        trained.append(key)
+        if len(trained) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train_one(*key)
+    monkeypatch.setattr(train_bool, "train_one", sigterm_in_the_fourth)
+    out = tmp_path / "cut"
+    with pytest.raises(SystemExit) as done:
+        train_bool.main(job + ["--out", str(out)])
+    assert done.value.code == 143 and len(trained) == 4 and (out / "checkpoint.pt").exists()
+    assert json.loads((out / "summary.json").read_text())["status"] == "terminated"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:                 # other flags: refused, untouched
+        train_bool.main(job + ["--seeds", "4", "--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "seeds" in err, err
+    train_bool.main(job + ["--out", str(out), "--resume"])
+    assert not set(trained[:4]) & set(trained[4:])          # the four not trained again
+    timeless = lambda path: [dict(r, seconds=0) for r in read_log(path)]      # noqa: E731
+    assert timeless(out) == timeless(tmp_path / "whole")
+    table = lambda path: json.loads((path / "critical.json").read_text())     # noqa: E731
+    assert table(out) == table(tmp_path / "whole") and not (out / "checkpoint.pt").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["rows"] == table(out)["rows"]
 
 
 @pytest.mark.parametrize("flags", [["--T", "8"], ["--T", "8", "--m", "16"]])  # a search; no search
@@ -261,33 +273,6 @@ def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summa
     assert done.value.code == 130 and len(seen) == 1
     for name in ("critical.json", "summary.json"):
         assert json.loads((tmp_path / name).read_text())["status"] == "interrupted"
-
-
-def fake_train_one(model, m, T, s, seed, device):          # learned from m = 32 on, in no time
-    return dict(model=model, T=T, s=s, m=m, seed=seed, acc=float(m >= 32), train_acc=1.0,
-                train_loss=0.0, steps=1, seconds=0.0)
-
-
-def test_bool_resume_retrains_a_record_without_its_accuracy_and_reads_no_folder_as_a_log(
-        tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(train_bool, "train_one", fake_train_one)
-    job = ["--model", "fcn", "--s", "2", "--T", "8", "--seeds", "3", "--m-max", "64", "--device",
-           "cpu", "--out", str(tmp_path)]
-    train_bool.main(job)
-    lines = (tmp_path / "log.jsonl").read_text().splitlines()
-    damaged = json.loads(lines[0])
-    del damaged["acc"]                                        # a record without its accuracy
-    (tmp_path / "log.jsonl").write_text("\n".join([json.dumps(damaged), *lines[1:]]) + "\n")
-    train_bool.main(job + ["--resume"])                       # dropped, trained again
-    assert sorted((tmp_path / "log.jsonl").read_text().splitlines()) == sorted(lines)
-    (tmp_path / "log.jsonl").unlink()
-    (tmp_path / "log.jsonl").mkdir()                          # a folder where the log belongs
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as done:
-        train_bool.main(job + ["--resume"])
-    err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "cannot write" not in err, err
-    assert f"{tmp_path / 'log.jsonl'}: not a regular file; remove it" in err
 
 
 # ------------------------------------------------------------------------------------- train_fcn.py
