@@ -334,7 +334,8 @@ def run(args, device):
         except BaseException as error:
             status = runlog.ended_by(error)
             raise
-        finally:                                       # a rerun is told how this one ended
+        finally:          # a rerun is told how this one ended: the rows, not the last training
+            job.records[0] = {}
             job.close(status, None, [(write_results(out, None if args.m else rows, status,
                                                     time.time() - job.t0), {})])
 

@@ -151,12 +151,20 @@ def evaluate(model, sets):
     return dict(val=losses.pop("val"), test_q=losses)
 
 
-def config(args, T, width, seed, steps, device, model):
-    """A run's config.json: every setting but the sweep's own."""
-    mine = {k: v for k, v in asdict(args).items()
-            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
-    return dict(mine, model="fcn", T=T, width=width, seed=seed, steps=steps, device=str(device),
-                params=n_params(model))
+def build(args, T, width, seed, device):
+    """A run's model (initialised from its seed), optimizer, generator and validation sets (common
+    to every seed) and its config.json: every setting but the sweep's own."""
+    torch.manual_seed(seed)
+    model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
+    gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
+    sets = {name: sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0],
+                         args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
+    optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
+        model.parameters(), args.lr)
+    config = dict({k: v for k, v in asdict(args).items() if not k.startswith("sweep")
+                   and k not in ("force", "out", "resume")}, model="fcn", T=T, width=width,
+                  seed=seed, device=str(device), params=n_params(model))
+    return model, optimizer, gen, sets, config
 
 
 def open_run(job, sweep):
@@ -177,16 +185,10 @@ def train(args, T, width, seed, device, steps=None):
     steps, path = steps or args.steps, run_dir(args, T, width, seed)
     if args.resume and not args.sweep and runlog.finished(path):
         return print(f"train_fcn.py: {path}: every run finished already; nothing to resume")
-    torch.manual_seed(seed)  # the initialisation
-    model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
-    gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
-    sets = {name: sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0],
-                         args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
-    optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
-        model.parameters(), args.lr)
+    model, optimizer, gen, sets, config = build(args, T, width, seed, device)
     loss_sum = torch.zeros((), dtype=getattr(torch, args.dtype), device=device)
-    job = runlog.Job([path], [config(args, T, width, seed, steps, device, model)],
-                     path / CHECKPOINT, args.resume and (path / CHECKPOINT).exists())
+    job = runlog.Job([path], [dict(config, steps=steps)], path / CHECKPOINT,
+                     args.resume and (path / CHECKPOINT).exists())
     with job, tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
                    disable=args.sweep, leave=False) as bar:
         if state := open_run(job, args.sweep):
@@ -222,7 +224,8 @@ def transformer_vals(args, T, d_e, device):
     diverges), every budget of --sweep-steps read on the way to the largest. Its state is a
     runlog.Job's checkpoint with no run directory (a cell at T = 80 takes over an hour on one core)
     for --resume to go on from bit for bit; one that passed a budget it lacks starts afresh."""
-    dtype, D, R, budgets = getattr(torch, args.dtype), args.d + d_e, len(args.seed), args.sweep_steps
+    dtype, D, R, budgets = getattr(torch, args.dtype), args.d + d_e, len(args.seed), \
+        args.sweep_steps
     step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
                            torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
                            dtype, threads=1)                        # one thread (see main)
@@ -244,8 +247,8 @@ def transformer_vals(args, T, d_e, device):
             _, W.grad, V.grad = step(W, V, (t, args.batch, T, args.q, False))
             optimizer.step()
             if t + 1 in budgets:
-                losses = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T, args.q, True))
-                vals[t + 1] = losses.double().mean(0).tolist()
+                vals[t + 1] = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T,
+                                                 args.q, True)).double().mean(0).tolist()
         job.close("finished", max(budgets))
     return vals
 
@@ -283,35 +286,20 @@ def fcn_vals(args, T, width, seed, steps, device):
     except runlog.Stop as stop:
         tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
         return {}
-    return logged_vals(args, run_dir(args, T, width, seed))
+    log = (run_dir(args, T, width, seed) / "log.jsonl").read_text().splitlines()
+    return {r["step"]: r["val"] for r in map(json.loads, log) if r["step"] in args.sweep_steps}
 
 
-def logged_vals(args, run):
-    """{budget: val} of a run's log.jsonl at the budgets of --sweep-steps."""
-    log = runlog.read(run / "log.jsonl", lambda b: [json.loads(line) for line in b.splitlines()],
-                      f"delete {run} to train it again")
-    return {r["step"]: r["val"] for r in log if isinstance(r, dict)
-            and r.get("step") in args.sweep_steps and type(r.get("val")) is float}
-
-
-def cached(cells, key, steps, compute):
-    """cells[key][steps], the sweep's one cache of what a model and size gave (kept in sweep.json
-    for --resume); where absent, compute() ({budget: value}) fills it; inf if it gave none."""
-    if str(steps) not in cells.get(key, {}):
-        cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
-    return cells[key].get(str(steps), math.inf)
-
-
-def seed_vals(args, model, T, size, steps, device, eps, cells):
+def seed_vals(args, model, T, size, steps, device, eps, cached):
     """(width, parameters, the seeds' val losses after `steps`) of a model at one size: the
     transformer's seeds side by side (every budget at once), the FCN's one by one until those so
     far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
     if model == "transformer":                                       # D x D + d x D parameters
         return args.d + size, (args.d + size) * (2 * args.d + size), cached(
-            cells, f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
+            f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
     vals = []
     for seed in args.seed:
-        vals.append(cached(cells, f"fcn {T} {size} {seed}", steps,
+        vals.append(cached(f"fcn {T} {size} {seed}", steps,
                            lambda: fcn_vals(args, T, size, seed, steps, device)))
         if not sum(vals) / len(args.seed) <= eps:
             break
@@ -338,22 +326,15 @@ def sweep_settings(args):
 
 
 def resumed_cells(args):
-    """The cells (cached's) of the sweep.json --resume goes on with, and finished FCN runs' numbers
-    (a kill mid-size); a sweep of other settings (but eps, budgets), or damaged: bad input."""
+    """The cells (sweep's cache) of the sweep.json --resume goes on with; a sweep of other settings
+    (but eps and budgets), or a damaged sweep.json: bad input."""
     path, fix = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out"
     old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
-    cells = old.get("cells", {}) if isinstance(old, dict) else None
-    runlog.require(isinstance(cells, dict) and all(isinstance(c, dict) for c in cells.values()),
-                   f"{path}: not an object whose 'cells' is an object of objects; {fix}")
+    cells = old.get("cells", {})                # a hand-edited one may end in a traceback
     differ = [k for k, v in sweep_settings(args).items()
               if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
     runlog.require(not differ, f"--resume: {path} was made with other settings"
                    f" ({', '.join(differ)}); {fix}")
-    for run in [r for r in Path(args.out).glob(f"fcn-*-depth{args.depth}-seed*") if old
-                and runlog.finished(r)]:
-        c = runlog.read(run / "config.json", fix=f"delete {run} to train it again")
-        cells.setdefault(f"fcn {c.get('T')} {c.get('width')} {c.get('seed')}", {}).update(
-            {str(b): v for b, v in logged_vals(args, run).items()})
     return cells
 
 
@@ -366,9 +347,13 @@ def sweep(args, device):
 
     def reached(model, T, size, steps, row):
         bar.set_postfix(T=T, steps=steps, model=model, size=size)
-        vals = seed_vals(args, model, T, size, steps, device, eps, cells)
-        save("running")         # this size's cells kept before the next starts (a kill loses none)
-        return note(row, *vals, eps)
+        return note(row, *seed_vals(args, model, T, size, steps, device, eps, cached), eps)
+
+    def cached(key, steps, compute):    # the one cache of what a model and size gave: where
+        if str(steps) not in cells.get(key, {}):  # absent, compute() ({budget: value}) fills it
+            cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
+            save("running")             # kept before the next is trained (a kill loses none)
+        return cells[key].get(str(steps), math.inf)                   # inf: it gave none
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
         runlog.write_json(Path(args.out) / "sweep.json", dict(
