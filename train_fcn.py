@@ -151,9 +151,10 @@ def evaluate(model, sets):
     return dict(val=losses.pop("val"), test_q=losses)
 
 
-def build(args, T, width, seed, device):
+def build(args, T, width, seed, steps, device):
     """A run's model (initialised from its seed), optimizer, generator and validation sets (common
-    to every seed) and its config.json: every setting but the sweep's own."""
+    to every seed) and its config.json: every setting but the sweep's own, and the budgets it is
+    read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it afresh)."""
     torch.manual_seed(seed)
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
@@ -163,7 +164,8 @@ def build(args, T, width, seed, device):
         model.parameters(), args.lr)
     config = dict({k: v for k, v in asdict(args).items() if not k.startswith("sweep")
                    and k not in ("force", "out", "resume")}, model="fcn", T=T, width=width,
-                  seed=seed, device=str(device), params=n_params(model))
+                  seed=seed, steps=steps, device=str(device), params=n_params(model),
+                  budgets=[b for b in args.sweep_steps if b <= steps])
     return model, optimizer, gen, sets, config
 
 
@@ -185,9 +187,9 @@ def train(args, T, width, seed, device, steps=None):
     steps, path = steps or args.steps, run_dir(args, T, width, seed)
     if args.resume and not args.sweep and runlog.finished(path):
         return print(f"train_fcn.py: {path}: every run finished already; nothing to resume")
-    model, optimizer, gen, sets, config = build(args, T, width, seed, device)
+    model, optimizer, gen, sets, config = build(args, T, width, seed, steps, device)
     loss_sum = torch.zeros((), dtype=getattr(torch, args.dtype), device=device)
-    job = runlog.Job([path], [dict(config, steps=steps)], path / CHECKPOINT,
+    job = runlog.Job([path], [config], path / CHECKPOINT,
                      args.resume and (path / CHECKPOINT).exists())
     with job, tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
                    disable=args.sweep, leave=False) as bar:
