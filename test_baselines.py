@@ -251,6 +251,8 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(tmp_path, capsys, on
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1, err
     assert "holds a run finished;" in err and "--force" in err
+    train_bool.main(job + ["--resume"])                     # nothing to go on with: said so
+    assert "every run finished already" in capsys.readouterr().out
 
 
 def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summaries(

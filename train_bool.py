@@ -274,10 +274,14 @@ def parse_args(argv=None):
     return args
 
 
+def finished(out):      # runlog.finished wants "finished at step N": a grid has no steps
+    return runlog.run_state(out).startswith("finished")
+
+
 def check_runs(args):
     """--out holds no run, or one whose checkpoint --resume goes on from (or that finished)."""
     runlog.check_free(args.out, args.force, args.resume, (Path(args.out) / CHECKPOINT).exists()
-                      or runlog.finished(args.out))
+                      or finished(args.out))
 
 
 def write_results(out, rows, status, seconds):
@@ -324,7 +328,7 @@ def run(args, device):
                   device=str(device), grid=grid, seeds=list(range(args.seeds)), pass_acc=PASS_ACC,
                   **SETTINGS)
     job = runlog.Job([out], [config], out / CHECKPOINT, args.resume)
-    if args.resume and not job.file.exists() and runlog.finished(out):
+    if args.resume and not job.file.exists() and finished(out):
         return print(f"train_bool.py: {out}: every run finished already; nothing to resume")
     rows, status = [], "finished"
     with job:
