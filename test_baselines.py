@@ -4,6 +4,8 @@ FCN on STS_q (its input, its runs, the width search and the sweep), each with it
 Seeded; two short runs on CUDA too where there is a device.
 """
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -202,28 +204,40 @@ def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
     assert [f.name for f in (tmp_path / "fig").iterdir()] == [f"{tmp_path.name}_critical.png"]
 
 
-def test_bool_resume_trains_only_what_the_log_lacks_and_gives_the_same_table(tmp_path, one_thread):
+def test_bool_terminated_grid_resumes_from_its_checkpoint_to_the_same_table(tmp_path, one_thread,
+                                                                           monkeypatch, capsys):
+    """SIGTERM in the 4th training: the checkpoint taken as it ends keeps the four, exit 143;
+    --resume with other flags is refused in one line; with its own it trains only the rest, to the
+    same log and table as a grid never stopped."""
     job = ["--model", "transformer", "--s", "2", "--T", "8", "16", "--seeds", "3", "--points", "2",
-           "--m-max", "64", "--per-octave", "1", "--device", "cpu", "--out", str(tmp_path)]
-    train_bool.main(job)
-    whole = (tmp_path / "log.jsonl").read_text().splitlines()
-    table = json.loads((tmp_path / "critical.json").read_text())
-    # killed during its 4th record: 3 whole lines and a cut one (and lines that are no record);
-    # the summary of a killed run
-    (tmp_path / "log.jsonl").write_text("\n".join(whole[:3] + ["[]", '{"m": 3}']) + "\n"
-                                        + whole[3][:20])
-    (tmp_path / "summary.json").unlink()
-    train_bool.main(job + ["--resume"])
-    again = (tmp_path / "log.jsonl").read_text().splitlines()
-    timeless = lambda lines: sorted(json.dumps(dict(json.loads(line), seconds=0))  # noqa: E731
-                                    for line in lines)
-    assert again[:3] == whole[:3] and timeless(again) == timeless(whole)  # the rest trained once
-    assert json.loads((tmp_path / "critical.json").read_text())["rows"] == table["rows"]
-    config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(dict(config, n_test=10)))
-    with pytest.raises(SystemExit) as done:                 # another run's accuracies: refused
-        train_bool.main(job + ["--resume"])
-    assert done.value.code == 2
+           "--m-max", "64", "--per-octave", "1", "--device", "cpu"]
+    train_bool.main(job + ["--out", str(tmp_path / "whole")])
+    train_one, trained = train_bool.train_one, []
+
+    def sigterm_in_the_fourth(*key):
+        trained.append(key)
+        if len(trained) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train_one(*key)
+    monkeypatch.setattr(train_bool, "train_one", sigterm_in_the_fourth)
+    out = tmp_path / "cut"
+    with pytest.raises(SystemExit) as done:
+        train_bool.main(job + ["--out", str(out)])
+    assert done.value.code == 143 and len(trained) == 4 and (out / "checkpoint.pt").exists()
+    assert json.loads((out / "summary.json").read_text())["status"] == "terminated"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:                 # other flags: refused, untouched
+        train_bool.main(job + ["--seeds", "4", "--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "seeds" in err, err
+    train_bool.main(job + ["--out", str(out), "--resume"])
+    assert not set(trained[:4]) & set(trained[4:])          # the four not trained again
+    timeless = lambda path: [dict(r, seconds=0) for r in read_log(path)]      # noqa: E731
+    assert timeless(out) == timeless(tmp_path / "whole")
+    table = lambda path: json.loads((path / "critical.json").read_text())     # noqa: E731
+    assert table(out) == table(tmp_path / "whole") and not (out / "checkpoint.pt").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["rows"] == table(out)["rows"]
 
 
 @pytest.mark.parametrize("flags", [["--T", "8"], ["--T", "8", "--m", "16"]])  # a search; no search
@@ -237,6 +251,8 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(tmp_path, capsys, on
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1, err
     assert "holds a run finished;" in err and "--force" in err
+    train_bool.main(job + ["--resume"])                     # nothing to go on with: said so
+    assert "every run finished already" in capsys.readouterr().out
 
 
 def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summaries(
@@ -259,33 +275,6 @@ def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summa
     assert done.value.code == 130 and len(seen) == 1
     for name in ("critical.json", "summary.json"):
         assert json.loads((tmp_path / name).read_text())["status"] == "interrupted"
-
-
-def fake_train_one(model, m, T, s, seed, device):          # learned from m = 32 on, in no time
-    return dict(model=model, T=T, s=s, m=m, seed=seed, acc=float(m >= 32), train_acc=1.0,
-                train_loss=0.0, steps=1, seconds=0.0)
-
-
-def test_bool_resume_retrains_a_record_without_its_accuracy_and_reads_no_folder_as_a_log(
-        tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(train_bool, "train_one", fake_train_one)
-    job = ["--model", "fcn", "--s", "2", "--T", "8", "--seeds", "3", "--m-max", "64", "--device",
-           "cpu", "--out", str(tmp_path)]
-    train_bool.main(job)
-    lines = (tmp_path / "log.jsonl").read_text().splitlines()
-    damaged = json.loads(lines[0])
-    del damaged["acc"]                                        # a record without its accuracy
-    (tmp_path / "log.jsonl").write_text("\n".join([json.dumps(damaged), *lines[1:]]) + "\n")
-    train_bool.main(job + ["--resume"])                       # dropped, trained again
-    assert sorted((tmp_path / "log.jsonl").read_text().splitlines()) == sorted(lines)
-    (tmp_path / "log.jsonl").unlink()
-    (tmp_path / "log.jsonl").mkdir()                          # a folder where the log belongs
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as done:
-        train_bool.main(job + ["--resume"])
-    err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "cannot write" not in err, err
-    assert f"{tmp_path / 'log.jsonl'}: not a regular file; remove it" in err
 
 
 # ------------------------------------------------------------------------------------- train_fcn.py
@@ -338,10 +327,43 @@ def test_train_fcn_stops_a_diverging_run_and_keeps_its_log(tmp_path, capsys, one
     with pytest.raises(SystemExit) as e:
         train_fcn.main(FCN_TINY + ["--width", "64", "--optimizer", "sgd", "--lr", "1e4",
                                    "--out", str(tmp_path)])
-    assert e.value.code == 1 and "diverging" in capsys.readouterr().err.splitlines()[-1]
+    assert e.value.code == 1 and "diverging" in capsys.readouterr().err
     run = tmp_path / "fcn-T6-m64-depth1-seed0"
     assert (read_log(run)[0]["step"] == 0
             and json.loads((run / "summary.json").read_text())["status"] == "diverged")
+
+
+def test_an_fcn_run_terminated_mid_run_resumes_bit_for_bit(tmp_path, one_thread, monkeypatch,
+                                                            capsys):
+    """SIGTERM in seed 1's step 70: its checkpoint is written at the next step and the job exits 143
+    with the command that goes on; --resume with other flags is refused in one line; with its own
+    flags seed 1 goes on (seed 0 finished) to the log of a run never stopped, record for record."""
+    job, words = FCN_TINY + ["--width", "16", "--seed", "0", "1"], train_fcn.fused.words
+    train_fcn.main(job + ["--out", str(tmp_path / "whole")])
+
+    def sigterm_in_step_70(seed, index, val=False):
+        if (seed, index, val) == (1, 70, False):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return words(seed, index, val)
+    monkeypatch.setattr(train_fcn.fused, "words", sigterm_in_step_70)
+    out, run = tmp_path / "cut", "fcn-T6-m16-depth1-seed1"
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(job + ["--out", str(out)])
+    monkeypatch.setattr(train_fcn.fused, "words", words)
+    assert done.value.code == 143 and "--resume" in capsys.readouterr().err.splitlines()[-1]
+    assert (out / run / "checkpoint.pt").exists() and read_log(out / run)[-1]["step"] == 50
+    assert json.loads((out / run / "summary.json").read_text())["status"] == "terminated"
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(job + ["--out", str(out), "--resume", "--lr", "0.002"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "differ" in err and "lr" in err, err
+    train_fcn.main(job + ["--out", str(out), "--resume"])
+    timeless = lambda path: [dict(r, time=0) for r in read_log(path)]         # noqa: E731
+    for seed in (0, 1):
+        name = f"fcn-T6-m16-depth1-seed{seed}"
+        assert timeless(out / name) == timeless(tmp_path / "whole" / name)
+        assert json.loads((out / name / "summary.json").read_text())["status"] == "finished"
+    assert not list(out.glob("*/checkpoint.pt"))
 
 
 BOOL, FCN = "train_bool", "train_fcn"
@@ -369,7 +391,7 @@ BOOL, FCN = "train_bool", "train_fcn"
     (FCN, ["--seed", "-1"], "--seed: must be an integer >= 0 (got -1)"),
     (FCN, ["--width", "8", "8"], "--width: lists a value twice (got 8 8)"),
     (FCN, ["--test-q", "7"], "--test-q must satisfy 1 <= q <= T (got q=7, T=6, --T)"),
-    (FCN, ["--resume"], "--resume goes on with a --sweep"),
+    (FCN, ["--resume", "--force"], "exclude each other"),
     (FCN, ["--lr", "1e39", "--dtype", "float32"], "--lr must be below 3.4e+38 in float32"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2_and_writes_nothing(tmp_path, capsys, script,
@@ -383,14 +405,6 @@ def test_bad_input_is_one_line_and_exit_status_2_and_writes_nothing(tmp_path, ca
     assert (e.value.code == 2 and out == "" and err.count("\n") == 1 and word in err
             and err.startswith(f"{script}.py: error:")), err
     assert not (tmp_path / "out").exists()                              # nothing written
-
-
-def test_train_fcn_a_width_beyond_memory_is_one_line_and_trains_nothing(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:               # 1.4 PB of weights: no machine allocates it
-        train_fcn.main(FCN_TINY + ["--width", str(10 ** 13), "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.count("\n") == 1 and "out of memory" in err, err
-    assert not list((tmp_path / "out").glob("fcn-*"))                  # no run directory
 
 
 def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_thread, capsys):
@@ -555,84 +569,63 @@ def rewrite(path, change):
     path.write_text(change(path.read_text()))
 
 
-def older(out):       # sweep.json as written before its cells held the FCN's numbers (their logs)
-    rewrite(out / "sweep.json", lambda text: json.dumps(dict(
-        {k: v for k, v in json.loads(text).items() if k != "cells"}, transformer_cells={})))
-
-
-RUN = "fcn-T6-m8-depth1-seed0"
-SWEEP_DAMAGE = {   # damage to a finished sweep, then --resume: what stderr says
-    "a garbage line in a run's log": (
-        lambda out: rewrite(out / RUN / "log.jsonl", lambda text: "garbage\n" + text),
-        f"{RUN}/log.jsonl: not valid JSON; delete"),
-    "a garbage line in a run's log, a sweep.json older than its cells": (
-        lambda out: [older(out), rewrite(out / RUN / "log.jsonl", lambda text: "garbage\n" + text)],
-        f"{RUN}/log.jsonl: not valid JSON; delete"),
-    "a truncated sweep.json": (
-        lambda out: rewrite(out / "sweep.json", lambda text: text[:9]),
-        "sweep.json: not valid JSON"),
-    "a list for sweep.json": (
-        lambda out: rewrite(out / "sweep.json", lambda text: "[]"), "sweep.json: not an object"),
-    "a list for its cells": (lambda out: rewrite(out / "sweep.json", lambda text: json.dumps(dict(
-        json.loads(text), cells=[], transformer_cells=[]))), "sweep.json: not an object")}
-
-
-@pytest.mark.parametrize("case", SWEEP_DAMAGE)
-def test_a_sweep_resumed_over_a_damaged_file_goes_on_or_says_which_in_one_line(
-        tmp_path, one_thread, capsys, case):
-    damage, fragment = SWEEP_DAMAGE[case]
+def test_a_sweep_resumed_over_a_truncated_sweep_json_says_so_in_one_line(tmp_path, one_thread,
+                                                                         capsys):
     job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
                       "--seed", "0", "--out", str(tmp_path)]
     train_fcn.main(job)
-    damage(tmp_path)
+    rewrite(tmp_path / "sweep.json", lambda text: text[:9])
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         train_fcn.main(job + ["--resume"])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
-    assert ("--force" in err or "train it again" in err) and "Traceback" not in err
+    assert done.value.code == 2 and err.count("\n") == 1 and "sweep.json: not valid JSON" in err
+    assert "--force" in err and "Traceback" not in err
 
 
-def test_a_sweep_older_than_its_cells_resumes_from_its_finished_runs_without_training_them(
-        tmp_path, one_thread, monkeypatch):
-    job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "16", "--sweep-de", "4",
-                      "--eps", "0.01", "--seed", "0", "--out", str(tmp_path)]   # no width reaches
-    train_fcn.main(job)
-    rows = sweep_rows(tmp_path)
-    older(tmp_path)
-    monkeypatch.setattr(train_fcn, "train", lambda *args, **kw: pytest.fail("trained again"))
-    train_fcn.main(job + ["--resume"])
-    assert sweep_rows(tmp_path) == rows
+CELL = BUDGETS + ["--sweep-T", "4", "--eval-every", "20"]   # one T: its first cell is d_e = 4
+
+
+def cut_the_first_cell(monkeypatch, out, sig=signal.SIGINT):
+    """The sweep's first transformer cell gets `sig` in its 51st training step, sent to the test's
+    own process; its checkpoint is kept, and the steps the cells train from then on are returned."""
+    steps, FusedStep = [], train_fcn.fused.FusedStep
+
+    class CutAtStep50(FusedStep):
+        def __call__(self, W, V, batch):
+            steps.append(batch[0])
+            if steps == list(range(51)):                          # once: the first cell's
+                os.kill(os.getpid(), sig)
+            return super().__call__(W, V, batch)
+    monkeypatch.setattr(train_fcn.fused, "FusedStep", CutAtStep50)
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out)])
+    assert done.value.code == 128 + sig and (out / "transformer-T4-de4.pt").exists()
+    steps.clear()
+    return steps
 
 
 def test_a_transformer_cell_cut_off_resumes_from_its_checkpoint_to_the_same_rows(
-        tmp_path, one_thread, monkeypatch, capsys):
-    job = BUDGETS + ["--sweep-T", "4", "--sweep-steps", "20", "60", "--eval-every", "20"]
-    train_fcn.main(job + ["--out", str(tmp_path / "whole")])
-    steps, FusedStep = [], train_fcn.fused.FusedStep
+        tmp_path, one_thread, monkeypatch):
+    train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "whole")])
+    steps = cut_the_first_cell(monkeypatch, tmp_path / "cut", signal.SIGTERM)
+    train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "cut"),
+                           "--resume"])
+    assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "whole")
+    assert steps[0] == 51 and not list((tmp_path / "cut").glob("*.pt"))  # from its step-51 state
 
-    class CutAtStep50(FusedStep):                # Ctrl-C in the first cell's 51st training step
-        def __call__(self, W, V, t, *args, val=False):
-            steps.append(t)
-            if not val and len(steps) == 51 + 1:           # + its evaluation at step 20
-                raise KeyboardInterrupt
-            return super().__call__(W, V, t, *args, val=val)
-    monkeypatch.setattr(train_fcn.fused, "FusedStep", CutAtStep50)
-    out = tmp_path / "cut"
-    with pytest.raises(SystemExit) as done:
-        train_fcn.main(job + ["--out", str(out)])
-    assert done.value.code == 130 and (out / "transformer-T4-de4.pt").exists()
-    steps.clear()
-    train_fcn.main(job + ["--out", str(out), "--resume"])
-    assert sweep_rows(out) == sweep_rows(tmp_path / "whole")
-    assert steps[0] == 40 and not list(out.glob("*.pt"))     # went on from its step-40 state
-    (out / "transformer-T4-de8.pt").write_bytes(b"not a checkpoint")   # a damaged one: refused
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as done:                          # (d_e = 8 is not cached)
-        train_fcn.main(job + ["--out", str(out), "--resume", "--sweep-de", "8"])
-    err = capsys.readouterr().err
-    assert done.value.code == 2 and "Traceback" not in err and err.endswith(
-        "transformer-T4-de8.pt: cannot be read (UnpicklingError); delete it to train the cell again\n")
+
+@pytest.mark.parametrize("budget", [["--steps", "30"], ["--sweep-steps", "30", "40"]])
+def test_a_cut_cell_resumed_with_a_budget_it_passed_unread_trains_it_afresh(
+        tmp_path, one_thread, monkeypatch, budget):
+    """Budgets may change on --resume: the cell's checkpoint (step 51, or 40 for the code before)
+    holds no number at 30 steps, so the cell is trained again, not read as missing (a TypeError)."""
+    cut_the_first_cell(monkeypatch, tmp_path / "cut")
+    monkeypatch.undo()
+    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "cut"), "--resume"])
+    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "fresh")])
+    assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "fresh")
+    assert {r["steps"] for r in sweep_rows(tmp_path / "cut")} == set(map(int, budget[1:]))
 
 
 def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(tmp_path, one_thread,

@@ -17,9 +17,9 @@ binary cross-entropy, full-batch Adam until the training loss is below 1e-3 or t
 The critical sample size m50: P(held-out accuracy >= 99%) = sigmoid((ln m - ln m50) / w), fitted
 by maximum likelihood to every (m, seed) a (model, s, T) trained, with its 95% profile-likelihood
 interval; then m50 against T, fitted by a + b ln T and by c T^k. Writes config.json, log.jsonl (a
-record per training; --resume replays it), critical.json/csv and summary.json (after each cell).
+record per training), critical.json/csv (after each cell) and summary.json, through runlog.Job: its
+checkpoint holds the trainings so far, and --resume goes on from it (with the same flags).
 """
-import contextlib
 import functools
 import itertools
 import json
@@ -38,6 +38,7 @@ import runlog
 from runlog import POSITIVE, Distinct, flag
 
 MODELS = ("transformer", "fcn")
+KEY = ("model", "m", "T", "s", "seed")  # a training's record, once per grid
 
 
 @dataclass
@@ -59,7 +60,7 @@ class Args:
     threads: int = flag(1, "torch's CPU threads (one is fastest for small tensors)", type=POSITIVE)
     out: str = flag("runs/bool", "output folder")
     force: bool = flag(False, "overwrite an --out that already holds a run")
-    resume: bool = flag(False, "reuse the trainings of --out's log.jsonl, train the rest")
+    resume: bool = flag(False, "go on from --out's checkpoint, training only what it lacks")
 
 
 PASS_ACC = 0.99              # held-out accuracy that counts as having learned the function
@@ -72,6 +73,7 @@ HPARAMS = {"transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
            "fcn": dict(width=128, lr=3e-3, steps=600)}  # one hidden ReLU layer
 # what a logged accuracy depends on beyond (model, T, s, m, seed), as config.json holds it
 SETTINGS = json.loads(json.dumps(dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)))
+CHECKPOINT = "checkpoint.pt"  # in --out while a grid is unfinished
 
 
 def sample(rng, n, T, s, relevant):
@@ -261,36 +263,32 @@ def fit_curves(Ts, m50, lo, hi):
 
 def parse_args(argv=None):
     """The flags; a broken rule between them is one line and exit 2, before anything is written."""
-    parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
-    args = Args(**runlog.given(parser.parse_args(argv)))
-    rules = [
+    args = Args(**runlog.given(runlog.parser("train_bool.py", __doc__.split("\n")[0],
+                                             {"default": Args()}).parse_args(argv)))
+    runlog.check([
         (args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max (got"
          f" {args.m_min}, {args.m_max})"),
         *((s <= T, f"--s must satisfy 1 <= s <= T (got s={s}, T={T}): pick a smaller s or a"
            " longer T") for s, T in itertools.product(args.s, args.T)),
-        (not (args.resume and args.force), "--resume and --force exclude each other; pick one")]
-    for holds, message in rules:
-        if not holds:
-            parser.error(message)
+        (not (args.resume and args.force), "--resume and --force exclude each other; pick one")])
     return args
 
 
+def finished(out):      # runlog.finished wants "finished at step N": a grid has no steps
+    return runlog.run_state(out).startswith("finished")
+
+
 def check_runs(args):
-    """--out holds no run, or one whose log --resume replays (trained with our settings)."""
-    runlog.check_free(args.out, args.force, args.resume, can_resume=True)   # the log is the state
-    if args.resume and (Path(args.out) / "config.json").exists():  # its accuracies must be ours
-        config = runlog.read_config(Path(args.out))
-        runlog.require(all(config.get(k) == v for k, v in SETTINGS.items()), f"--resume: "
-                       f"{args.out} was trained with other settings ({', '.join(SETTINGS)}); "
-                       "rerun it with --force")
+    """--out holds no run, or one whose checkpoint --resume goes on from (or that finished)."""
+    runlog.check_free(args.out, args.force, args.resume, (Path(args.out) / CHECKPOINT).exists()
+                      or finished(args.out))
 
 
 def write_results(out, rows, status, seconds):
-    """critical.json (for plots.py), critical.csv, summary.json; at the end, the table and the fits
-    printed. rows None (--m, no search): summary.json alone."""
-    summary = dict(status=status, seconds=round(seconds, 1))
+    """critical.json (for plots.py) and critical.csv; at the end, the table and the fits printed.
+    Returns summary.json's rows and fits (none with rows None: --m, no search)."""
     if rows is None:
-        return runlog.write_json(out / "summary.json", summary)
+        return {}
     fits = {}
     for r in rows:                                     # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
@@ -301,35 +299,18 @@ def write_results(out, rows, status, seconds):
     text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"
                    for row in [fields, *([r[k] for k in fields] for r in rows)])
     runlog.write_bytes(out / "critical.csv", text.replace("\n", "\r\n").encode())
-    runlog.write_json(out / "summary.json", dict(summary, rows=rows, fits=fits))
-    if status == "running":
-        return
-    print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
-          f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
-          "empty: beyond the scan\n" + text)
-    for model, by_s in fits.items():
-        for s, f in by_s.items():
-            print(f"{model} s={s}: " + ("fewer than 3 bounded points, no fit" if f is None else
-                  "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f}); ".format(**f["log"]) + "{c:.2f} "
-                  "T^{k:.3f} (chi2 {chi2:.1f}); ".format(**f["power"]) + f"dof {f['dof']}: " +
-                  (f"{f['better']} fits better" if f["separated"] else "not separated")))
-    print(f"{status} in {seconds:.1f} s; written to {out}/")
-
-
-def read_log(out):
-    """An interrupted run's trainings {(model, m, T, s, seed): record} (a cut line or one without
-    its numbers is trained again; the log rewritten without it), and its summary's seconds."""
-    log, done = out / "log.jsonl", {}
-    for line in (runlog.read(log, bytes.splitlines, "remove it, or rerun with --force")
-                 if log.exists() else []):
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            r = json.loads(line)
-            if all(type(r[k]) in (int, float) for k in ("acc", "train_loss", "steps")):
-                done[r["model"], r["m"], r["T"], r["s"], r["seed"]] = r
-    runlog.write_bytes(log, "".join(json.dumps(r) + "\n" for r in done.values()).encode())
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        return done, runlog.read(out / "summary.json")["seconds"]
-    return done, 0.0                                   # killed before its first summary
+    if status != "running":
+        print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
+              f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
+              "empty: beyond the scan\n" + text)
+        for model, by_s in fits.items():
+            for s, f in by_s.items():
+                print(f"{model} s={s}: " + ("fewer than 3 bounded points, no fit" if f is None else
+                      "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f}); ".format(**f["log"]) + "{c:.2f} "
+                      "T^{k:.3f} (chi2 {chi2:.1f}); ".format(**f["power"]) + f"dof {f['dof']}: "
+                      + (f"{f['better']} fits better" if f["separated"] else "not separated")))
+        print(f"{status} in {seconds:.1f} s; written to {out}/")
+    return dict(rows=rows, fits=fits)
 
 
 def fit_row(model, s, T, mine):
@@ -340,42 +321,52 @@ def fit_row(model, s, T, mine):
 
 
 def run(args, device):
-    """The grid, a cell (model, s, T) at a time: a search and its fit, or (--m) the accuracies;
-    each training appended to log.jsonl as it ends, the results rewritten after each cell."""
-    out, seeds = Path(args.out), list(range(args.seeds))
-    done, before = read_log(out) if args.resume else ({}, 0.0)
-    if not args.resume:
-        runlog.fresh_dir(out)                          # --force: no old file stays but our lock
-    t0 = time.time() - before                          # a resumed run's seconds go on counting
-    grid = m_grid(args.m_min, args.m_max, args.per_octave)
-    runlog.write_json(out / "config.json", dict(asdict(args), device=str(device), grid=grid,
-                                                seeds=seeds, pass_acc=PASS_ACC, **SETTINGS))
-    rows, status, asked = [], "finished", []
-    with open(out / "log.jsonl", "a") as log, tqdm(list(itertools.product(
-            args.model, args.s, args.T)), desc="grid", dynamic_ncols=True) as bar:
-        def trainer(model, m, T, s, seed):             # each (model, m, T, s, seed) trains once
-            key = (model, m, T, s, seed)
-            if key not in done:
-                done[key] = train_one(model, m, T, s, seed, device)
-                runlog.append_record(log, done[key])    # flushed: Ctrl-C keeps it
-                bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
-            asked.append(key)
-            return done[key]["acc"]
+    """The grid through runlog.Job: each training logged as it ends and kept in the job's
+    checkpoint (saved when due, or at a signal); at any ending the results and summary.json."""
+    out, grid = Path(args.out), m_grid(args.m_min, args.m_max, args.per_octave)
+    config = dict({k: v for k, v in asdict(args).items() if k not in ("force", "resume")},
+                  device=str(device), grid=grid, seeds=list(range(args.seeds)), pass_acc=PASS_ACC,
+                  **SETTINGS)
+    job = runlog.Job([out], [config], out / CHECKPOINT, args.resume)
+    if args.resume and not job.file.exists() and finished(out):
+        return print(f"train_bool.py: {out}: every run finished already; nothing to resume")
+    rows, status = [], "finished"
+    with job:
+        done = {tuple(r[k] for k in KEY): r for r in job.open() or []}   # refused: nothing written
         try:
-            for model, s, T in bar:
-                asked.clear()          # the fit: what this search asked for, not all of the log
-                for m in args.m or []:
-                    bar.write(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds {seeds}: "
-                              + " ".join(f"{trainer(model, m, T, s, k):.4f}" for k in seeds))
-                if not args.m:
-                    search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
-                    rows.append(fit_row(model, s, T, [done[k] for k in dict.fromkeys(asked)]))
-                    write_results(out, rows, "running", time.time() - t0)
+            cells(args, device, job, done, rows, grid)
         except BaseException as error:
             status = runlog.ended_by(error)
             raise
-        finally:                                       # a rerun is told how this one ended
-            write_results(out, None if args.m else rows, status, time.time() - t0)
+        finally:          # a rerun is told how this one ended: the rows, not the last training
+            job.records[0] = {}
+            job.close(status, None, [(write_results(out, None if args.m else rows, status,
+                                                    time.time() - job.t0), {})])
+
+
+def cells(args, device, job, done, rows, grid):
+    """A cell (model, s, T) at a time: a search and its fit (rows, critical.json rewritten after
+    each), or (--m) the accuracies; done: the trainings so far, each trained once."""
+    seeds, asked = list(range(args.seeds)), []
+    with tqdm(list(itertools.product(args.model, args.s, args.T)), desc="grid",
+              dynamic_ncols=True) as bar:
+        def trainer(model, m, T, s, seed):
+            if (key := (model, m, T, s, seed)) not in done:
+                done[key] = train_one(model, m, T, s, seed, device)
+                job.log(0, done[key], math.log(2))     # BCE starts at ln 2, a coin flip's
+                job.save(len(done), list(done.values()))
+                bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
+            asked.append(key)
+            return done[key]["acc"]
+        for model, s, T in bar:
+            asked.clear()              # the fit: what this search asked for, not all of the log
+            for m in args.m or []:
+                bar.write(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds {seeds}: "
+                          + " ".join(f"{trainer(model, m, T, s, k):.4f}" for k in seeds))
+            if not args.m:
+                search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
+                rows.append(fit_row(model, s, T, [done[k] for k in dict.fromkeys(asked)]))
+                write_results(Path(args.out), rows, "running", time.time() - job.t0)
 
 
 def reproducible(device):
@@ -388,9 +379,8 @@ def reproducible(device):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-
     def body():
+        args = parse_args(argv)
         check_runs(args)
         device = runlog.resolve_device(args.device)
         reproducible(device)
@@ -398,8 +388,7 @@ def main(argv=None):
         with runlog.lock(args.out):
             check_runs(args)                  # again: another writer may have been first
             run(args, device)
-    runlog.run_command("train_bool.py", body, "the log and the rows so far are saved",
-                       sizes="--T, --m-max, --m", argv=argv)
+    runlog.run_command("train_bool.py", body, argv=argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ same budget; it writes sweep.json and sweep.csv, and prints the table and the lo
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
 only widths a smaller budget needs beyond are trained anew.
 """
-import io
 import itertools
 import json
 import math
@@ -65,9 +64,8 @@ class Args:
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
     out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
     force: bool = flag(False, "replace run directories that already hold a run")
-    resume: bool = flag(False, "--sweep: go on from the numbers its sweep.json keeps and the"
-                        " finished runs in --out; train what they lack (FCN runs cut short start"
-                        " again; a transformer cell goes on from its last --eval-every checkpoint)")
+    resume: bool = flag(False, "go on from each run's checkpoint (same flags otherwise); --sweep:"
+                        " from the numbers of its sweep.json and finished runs, training the rest")
     sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
         f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
         for k, v in SWEEP.items()))
@@ -86,6 +84,7 @@ PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=[20], ste
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
 MODELS = ("fcn", "transformer")
+CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
 
 
 def FCN(in_features, width, depth, out_features):  # noqa: N802  named as the model it builds
@@ -122,24 +121,23 @@ def parse_args(argv=None):
               " smaller q or a longer T") for T in lengths for flag, q in qs] + [
         (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
          " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
-        (not args.resume or (args.sweep and not args.force),
-         "--resume goes on with a --sweep, without --force"),
+        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
         (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")]
-    for holds, message in rules:
-        if not holds:
-            parser.error(message)
+    runlog.check(rules)
     return args
 
 
 def check_runs(args):
-    """Every run directory this job may write holds no run, or one --resume reuses."""
+    """Every run directory this job may write holds no run, or one --resume goes on with."""
     runlog.require(not args.sweep or args.force or args.resume
                    or not (Path(args.out) / "sweep.json").exists(),
                    f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
                    " another --out or --force")
     grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
     for T, width, seed in itertools.product(*grid, args.seed):
-        runlog.check_free(run_dir(args, T, width, seed), args.force, args.resume, args.sweep)
+        path = run_dir(args, T, width, seed)
+        runlog.check_free(path, args.force, args.resume, args.sweep or runlog.finished(path)
+                          or (path / CHECKPOINT).exists())
 
 
 def run_dir(args, T, width, seed):
@@ -153,99 +151,108 @@ def evaluate(model, sets):
     return dict(val=losses.pop("val"), test_q=losses)
 
 
-def train(args, T, width, seed, device, steps=None, progress=True):
-    """One FCN run of `steps` (default --steps): write its directory, return its records."""
-    steps, path = steps or args.steps, run_dir(args, T, width, seed)
-    torch.manual_seed(seed)  # the initialisation
+def build(args, T, width, seed, steps, device):
+    """A run's model (initialised from its seed), optimizer, generator and validation sets (common
+    to every seed) and its config.json: every setting but the sweep's own, and the budgets it is
+    read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it afresh)."""
+    torch.manual_seed(seed)
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
-    gen = torch.Generator(device)
-    subsets = {"val": args.q, **{str(q): q for q in args.test_q}}
+    gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
     sets = {name: sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0],
                          args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
-    runlog.fresh_dir(path)                                   # --force: nothing of an old run stays
-    mine = {k: v for k, v in asdict(args).items()             # every setting but the sweep's own
-            if not k.startswith("sweep") and k not in ("force", "out", "resume")}
-    runlog.write_json(path / "config.json", dict(mine, model="fcn", T=T, width=width, seed=seed,
-                      steps=steps, device=str(device), params=n_params(model)))
-    loss_sum, since, t0, rec, step, status, records = 0.0, 0, time.time(), {}, 0, "finished", []
+    config = dict({k: v for k, v in asdict(args).items() if not k.startswith("sweep")
+                   and k not in ("force", "out", "resume")}, model="fcn", T=T, width=width,
+                  seed=seed, steps=steps, device=str(device), params=n_params(model),
+                  budgets=[b for b in args.sweep_steps if b <= steps])
+    return model, optimizer, gen, sets, config
+
+
+def open_run(job, sweep):
+    """The run's checkpoint state (None: a fresh run); a sweep's run cut at another budget or eps
+    (its config differs) is trained afresh, where a plain run's --resume is refused."""
     try:
-        with open(path / "log.jsonl", "w") as log, tqdm(
-                total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
-                disable=not progress, leave=False) as bar:
-            for step in range(steps + 1):
-                if step % args.eval_every == 0 or step == steps or step in args.sweep_steps:
-                    train_loss = loss_sum.item() / since if since else None
-                    rec = dict(step=step, train_loss=train_loss, lr=args.lr,
-                               time=round(time.time() - t0, 3), **evaluate(model, sets))
-                    records.append(rec)
-                    # the FCN's random init starts above d/(2q), far below the divergence threshold
-                    runlog.write_record(log, rec, path.name, [rec["val"], train_loss],
-                                        args.d / 2 / args.q)
-                    bar.set_postfix(val=f"{rec['val']:.4f}")
-                    loss_sum, since = 0.0, 0
-                if step == steps:
-                    break
-                x, target = sample(gen, fused.words(seed, step)[0], args.batch, T, args.q,
-                                   args.d, args.dtype)
-                optimizer.zero_grad()
-                loss = sts.loss(model(x), target)
-                loss.backward()
-                optimizer.step()
-                loss_sum, since = loss_sum + loss.detach(), since + 1
-                bar.update()
-    except BaseException as error:
-        status = runlog.ended_by(error)
-        raise
-    finally:
-        runlog.write_summary(path, status, step, time.time() - t0, rec)
-        if progress:
-            print(runlog.closing_line(path, status, step, rec, args.n_test))
-    return records
+        return job.open()
+    except runlog.Unusable:
+        if not sweep:
+            raise
+        job.resume = False
+        return job.open()
+
+
+def train(args, T, width, seed, device, steps=None):
+    """One FCN run of `steps` (default --steps) through runlog.Job: its directory and checkpoint
+    (weights, optimizer, loss sum; the batches are keyed by (seed, step): a resume is exact)."""
+    steps, path = steps or args.steps, run_dir(args, T, width, seed)
+    if args.resume and not args.sweep and runlog.finished(path):
+        return print(f"train_fcn.py: {path}: every run finished already; nothing to resume")
+    model, optimizer, gen, sets, config = build(args, T, width, seed, steps, device)
+    loss_sum = torch.zeros((), dtype=getattr(torch, args.dtype), device=device)
+    job = runlog.Job([path], [config], path / CHECKPOINT,
+                     args.resume and (path / CHECKPOINT).exists())
+    with job, tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
+                   disable=args.sweep, leave=False) as bar:
+        if state := open_run(job, args.sweep):
+            model.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"])
+            loss_sum.copy_(state["loss_sum"])
+        bar.update(job.step)
+        for t in range(job.step, steps + 1):
+            job.save(t, dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
+                             loss_sum=loss_sum))                   # the state before step t
+            if t % args.eval_every == 0 or t == steps or t in args.sweep_steps:
+                since = t - job.records[0].get("step", t)
+                job.log(0, dict(step=t, train_loss=loss_sum.item() / since if since else None,
+                                lr=args.lr, time=round(time.time() - job.t0, 3),
+                                **evaluate(model, sets)), args.d / 2 / args.q)
+                bar.set_postfix(val=f"{job.records[0]['val']:.4f}")
+                loss_sum.zero_()
+            if t == steps:
+                break
+            x, target = sample(gen, fused.words(seed, t)[0], args.batch, T, args.q, args.d,
+                               args.dtype)
+            optimizer.zero_grad()
+            loss = sts.loss(model(x), target)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.detach()
+            bar.update()
+        job.close("finished", steps)
 
 
 def transformer_vals(args, T, d_e, device):
     """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
     Adam on the FCN's draws; {budget: each seed's validation loss after that many steps} (NaN if it
-    diverges), every budget of --sweep-steps read on the way to the largest. Its state is kept every
-    --eval-every steps (a cell at T = 80 takes over an hour on one core: longer than some sessions)
-    for --resume to go on from bit for bit, and deleted when the cell is done."""
-    dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
+    diverges), every budget of --sweep-steps read on the way to the largest. Its state is a
+    runlog.Job's checkpoint with no run directory (a cell at T = 80 takes over an hour on one core)
+    for --resume to go on from bit for bit; one that passed a budget it lacks starts afresh."""
+    dtype, D, R, budgets = getattr(torch, args.dtype), args.d + d_e, len(args.seed), \
+        args.sweep_steps
     step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
                            torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
                            dtype, threads=1)                        # one thread (see main)
     W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
-    vals, start, path = {}, 0, Path(args.out) / f"transformer-T{T}-de{d_e}.pt"
-    if args.resume and path.exists():
-        start, vals = resume_cell(path, W, V, optimizer)
-    for t in range(start, max(args.sweep_steps)):
-        _, W.grad, V.grad = step(W, V, t, args.batch, T, args.q)
-        optimizer.step()
-        if t + 1 in args.sweep_steps:
-            losses = step(W, V, fused.val_index(T, args.q), args.n_test, T, args.q, val=True)
-            vals[t + 1] = losses.double().mean(0).tolist()
-        if (t + 1) % args.eval_every == 0:
-            runlog.save_checkpoint(path, dict(t=t + 1, W=W, V=V, vals=vals,
-                                              optimizer=optimizer.state_dict()))
-    path.unlink(missing_ok=True)
+    settings = dict({k: v for k, v in sweep_settings(args).items()
+                     if k not in ("eps_fraction", "budgets")}, T=T, de=d_e)
+    start, vals = 0, {}
+    with (job := runlog.Job([], [settings], Path(args.out) / f"transformer-T{T}-de{d_e}.pt",
+                            args.resume)):
+        state = job.open()
+        if state and all(b in state["vals"] or b > job.step for b in budgets):
+            with torch.no_grad():
+                W.copy_(state["W"]), V.copy_(state["V"])
+            optimizer.load_state_dict(state["optimizer"])
+            start, vals = job.step, state["vals"]
+        for t in range(start, max(budgets)):
+            job.save(t, dict(W=W, V=V, vals=vals, optimizer=optimizer.state_dict()))
+            _, W.grad, V.grad = step(W, V, (t, args.batch, T, args.q, False))
+            optimizer.step()
+            if t + 1 in budgets:
+                vals[t + 1] = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T,
+                                                 args.q, True)).double().mean(0).tolist()
+        job.close("finished", max(budgets))
     return vals
-
-
-def resume_cell(path, W, V, optimizer):
-    """Load a cut-off cell's checkpoint into W, V and the optimizer; (its step, its vals so far)."""
-    fix = "delete it to train the cell again"
-    state = runlog.read(path, lambda data: torch.load(io.BytesIO(data), weights_only=False), fix)
-    try:
-        if (state["W"].shape, state["V"].shape) != (W.shape, V.shape):
-            raise TypeError("other shapes")
-        with torch.no_grad():
-            W.copy_(state["W"]), V.copy_(state["V"])
-        optimizer.load_state_dict(state["optimizer"])
-        return int(state["t"]), dict(state["vals"])
-    except (LookupError, TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"{path}: not this sweep cell's checkpoint ({type(e).__name__}); {fix}")
 
 
 def fits(rows, budgets):
@@ -277,31 +284,24 @@ def fcn_vals(args, T, width, seed, steps, device):
     """{budget: an FCN seed's validation loss} of its run trained to `steps` (which evaluates it at
     each smaller budget too); none for a diverged seed, and the other seeds and sizes go on."""
     try:
-        records = train(args, T, width, seed, device, steps, progress=False)
+        train(args, T, width, seed, device, steps)
     except runlog.Stop as stop:
         tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
         return {}
-    return {r["step"]: r["val"] for r in records if r["step"] in args.sweep_steps}
+    log = (run_dir(args, T, width, seed) / "log.jsonl").read_text().splitlines()
+    return {r["step"]: r["val"] for r in map(json.loads, log) if r["step"] in args.sweep_steps}
 
 
-def cached(cells, key, steps, compute):
-    """cells[key][steps], the sweep's one cache of what a model and size gave (kept in sweep.json
-    for --resume); where absent, compute() ({budget: value}) fills it; inf if it gave none."""
-    if str(steps) not in cells.get(key, {}):
-        cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
-    return cells[key].get(str(steps), math.inf)
-
-
-def seed_vals(args, model, T, size, steps, device, eps, cells):
+def seed_vals(args, model, T, size, steps, device, eps, cached):
     """(width, parameters, the seeds' val losses after `steps`) of a model at one size: the
     transformer's seeds side by side (every budget at once), the FCN's one by one until those so
     far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
     if model == "transformer":                                       # D x D + d x D parameters
         return args.d + size, (args.d + size) * (2 * args.d + size), cached(
-            cells, f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
+            f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
     vals = []
     for seed in args.seed:
-        vals.append(cached(cells, f"fcn {T} {size} {seed}", steps,
+        vals.append(cached(f"fcn {T} {size} {seed}", steps,
                            lambda: fcn_vals(args, T, size, seed, steps, device)))
         if not sum(vals) / len(args.seed) <= eps:
             break
@@ -328,24 +328,15 @@ def sweep_settings(args):
 
 
 def resumed_cells(args):
-    """The cells (cached's) of the sweep.json --resume goes on with, and finished FCN runs' numbers
-    (a kill mid-cell, an old sweep.json); other settings (but eps, budgets), damage: bad input."""
+    """The cells (sweep's cache) of the sweep.json --resume goes on with; a sweep of other settings
+    (but eps and budgets), or a damaged sweep.json: bad input."""
     path, fix = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out"
     old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
-    cells = old.get("cells", old.get("transformer_cells", {})) if isinstance(old, dict) else None
-    runlog.require(isinstance(cells, dict) and all(isinstance(c, dict) for c in cells.values()),
-                   f"{path}: not an object whose 'cells' is an object of objects; {fix}")
+    cells = old.get("cells", {})                # a hand-edited one may end in a traceback
     differ = [k for k, v in sweep_settings(args).items()
               if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
     runlog.require(not differ, f"--resume: {path} was made with other settings"
                    f" ({', '.join(differ)}); {fix}")
-    for run in [r for r in Path(args.out).glob(f"fcn-*-depth{args.depth}-seed*") if old
-                and runlog.finished(r)]:
-        c, log = runlog.read_config(run), runlog.read(run / "log.jsonl", lambda b: [
-            json.loads(line) for line in b.splitlines()], f"delete {run} to train it again")
-        cells.setdefault(f"fcn {c.get('T')} {c.get('width')} {c.get('seed')}", {}).update({
-            str(r["step"]): r["val"] for r in log if isinstance(r, dict) and r.get("step") in
-            args.sweep_steps and type(r.get("val")) is float})
     return cells
 
 
@@ -358,9 +349,13 @@ def sweep(args, device):
 
     def reached(model, T, size, steps, row):
         bar.set_postfix(T=T, steps=steps, model=model, size=size)
-        vals = seed_vals(args, model, T, size, steps, device, eps, cells)
-        save("running")         # this size's cells kept before the next starts (a kill loses none)
-        return note(row, *vals, eps)
+        return note(row, *seed_vals(args, model, T, size, steps, device, eps, cached), eps)
+
+    def cached(key, steps, compute):    # the one cache of what a model and size gave: where
+        if str(steps) not in cells.get(key, {}):  # absent, compute() ({budget: value}) fills it
+            cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
+            save("running")             # kept before the next is trained (a kill loses none)
+        return cells[key].get(str(steps), math.inf)                   # inf: it gave none
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
         runlog.write_json(Path(args.out) / "sweep.json", dict(
@@ -405,9 +400,8 @@ def write_table(args, rows, slopes, eps):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-
     def body():
+        args = parse_args(argv)
         check_runs(args)
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
@@ -417,8 +411,7 @@ def main(argv=None):
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
                 train(args, T, width, seed, device)
-    runlog.run_command("train_fcn.py", body, "the logs so far are saved",
-                       sizes="--width, --batch, --n-test", argv=argv)
+    runlog.run_command("train_fcn.py", body, argv=argv)
 
 
 if __name__ == "__main__":
