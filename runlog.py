@@ -143,7 +143,7 @@ def run_state(path):
 
 
 def finished(path):
-    return run_state(path).startswith("finished ")
+    return run_state(path).split(" at step")[0] == "finished"
 
 
 def check_free(path, force, resume=False, can_resume=False):
@@ -166,6 +166,8 @@ def lock(*outs):
     with contextlib.ExitStack() as held:
         for out in dict.fromkeys(os.path.realpath(out) for out in outs):
             path = Path(out) / ".lock"
+            require(not path.parent.exists() or path.parent.is_dir(), f"--out: {out} is a file;"
+                    " name a folder")
             path.parent.mkdir(parents=True, exist_ok=True)
             while True:
                 handle = held.enter_context(open(path, "a"))
@@ -181,10 +183,16 @@ def lock(*outs):
 
 
 # ------------------------------------------------------------------------------------------ a job
+def job_file(out, family, dirs):
+    """A job's checkpoint in `out`, named by its family and its runs: the same flags find it."""
+    names = "\n".join(os.path.relpath(path, out) for path in dirs).encode()
+    return Path(out) / f"checkpoint-{family}-{hashlib.sha1(names).hexdigest()[:10]}.pt"
+
+
 class Job:
     """The runs one process trains together, as one unit: their directories, one checkpoint.
 
-        job = Job(dirs, configs, out, family, resume)   # its checkpoint: in out, named by its runs
+        job = Job(dirs, configs, job_file(out, family, dirs), resume)
         with job:                         # signals are noted, not raised, until job.open() returns
             job.open(model.load_state_dict)   # fresh directories, or the checkpoint's state loaded
             ... job.log(r, record, start_loss) ... job.save(step, state) ...
@@ -192,11 +200,10 @@ class Job:
     A signal is acted on at the next save(), after the checkpoint is written (a second one at once);
     at any ending each run still running gets its summary.json, then `files(r)` its last arrays."""
 
-    def __init__(self, dirs=(), configs=(), out=".", family="", resume=False, every=300.0,
+    def __init__(self, dirs=(), configs=(), file="checkpoint.pt", resume=False, every=300.0,
                  files=None):        # Job(): no runs, its signals held (a transaction)
-        self.dirs, self.configs, self.resume = list(map(Path, dirs)), configs, resume
-        names = "\n".join(os.path.relpath(path, out) for path in self.dirs).encode()
-        self.file = Path(out) / f"checkpoint-{family}-{hashlib.sha1(names).hexdigest()[:10]}.pt"
+        self.dirs, self.configs, self.file = list(map(Path, dirs)), configs, Path(file)
+        self.resume, self.keep = resume, True
         self.every, self.files = every, files or (lambda r: {})
         self.status, self.records = ["running"] * len(dirs), [{} for _ in dirs]
         self.step, self.caught, self.hold, self.logs, self.saved = 0, None, True, [], None
@@ -213,13 +220,15 @@ class Job:
         elif not self.hold:
             raise Interrupted(signum)
 
-    def open(self, load):
+    def open(self, load, afresh=False):
         """Fresh run directories with their config.json; or with --resume load(the trainer's state
         in the checkpoint), before anything is written, then each log as it was checkpointed and
-        config.json from the flags. Whether it resumed."""
+        config.json from the flags (afresh: a fresh start, whatever the checkpoint). Whether it
+        resumed."""
         for tmp in self.file.parent.glob(f".{self.file.name}.*.tmp"):
             tmp.unlink()                            # a killed writer's: the lock says it is gone
-        resumed, logs = self.resume and self.file.exists(), [b""] * len(self.dirs)
+        resumed = self.resume and not afresh and self.file.exists()
+        logs = [b""] * len(self.dirs)
         if resumed:
             import torch
             saved = torch.load(self.file, weights_only=False)
@@ -302,7 +311,7 @@ class Job:
             self.records[r], **(final or {}), step=self.records[r].get("step"), status=status,
             stopped_at=step, seconds=round(time.time() - self.t0, 1)))
 
-    def close(self, status, step, finals=None):
+    def close(self, status, step, finals=None, keep=True):
         """Each run still running ends with `status` at `step`: its arrays (finals' arrays, then
         files(r)), its summary (finals' numbers) and its closing line. A signal that came in the
         final evaluation ends the job as interrupted: its checkpoint goes on."""
@@ -313,6 +322,7 @@ class Job:
             log.close()
         for r, path in enumerate(self.dirs):
             final, arrays = finals[r] if finals else ({}, {})
+            self.records[r] = self.records[r] if keep else {}   # keep: the last record summarized
             if arrays:
                 write_npz(path / "final_losses.npz", arrays)
             if self.status[r] == "running":
@@ -359,13 +369,13 @@ def closing_line(path, status, step, rec):
     """A run's last line: how it ended, and its final numbers with their standard errors and set
     size (those the README quotes), else its last evaluation."""
     sets = lambda r: [(k, x) for k, x in flat(r).items() if k == "val" or "=" in k]  # noqa: E731
-    text = f"{path}: {status} at step {step}"
+    text = f"{path}: {status}" + ("" if step is None else f" at step {step}")
     if "final" in rec:
         se, n = dict(sets(rec["final_se"])), rec["n_final"]
         return (text + f"; final loss on {n} sequences per set (± its standard error): "
                 + ", ".join(f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])))
     if "step" not in rec:
-        return text + "; no evaluation was made"
+        return text + ("; no evaluation was made" if step is not None else "")
     return (text + f"; last evaluated at step {rec['step']}: "
             + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec) if x is not None)
             + (f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""))

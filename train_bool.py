@@ -274,14 +274,10 @@ def parse_args(argv=None):
     return args
 
 
-def finished(out):      # runlog.finished wants "finished at step N": a grid has no steps
-    return runlog.run_state(out).startswith("finished")
-
-
 def check_runs(args):
     """--out holds no run, or one whose checkpoint --resume goes on from (or that finished)."""
     runlog.check_free(args.out, args.force, args.resume, (Path(args.out) / CHECKPOINT).exists()
-                      or finished(args.out))
+                      or runlog.finished(args.out))
 
 
 def write_results(out, rows, status, seconds):
@@ -327,21 +323,20 @@ def run(args, device):
     config = dict({k: v for k, v in asdict(args).items() if k not in ("force", "resume")},
                   device=str(device), grid=grid, seeds=list(range(args.seeds)), pass_acc=PASS_ACC,
                   **SETTINGS)
-    job = runlog.Job([out], [config], out / CHECKPOINT, args.resume)
-    if args.resume and not job.file.exists() and finished(out):
+    job, rows, status, done = runlog.Job([out], [config], out / CHECKPOINT, args.resume), [], \
+        "finished", {}
+    if job.finished():
         return print(f"train_bool.py: {out}: every run finished already; nothing to resume")
-    rows, status = [], "finished"
-    with job:
-        done = {tuple(r[k] for k in KEY): r for r in job.open() or []}   # refused: nothing written
+    with job:                                   # the checkpoint's trainings; refused: none written
+        job.open(lambda state: done.update({tuple(r[k] for k in KEY): r for r in state}))
         try:
             cells(args, device, job, done, rows, grid)
         except BaseException as error:
             status = runlog.ended_by(error)
             raise
         finally:          # a rerun is told how this one ended: the rows, not the last training
-            job.records[0] = {}
             job.close(status, None, [(write_results(out, None if args.m else rows, status,
-                                                    time.time() - job.t0), {})])
+                                                    time.time() - job.t0), {})], keep=False)
 
 
 def cells(args, device, job, done, rows, grid):
@@ -354,7 +349,7 @@ def cells(args, device, job, done, rows, grid):
             if (key := (model, m, T, s, seed)) not in done:
                 done[key] = train_one(model, m, T, s, seed, device)
                 job.log(0, done[key], math.log(2))     # BCE starts at ln 2, a coin flip's
-                job.save(len(done), list(done.values()))
+                job.save(len(done), list(done.values()), force=True)   # a kill loses none
                 bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
             asked.append(key)
             return done[key]["acc"]

@@ -169,16 +169,15 @@ def build(args, T, width, seed, steps, device):
     return model, optimizer, gen, sets, config
 
 
-def open_run(job, sweep):
-    """The run's checkpoint state (None: a fresh run); a sweep's run cut at another budget or eps
-    (its config differs) is trained afresh, where a plain run's --resume is refused."""
+def open_run(job, sweep, load):
+    """job.open(load); a sweep's run cut at another budget or eps (its config differs) is trained
+    afresh, where a plain run's --resume is refused."""
     try:
-        return job.open()
+        return job.open(load)
     except runlog.Unusable:
         if not sweep:
             raise
-        job.resume = False
-        return job.open()
+        return job.open(load, afresh=True)
 
 
 def train(args, T, width, seed, device, steps=None):
@@ -193,9 +192,9 @@ def train(args, T, width, seed, device, steps=None):
                      args.resume and (path / CHECKPOINT).exists())
     with job, tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
                    disable=args.sweep, leave=False) as bar:
-        if state := open_run(job, args.sweep):
-            model.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"])
-            loss_sum.copy_(state["loss_sum"])
+        open_run(job, args.sweep, lambda state: (
+            model.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"]),
+            loss_sum.copy_(state["loss_sum"])))
         bar.update(job.step)
         for t in range(job.step, steps + 1):
             job.save(t, dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
@@ -238,7 +237,8 @@ def transformer_vals(args, T, d_e, device):
     start, vals = 0, {}
     with (job := runlog.Job([], [settings], Path(args.out) / f"transformer-T{T}-de{d_e}.pt",
                             args.resume)):
-        state = job.open()
+        state = {}
+        job.open(state.update)
         if state and all(b in state["vals"] or b > job.step for b in budgets):
             with torch.no_grad():
                 W.copy_(state["W"]), V.copy_(state["V"])

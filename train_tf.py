@@ -282,9 +282,10 @@ def new_job(args, specs, d_e, device, files=None):
     checkpoint in --out."""
     keep = {k: v for k, v in asdict(args).items()
             if k not in ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")}
-    return runlog.Job([s["dir"] for s in specs], [dict(keep, **{k: s[k] for k in RUN_KEYS},
-                      de=d_e, device=str(device), model="transformer") for s in specs],
-                      args.out, f"de{d_e}", args.resume, args.checkpoint_every, files)
+    dirs = [s["dir"] for s in specs]
+    return runlog.Job(dirs, [dict(keep, **{k: s[k] for k in RUN_KEYS}, de=d_e, device=str(device),
+                                  model="transformer") for s in specs], runlog.job_file(
+        args.out, f"de{d_e}", dirs), args.resume, args.checkpoint_every, files)
 
 
 def rescore(args, device):
