@@ -57,30 +57,29 @@ whole = lambda v, low=1: (isinstance(v, (int, np.integer)) and not isinstance(v,
 real = lambda v, low=0.0: (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
                            and low < v < np.inf)  # noqa: E731    finite, > low; NaN fails `<`
 
-ARGUMENTS = {  # an argument's name in every public function: what it accepts, the test (check_args)
-    **dict.fromkeys("T d d_e n steps max_len start".split(), ("a positive integer", whole)),
-    **dict.fromkeys("seed anneal_at".split(), ("an integer >= 0", lambda v: whole(v, 0))),
-    **dict.fromkeys("lr scale anneal_factor target".split(), ("a positive finite number", real)),
+ARGUMENTS = {  # the course's functions' arguments by name: what each accepts, its test
+    **dict.fromkeys("T d d_e n steps start".split(), ("a positive integer", whole)),
+    "seed": ("an integer >= 0", lambda v: whole(v, 0)),
+    **dict.fromkeys("lr target".split(), ("a positive finite number", real)),
     **{k: (f"one of {v}", v.__contains__) for k, v in
-       dict(kind=PE_KINDS, init=INITS, purpose=PURPOSES, attend=ATTENDS).items()},
-    "c": ("a finite number >= 0", lambda v: real(v, -1e-300)),
-    "dtype": ("float32 or float64", lambda v: v in ("float32", "float64", np.float32, np.float64)),
-    "rng": ("a NumPy Generator", lambda v: hasattr(v, "standard_normal") and hasattr(v, "random")),
+       dict(kind=PE_KINDS, init=INITS, attend=ATTENDS).items()},
+    "c_max": ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3)),
     "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
-    "f": ("an array (n, d)", lambda v: len(getattr(v, "shape", ())) >= 1),
 }
 
 
-def check_args(T=None, q=None, **named):
-    """Every public function's arguments, checked by ARGUMENTS' rule of their name; q against T."""
-    for name, value in dict({} if T is None else {"T": T}, **named).items():
+def check_args(T, q, **named):
+    """The arguments of demo, train, evaluate, family_floor, needed_de and the command line, each by
+    ARGUMENTS' rule of its name; q against T, T against pe's table. Nothing inside checks again."""
+    for name, value in dict(T=T, **named).items():
         check(ARGUMENTS[name][1](value), name, ARGUMENTS[name][0], value)
-    check(q is None or whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
+    check(whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
+    L = T if getattr(named.get("pe"), "table", None) is None else named["pe"].table.shape[1]
+    check(T <= L, "T", f"at most the PE table's {L} positions", T)
 
 
 def stream(seed, purpose):
     """A seed's Generator for one purpose ("data" is default_rng(seed): [seed, 0] seeds alike)."""
-    check_args(seed=seed, purpose=purpose)
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
 
 
@@ -95,9 +94,6 @@ class PositionalEncoding:
     max_len positions from the seed's table stream: fixed uses its first T. onehot: d_e >= L."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
-        check_args(kind=kind, d_e=d_e, max_len=max_len, seed=seed)
-        check(kind != "onehot" or d_e >= max_len, "d_e", f">= the longest T, {max_len} (onehot)",
-              d_e)
         self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
@@ -108,9 +104,8 @@ class PositionalEncoding:
         """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
         if self.kind == "stochastic":
             return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
-        L = self.table.shape[1]
-        check(T <= L, "T", f"at most the PE table's {L} positions", T)
         if self.kind == "randomized":                # T of the L positions, uniform, in order
+            L = self.table.shape[1]
             positions = np.sort(np.argsort(rng.random((n, L)), axis=-1)[:, :T], axis=-1)
             return self.table[:, positions].transpose(1, 0, 2).astype(dtype, copy=False)
         return self.table[None, :, :T].astype(dtype, copy=False)
@@ -119,7 +114,6 @@ class PositionalEncoding:
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
     """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of {1..T}, the target.
     Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the subset, mask (n, T))."""
-    check_args(T, q, d=d, n=n, rng=rng, pe=pe, dtype=dtype)
     X = rng.standard_normal((n, d, T), dtype=dtype)             # x_i ~ N(0, I_d)
     order = np.argsort(rng.random((n, T)), axis=-1)             # a uniform permutation of positions
     idx = order[:, :q]                                          # its first q: a uniform q-subset
@@ -153,7 +147,6 @@ def softmax(a):
 def forward(W, V, Z, z_q, attend="tokens"):
     """f = V C softmax(C^T W z_q) with C = Z (attend "tokens") or C = [Z, z_q] (attend "query").
     W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what `backward` needs."""
-    check_args(attend=attend)
     C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
     u = z_q @ W.T                                   # u = W z_q                       (n, D)
     a = np.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
@@ -165,20 +158,11 @@ def forward(W, V, Z, z_q, attend="tokens"):
 
 def loss(f, target):
     """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
-    check_args(f=f)
-    check_target(f, target)
     return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
-
-
-def check_target(f, target):
-    """Another target shape ((d,) or (n, 1) against (n, d)) would broadcast into a wrong loss."""
-    check(getattr(target, "shape", None) == f.shape, "target", f"of f's shape {tuple(f.shape)}",
-          getattr(target, "shape", target))
 
 
 def backward(W, V, z_q, f, target, cache):
     """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward`."""
-    check_target(f, target)
     C, u, s, h = cache
     df = (f - target) / f.shape[0]                  # dL/df, from L = 1/(2n) sum ||f - STS_q||^2
     dV = df.T @ h                                   # f = V h      =>  dL/dV = sum_n df h^T
@@ -206,7 +190,6 @@ def cosine(A, B):
 
 def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
     """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Fig. 3)."""
-    check_args(d=d, d_e=d_e, init=init, seed=seed, scale=scale)
     D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
@@ -216,13 +199,12 @@ def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
 
 def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
     """The paper's schedule: lr until `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
-    check_args(lr=lr, anneal_factor=anneal_factor, anneal_at=anneal_at or 0)
     return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
 def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0, progress=True):
     """Online SGD, a fresh batch every step. Returns W, V and the training loss of every step."""
-    check_args(T, q, d=d, pe=pe, steps=steps, lr=lr, n=n, attend=attend)
+    check_args(T, q, d=d, pe=pe, steps=steps, lr=lr, n=n, attend=attend, init=init, seed=seed)
     rng = stream(seed, "data")
     W, V = init_weights(d, pe.d_e, init, seed)
     losses = np.empty(steps)
@@ -239,6 +221,7 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
 
 def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
     """The loss on n fresh sequences of length T drawn from `seed` (the same set for all models)."""
+    check_args(T, q, d=d, pe=pe, n=n, attend=attend, seed=seed)
     b = sample_batch(np.random.default_rng(seed), n, T, q, d, pe)
     return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
 
@@ -255,10 +238,7 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     X softmax(c P^T s). So keep X (n, d, T), the c = 1 scores p_i^T s (n, T), the target; not P.
     positions: the table's size L of randomized PE (default T). ridge: score a table's PEs through
     M = table_metric(d_e, P_L, ridge) instead of I, p_i^T M s (M undoes the table's cross-talk)."""
-    check_args(T, q, d=d, n=n)
     rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
-    check(ridge is None or pe.table is not None, "ridge", "None with stochastic PE, which has no"
-          " table", ridge)
     M = table_metric(d_e, pe.table, ridge)                                 # (d_e, d_e)
     chunks = []
     for lo in range(0, n, 512):                      # chunks: P at n = 4096, T = 200 would not fit
@@ -277,7 +257,6 @@ def family_output(draws, c):
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ridge=None):
     """What W = c W*, V = alpha V* (a fitted c, alpha; with a ridge, W = c M's) scores at any T,
     q, d_e on n sequences."""
-    check_args(c=c)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
@@ -285,7 +264,10 @@ def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ri
 def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
     """min over (c, alpha) of family_loss on the same n sequences, (loss, c, alpha): the floor a
     model of the ground-truth direction cannot beat; with a ridge, W = c [[0, 0], [0, M]]'s."""
-    check(real(c_max, 1e-3), "c_max", "> 0.001, where the search over c starts", c_max)
+    check_args(T, q, d=d, d_e=d_e, n=n, seed=seed, kind=kind, c_max=c_max)
+    check(positions is None or whole(positions, T), "positions", f"an integer >= T = {T}", positions)
+    check(ridge is None or kind != "stochastic", "ridge", "None with stochastic PE, which has no"
+          " table", ridge)
     return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)
 
 
@@ -323,9 +305,6 @@ def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
 
 def family_fit(W, V, d):
     """(c, alpha), the projection of trained W, V on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
-    shapes = np.shape(W), np.shape(V)
-    check(len(shapes[0]) == 2 and shapes[1] == (d, shapes[0][0] or 0) == (d, shapes[0][1]) and
-          shapes[0][0] > d, "W, V", f"(D, D) and (d, D), D > d = {d}", shapes)
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
     return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
 
@@ -361,7 +340,6 @@ def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, anneal_fa
     which lowers alpha's optimum G / N to G / (N + w) and so slows c, whose drive is alpha.
     Returns (loss, c, alpha, se, w), arrays of steps + 1: the state before each step, then after
     the last; se the loss's Monte-Carlo standard error, the n sequences' losses' std / sqrt(n)."""
-    check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, n=n)
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
     out = np.zeros((steps + 1, 5))                   # rows (loss, c, alpha, se, w), all 0 at first
     for step in range(steps + 1):
@@ -434,6 +412,7 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
 # ---------------------------------------------------------------------------------------- The demo
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
+    check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, seed=seed)
     tests = (T, 2 * T, 4 * T)
     W_star, V_star = ground_truth(d, d_e)
     print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256, lr={lr}."
