@@ -52,10 +52,10 @@ def check(ok, argument, accepts, got):
         raise ValueError(f"{argument} must be {accepts} (got {got!r})")
 
 
-whole = lambda v, low=1: (isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
-                         and v >= low)                            # an int >= low, not 2.0 or True
+# an int >= low, not 2.0 or True; a finite number > low (NaN fails `<`)
+whole = lambda v, low=1: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
 real = lambda v, low=0.0: (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
-                           and low < v < np.inf)  # noqa: E731    finite, > low; NaN fails `<`
+                           and low < v < np.inf)
 ARGUMENTS = {  # the course's functions' arguments by name: what each accepts, its test
     **dict.fromkeys("T d d_e n steps start".split(), ("a positive integer", whole)),
     "seed": ("an integer >= 0", lambda v: whole(v, 0)),
@@ -286,12 +286,15 @@ def scale_floor(draws, c_max=1e4):
 
 def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
                 ridges=(None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)):
-    """(loss, c, alpha, r): the least family_floor over ridge = r L / d_e, r in ridges (None: M = I;
-    L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can reach."""
-    L = positions or T
-    return min((family_floor(kind, T, q, d, d_e, n, seed, positions=positions,  # ties: the first
-                             ridge=None if r is None else r * L / d_e) + (r,) for r in ridges),
-               key=lambda row: row[0])
+    """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in ridges (None:
+    M = I; L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can
+    reach, and its floor_se."""
+    L, rows = positions or T, []
+    for r in ridges:
+        value, c, alpha, se = scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions,
+                                                       None if r is None else r * L / d_e))
+        rows.append((value, c, alpha, r, se))
+    return min(rows, key=lambda row: row[0])                 # ties: the first
 
 
 def family_fit(W, V, d):
@@ -407,9 +410,8 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
                      *(evaluate(W, V, pe, t, q, d) for t in tests)))
     print(f"\n{'PE':<11}{'train loss':>11}{'cos(W,W*)':>11}{'cos(V,V*)':>11}"
           + "".join(f"{'loss T=' + str(t):>13}" for t in tests))
-    for kind, *values in rows:
-        print(f"{kind:<11}" + "".join(f"{v:>11.4f}" for v in values[:3])
-              + "".join(f"{v:>13.4f}" for v in values[3:]))
+    for kind, *values in rows:                       # train loss and cosines, then the lengths
+        print(f"{kind:<11}" + "".join(f"{v:>{11 + 2 * (k > 2)}.4f}" for k, v in enumerate(values)))
     print(f"(train loss: mean of the last {min(100, steps)} steps;"
           " the others: 2048 fresh sequences of each length)")
     return rows
@@ -428,9 +430,7 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
             text = (f"best loss {value:.4f} ± {se:.4f} (se) at c={c:.3g}, alpha={alpha:.3f}"
                     " of W = c W*, V = alpha V*")
             if kind != "stochastic":        # a W that learns its table's cross-talk, W = c M
-                table, tc, ta, r = table_floor(kind, T, q, d, d_e, n, seed, L)
-                ridge = None if r is None else r * (L or T) / d_e
-                tse = floor_se(family_draws(kind, T, q, d, d_e, n, seed, L, ridge), tc, ta)
+                table, tc, ta, r, tse = table_floor(kind, T, q, d, d_e, n, seed, L)
                 row.update(table=table, table_se=tse, table_c=tc, table_alpha=ta, ridge=r)
                 text += f"; W = c M, its table learned: {table:.4f} ± {tse:.4f}"
             if L is not None:              # randomized PE's row (L = T: fixed PE's draws)
@@ -458,10 +458,9 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
 
 
 def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, positions=None):
-    """--dynamics' rows, each printed: family_dynamics at the runs' schedule (lr, lr/3 from
-    anneal_at) on 2048 sequences by GD, then (with a batch) by SGD on `batch`; each with t_1/2
-    against family_floor (4096 sequences: the same 2048 and more), plateau_steps' and its curve
-    (step, loss, c, alpha, se, w) every `every` steps. Randomized PE with `positions`."""
+    """--dynamics' rows, each printed: family_dynamics (lr, lr/3 from anneal_at; 2048 sequences) by
+    GD, then with a batch by SGD; t_1/2 against family_floor (4096 sequences, the same 2048 and
+    more), plateau_steps', the curve (step, loss, c, alpha, se, w) every `every` steps."""
     kind = "stochastic" if positions is None else "randomized"
     floor = family_floor(kind, T, q, d, d_e, seed=seed, positions=positions)[0]
     for n in [None] + [batch] * (batch is not None):
@@ -470,8 +469,7 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, posi
         t_half, closed = escape_step(range(steps + 1), curve[0], floor), plateau_steps(
             T, q, d, d_e, lr, floor, n)
         print(f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)} lr={lr},"
-              f" {'GD' if n is None else 'SGD'} on"
-              f" W = c W*, V = alpha V*{'' if n is None else f' (batch {n})'}: loss"
+              f" {'S' * bool(n)}GD on W = c W*, V = alpha V*{f' (batch {n})' * bool(n)}: loss"
               f" {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
               f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})")
         yield dict(pe=kind, positions=positions, T=T, q=q, d=d, de=d_e, lr=lr, steps=steps,
