@@ -46,37 +46,6 @@ ATTENDS, INITS = ("tokens", "query"), ("zero", "random")  # forward's attend, in
 Batch = namedtuple("Batch", "Z z_q target idx mask")  # what sample_batch returns
 
 
-def check(ok, argument, accepts, got):
-    """A typo stops at once: ValueError("q must be ... (got -1)"), never a silent other run."""
-    if not ok:
-        raise ValueError(f"{argument} must be {accepts} (got {got!r})")
-
-
-# an int >= low, not 2.0 or True; a finite number > low (NaN fails `<`)
-whole = lambda v, low=1: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
-real = lambda v, low=0.0: (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
-                           and low < v < np.inf)
-ARGUMENTS = {  # the course's functions' arguments by name: what each accepts, its test
-    **dict.fromkeys("T d d_e n steps start".split(), ("a positive integer", whole)),
-    "seed": ("an integer >= 0", lambda v: whole(v, 0)),
-    **dict.fromkeys("lr target".split(), ("a positive finite number", real)),
-    **{k: (f"one of {v}", v.__contains__) for k, v in
-       dict(kind=PE_KINDS, init=INITS, attend=ATTENDS).items()},
-    "c_max": ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3)),
-    "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
-}
-
-
-def check_args(T, q, **named):
-    """The arguments of demo, train, evaluate, family_floor, needed_de and the command line, each by
-    ARGUMENTS' rule of its name; q against T, T against pe's table. Nothing inside checks again."""
-    for name, value in dict(T=T, **named).items():
-        check(ARGUMENTS[name][1](value), name, ARGUMENTS[name][0], value)
-    check(whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
-    L = T if getattr(named.get("pe"), "table", None) is None else named["pe"].table.shape[1]
-    check(T <= L, "T", f"at most the PE table's {L} positions", T)
-
-
 def stream(seed, purpose):
     """A seed's Generator for one purpose ("data" is default_rng(seed): [seed, 0] seeds alike)."""
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
@@ -261,16 +230,10 @@ def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, 
     return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)[:3]
 
 
-def floor_se(draws, c, alpha):
-    """The loss's Monte-Carlo standard error at (c, alpha): its sequences' losses' std / sqrt(n)."""
-    each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)
-    return float(each.std(ddof=1) / len(each) ** 0.5)
-
-
 def scale_floor(draws, c_max=1e4):
-    """(loss, c, alpha, se): min over (c, alpha) of the family's loss on `draws`, and its floor_se.
-    The best alpha at c is E<g, y> / E||g||^2 (least squares, g = family_output); c from a
-    golden-section search over log c."""
+    """(loss, c, alpha, se): min over (c, alpha) of the family's loss on `draws` and its Monte-Carlo
+    standard error. The best alpha at c is E<g, y> / E||g||^2 (least squares, g = family_output);
+    c from a golden-section search over log c."""
     def best(log_c):
         g = family_output(draws, np.exp(log_c))
         alpha = (g * draws[2]).sum() / (g * g).sum()                    # the least-squares alpha
@@ -281,14 +244,15 @@ def scale_floor(draws, c_max=1e4):
         lo, hi = (lo, b) if best(a)[0] < best(b)[0] else (a, hi)
     value, alpha = best((lo + hi) / 2)
     c, alpha = float(np.exp((lo + hi) / 2)), float(alpha)
-    return float(value), c, alpha, floor_se(draws, c, alpha)
+    each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # each sequence's loss
+    return float(value), c, alpha, float(each.std(ddof=1) / len(each) ** 0.5)  # se: std / sqrt(n)
 
 
 def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None,
                 ridges=(None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)):
     """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in ridges (None:
     M = I; L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can
-    reach, and its floor_se."""
+    reach, and its se."""
     L, rows = positions or T, []
     for r in ridges:
         value, c, alpha, se = scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions,
@@ -396,6 +360,38 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     return (lo if met(lo) else hi), tried            # lo = 1 met: the smallest there is
 
 
+# ------------- The door: the arguments of demo, train, evaluate, family_floor, needed_de, the CLI
+def check(ok, argument, accepts, got):
+    """A typo stops at once: ValueError("q must be ... (got -1)"), never a silent other run."""
+    if not ok:
+        raise ValueError(f"{argument} must be {accepts} (got {got!r})")
+
+
+# an int >= low, not 2.0 or True; a finite number > low (NaN fails `<`)
+whole = lambda v, low=1: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
+real = lambda v, low=0.0: (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                           and low < v < np.inf)
+ARGUMENTS = {  # the course's functions' arguments by name: what each accepts, its test
+    **dict.fromkeys("T d d_e n steps start".split(), ("a positive integer", whole)),
+    "seed": ("an integer >= 0", lambda v: whole(v, 0)),
+    **dict.fromkeys("lr target".split(), ("a positive finite number", real)),
+    **{k: (f"one of {v}", v.__contains__) for k, v in
+       dict(kind=PE_KINDS, init=INITS, attend=ATTENDS).items()},
+    "c_max": ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3)),
+    "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
+}
+
+
+def check_args(T, q, **named):
+    """The arguments of demo, train, evaluate, family_floor, needed_de and the command line, each by
+    ARGUMENTS' rule of its name; q against T, T against pe's table. Nothing inside checks again."""
+    for name, value in dict(T=T, **named).items():
+        check(ARGUMENTS[name][1](value), name, ARGUMENTS[name][0], value)
+    check(whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
+    L = T if getattr(named.get("pe"), "table", None) is None else named["pe"].table.shape[1]
+    check(T <= L, "T", f"at most the PE table's {L} positions", T)
+
+
 # ---------------------------------------------------------------------------------------- The demo
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
@@ -445,8 +441,7 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
     """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
     answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
     for T in sorted(Ts):
-        start = time.time()
-        de, tried = needed_de(T, q, d, target, n, seed, start=de)
+        start, (de, tried) = time.time(), needed_de(T, q, d, target, n, seed, start=de)
         near = [k for k in tried if de / 2 <= k <= 2 * de]
         slope = np.polyfit(np.log(near), [tried[k][0] for k in near], 1)[0] if near[1:] else 0
         (floor, c, alpha, se), seconds = tried[de], round(time.time() - start, 1)
