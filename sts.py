@@ -98,14 +98,20 @@ def sts_target(X, mask):
 def embed(X, P, mask):
     """Z = [X; P] (n, D, T) and the query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
     s = (P * mask[:, None, :]).sum(-1)                           # sum of the selected PEs, (n, d_e)
-    return np.concatenate([X, P], axis=-2), np.concatenate([np.zeros_like(X[:, :, 0]), s], axis=-1)
+    z_q = np.concatenate([np.zeros_like(X[:, :, 0]), s], axis=-1)  # [0_d; s]
+    return np.concatenate([X, P], axis=-2), z_q
 
 
-# --------------------------------------- The model: forward pass, loss, hand-written backward pass
+# ------------------------------------ The model: the loss, the forward pass and its backward pass
 def softmax(a):
     """Softmax over the last axis, shifted by the max so that exp never overflows."""
     e = np.exp(a - a.max(axis=-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
+
+
+def loss(f, target):
+    """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
+    return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
 
 
 def forward(W, V, Z, z_q, attend="tokens"):
@@ -118,11 +124,6 @@ def forward(W, V, Z, z_q, attend="tokens"):
     h = np.einsum("ndt,nt->nd", C, s)               # h = C s, the attended embedding (n, D)
     f = h @ V.T                                     # f = V h                         (n, d)
     return f, (C, u, s, h)
-
-
-def loss(f, target):
-    """L = 1/2 mean over the batch of ||f - STS_q||^2 (a sum over the d coordinates)."""
-    return 0.5 * ((f - target) ** 2).sum(-1).mean(-1)
 
 
 def backward(W, V, z_q, f, target, cache):
@@ -415,9 +416,8 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
 
 # ------------------------------------------------------------------------------- The command line
 def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
-    """--floor's rows on n sequences, printed, each loss with its Monte-Carlo se: stochastic and
-    fixed PE's family_floor (fixed: and table_floor, the construction that learns its table of T
-    positions), or randomized's with Ls (L = T: fixed PE's very draws, so one number for both)."""
+    """--floor's rows, printed, each loss with its se: stochastic and fixed PE's family_floor (and
+    fixed's table_floor), or randomized's with Ls (L = T: fixed PE's draws, one number for both)."""
     for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
         kinds = ("stochastic", "fixed") if L is None else ("fixed",) if L == T else ("randomized",)
         for kind in kinds if L is None or L >= T else ():
@@ -449,7 +449,7 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
               f" floors in {seconds} s", flush=True)
         yield dict(T=T, de=de, floor=floor, se=se, de_se=-de * se / slope if slope < 0 else None,
                    c=c, alpha=alpha, seconds=seconds,
-                   tried=sorted([k, v[0]] for k, v in tried.items()))
+                   tried=[[k, tried[k][0]] for k in sorted(tried)])
 
 
 def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, positions=None):
@@ -461,8 +461,8 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, posi
     for n in [None] + [batch] * (batch is not None):
         curve = family_dynamics(kind, T, q, d, d_e, steps, lr, anneal_at, 1 / 3, seed=seed,
                                 positions=positions, batch=n)
-        t_half, closed = escape_step(range(steps + 1), curve[0], floor), plateau_steps(
-            T, q, d, d_e, lr, floor, n)
+        t_half = escape_step(range(steps + 1), curve[0], floor)
+        closed = plateau_steps(T, q, d, d_e, lr, floor, n)
         print(f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)} lr={lr},"
               f" {'S' * bool(n)}GD on W = c W*, V = alpha V*{f' (batch {n})' * bool(n)}: loss"
               f" {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
