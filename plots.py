@@ -89,6 +89,8 @@ def save(fig, out, name, title):
     try:
         for ext in formats:           # whole or not at all: no truncated figure is left behind
             runlog.write_atomic(folder / f"{name}.{ext}", lambda h: fig.savefig(h, format=ext))
+    except OSError as e:         # a read-only --out, a full disk: every figure would fail alike
+        runlog.fail("plots.py", e)
     finally:
         plt.close(fig)
     print(f"wrote {folder / name}.{' and .'.join(formats)}")
@@ -571,8 +573,10 @@ def load(folder, dirs, report, n_theory):
 def draw_all(experiments, summaries, out, report, n_theory=None):
     """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats). With
     n_theory: instead, THEORY beside each experiment with a FLOOR, on n_theory sequences a set."""
-    if out and (experiments or summaries):
-        out[0].mkdir(parents=True, exist_ok=True)
+    try:                                     # a read-only --out: one line
+        out and (experiments or summaries) and out[0].mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        runlog.fail("plots.py", e)
     loaded = [load(folder, dirs, report, n_theory) for folder, dirs in sorted(experiments.items())]
     for folder, runs, predicted, _ in loaded if n_theory else ():   # --theory: THEORY files alone
         if runs and predicted and (rows := report.attempt(theory, runs, predicted, n_theory)):
