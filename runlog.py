@@ -203,7 +203,7 @@ class Job:
     def __init__(self, dirs=(), configs=(), file="checkpoint.pt", resume=False, every=300.0,
                  files=None):        # Job(): no runs, its signals held (a transaction)
         self.dirs, self.configs, self.file = list(map(Path, dirs)), configs, Path(file)
-        self.resume, self.keep = resume, True
+        self.resume = resume
         self.every, self.files = every, files or (lambda r: {})
         self.status, self.records = ["running"] * len(dirs), [{} for _ in dirs]
         self.step, self.caught, self.hold, self.logs, self.saved = 0, None, True, [], None
@@ -331,7 +331,7 @@ class Job:
             for name, arrays in self.files(r).items():
                 write_npz(path / name, arrays)
             print(closing_line(path, self.status[r] if self.status[r] != "running" else status,
-                               step if self.status[r] == "running" else self.records[r]["step"],
+                               step if self.status[r] == "running" else self.records[r].get("step"),
                                self.records[r]))
         if status == "finished" and self.file:
             self.file.unlink(missing_ok=True)       # nothing left to resume

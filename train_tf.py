@@ -278,8 +278,7 @@ def run_specs(args, d_e):
 
 
 def new_job(args, specs, d_e, device, files=None):
-    """The runs' runlog.Job: their folders, each config.json (every resolved setting), and their
-    checkpoint in --out."""
+    """The runs' runlog.Job: their folders, config.json (every resolved setting), checkpoint."""
     keep = {k: v for k, v in asdict(args).items()
             if k not in ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")}
     dirs = [s["dir"] for s in specs]
