@@ -573,8 +573,6 @@ def main(argv=None):
         if worst:
             stop(f"stopped: train loss {worst[0]} is NaN or diverging (start {start:.3g});"
                  " lower --lr", 1)
-    except OSError as e:                            # an unwritable --json
-        stop(f"error: cannot write {e.filename}: {e.strerror}; check --json", 2)
     except (ValueError, MemoryError) as e:          # an --eps no d_e <= 4096 reaches; 10^15 steps
         stop(f"error: {e}; " + ("lower --steps, --T or --de" if isinstance(e, MemoryError) else
                                 "raise --eps"), 2)

@@ -300,11 +300,17 @@ def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
 
 
 def test_fcn_search_returns_the_first_width_that_reaches_the_target():
-    tried = []
-    reach = lambda m: tried.append(m) or m >= 4                                # noqa: E731
-    assert train_fcn.search([1, 2, 4, 8], 1, reach) == 2 and tried == [2, 4]
-    # a shorter T failed
-    assert train_fcn.search([1, 2, 4, 8], None, reach) == 3 and tried == [2, 4, 8]
+    args, tried = train_fcn.parse_args(["--sweep", "--sweep-width", "1", "2", "4", "8",
+                                        "--seed", "0"]), []
+
+    def cached(key, compute):                          # "fcn T width seed": reached from width 4
+        tried.append(int(key.split()[2]))
+        return 0.0 if tried[-1] >= 4 else 1.0
+    row, k = train_fcn.smallest(args, "fcn", 10, args.steps, 1, cached, "cpu")
+    assert k == 2 and row["width"] == 4 and tried == [2, 4] and row["tried_seeds"] == [1, 1]
+    # a shorter T failed: only the largest is tried
+    assert train_fcn.smallest(args, "fcn", 10, args.steps, None, cached, "cpu")[1] == 3
+    assert tried == [2, 4, 8]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -441,14 +447,10 @@ def test_train_fcn_sweep_writes_its_table_and_plots_draws_it(tmp_path, one_threa
 
 def test_a_sweep_stopped_part_way_says_so_in_its_file_its_table_and_its_figure(tmp_path, capsys,
                                                                                 monkeypatch):
-    calls = []
-
-    def stop_at_the_second_cell(*args):                    # Ctrl-C while T's second cell trains
-        calls.append(args)
-        if len(calls) > 1:
-            raise KeyboardInterrupt
-        return 8, 100, [0.1]
-    monkeypatch.setattr(train_fcn, "seed_vals", stop_at_the_second_cell)
+    def stop(*args):                                       # Ctrl-C while T's second cell trains
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train_fcn, "fcn_vals", lambda *args: {args[4]: 0.1})
+    monkeypatch.setattr(train_fcn, "transformer_vals", stop)
     with pytest.raises(SystemExit) as done:
         train_fcn.main(FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8",
                                    "--sweep-de", "4", "--seed", "0", "--out", str(tmp_path / "sw")])

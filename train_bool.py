@@ -274,12 +274,6 @@ def parse_args(argv=None):
     return args
 
 
-def check_runs(args):
-    """--out holds no run, or one whose checkpoint --resume goes on from (or that finished)."""
-    runlog.check_free(args.out, args.force, args.resume, (Path(args.out) / CHECKPOINT).exists()
-                      or runlog.finished(args.out))
-
-
 def write_results(out, rows, status, seconds):
     """critical.json (for plots.py) and critical.csv; at the end, the table and the fits printed.
     Returns summary.json's rows and fits (none with rows None: --m, no search)."""
@@ -309,22 +303,21 @@ def write_results(out, rows, status, seconds):
     return dict(rows=rows, fits=fits)
 
 
-def fit_row(model, s, T, mine):
-    """A cell's row: the fit of its search's trainings; capped: how many were unfit at the cap."""
-    return dict(model=model, s=s, T=T, **logistic_fit(
-        [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
-        r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS for r in mine))
+def new_job(args, device):
+    """The grid's runlog.Job: --out its one directory, whose config.json holds every setting; its
+    check() says whether --out is free, or --resume goes on from its checkpoint (or it finished)."""
+    out = Path(args.out)
+    return runlog.Job([out], [dict({k: v for k, v in asdict(args).items()
+                                    if k not in ("force", "resume")}, device=str(device),
+                                   grid=m_grid(args.m_min, args.m_max, args.per_octave),
+                                   seeds=list(range(args.seeds)), pass_acc=PASS_ACC, **SETTINGS)],
+                      out / CHECKPOINT, args.resume)
 
 
-def run(args, device):
-    """The grid through runlog.Job: each training logged as it ends and kept in the job's
+def run(args, device, job):
+    """The grid through its runlog.Job: each training logged as it ends and kept in the job's
     checkpoint (saved when due, or at a signal); at any ending the results and summary.json."""
-    out, grid = Path(args.out), m_grid(args.m_min, args.m_max, args.per_octave)
-    config = dict({k: v for k, v in asdict(args).items() if k not in ("force", "resume")},
-                  device=str(device), grid=grid, seeds=list(range(args.seeds)), pass_acc=PASS_ACC,
-                  **SETTINGS)
-    job, rows, status, done = runlog.Job([out], [config], out / CHECKPOINT, args.resume), [], \
-        "finished", {}
+    out, grid, rows, status, done = Path(args.out), job.configs[0]["grid"], [], "finished", {}
     if job.finished():
         return print(f"train_bool.py: {out}: every run finished already; nothing to resume")
     with job:                                   # the checkpoint's trainings; refused: none written
@@ -360,7 +353,11 @@ def cells(args, device, job, done, rows, grid):
                           + " ".join(f"{trainer(model, m, T, s, k):.4f}" for k in seeds))
             if not args.m:
                 search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
-                rows.append(fit_row(model, s, T, [done[k] for k in dict.fromkeys(asked)]))
+                mine = [done[k] for k in dict.fromkeys(asked)]   # capped: unfit at the cap
+                rows.append(dict(model=model, s=s, T=T, **logistic_fit(
+                    [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
+                    r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS
+                    for r in mine)))
                 write_results(Path(args.out), rows, "running", time.time() - job.t0)
 
 
@@ -376,13 +373,13 @@ def reproducible(device):
 def main(argv=None):
     def body():
         args = parse_args(argv)
-        check_runs(args)
         device = runlog.resolve_device(args.device)
+        (job := new_job(args, device)).check(args.force)
         reproducible(device)
         torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
         with runlog.lock(args.out):
-            check_runs(args)                  # again: another writer may have been first
-            run(args, device)
+            job.check(args.force)             # again: another writer may have been first
+            run(args, device, job)
     runlog.run_command("train_bool.py", body, argv=argv)
 
 

@@ -273,13 +273,6 @@ def fits(rows, budgets):
     return out
 
 
-def search(grid, first, reached):
-    """Index of the first size in grid[first:] that reaches the target (the loss is taken to fall
-    with width), or None; first=None (a shorter T failed at every width): try only the largest."""
-    return next((k for k in (range(first, len(grid)) if first is not None else [len(grid) - 1])
-                 if reached(grid[k])), None)
-
-
 def fcn_vals(args, T, width, seed, steps, device):
     """{budget: an FCN seed's validation loss} of its run trained to `steps` (which evaluates it at
     each smaller budget too); none for a diverged seed, and the other seeds and sizes go on."""
@@ -292,32 +285,37 @@ def fcn_vals(args, T, width, seed, steps, device):
     return {r["step"]: r["val"] for r in map(json.loads, log) if r["step"] in args.sweep_steps}
 
 
-def seed_vals(args, model, T, size, steps, device, eps, cached):
-    """(width, parameters, the seeds' val losses after `steps`) of a model at one size: the
+def smallest(args, model, T, steps, first, cached, device):
+    """A sweep's row of a model at (T, budget) and the grid index of its answer (None: no size
+    reached eps d/(2q)): the sizes from grid[first] up (the loss is taken to fall with size; first
+    None, a shorter T failed at every size: only the largest), the first whose seed-mean val loss
+    is <= eps its answer. cached(key, compute) is what a model and size gave at the budget: the
     transformer's seeds side by side (every budget at once), the FCN's one by one until those so
     far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
-    if model == "transformer":                                       # D x D + d x D parameters
-        return args.d + size, (args.d + size) * (2 * args.d + size), cached(
-            f"{T} {size}", steps, lambda: transformer_vals(args, T, size, device))
-    vals = []
-    for seed in args.seed:
-        vals.append(cached(f"fcn {T} {size} {seed}", steps,
-                           lambda: fcn_vals(args, T, size, seed, steps, device)))
-        if not sum(vals) / len(args.seed) <= eps:
-            break
-    return size, n_params(FCN(T * args.d + T, size, args.depth, args.d)), vals
-
-
-def note(row, width, params, vals, eps):
-    """Add a tried size to a sweep's row; the first to reach eps is its answer. Whether it did."""
-    val = float(np.mean(vals))
-    row["tried"].append([width, round(val, 4)])                    # the mean of the seeds trained,
-    row["tried_seeds"].append(len(vals))                             # how many those were
-    if val <= eps:                          # the spread: the seeds' sample standard deviation
-        spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-        row.update(width=width, params=params, val=round(val, 4),
-                   val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals])
-    return val <= eps
+    eps, grid = args.eps * args.d / (2 * args.q), args.sweep_width if model == "fcn" \
+        else args.sweep_de
+    row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None, val_sd=None,
+               vals=None, tried=[], tried_seeds=[])
+    for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
+        size, vals = grid[k], []
+        if model == "transformer":
+            vals = cached(f"{T} {size}", lambda: transformer_vals(args, T, size, device))
+        for seed in args.seed if model == "fcn" else []:
+            vals.append(cached(f"fcn {T} {size} {seed}",
+                               lambda: fcn_vals(args, T, size, seed, steps, device)))
+            if not sum(vals) / len(args.seed) <= eps:
+                break
+        width, params = ((size, n_params(FCN(T * args.d + T, size, args.depth, args.d)))
+                         if model == "fcn" else (args.d + size, (args.d + size) * (2 * args.d
+                                                                                  + size)))
+        val = float(np.mean(vals))
+        row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
+        row["tried_seeds"].append(len(vals))                         # how many those were
+        if val <= eps:                      # the spread: the seeds' sample standard deviation
+            spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
+            return dict(row, width=width, params=params, val=round(val, 4),
+                        val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals]), k
+    return row, None
 
 
 def sweep_settings(args):
@@ -327,69 +325,54 @@ def sweep_settings(args):
                 n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
 
 
-def resumed_cells(args):
-    """The cells (sweep's cache) of the sweep.json --resume goes on with; a sweep of other settings
-    (but eps and budgets), or a damaged sweep.json: bad input."""
-    path, fix = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out"
+def sweep(args, device):
+    """For each T and budget the smallest width of each model whose seed-mean val loss is <=
+    eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
+    taken to need no less width); the largest budget first, whose runs hold the others' numbers.
+    --resume goes on from sweep.json's cells (of the same settings but eps and budgets)."""
+    path, fix, rows = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out", []
     old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
     cells = old.get("cells", {})                # a hand-edited one may end in a traceback
     differ = [k for k, v in sweep_settings(args).items()
               if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
     runlog.require(not differ, f"--resume: {path} was made with other settings"
                    f" ({', '.join(differ)}); {fix}")
-    return cells
-
-
-def sweep(args, device):
-    """For each T and budget the smallest width of each model whose seed-mean val loss is <=
-    eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
-    taken to need no less width); the largest budget first, whose runs hold the others' numbers."""
-    eps, rows, cells = args.eps * args.d / (2 * args.q), [], resumed_cells(args)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
 
-    def reached(model, T, size, steps, row):
-        bar.set_postfix(T=T, steps=steps, model=model, size=size)
-        return note(row, *seed_vals(args, model, T, size, steps, device, eps, cached), eps)
-
-    def cached(key, steps, compute):    # the one cache of what a model and size gave: where
-        if str(steps) not in cells.get(key, {}):  # absent, compute() ({budget: value}) fills it
-            cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
-            save("running")             # kept before the next is trained (a kill loses none)
-        return cells[key].get(str(steps), math.inf)                   # inf: it gave none
-
     def save(status):                    # after each cell, atomically: an ending keeps the rows
-        runlog.write_json(Path(args.out) / "sweep.json", dict(
-            status=status, eps=eps, **sweep_settings(args), rows=rows,
-            loglog_slope=fits(rows, args.sweep_steps), cells=cells))
+        runlog.write_json(path, dict(status=status, eps=args.eps * args.d / (2 * args.q),
+                                     **sweep_settings(args), rows=rows,
+                                     loglog_slope=fits(rows, args.sweep_steps), cells=cells))
+
+    def cached(key, steps, compute):    # absent, compute() ({budget: value}) fills it; kept
+        if str(steps) not in cells.get(key, {}):      # before the next is trained (a kill: none)
+            cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
+            save("running")
+        return cells[key].get(str(steps), math.inf)                   # inf: it gave none
     try:
-        with tqdm(total=2 * len(args.sweep_T) * len(args.sweep_steps),
-                  desc="sweep (T, budget, model)", dynamic_ncols=True) as bar:
-            save("running")    # its settings, for a --resume after a kill in its first cell
-            for T, steps in itertools.product(args.sweep_T, args.sweep_steps):
-                for model, grid in (("fcn", args.sweep_width), ("transformer", args.sweep_de)):
-                    row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None,
-                               val_sd=None, vals=None, tried=[], tried_seeds=[])
-                    first[model, steps] = search(grid, first[model, steps],
-                                                 lambda size: reached(model, T, size, steps, row))
-                    rows.append(row)
-                    bar.update()
-                    save("running")
+        save("running")        # its settings, for a --resume after a kill in its first cell
+        for T, steps, model in tqdm(list(itertools.product(args.sweep_T, args.sweep_steps, MODELS)),
+                                    desc="sweep (T, budget, model)", dynamic_ncols=True):
+            row, first[model, steps] = smallest(args, model, T, steps, first[model, steps],
+                                                lambda key, f: cached(key, steps, f), device)
+            rows.append(row)
+            save("running")
     except BaseException as error:
         save(runlog.ended_by(error))
         raise
     save("finished")
-    write_table(args, rows, fits(rows, args.sweep_steps), eps)
+    write_table(args, rows, fits(rows, args.sweep_steps))
 
 
-def write_table(args, rows, slopes, eps):
+def write_table(args, rows, slopes):
     """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
     fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
     text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"  # as csv writes it
                    for row in [fields, *([r[k] for k in fields] for r in rows)])
     runlog.write_bytes(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode())
-    print(f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after each"
-          f" budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m; transformer:"
-          " D = d + d_e\n" + text)
+    print(f"\nsmallest width with seed-mean val loss <= {args.eps * args.d / (2 * args.q):.4f}"
+          f" ({args.eps} x d/(2q)) after each budget of steps of {args.batch} (seeds"
+          f" {args.seed}); FCN: hidden width m; transformer: D = d + d_e\n" + text)
     shown = lambda s: "fewer than 2 points" if s is None else f"{s:.2f}"  # noqa: E731
     for m, at in slopes.items():
         print(f"{m}: log-log slope of width against T (over the T that reached eps): " + ", ".join(
