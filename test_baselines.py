@@ -251,8 +251,11 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(tmp_path, capsys, on
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1, err
     assert "holds a run finished;" in err and "--force" in err
-    train_bool.main(job + ["--resume"])                     # nothing to go on with: said so
-    assert "every run finished already" in capsys.readouterr().out
+    log = (tmp_path / "log.jsonl").read_text()
+    critical = (tmp_path / "critical.json").read_bytes() if "--m" not in flags else None
+    train_bool.main(job + ["--resume"])          # the log replayed: nothing trained again
+    assert (tmp_path / "log.jsonl").read_text() == log
+    assert critical is None or (tmp_path / "critical.json").read_bytes() == critical
 
 
 def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summaries(
@@ -642,3 +645,18 @@ def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(tmp_path,
     train_fcn.main(BUDGETS + ["--sweep-T", "4", "--sweep-steps", "20", "--eps", "0.01", "--out",
                               str(tmp_path)])                  # no size reaches: d_e = 4, then 8
     assert len(seen) == 2 and "4 4" not in seen[0] and "4 4" in seen[1]
+
+
+def test_bool_resume_replays_a_copied_log_and_trains_only_what_it_lacks(tmp_path, one_thread):
+    # RESULTS' recipe for bool_tf_long: a log's transformer records copied into a new folder, then
+    # --resume with more lengths: the copied trainings are replayed, the new lengths trained
+    flags = ["--model", "transformer", "--s", "2", "--seeds", "1", "--m-max", "32",
+             "--per-octave", "1", "--device", "cpu"]
+    train_bool.main(flags + ["--T", "8", "--out", str(tmp_path / "first")])
+    (tmp_path / "long").mkdir()
+    first = (tmp_path / "first" / "log.jsonl").read_text()
+    (tmp_path / "long" / "log.jsonl").write_text(first)
+    train_bool.main(flags + ["--T", "8", "12", "--resume", "--out", str(tmp_path / "long")])
+    log = (tmp_path / "long" / "log.jsonl").read_text()
+    assert log.startswith(first) and len(log.splitlines()) > len(first.splitlines())
+    assert {json.loads(line)["T"] for line in log.splitlines()[len(first.splitlines()):]} == {12}

@@ -20,6 +20,7 @@ interval; then m50 against T, fitted by a + b ln T and by c T^k. Writes config.j
 record per training), critical.json/csv (after each cell) and summary.json, through runlog.Job: its
 checkpoint holds the trainings so far, and --resume goes on from it (with the same flags).
 """
+import contextlib
 import functools
 import itertools
 import json
@@ -303,6 +304,16 @@ def write_results(out, rows, status, seconds):
     return dict(rows=rows, fits=fits)
 
 
+def check(args, job):
+    """--out holds no run, or one whose checkpoint or log --resume goes on from (its trainings:
+    made with these SETTINGS)."""
+    runlog.check_free(args.out, args.force, args.resume, can_resume=True)   # the log is the state
+    if args.resume and (config := Path(args.out) / "config.json").exists():
+        runlog.require(all(runlog.read(config).get(k) == v for k, v in SETTINGS.items()),
+                       f"--resume: {args.out} was trained with other settings "
+                       f"({', '.join(SETTINGS)}); rerun it with --force")
+
+
 def new_job(args, device):
     """The grid's runlog.Job: --out its one directory, whose config.json holds every setting; its
     check() says whether --out is free, or --resume goes on from its checkpoint (or it finished)."""
@@ -314,14 +325,27 @@ def new_job(args, device):
                       out / CHECKPOINT, args.resume)
 
 
+def logged(out):
+    """The trainings {(model, m, T, s, seed): record} of a log that --resume replays (one given
+    whole, or a run's cut off after its checkpoint; a line cut by a kill is trained again)."""
+    done = {}
+    log = out / "log.jsonl"
+    for line in log.read_bytes().splitlines() if log.exists() else []:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            record = json.loads(line)
+            done[tuple(record[k] for k in KEY)] = record
+    return done
+
+
 def run(args, device, job):
     """The grid through its runlog.Job: each training logged as it ends and kept in the job's
     checkpoint (saved when due, or at a signal); at any ending the results and summary.json."""
-    out, grid, rows, status, done = Path(args.out), job.configs[0]["grid"], [], "finished", {}
-    if job.finished():
-        return print(f"train_bool.py: {out}: every run finished already; nothing to resume")
+    out, grid, rows, status = Path(args.out), job.configs[0]["grid"], [], "finished"
+    done = logged(out) if args.resume and not job.file.exists() else {}   # the log is the state
     with job:                                   # the checkpoint's trainings; refused: none written
-        job.open(lambda state: done.update({tuple(r[k] for k in KEY): r for r in state}))
+        if not job.open(lambda state: done.update({tuple(r[k] for k in KEY): r for r in state})):
+            for record in done.values():        # a log without its checkpoint: replayed
+                job.log(0, record, math.log(2))
         try:
             cells(args, device, job, done, rows, grid)
         except BaseException as error:
@@ -374,11 +398,11 @@ def main(argv=None):
     def body():
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
-        (job := new_job(args, device)).check(args.force)
+        check(args, job := new_job(args, device))
         reproducible(device)
         torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
         with runlog.lock(args.out):
-            job.check(args.force)             # again: another writer may have been first
+            check(args, job)                  # again: another writer may have been first
             run(args, device, job)
     runlog.run_command("train_bool.py", body, argv=argv)
 
