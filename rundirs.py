@@ -146,6 +146,31 @@ def unique(runs, report):
     return [run for same in copies.values() for run in same]
 
 
+def load_all(experiments, report, dynamics=True):
+    """Each experiment's (folder, name, runs, FLOOR's rows for them, DYNAMICS' pairs (dynamics));
+    its name its folder's, or below the common folder of those of that name (randomized/sgd)."""
+    loaded = []
+    for folder, dirs in sorted(experiments.items()):
+        runs = unique([run for d in dirs if (run := report.attempt(load_run, d, report, at=d, then=(
+            "; the run is left out (of its configuration's mean too)")))], report)
+        predicted = (runs and (folder / FLOOR).exists()
+                     and report.attempt(load_prediction, folder, runs, at=folder / FLOOR) or {})
+        pairs = dynamics and runs and (folder / DYNAMICS).exists() and report.attempt(
+            load_dynamics, folder, runs, at=folder / DYNAMICS)
+        same = [f for f in experiments if f.name == folder.name]
+        below = folder.relative_to(os.path.commonpath(same)).as_posix()  # "." for a lone folder
+        loaded.append((folder, folder.name if below == "." else below, runs, predicted, pairs))
+    return loaded
+
+
+def scans_of(loaded):
+    """{parent: [(folder, pairs)]}: 3 or more one-configuration folders of DYNAMICS' pairs."""
+    scans = defaultdict(list)
+    for folder, _, runs, _, pairs in loaded:
+        scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
+    return {parent: members for parent, members in scans.items() if len(members) >= 3}
+
+
 def load_summary(path):
     """A SUMMARIES file; a critical.json's with the config.json beside it."""
     summary = read(path)

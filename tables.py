@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+import runlog
 import sts
 from rundirs import (DYNAMICS, FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
                      final_losses, finite, flat, label, lengths, read, read_log, sets, setting,
@@ -129,10 +130,10 @@ def theory_losses(group, row, names, n):
     return {k: np.concatenate(v, axis=-1) for k, v in out.items()}
 
 
-def theory(runs, predicted, n):
-    """THEORY's rows: per configuration of stochastic or fixed PE and set, the trained and own
-    family's losses on n sequences (the seeds' mean, se), and the family's share of the trained
-    rise from the training set, paired sequence by sequence."""
+def theory(folder, runs, predicted, n):
+    """plots.py --theory: THEORY's rows, per configuration of stochastic or fixed PE and set, the
+    trained and own family's losses on n sequences (the seeds' mean, se), and the family's share of
+    the trained rise from the training set, paired sequence by sequence."""
     rows = []
     for g in configurations([r for r in runs if r["config"]["pe"] in ("stochastic", "fixed")]):
         c = g[0]["config"]
@@ -154,7 +155,8 @@ def theory(runs, predicted, n):
                 var = (u - u0).var(ddof=1) if paired_sets else u.var(ddof=1) + u0.var(ddof=1)
                 cell["share_se"] = float(np.sqrt(var / n) / abs(rise))
             rows.append(cell)
-    return rows
+    runlog.write_json(folder / THEORY, dict(sequences=n, seed=EVAL_SEED, rows=rows))
+    return not print(f"wrote {folder / THEORY}")
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
@@ -207,6 +209,18 @@ def markdown(caption, header, rows):
     for cells in [header, ["---"] * len(header), *rows]:
         print("| " + " | ".join(map(str, cells)) + " |")
     return True
+
+
+def tabulate(name, runs, report, predicted):
+    """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
+    tf, at = [r for r in runs if r["config"]["model"] == "transformer"], runs[0]["path"].parent
+    for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
+        report.draw(table, name, [r for r in runs if r["config"]["model"] == model], at=at)
+    for job in [(table_paired, name, tf, report), (table_length, name, tf, predicted)] * bool(tf) \
+            + [(table_floor, name, tf, predicted)] * bool(predicted) \
+            + [(table_selection, name, tf)] * (at / "table_floor.json").exists():
+        report.attempt(*job, at=at)
+
 
 
 def table(name, runs):
