@@ -231,11 +231,8 @@ def figure_floor(runs, out, name, predicted):
     """The loss floor against d_e, trained and predicted; what lies below a third of the random
     PEs' lowest (onehot's ~0) is drawn at that height, so that it does not stretch the axis."""
     by_pe, T = defaultdict(lambda: defaultdict(list)), runs[0]["config"]["T"]
-    for run in runs:  # the final validation loss, else the mean of the last 5 logged
-        s = run["summary"]
-        floor = value(s["final"], "val") if "final" in s else np.mean([value(r, "val")
-                                                                      for r in run["log"][-5:]])
-        if floor > 0:  # a null or zero loss, which a log axis cannot show, is left out
+    for run in runs:  # the final validation loss, else the last logged; a null or zero loss,
+        if (floor := value(run["end"], "val")) > 0:  # which a log axis cannot show, is left out
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
     runlog.require(by_pe, f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not"
                    " drawn", Skip)
@@ -431,9 +428,7 @@ def figure_dynamics(name, pairs, out):
         _, steps, seeds, _ = escape(mine[-1], g)
         col = color(g, groups)
         for k, ax in enumerate(axes):
-            y = seeds[:, :, k]
-            ax.plot(steps, y.mean(0), color=col, label=label(g, groups) if k == 0 else None)
-            ax.fill_between(steps, y.min(0), y.max(0), color=col, alpha=0.2, lw=0)
+            band(ax, steps, seeds[:, :, k], col, label=label(g, groups) if k == 0 else None)
             for row in mine:
                 kept = np.array(row["rows"], float).T             # every few steps
                 ax.plot(kept[0], kept[k + 1], color=col, lw=0.9,

@@ -72,6 +72,12 @@ def family_pair(run, row):
     return np.concatenate(out, axis=1)
 
 
+def own_rows(folder):
+    """THEORY's rows by (the runs' names, set); {} without the file."""
+    path = folder / THEORY
+    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
+
+
 def best(predicted, c, k):
     """FLOOR's row at set k's T and q for the configuration c ({}: none)."""
     return predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})
@@ -82,12 +88,11 @@ def family_curves(groups, predicted):
     the set's T and q (fixed PE: W = c M, which learns its table, at its T alone)."""
     curves = {}
     for g in groups:
-        c, path = g[0]["config"], g[0]["path"].parent / THEORY
-        own = {r["set"]: r["own"] for r in (read(path)["rows"] if path.exists() else [])
-               if r["runs"] == [run["path"].name for run in g]}
-        key = "loss" if c["pe"] == "stochastic" else "table"
-        curves[g[0]["path"]] = {k: (own.get(k), best(predicted, c, k).get(key)) for k in
-                                sets(g, "T", "q") if c["pe"] == "stochastic" or k[0] != "T"}
+        c, own = g[0]["config"], own_rows(g[0]["path"].parent)
+        key, runs = "loss" if c["pe"] == "stochastic" else "table", tuple(r["path"].name for r in g)
+        curves[g[0]["path"]] = {k: (own.get((runs, k), {}).get("own"),
+                                    best(predicted, c, k).get(key)) for k in sets(g, "T", "q")
+                                if c["pe"] == "stochastic" or k[0] != "T"}
     return curves
 
 
@@ -99,10 +104,15 @@ def own_model(run, row):
     W_star, V_star = sts.ground_truth(d, d_e)
     if c["pe"] == "stochastic":
         return (W, V), tuple(f * x for f, x in zip(sts.family_fit(W, V, d), (W_star, V_star)))
-    ridge = None if row["ridge"] is None else row["ridge"] * T / d_e
     W_own = row["table_c"] * W_star
-    W_own[d:, d:] = row["table_c"] * sts.table_metric(d_e, pe_of(c).table[:, :T], ridge)
+    W_own[d:, d:] = row["table_c"] * metric(row, d_e, pe_of(c).table[:, :T])
     return (W, V), (W_own, row["table_alpha"] * V_star)
+
+
+def metric(row, d_e, P):
+    """sts.table_metric's M on the table P (d_e x L) at the row's ridge, scaled by L / d_e."""
+    ridge = row["ridge"]
+    return sts.table_metric(d_e, P, None if ridge is None else ridge * P.shape[1] / d_e)
 
 
 def theory_losses(group, row, names, n):
@@ -310,8 +320,7 @@ def quoted(x, se):
 def table_length(name, runs, predicted):
     """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
     groups, names = configurations(runs), sets(runs, "T", "q")
-    path = runs[0]["path"].parent / THEORY
-    own = {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
+    own = own_rows(runs[0]["path"].parent)
     rows, n = [], {r["n"] for r in own.values()}
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
         c, trained = g[0]["config"], [value(r["end"], k) for r in g]
@@ -362,10 +371,8 @@ def table_selection(name, runs):
     for g in [g for g in groups if g[0]["config"].get("positions", 0) > g[0]["config"]["de"]
               and g[0]["config"]["positions"] in built]:
         c, row = g[0]["config"], built[g[0]["config"]["positions"]]
-        tables = [sts.PositionalEncoding("randomized", c["de"], c["positions"], r["config"]["seed"])
-                  .table for r in g]
-        ridge = None if row["ridge"] is None else row["ridge"] * c["positions"] / c["de"]
-        built_W = [row["c"] * sts.table_metric(c["de"], P, ridge) for P in tables]
+        tables = [pe_of(r["config"]).table for r in g]
+        built_W = [row["c"] * metric(row, c["de"], P) for P in tables]
         for what, W_ees in (("trained", [weights(r)[0][c["d"]:, c["d"]:] for r in g]),
                             (f"c M, ridge {row['ridge']}", built_W)):
             cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
