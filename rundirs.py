@@ -29,6 +29,9 @@ PLAIN = dict(optimizer="sgd", init="zero", attend="tokens")  # the runs it predi
 NAN = float("nan")
 
 
+MALFORMED = (LookupError, TypeError, ValueError, AttributeError, OSError)  # a hand-edited file's
+
+
 class Report(list):
     """The stderr lines and how much was drawn; Report().attempt(job): job() or None, silently."""
     drawn = 0
@@ -42,7 +45,7 @@ class Report(list):
             return job(*args)
         except Skip as e:
             self.say("skipped", f"{e}{then}")
-        except (LookupError, TypeError, ValueError, AttributeError, OSError) as e:
+        except MALFORMED as e:
             self.say("skipped", f"{at}: {type(e).__name__}: {e} (a malformed file?){then}")
 
     def draw(self, *job, **kw):  # a figure or table: counted if drawn
@@ -299,8 +302,8 @@ def rescore(paths, shared, score, n):
     held until every run's final_losses.npz and summary.json are written."""
     try:
         runs = [load_run(Path(path), Report()) for path in paths]     # before any lock or write
-    except Skip as e:
-        raise Skip(f"--evaluate: {e}") from None
+    except MALFORMED as e:                                            # Skip among them
+        raise Skip(f"--evaluate: {e if isinstance(e, Skip) else repr(e)}") from None
     groups = defaultdict(list)
     for run in runs:
         require(run["config"]["model"] == "transformer" and run["summary"], f"--evaluate:"
