@@ -11,7 +11,6 @@ sweep.json, critical.json, needed_de.json NAME_separation, _critical, _needed_de
 and a band from lowest to highest. What cannot be drawn is a line on stderr, the rest drawn; exit
 status 2 after one, or when nothing is drawn; 0 after a warning alone (a log's cut last line)."""
 import itertools
-import os
 import sys
 import textwrap
 from collections import defaultdict
@@ -21,13 +20,11 @@ import matplotlib
 import numpy as np
 
 import runlog
-from rundirs import (DYNAMICS, FLOOR, Report, Skip, configurations, describe, find_experiments,
-                     finite, label, load_dynamics, load_prediction, load_run, load_summary, read,
-                     sets, spread, unique, value, weights)
-from tables import (EVAL_SEED, FORM_WORDS, THEORY, WIDTH_FORMS, by_model_and_s, escape,
-                    family_curves, partial, table, table_critical, table_dynamics, table_floor,
-                    table_largest, table_length, table_needed, table_paired, table_plateau,
-                    table_selection, table_sweep, theory, trained_de, width_fits)
+from rundirs import (Report, Skip, configurations, describe, find_experiments, finite, label,
+                     load_all, load_summary, read, scans_of, sets, spread, value, weights)
+from tables import (FORM_WORDS, THEORY, WIDTH_FORMS, by_model_and_s, escape, family_curves,
+                    partial, table_critical, table_dynamics, table_largest, table_needed,
+                    table_plateau, table_sweep, tabulate, theory, trained_de, width_fits)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -234,11 +231,8 @@ def figure_floor(runs, out, name, predicted):
     """The loss floor against d_e, trained and predicted; what lies below a third of the random
     PEs' lowest (onehot's ~0) is drawn at that height, so that it does not stretch the axis."""
     by_pe, T = defaultdict(lambda: defaultdict(list)), runs[0]["config"]["T"]
-    for run in runs:  # the final validation loss, else the mean of the last 5 logged
-        s = run["summary"]
-        floor = value(s["final"], "val") if "final" in s else np.mean([value(r, "val")
-                                                                      for r in run["log"][-5:]])
-        if floor > 0:  # a null or zero loss, which a log axis cannot show, is left out
+    for run in runs:  # the final validation loss, else the last logged; a null or zero loss,
+        if (floor := value(run["end"], "val")) > 0:  # which a log axis cannot show, is left out
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
     runlog.require(by_pe, f"{runs[0]['path'].parent}: no positive final loss; {name}_floor not"
                    " drawn", Skip)
@@ -434,9 +428,7 @@ def figure_dynamics(name, pairs, out):
         _, steps, seeds, _ = escape(mine[-1], g)
         col = color(g, groups)
         for k, ax in enumerate(axes):
-            y = seeds[:, :, k]
-            ax.plot(steps, y.mean(0), color=col, label=label(g, groups) if k == 0 else None)
-            ax.fill_between(steps, y.min(0), y.max(0), color=col, alpha=0.2, lw=0)
+            band(ax, steps, seeds[:, :, k], col, label=label(g, groups) if k == 0 else None)
             for row in mine:
                 kept = np.array(row["rows"], float).T             # every few steps
                 ax.plot(kept[0], kept[k + 1], color=col, lw=0.9,
@@ -488,17 +480,6 @@ def figure_plateau(name, members, out):
                 f"{base['lr']}, q={base['q']}, n={base['batch']}: stochastic PE, SGD from zero")
 
 
-def tabulate(name, runs, report, predicted):
-    """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
-    tf, at = [r for r in runs if r["config"]["model"] == "transformer"], runs[0]["path"].parent
-    for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
-        report.draw(table, name, [r for r in runs if r["config"]["model"] == model], at=at)
-    for job in [(table_paired, name, tf, report), (table_length, name, tf, predicted)] * bool(tf) \
-            + [(table_floor, name, tf, predicted)] * bool(predicted) \
-            + [(table_selection, name, tf)] * (at / "table_floor.json").exists():
-        report.attempt(*job, at=at)
-
-
 def draw(name, runs, out, report, predicted):
     """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
     tf, fcn = ([r for r in runs if r["config"]["model"] == m] for m in ("transformer", "fcn"))
@@ -531,68 +512,9 @@ def draw_summary(path, summary, sweep, out):
     return table_critical(path, summary) if table_only else figure_critical(summary, out, name)
 
 
-def name_of(folder, experiments):
-    """Its folder's name, or below the common folder of those of that name (randomized/sgd)."""
-    same = [f for f in experiments if f.name == folder.name]
-    below = folder.relative_to(os.path.commonpath(same)).as_posix()   # "." for a lone folder
-    return folder.name if below == "." else below
-
-
-def scans_of(loaded):
-    """{parent: [(folder, pairs)]}: 3 or more one-configuration folders of DYNAMICS' pairs."""
-    scans = defaultdict(list)
-    for folder, runs, _, pairs in loaded:
-        scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
-    return {parent: members for parent, members in scans.items() if len(members) >= 3}
-
-
-def draw_dynamics(loaded, scans, experiments, out, report):
-    """DYNAMICS' figures (out=None: tables): curves but a scan's, its t_1/2, one t_1/2 table."""
-    for folder, _, _, pairs in loaded:
-        name = name_of(folder, experiments)
-        if pairs and folder.parent not in scans:
-            report.draw(*((table_dynamics, name, pairs) if out is None else
-                          (figure_dynamics, name.replace("/", "_"), pairs, out)), at=folder)
-    for parent, members in scans.items() if out else ():
-        report.draw(figure_plateau, parent.name, members, out, at=parent)
-    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, _, _, p in loaded if p]
-    if out is None and dynamics:
-        report.draw(table_plateau, dynamics)
-
-
-def load(folder, dirs, report, n_theory):
-    """An experiment's runs, FLOOR's rows for them and (but under --theory) DYNAMICS' pairs."""
-    runs = unique([run for d in dirs if (run := report.attempt(load_run, d, report, at=d, then=(
-        "; the run is left out (of its configuration's mean too)")))], report)
-    predicted = (runs and (folder / FLOOR).exists()
-                 and report.attempt(load_prediction, folder, runs, at=folder / FLOOR) or {})
-    return folder, runs, predicted, not n_theory and runs and (folder / DYNAMICS).exists() and (
-        report.attempt(load_dynamics, folder, runs, at=folder / DYNAMICS))
-
-
-def draw_all(experiments, summaries, out, report, n_theory=None):
-    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats). With
-    n_theory: instead, THEORY beside each experiment with a FLOOR, on n_theory sequences a set."""
-    try:                                     # a read-only --out: one line
-        out and (experiments or summaries) and out[0].mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        runlog.fail("plots.py", e)
-    loaded = [load(folder, dirs, report, n_theory) for folder, dirs in sorted(experiments.items())]
-    for folder, runs, predicted, _ in loaded if n_theory else ():   # --theory: THEORY files alone
-        if runs and predicted and (rows := report.attempt(theory, runs, predicted, n_theory)):
-            runlog.write_json(folder / THEORY, dict(sequences=n_theory, seed=EVAL_SEED, rows=rows))
-            report.drawn += not print(f"wrote {folder / THEORY}")
-    if n_theory:
-        return
-    scans = scans_of(loaded)
-    for folder, runs, predicted, _ in loaded:
-        if runs and folder.parent not in scans:      # a scan's points: its table and figure alone
-            name = name_of(folder, experiments)
-            if out is None:
-                tabulate(name, runs, report, predicted)
-            else:
-                draw(name.replace("/", "_"), runs, out, report, predicted)
-    draw_dynamics(loaded, scans, experiments, out, report)
+def draw_summaries(summaries, out, report):
+    """The figure (out=None: the table) of each summary; a needed_de.json's with the sweep.json's
+    beside it; the tables of several sweep.json, their widths at the largest budgets."""
     loaded = {p: report.attempt(load_summary, p, at=p) for p in summaries}
     for path, summary in loaded.items():
         if summary:
@@ -601,6 +523,32 @@ def draw_all(experiments, summaries, out, report, n_theory=None):
     sweeps = [(p, s) for p, s in loaded.items() if p.name == "sweep.json"]
     if out is None and len(sweeps) > 1:
         report.attempt(table_largest, [(p, s) for p, s in sweeps if s])
+
+
+def draw_all(experiments, summaries, out, report):
+    """Every figure (out=None: table) of the experiments and summaries; out: (folder, formats)."""
+    try:                                     # a read-only --out: one line
+        out and (experiments or summaries) and out[0].mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        runlog.fail("plots.py", e)
+    loaded = load_all(experiments, report)
+    scans = scans_of(loaded)
+    for folder, name, runs, predicted, _ in loaded:
+        if runs and folder.parent not in scans:      # a scan's points: its table and figure alone
+            if out is None:
+                tabulate(name, runs, report, predicted)
+            else:
+                draw(name.replace("/", "_"), runs, out, report, predicted)
+    for folder, name, _, _, pairs in loaded:         # DYNAMICS: the curves but a scan's
+        if pairs and folder.parent not in scans:
+            report.draw(*((table_dynamics, name, pairs) if out is None else
+                          (figure_dynamics, name.replace("/", "_"), pairs, out)), at=folder)
+    for parent, members in scans.items() if out else ():         # a scan's t_1/2
+        report.draw(figure_plateau, parent.name, members, out, at=parent)
+    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, _, _, _, p in loaded if p]
+    if out is None and dynamics:
+        report.draw(table_plateau, dynamics)
+    draw_summaries(summaries, out, report)
 
 
 def main(argv=None):
@@ -618,8 +566,13 @@ def main(argv=None):
     if not args.table and Path(args.out).exists() and not Path(args.out).is_dir():  # before all
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
-    draw_all(experiments, summaries, None if args.table or args.theory else (
-        Path(args.out), tuple(args.formats)), report, args.theory)
+    if args.theory:                                   # THEORY files alone
+        for folder, _, runs, predicted, _ in load_all(experiments, report, dynamics=False):
+            if runs and predicted:
+                report.draw(theory, folder, runs, predicted, args.theory)
+    else:
+        draw_all(experiments, summaries, None if args.table else (
+            Path(args.out), tuple(args.formats)), report)
     print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
     if not report.drawn:
         runlog.fail("plots.py", f"nothing {'printed' if args.table else 'drawn'} from"

@@ -4,7 +4,6 @@ import io
 import json
 import math
 import os
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,6 +29,9 @@ PLAIN = dict(optimizer="sgd", init="zero", attend="tokens")  # the runs it predi
 NAN = float("nan")
 
 
+MALFORMED = (LookupError, TypeError, ValueError, AttributeError, OSError)  # a hand-edited file's
+
+
 class Report(list):
     """The stderr lines and how much was drawn; Report().attempt(job): job() or None, silently."""
     drawn = 0
@@ -43,28 +45,19 @@ class Report(list):
             return job(*args)
         except Skip as e:
             self.say("skipped", f"{e}{then}")
-        except (LookupError, TypeError, ValueError, AttributeError, OSError) as e:
+        except MALFORMED as e:
             self.say("skipped", f"{at}: {type(e).__name__}: {e} (a malformed file?){then}")
 
     def draw(self, *job, **kw):  # a figure or table: counted if drawn
         self.drawn += bool(self.attempt(*job, **kw))
 
 
-def need_keys(obj, keys, where):
-    """obj, a JSON object holding every key; Skip naming `where` and the missing keys otherwise."""
-    missing = [k for k in keys if not isinstance(obj, dict) or k not in obj]
-    require(not missing, f"{where}: no key {', '.join(map(repr, missing))}", Skip)
-    return obj
-
-
 def final_losses(run):
     """Each sequence's loss of final_losses.npz by set name ("test_T_8" is "T=8"); {}: none; Skip
-    for a damaged file, a key or shape that train_tf.py does not write, or a size that is not
-    summary.json's n_final (a kill between --evaluate's two renames)."""
+    for a damaged file or a size that is not summary.json's n_final (a kill between --evaluate's
+    two renames)."""
     path, n = run["path"] / "final_losses.npz", run["summary"].get("n_final")
     arrays = npz(run, "final_losses") if path.exists() else {}  # a FIFO too: read() refuses it
-    odd = [k for k, x in arrays.items() if not re.fullmatch(r"val|test_[Tq]_\d+", k) or x.ndim != 1]
-    require(not odd, f"{path}: {odd[:1]} is none of train_tf.py's sets", Skip)
     size = {len(x) for x in arrays.values()} - {n}
     require(n is None or not size, f"{path}: {max(size, default=0)} sequences a set, summary.json's"
             f" n_final {n}; not paired: rerun train_tf.py --evaluate on the run", Skip)
@@ -72,43 +65,35 @@ def final_losses(run):
 
 
 def read_log(path, report):
-    """The records of a log.jsonl, flat(); a last line cut mid-record (a run killed mid-write, a log
-    still being written) is left out with a warning, a line that is no record skipped."""
-    lines = [(i, line) for i, line in enumerate(read(path, lambda b: b.decode().splitlines()), 1)
-             if line.strip()]
-    records, cut = [], None
-    for i, line in lines:
+    """The records of a log.jsonl, flat(); a line cut mid-record (a run killed mid-write, a log
+    still being written) or that is no record is left out with a warning."""
+    records, bad = [], []
+    for i, line in enumerate(read(path, lambda b: b.decode().splitlines()), 1):
         try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            r, cut = None, i == lines[-1][0] and i                 # the last line: cut mid-record
-        if (isinstance(r, dict) and isinstance(r.get("step"), int)
-                and all(isinstance(r.get(g, {}), dict) for g in GROUPS)):
-            records.append(flat(r))
-        elif not cut:
-            report.say("skipped", f"{path}: line {i} is not a record (a JSON object with a step):"
-                       f" {line[:40]}")
+            r = flat(json.loads(line))
+        except (ValueError, AttributeError):                  # cut mid-record; a set not a dict
+            r = {}
+        if isinstance(r.get("step"), int):
+            records.append(r)
+        elif line.strip():
+            bad.append(i)
     require(records, f"{path}: no intact record (the run logged nothing)", Skip)
-    if cut:
-        report.say("warning", f"{path}: line {cut} cut mid-record, left out; drawing the"
-                   f" {len(records)} intact records")
+    for i in bad:
+        report.say("warning", f"{path}: line {i} cut mid-record or not a record (a JSON object"
+                   " with a step), left out")
     return records
 
 
 def load_run(path, report):
     """A run directory's config, log, summary, final numbers (end); Skip if it must not be drawn."""
-    config = need_keys(read(path / "config.json"), ["model"], path / "config.json")
-    require(config["model"] in NEEDS, f"{path / 'config.json'}: model {config['model']!r} is none"
-            f" of {', '.join(NEEDS)}", Skip)
-    need_keys(config, NEEDS[config["model"]], path / "config.json")
+    config = read(path / "config.json")
+    missing = [k for k in NEEDS[config["model"]] if k not in config]   # no "model": KeyError
+    require(not missing, f"{path / 'config.json'}: no key {', '.join(map(repr, missing))}", Skip)
     odd = [k for k in WHOLE if type(config.get(k, 0)) is not int]  # "seed": null, "0": unsortable
     if odd:
         raise Skip(f"{path / 'config.json'}: {odd[0]} {config[odd[0]]!r} is not an integer")
     log = read_log(path / "log.jsonl", report)
     summary = read(path / "summary.json") if (path / "summary.json").exists() else {}  # running
-    require(isinstance(summary, dict) and isinstance(summary.get("final", {}), dict)
-            and isinstance(summary.get("status", ""), str),
-            f"{path}/summary.json: not a JSON object (an object 'final', a string 'status')", Skip)
     require(summary.get("status") != "diverged",  # its curve would run off the axes or be blank
             f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}", Skip)
     require(any(finite(x) for r in log for k, x in r.items() if k in ("train_loss", "val")
@@ -164,18 +149,43 @@ def unique(runs, report):
     return [run for same in copies.values() for run in same]
 
 
+def load_all(experiments, report, dynamics=True):
+    """Each experiment's (folder, name, runs, FLOOR's rows for them, DYNAMICS' pairs (dynamics));
+    its name its folder's, or below the common folder of those of that name (randomized/sgd)."""
+    loaded = []
+    for folder, dirs in sorted(experiments.items()):
+        runs = unique([run for d in dirs if (run := report.attempt(load_run, d, report, at=d, then=(
+            "; the run is left out (of its configuration's mean too)")))], report)
+        predicted = (runs and (folder / FLOOR).exists()
+                     and report.attempt(load_prediction, folder, runs, at=folder / FLOOR) or {})
+        pairs = dynamics and runs and (folder / DYNAMICS).exists() and report.attempt(
+            load_dynamics, folder, runs, at=folder / DYNAMICS)
+        same = [f for f in experiments if f.name == folder.name]
+        below = folder.relative_to(os.path.commonpath(same)).as_posix()  # "." for a lone folder
+        loaded.append((folder, folder.name if below == "." else below, runs, predicted, pairs))
+    return loaded
+
+
+def scans_of(loaded):
+    """{parent: [(folder, pairs)]}: 3 or more one-configuration folders of DYNAMICS' pairs."""
+    scans = defaultdict(list)
+    for folder, _, runs, _, pairs in loaded:
+        scans[folder.parent] += [(folder, pairs)] * bool(pairs and len(configurations(runs)) == 1)
+    return {parent: members for parent, members in scans.items() if len(members) >= 3}
+
+
 def load_summary(path):
     """A SUMMARIES file; a critical.json's with the config.json beside it."""
-    summary, config = need_keys(read(path), ["rows"], path), path.parent / "config.json"
+    summary = read(path)
     if path.name == "critical.json":
-        summary["config"] = need_keys(read(config), ["grid"], config)
+        summary["config"] = read(path.parent / "config.json")
     return summary
 
 
 def load_prediction(folder, runs):
     """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets; Skip if none at a run's."""
     path, key = folder / FLOOR, lambda row, n=5: tuple(row[k] for k in PREDICTED[:n])
-    rows = need_keys(read(path), ["rows"], path)["rows"]
+    rows = read(path)["rows"]
     tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
     require({key(c, 4) for c in tf} & {key(r, 4) for r in rows}, f"{path}: no row for the runs'"
             f" (pe, T, q, d): {', '.join(sorted({str(key(c, 4)) for c in tf})) or 'none'}", Skip)
@@ -189,7 +199,7 @@ def load_dynamics(folder, runs):
     (sts.py --dynamics) at its SCHEDULE (a row without positions: None) and no longer than it
     trained, the population's GD (batch None) first, then SGD's at its batch; Skip if none."""
     path, key = folder / DYNAMICS, lambda x: tuple(x.get(k) for k in SCHEDULE)
-    rows = need_keys(read(path), ["rows"], path)["rows"]
+    rows = read(path)["rows"]
     pairs = [(sorted(mine, key=lambda row: row["batch"] is not None), g)
              for g, c in ((g, g[0]["config"]) for g in configurations(runs))
              if c.get("anneal_factor") == 1 / 3 and all(c.get(k) == v for k, v in PLAIN.items())
@@ -274,16 +284,14 @@ def describe(c, groups=()):
     return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}{note}"
 
 
-def npz(run, name, keys=()):
-    """The arrays of a run's `name`.npz, in float64; Skip if missing, unreadable or without keys."""
-    path = run["path"] / f"{name}.npz"
-    arrays = read(path, lambda data: {k: x.astype(float) for k, x in
-                                      np.load(io.BytesIO(data)).items()})
-    return need_keys(arrays, keys, path)
+def npz(run, name):
+    """The arrays of a run's `name`.npz, in float64; Skip if missing or unreadable."""
+    return read(run["path"] / f"{name}.npz",
+                lambda data: {k: x.astype(float) for k, x in np.load(io.BytesIO(data)).items()})
 
 
 def weights(run, when="final"):
-    w = npz(run, f"weights_{when}", ("W", "V"))
+    w = npz(run, f"weights_{when}")
     return w["W"], w["V"]
 
 
@@ -294,8 +302,8 @@ def rescore(paths, shared, score, n):
     held until every run's final_losses.npz and summary.json are written."""
     try:
         runs = [load_run(Path(path), Report()) for path in paths]     # before any lock or write
-    except Skip as e:
-        raise Skip(f"--evaluate: {e}") from None
+    except MALFORMED as e:                                            # Skip among them
+        raise Skip(f"--evaluate: {e if isinstance(e, Skip) else repr(e)}") from None
     groups = defaultdict(list)
     for run in runs:
         require(run["config"]["model"] == "transformer" and run["summary"], f"--evaluate:"

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+import runlog
 import sts
 from rundirs import (DYNAMICS, FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
                      final_losses, finite, flat, label, lengths, read, read_log, sets, setting,
@@ -71,6 +72,12 @@ def family_pair(run, row):
     return np.concatenate(out, axis=1)
 
 
+def own_rows(folder):
+    """THEORY's rows by (the runs' names, set); {} without the file."""
+    path = folder / THEORY
+    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
+
+
 def best(predicted, c, k):
     """FLOOR's row at set k's T and q for the configuration c ({}: none)."""
     return predicted.get((c["pe"], *task(k, c), c["d"], c["de"]), {})
@@ -81,12 +88,11 @@ def family_curves(groups, predicted):
     the set's T and q (fixed PE: W = c M, which learns its table, at its T alone)."""
     curves = {}
     for g in groups:
-        c, path = g[0]["config"], g[0]["path"].parent / THEORY
-        own = {r["set"]: r["own"] for r in (read(path)["rows"] if path.exists() else [])
-               if r["runs"] == [run["path"].name for run in g]}
-        key = "loss" if c["pe"] == "stochastic" else "table"
-        curves[g[0]["path"]] = {k: (own.get(k), best(predicted, c, k).get(key)) for k in
-                                sets(g, "T", "q") if c["pe"] == "stochastic" or k[0] != "T"}
+        c, own = g[0]["config"], own_rows(g[0]["path"].parent)
+        key, runs = "loss" if c["pe"] == "stochastic" else "table", tuple(r["path"].name for r in g)
+        curves[g[0]["path"]] = {k: (own.get((runs, k), {}).get("own"),
+                                    best(predicted, c, k).get(key)) for k in sets(g, "T", "q")
+                                if c["pe"] == "stochastic" or k[0] != "T"}
     return curves
 
 
@@ -98,10 +104,15 @@ def own_model(run, row):
     W_star, V_star = sts.ground_truth(d, d_e)
     if c["pe"] == "stochastic":
         return (W, V), tuple(f * x for f, x in zip(sts.family_fit(W, V, d), (W_star, V_star)))
-    ridge = None if row["ridge"] is None else row["ridge"] * T / d_e
     W_own = row["table_c"] * W_star
-    W_own[d:, d:] = row["table_c"] * sts.table_metric(d_e, pe_of(c).table[:, :T], ridge)
+    W_own[d:, d:] = row["table_c"] * metric(row, d_e, pe_of(c).table[:, :T])
     return (W, V), (W_own, row["table_alpha"] * V_star)
+
+
+def metric(row, d_e, P):
+    """sts.table_metric's M on the table P (d_e x L) at the row's ridge, scaled by L / d_e."""
+    ridge = row["ridge"]
+    return sts.table_metric(d_e, P, None if ridge is None else ridge * P.shape[1] / d_e)
 
 
 def theory_losses(group, row, names, n):
@@ -129,10 +140,10 @@ def theory_losses(group, row, names, n):
     return {k: np.concatenate(v, axis=-1) for k, v in out.items()}
 
 
-def theory(runs, predicted, n):
-    """THEORY's rows: per configuration of stochastic or fixed PE and set, the trained and own
-    family's losses on n sequences (the seeds' mean, se), and the family's share of the trained
-    rise from the training set, paired sequence by sequence."""
+def theory(folder, runs, predicted, n):
+    """plots.py --theory: THEORY's rows, per configuration of stochastic or fixed PE and set, the
+    trained and own family's losses on n sequences (the seeds' mean, se), and the family's share of
+    the trained rise from the training set, paired sequence by sequence."""
     rows = []
     for g in configurations([r for r in runs if r["config"]["pe"] in ("stochastic", "fixed")]):
         c = g[0]["config"]
@@ -154,7 +165,8 @@ def theory(runs, predicted, n):
                 var = (u - u0).var(ddof=1) if paired_sets else u.var(ddof=1) + u0.var(ddof=1)
                 cell["share_se"] = float(np.sqrt(var / n) / abs(rise))
             rows.append(cell)
-    return rows
+    runlog.write_json(folder / THEORY, dict(sequences=n, seed=EVAL_SEED, rows=rows))
+    return not print(f"wrote {folder / THEORY}")
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
@@ -207,6 +219,18 @@ def markdown(caption, header, rows):
     for cells in [header, ["---"] * len(header), *rows]:
         print("| " + " | ".join(map(str, cells)) + " |")
     return True
+
+
+def tabulate(name, runs, report, predicted):
+    """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
+    tf, at = [r for r in runs if r["config"]["model"] == "transformer"], runs[0]["path"].parent
+    for model in dict.fromkeys(r["config"]["model"] for r in runs):  # one table per model
+        report.draw(table, name, [r for r in runs if r["config"]["model"] == model], at=at)
+    for job in [(table_paired, name, tf, report), (table_length, name, tf, predicted)] * bool(tf) \
+            + [(table_floor, name, tf, predicted)] * bool(predicted) \
+            + [(table_selection, name, tf)] * (at / "table_floor.json").exists():
+        report.attempt(*job, at=at)
+
 
 
 def table(name, runs):
@@ -296,8 +320,7 @@ def quoted(x, se):
 def table_length(name, runs, predicted):
     """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
     groups, names = configurations(runs), sets(runs, "T", "q")
-    path = runs[0]["path"].parent / THEORY
-    own = {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]} if path.exists() else {}
+    own = own_rows(runs[0]["path"].parent)
     rows, n = [], {r["n"] for r in own.values()}
     for k, g in [(k, g) for k in names for g in groups] if len(names) > 1 else []:
         c, trained = g[0]["config"], [value(r["end"], k) for r in g]
@@ -348,10 +371,8 @@ def table_selection(name, runs):
     for g in [g for g in groups if g[0]["config"].get("positions", 0) > g[0]["config"]["de"]
               and g[0]["config"]["positions"] in built]:
         c, row = g[0]["config"], built[g[0]["config"]["positions"]]
-        tables = [sts.PositionalEncoding("randomized", c["de"], c["positions"], r["config"]["seed"])
-                  .table for r in g]
-        ridge = None if row["ridge"] is None else row["ridge"] * c["positions"] / c["de"]
-        built_W = [row["c"] * sts.table_metric(c["de"], P, ridge) for P in tables]
+        tables = [pe_of(r["config"]).table for r in g]
+        built_W = [row["c"] * metric(row, c["de"], P) for P in tables]
         for what, W_ees in (("trained", [weights(r)[0][c["d"]:, c["d"]:] for r in g]),
                             (f"c M, ridge {row['ridge']}", built_W)):
             cells = zip(*(selection(W, P) for W, P in zip(W_ees, tables)))
