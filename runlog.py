@@ -195,7 +195,7 @@ class Job:
         job = Job(dirs, configs, job_file(out, family, dirs), resume)
         with job:                         # signals are noted, not raised, until job.open() returns
             job.open(model.load_state_dict)   # fresh directories, or the checkpoint's state loaded
-            ... job.log(r, record, start_loss) ... job.save(step, state) ...
+            ... job.log(r, record, start_loss) ... job.save(step, model.state_dict) ...
             job.close("finished", finals)
     A signal is acted on at the next save(), after the checkpoint is written (a second one at once);
     at any ending each run still running gets its summary.json, then `files(r)` its last arrays."""
@@ -290,8 +290,8 @@ class Job:
         require("running" in self.status, "every run diverged; lower --lr", Stop)
 
     def save(self, step, state, force=False):
-        """The job's checkpoint at `step`, if due (--checkpoint-every), forced, or a signal came:
-        then raises Interrupted once it is written."""
+        """The job's checkpoint at `step` with state() (the trainer's), if due (--checkpoint-every),
+        forced, or a signal came: then raises Interrupted once it is written."""
         self.step = step
         due = self.saved is None or time.time() - self.saved > self.every
         if not (force or self.caught or due):
@@ -301,7 +301,7 @@ class Job:
         write_atomic(self.file, lambda handle: torch.save(dict(
             step=step, seconds=time.time() - self.t0, dirs=self.names(),
             configs=self.configs, status=self.status, records=self.records, logs=logs,
-            state=state), handle))
+            state=state()), handle))
         self.saved = time.time()
         if self.caught:
             raise Interrupted(self.caught)

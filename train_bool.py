@@ -366,7 +366,7 @@ def cells(args, device, job, done, rows, grid):
             if (key := (model, m, T, s, seed)) not in done:
                 done[key] = train_one(model, m, T, s, seed, device)
                 job.log(0, done[key], math.log(2))     # BCE starts at ln 2, a coin flip's
-                job.save(len(done), list(done.values()), force=True)   # a kill loses none
+                job.save(len(done), lambda: list(done.values()), force=True)   # a kill loses none
                 bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
             asked.append(key)
             return done[key]["acc"]

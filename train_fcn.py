@@ -197,8 +197,8 @@ def train(args, T, width, seed, device, steps=None):
             loss_sum.copy_(state["loss_sum"])))
         bar.update(job.step)
         for t in range(job.step, steps + 1):
-            job.save(t, dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
-                             loss_sum=loss_sum))                   # the state before step t
+            job.save(t, lambda: dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
+                                     loss_sum=loss_sum))           # the state before step t
             if t % args.eval_every == 0 or t == steps or t in args.sweep_steps:
                 since = t - job.records[0].get("step", t)
                 job.log(0, dict(step=t, train_loss=loss_sum.item() / since if since else None,
@@ -245,7 +245,7 @@ def transformer_vals(args, T, d_e, device):
             optimizer.load_state_dict(state["optimizer"])
             start, vals = job.step, state["vals"]
         for t in range(start, max(budgets)):
-            job.save(t, dict(W=W, V=V, vals=vals, optimizer=optimizer.state_dict()))
+            job.save(t, lambda: dict(W=W, V=V, vals=vals, optimizer=optimizer.state_dict()))
             _, W.grad, V.grad = step(W, V, (t, args.batch, T, args.q, False))
             optimizer.step()
             if t + 1 in budgets:

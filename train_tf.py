@@ -6,10 +6,9 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Read top to bottom: config, model, get_batch, evaluate, the loop. The runs of several --pe and
---seed (--figure-set: seven) train side by side on each step's shared draws, several --de in turn;
-each writes a directory under --out (runlog.py), its arrays in weights_init/final.npz and
-final_losses.npz (each sequence's loss on every validation set).
+Read top to bottom: config, model, get_batch, evaluate, the loop. Runs of several --pe and --seed
+(--figure-set: seven) train side by side on shared draws, several --de in turn; each writes a run
+directory under --out (runlog.py): weights_init/final.npz, final_losses.npz (each sequence's loss).
 """
 import functools
 import json
@@ -144,7 +143,8 @@ class Model:
         attend, self.d_e = [s["attend"] for s in specs], d_e
         self.engine = fused.FusedStep(fused.parts(specs, d_e, max([args.T, *args.test_T]), device,
                                                   self.dtype), [a == "query" for a in attend],
-                                      args.d, d_e, device, self.dtype, args.threads)
+                                      args.d, d_e, device, self.dtype,  # autograd: no pool
+                                      args.threads if args.step == "fused" else 1)
         # --step: the batch's losses and gradients (W, V, batch) -> (each run's loss, dW, dV), and
         # each sequence's loss (n, R), by the model and autograd, or by fused.py's hand
         self.step, self.losses = ((self.engine, self.engine.losses) if args.step == "fused" else
@@ -237,7 +237,7 @@ def train(args, d_e, device):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
         for t in range(job.step, args.steps + 1):
-            job.save(t, model.state_dict(), force=t == args.steps)   # the state before step t
+            job.save(t, model.state_dict, force=t == args.steps)   # the state before step t
             if t % args.eval_every == 0 or t == args.steps:
                 last = max((rec["step"] for rec in job.records if rec), default=t)
                 for r, rec in enumerate(records(model, t, job.t0, t - last,
