@@ -338,14 +338,16 @@ def logged(out):
 
 
 def run(args, device, job):
-    """The grid through its runlog.Job: each training logged as it ends and kept in the job's
-    checkpoint (saved when due, or at a signal); at any ending the results and summary.json."""
+    """The grid through its runlog.Job: each training logged as it ends, the log checkpointed
+    with it; at any ending the results and summary.json. The log is the state: --resume goes on
+    from the checkpoint's log, or replays a log that has none."""
     out, grid, rows, status = Path(args.out), job.configs[0]["grid"], [], "finished"
-    done = logged(out) if args.resume and not job.file.exists() else {}   # the log is the state
-    with job:                                   # the checkpoint's trainings; refused: none written
-        if not job.open(lambda state: done.update({tuple(r[k] for k in KEY): r for r in state})):
-            for record in done.values():        # a log without its checkpoint: replayed
-                job.log(0, record, math.log(2))
+    replayed = logged(out) if args.resume and not job.file.exists() else {}
+    with job:                                   # refused: nothing written
+        job.open(lambda state: None)            # a checkpoint: its log rewritten as it was
+        for record in replayed.values():
+            job.log(0, record, math.log(2))
+        done = logged(out)
         try:
             cells(args, device, job, done, rows, grid)
         except BaseException as error:
@@ -366,7 +368,7 @@ def cells(args, device, job, done, rows, grid):
             if (key := (model, m, T, s, seed)) not in done:
                 done[key] = train_one(model, m, T, s, seed, device)
                 job.log(0, done[key], math.log(2))     # BCE starts at ln 2, a coin flip's
-                job.save(len(done), lambda: list(done.values()), force=True)   # a kill loses none
+                job.save(len(done), lambda: None, force=True)   # the log: a kill loses none
                 bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
             asked.append(key)
             return done[key]["acc"]

@@ -294,8 +294,8 @@ def rescore(args, device):
         model = Model(replace(args, **shared), shared["de"], device, [dict(
             run["config"], positions=run["config"].get("positions")) for run in group])
         for W, V, run in zip(model.W, model.V, group):
-            W.copy_(torch.as_tensor(rundirs.weights(run)[0]))
-            V.copy_(torch.as_tensor(rundirs.weights(run)[1]))
+            for M, saved in zip((W, V), rundirs.weights(run)):   # the .npz read once
+                M.copy_(torch.as_tensor(saved))
         return finals(model, args.n_final)
     rundirs.rescore(args.evaluate, SHARED, score, args.n_final)
 
