@@ -125,10 +125,9 @@ def read(path, parse=json.loads, fix=LEFT_OUT):
     """parse(the bytes of path); Skip if it is missing, not a regular file (a FIFO's read would
     hang) or cannot be parsed (a cut write, a hand edit), naming path and then `fix`. An
     OSError (a disk fault) is Python's traceback."""
+    data = runlog.read(path, bytes, fix)  # Unusable (Skip) if missing or irregular
     try:
-        return runlog.read(path, parse, fix)
-    except Skip:
-        raise
+        return parse(data)
     except UNPARSABLE as e:
         why = f"cannot be read ({type(e).__name__})"
         if isinstance(e, json.JSONDecodeError):
