@@ -840,6 +840,19 @@ def test_a_damaged_file_of_a_finished_run_advises_force_and_a_damaged_final_loss
     assert "final_losses.npz: cannot be read (ValueError); rerun train_tf.py --evaluate" in err[1]
     assert "--force" not in err[1]
 
+@pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])
+def test_evaluate_of_a_folder_that_holds_no_run_is_one_line_without_force(tmp_path, capsys, made):
+    """Issue 59: --evaluate of a folder that does not exist advised "rerun the run with
+    --force"; there is no run to redo: one line naming the folder, exit 2."""
+    folder = tmp_path / "nope"
+    if made:
+        folder.mkdir()
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(["--evaluate", str(folder)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and f"{folder} holds no run" in err
+    assert "--force" not in err and folder.exists() == made  # nothing made
+
 def test_runlog_read_refuses_a_missing_or_irregular_file_and_lets_the_parsers_error_through(
         tmp_path):
     """A missing file or a FIFO (its read would hang) is one line (Unusable); a file that
