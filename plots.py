@@ -840,13 +840,8 @@ def figure_dynamics(name, pairs, out):
     )
 
 
-SCANNED = (
-    "T",
-    "de",
-    "lr",
-    "q",
-    "batch",
-)  # figure_plateau's panels: the settings a scan varies
+# figure_plateau's panels: the settings a scan varies
+SCANNED = ("T", "de", "lr", "q", "batch")
 
 
 def most_common(values):

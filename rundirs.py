@@ -18,76 +18,32 @@ from runlog import Unusable as Skip  # Skip: what cannot be drawn
 
 # the config.json keys that a model's figures and tables read; a run without one is skipped
 NEEDS = {
-    "transformer": (
-        "T",
-        "q",
-        "d",
-        "de",
-        "pe",
-        "seed",
-        "batch",
-        "optimizer",
-        "lr",
-        "init",
-        "attend",
-    ),
-    "fcn": ("T", "q", "d", "width", "seed", "batch", "optimizer", "lr"),
+    "transformer": "T q d de pe seed batch optimizer lr init attend".split(),
+    "fcn": "T q d width seed batch optimizer lr".split(),
 }
-WHOLE = (
-    "T",
-    "q",
-    "d",
-    "de",
-    "width",
-    "seed",
-    "batch",
-)  # those of them that are integers
-SUMMARIES = (
-    "sweep.json",
-    "critical.json",
-    "needed_de.json",
-)  # train_fcn, train_bool, sts.py
-VARYING = (
-    "pe",
-    "positions",
-    "T",
-    "width",
-    "depth",
-    "de",
-    "optimizer",
-    "attend",
-    "init",
-)
+# those of them that are integers
+WHOLE = ("T", "q", "d", "de", "width", "seed", "batch")
+# made by train_fcn.py, train_bool.py, sts.py
+SUMMARIES = ("sweep.json", "critical.json", "needed_de.json")
+# the settings legends name, in this order
+VARYING = "pe positions T width depth de optimizer attend init".split()
 # the keys seeds may differ in ("compile": a flag since removed, in the configs of the paper's
 # seed 0; n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
-PER_SEED = (
-    "seed",
-    "threads",
-    "device",
-    "compile",
-    "checkpoint_every",
-    "n_final",
-    "evaluate",
-)
+PER_SEED = "seed threads device compile checkpoint_every n_final evaluate".split()
 FLOOR = "family_floor.json"  # sts.py --floor
 PREDICTED = ("pe", "T", "q", "d", "de")  # its rows' keys
 DYNAMICS = "family_dynamics.json"  # sts.py --dynamics: the curves of a run's SCHEDULE
 SCHEDULE = ("pe", "positions", "T", "q", "d", "de", "lr", "anneal_at")
 PLAIN = dict(optimizer="sgd", init="zero", attend="tokens")  # the runs it predicts
 NAN = float("nan")
-LEGEND = {
-    "pe": "{} PE",
-    "positions": "L={}",
-}  # how legends show a setting; others "key=value"
+# how legends show a setting; others as key=value
+LEGEND = {"pe": "{} PE", "positions": "L={}"}
 
 # what a hand-edited file's content raises in the code that reads it: a key missing, a list
 # for a dict, a string for a number (never an OSError: a full disk or a read-only folder)
 DAMAGED = (LookupError, TypeError, ValueError, AttributeError)
-UNPARSABLE = (
-    ValueError,
-    EOFError,
-    zipfile.BadZipFile,
-)  # a parser's, on a cut or edited file
+# what a parser raises on a cut or hand-edited file
+UNPARSABLE = (ValueError, EOFError, zipfile.BadZipFile)
 LEFT_OUT = "left out"  # what read() says of a damaged file by default
 EVALUATE = "rerun train_tf.py --evaluate on the run"  # what rewrites final_losses.npz
 
