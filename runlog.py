@@ -98,16 +98,16 @@ def write_json(path, obj):
 
 
 def read(path, parse=json.loads, fix="rerun the run with --force"):
-    """parse(the bytes of path), a regular file; one that is not (a folder; a FIFO, whose read would
-    hang), is missing, or cannot be parsed is Unusable, naming path and then `fix`."""
-    path, why = Path(path), "not a regular file"
+    """parse(the bytes of path), a regular file; one that is missing or is not one (a folder; a
+    FIFO, whose read would hang) is Unusable, naming path and then `fix`. A file that cannot be
+    read or parsed (cut, hand-edited) raises the reader's or the parser's own error."""
+    path = Path(path)
     try:
-        if stat.S_ISREG(path.stat().st_mode):
-            return parse(path.read_bytes())
-    except Exception as e:                # missing, cut, foreign: whatever a parser raises
-        why = {FileNotFoundError: "missing", json.JSONDecodeError: "not valid JSON"}.get(
-            type(e), f"cannot be read ({type(e).__name__})")
-    raise Unusable(f"{path}: {why}; {fix}")
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise Unusable(f"{path}: missing; {fix}") from None
+    require(stat.S_ISREG(mode), f"{path}: not a regular file; {fix}")
+    return parse(path.read_bytes())
 
 
 def flat(record):
