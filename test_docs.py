@@ -342,3 +342,43 @@ def test_run_course_reads_a_relative_out_from_the_callers_folder(tmp_path):
     r = subprocess.run(["bash", str(HERE / "run_course.sh"), "myout", "--list"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and f"--out {tmp_path / 'myout'}" in r.stdout.splitlines()[0], r.stdout
+
+
+def slug(heading):
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_figure_is_described_and_every_link_resolves():
+    """Each committed PNG has a line in figures/README.md and is shown or named by README.md or
+    RESULTS.md; every relative link of the documents names a file that exists, and every
+    RESULTS.md#anchor a heading of RESULTS.md."""
+    anchors = {slug(line.lstrip("#")) for line in (HERE / "RESULTS.md").read_text().splitlines()
+               if line.startswith("#")}
+    gallery = (HERE / "figures" / "README.md").read_text()
+    shown = (HERE / "README.md").read_text() + (HERE / "RESULTS.md").read_text()
+    for png in sorted((HERE / "figures").glob("*.png")):
+        assert f"[{png.name}]({png.name})" in gallery, f"figures/README.md does not describe {png.name}"
+        assert f"figures/{png.name}" in shown, f"neither README.md nor RESULTS.md shows {png.name}"
+    for doc in ("README.md", "RESULTS.md", "figures/README.md", "docs/run-folders.md"):
+        for target in re.findall(r"\]\(([^)#]+\.\w+)?(?:#([^)]*))?\)", (HERE / doc).read_text()):
+            path, anchor = target
+            if path.startswith("http"):
+                continue
+            resolved = (HERE / doc).parent / path if path else HERE / doc
+            assert resolved.exists(), f"{doc}: no file {path}"
+            if anchor and resolved.name == "RESULTS.md":
+                assert anchor in anchors, f"{doc}: RESULTS.md has no heading #{anchor}"
+
+
+def test_the_readme_reads_in_five_minutes():
+    """README.md: at most 1,800 words (as `wc -w` counts them, the ties' comments included); no
+    cell of its claims table over 45 words, nor a verdict over 30 once the ties are left out."""
+    text = (HERE / "README.md").read_text()
+    assert len(text.split()) <= 1800, len(text.split())
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "](RESULTS.md#" in line]
+    assert len(rows) >= 10
+    for row in rows:
+        cells = row.split(" | ")
+        assert max(len(cell.split()) for cell in cells) <= 45, row[:60]
+        assert len(TIE.sub("", cells[1]).split()) <= 30, row[:60]
