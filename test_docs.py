@@ -28,10 +28,12 @@ reason; any other untied number fails. A table of RESULTS.md is copied, line by 
 tables.md (`plots.py DIR --table`, regenerated here and compared with the committed file).
 The sections of UNTIED are timings, settings and history, not results, and are not read.
 """
+import functools
 import hashlib
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -122,6 +124,7 @@ def rounds_to(v, q, token):
     return q >= p and any(all(abs(e - x) <= 0.5 * 10.0 ** -p + 1e-12 for e in pair) for pair in ends)
 
 
+@functools.cache
 def tables_md_sections(folder):
     """{section: [table: [header cells, row cells, ...]]} of a committed tables.md: a caption
     "NAME: ..." names the tables below it."""
@@ -195,58 +198,102 @@ def tie_value(anchor):
     return eval(expression, {"__builtins__": {}}, allowed | {f"v{i}": v for i, v in enumerate(values)}), 17
 
 
-def lines(doc):
-    """[(line number, line, kind)] of a document; kind: "code" (a code block), "untied" (an UNTIED
-    section), "copied" (a table of RESULTS.md, copied from a tables.md), "times" (README's table
-    of commands and times) or "text" (whose numbers are tied)."""
-    out, code, untied, table = [], False, False, None
-    for k, line in enumerate((HERE / doc).read_text().splitlines(), 1):
+def lines(doc, text=None):
+    """[(line number, line, kind)] of a document (its file's text, or `text`); kind: "code" (a
+    code block), "untied" (an UNTIED section), "copied" (a table of RESULTS.md, copied from a
+    tables.md) or "text" (whose numbers are tied)."""
+    out, code, untied = [], False, False
+    text = (HERE / doc).read_text() if text is None else text
+    for k, line in enumerate(text.splitlines(), 1):
         fence = line.startswith("```")
         code ^= fence
         if line.startswith(("# ", "## ")) and not code:
             untied = line.lstrip("# ").startswith(UNTIED)
-        table = (table or line) if line.startswith("|") and not code else None
-        kind = ("code" if code or fence else "untied" if untied else "text" if table is None
-                else "copied" if doc == "RESULTS.md" else "times" if table.startswith("| command")
-                else "text")
+        table = line.startswith("|") and doc == "RESULTS.md"
+        kind = "code" if code or fence else "untied" if untied else "copied" if table else "text"
         out.append((k, line, kind))
     return out
 
 
-def quoted(line):
-    """[(token, anchor or None)] of the numbers of a line outside inline code, links and names."""
+def numbers(line):
+    """[(match, anchor or None)] of the numbers of a line outside inline code, links, dates and
+    names (match[1]: the digits, match[2]: a "%" or "×")."""
     text = HIDDEN.sub(lambda m: " " * len(m[0]), TIE.sub(lambda m: "@" * len(m[0]), line))
     anchors = {m.start(): m[1] for m in TIE.finditer(line)}
-    return [(m[1] + (m[2] or ""), anchors.get(m.end())) for m in NUMBER.finditer(text)]
+    return [(m, anchors.get(m.end())) for m in NUMBER.finditer(text)]
 
 
 def untied_allowed(token):
     value, decimals = read(token)
-    return token.removesuffix("×") in ELSEWHERE or (decimals == 0 and "%" not in token and abs(value) in SETTINGS)
+    listed = token.removesuffix("×") in ELSEWHERE
+    return listed or (decimals == 0 and "%" not in token and abs(value) in SETTINGS)
 
 
-def test_every_number_the_documents_quote_equals_its_tied_source():
+def wrong_numbers(doc, text=None):
+    """Each number of a document's text that is untied (and no setting) or not its source's."""
     wrong = []
-    for doc in DOCS:
-        for k, line, kind in lines(doc):
-            for token, anchor in quoted(line) if kind == "text" else []:
-                if anchor is None:
-                    if not untied_allowed(token):
-                        wrong.append(f"{doc}:{k}: {token} is tied to no source")
-                    continue
+    for k, line, kind in lines(doc, text):
+        for m, anchor in numbers(line) if kind == "text" else []:
+            token = m[1] + (m[2] or "")
+            if anchor is None and not untied_allowed(token):
+                wrong.append(f"{doc}:{k}: {token} is tied to no source")
+            elif anchor is not None:
                 value, decimals = tie_value(anchor)
                 if not rounds_to(value, decimals, token):
                     wrong.append(f"{doc}:{k}: {token} is not {value} ({anchor.strip()})")
+    return wrong
+
+
+def stray_table_lines(text=None):
+    """The lines of RESULTS.md's tables that no committed tables.md holds."""
+    committed = set()
+    for folder in TABLES:
+        committed |= set((HERE / folder / "tables.md").read_text().splitlines())
+    return [f"RESULTS.md:{k}: {line[:70]}" for k, line, kind in lines("RESULTS.md", text)
+            if kind == "copied" and line not in committed]
+
+
+def test_every_number_the_documents_quote_equals_its_tied_source():
+    wrong = [line for doc in DOCS for line in wrong_numbers(doc)]
     assert not wrong, f"{len(wrong)} numbers:\n" + "\n".join(wrong)
 
 
 def test_every_table_of_results_md_is_copied_line_by_line_from_a_tables_md():
-    committed = set()
-    for folder in TABLES:
-        committed |= set((HERE / folder / "tables.md").read_text().splitlines())
-    stray = [f"RESULTS.md:{k}: {line[:70]}" for k, line, kind in lines("RESULTS.md")
-             if kind == "copied" and line not in committed]
+    stray = stray_table_lines()
     assert not stray, f"{len(stray)} table lines no tables.md holds:\n" + "\n".join(stray)
+
+
+def moved(token, sign):
+    """`token` moved by one unit in its last digit (a percentage by 3, a step count by 200)."""
+    digits = token.rstrip("%×").replace(",", "").replace("−", "-")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    large = decimals == 0 and abs(int(digits)) >= 1000
+    units = 3 if token.endswith("%") else 200 if large else 1
+    value = round(float(digits) + sign * units * 10.0 ** -decimals, decimals)
+    text = f"{value:,.{decimals}f}" if "," in token else f"{value:.{decimals}f}"
+    return text.replace("-", "−") if "−" in token else text
+
+
+@pytest.mark.parametrize("pool", ["every number", "prose"])
+def test_twenty_numbers_moved_by_one_unit_in_their_last_digit_are_each_caught(pool):
+    """Issue 58's check, with a fixed seed: 20 numbers of README.md and RESULTS.md (outside code,
+    the UNTIED sections and the settings left untied; from the copied tables too, or not), each
+    moved by one unit in its last digit, each on its own: every move fails a check above."""
+    drawn = []
+    for doc in DOCS:
+        for k, line, kind in lines(doc):
+            tied = [m for m, anchor in numbers(line) if anchor] if kind == "text" else []
+            table = [m for m, _ in numbers(line) if "." in m[1]] if kind == "copied" else []
+            drawn += [(doc, k, m) for m in tied + (table if pool == "every number" else [])]
+    rng = random.Random(58)
+    for doc, k, m in rng.sample(drawn, 20):
+        text = (HERE / doc).read_text().splitlines()
+        line, to = text[k - 1], moved(m[1], rng.choice((1, -1)))
+        text[k - 1] = line[:m.start(1)] + to + line[m.end(1):]
+        changed = "\n".join(text)
+        caught = wrong_numbers(doc, changed)
+        caught += stray_table_lines(changed) if doc == "RESULTS.md" else []
+        assert caught, f"{doc}:{k}: {m[1]} moved to {to} passes every check"
 
 
 def test_each_committed_tables_md_is_what_plots_py_table_gives_today(regenerated):
