@@ -11,23 +11,27 @@ Read top to bottom: config, model, get_batch, evaluate, the loop. Runs of severa
 directory under --out (runlog.py): weights_init/final.npz, final_losses.npz (each sequence's loss).
 """
 import functools
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
+from torch import nn
 from tqdm import tqdm
 
+import data
 import fused
 import rundirs
 import runlog
 import sts
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
-
 # ------------------------------------------------------------------------------------- the config
+# --step's default, the faster bench.py measured: fused on the 2-core CPU ; autograd
+# on one H100 (2026-11-26, before CUDA drew per batch: eager autograd 2.6 ms a step, fused 5.8 ms)
+STEP = dict(cpu="fused", cuda="autograd")
+
+
 @dataclass
 class Args:
     """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
@@ -40,7 +44,9 @@ class Args:
                            type=POSITIVE, nargs="+", action=Distinct)
     seed: list = flag([0], "seeds (data, init, fixed PE table); all share the validation sets",
                       type=NATURAL, action=Distinct)
-    figure_set: bool = flag(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
+    figure_set: bool = flag(False, "instead of --pe, train the 7 runs of Figures 1-5 per seed: "
+                            "stochastic and fixed PE by SGD, the same attending [Z z_q], a random "
+                            "init, Adam on both")
     T: int = flag(200, "training sequence length", type=POSITIVE)
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
@@ -64,10 +70,12 @@ class Args:
                         "--n-test sets are its first part)", type=POSITIVE)
     eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
     device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    step: str = flag(None, "autograd: the model below by torch.autograd; fused: fused.py's by hand,"
-                     " same draws [STEP: the faster]", choices=("autograd", "fused"))
+    step: str = flag(None, "autograd: train_tf.py's model by torch.autograd; fused: fused.py's "
+                     f"step by hand, on the same draws [the faster: {STEP['cpu']} on a CPU, "
+                     f"{STEP['cuda']} on CUDA]", choices=("autograd", "fused"))
     dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
-    threads: int = flag(2, "CPU threads drawing and computing chunks (--step fused)", type=POSITIVE)
+    threads: int = flag(2, "CPU threads: those drawing a batch, and the step's (fused: its own; "
+                        "autograd: torch's)", type=POSITIVE)
     checkpoint_every: float = flag(300.0, "seconds between checkpoints", type=RATE)
     out: str = flag("runs/tf", "parent folder of the run directories")
     force: bool = flag(False, "replace run directories that already hold a run")
@@ -90,27 +98,26 @@ FIGURE_SET = {  # --figure-set: the paper's Figures 1-5, per seed; folder -> its
 RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimizer", "lr",
             "anneal_at", "anneal_factor")
 SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # --evaluate scores these together
-# --step's default, the faster bench.py measured: fused on the 2-core CPU (1.9x, loaded); autograd
-# on one H100 (2026-11-26, before CUDA drew per batch: eager autograd 2.6 ms a step, fused 5.8 ms)
-STEP = dict(cpu="fused", cuda="autograd")
 
 
 # ------------------------------------------------------------ the model, in plain autograd PyTorch
 def embed(X, P, idx):
     """sts.embed: Z = [X; P] (n, D, T), each token x_i over its PE p_i, and the query
     z_q = [0_d; sum_{i in y} p_i] (n, D) (x_query = 0, as in the paper's Theorem 1)."""
-    p_y = P.gather(2, idx[:, None, :].expand(-1, P.shape[1], -1)).sum(-1)  # sum_{i in y} p_i
-    return torch.cat([X, P], 1), torch.cat([torch.zeros_like(X[:, :, 0]), p_y], 1)
+    chosen = P.gather(2, idx[:, None, :].expand(-1, P.shape[1], -1))
+    p_y = chosen.sum(-1)  # sum_{i in y} p_i
+    x_q = torch.zeros_like(X[:, :, 0])
+    return torch.cat([X, P], 1), torch.cat([x_q, p_y], 1)
 
 
 def forward(W, V, Z, z_q, attend="tokens"):
     """sts.forward: f(Z, z_q) = V C softmax(C^T W z_q) (n, d), autograd its backward pass."""
-    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)  # keys = values: Z, [Z z_q]
-    u = z_q @ W.mT                                  # u = W z_q                             (n, D)
-    a = torch.einsum("...dt,...d->...t", C, u)      # scores a_i = c_i^T W z_q              (n, T)
-    s = torch.softmax(a, -1)                        # attention over the tokens (and the query)
-    h = torch.einsum("...dt,...t->...d", C, s)      # h = C s                               (n, D)
-    return h @ V.mT                                 # f = V C s                             (n, d)
+    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)  # keys = values
+    u = z_q @ W.mT  # u = W z_q                              (n, D)
+    a = torch.einsum("...dt,...d->...t", C, u)  # scores a_i = c_i^T W z_q   (n, T)
+    s = torch.softmax(a, -1)  # attention over the tokens (and the query)
+    h = torch.einsum("...dt,...t->...d", C, s)  # h = C s                    (n, D)
+    return h @ V.mT  # f = V C s                            (n, d)
 
 
 def loss(f, target):
@@ -118,146 +125,194 @@ def loss(f, target):
     return 0.5 * ((f - target) ** 2).sum(-1)
 
 
-def model_losses(W, V, batch, attend):
-    """Each sequence's loss under each run (n, R): the model on its part's draws (get_batch)."""
-    out = {r: loss(forward(W[r], V[r], Z, z_q, attend[r]), target)
-           for runs, Z, z_q, target in batch for r in runs}
-    return torch.stack([out[r] for r in sorted(out)], 1)
+class Model(nn.Module):
+    """The runs of one d_e side by side: each run's W (D, D) and V (d, D), and its loss on a batch
+    (data.Batch) by --step: the model above and autograd, or fused.py's step by hand."""
 
+    def __init__(self, args, d_e, specs, device):
+        super().__init__()
+        self.d, self.d_e = args.d, d_e
+        self.attend = [s["attend"] for s in specs]
+        dtype = getattr(torch, args.dtype)
+        inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"]) for s in specs]
+        self.W = nn.ParameterList([torch.tensor(W, dtype=dtype, device=device) for W, _ in inits])
+        self.V = nn.ParameterList([torch.tensor(V, dtype=dtype, device=device) for _, V in inits])
+        # each run's training loss summed since the last record: a checkpoint keeps it
+        self.register_buffer("loss_sum", torch.zeros(len(specs), dtype=dtype, device=device))
+        self.fused = None
+        if args.step == "fused":
+            query = [a == "query" for a in self.attend]
+            self.fused = fused.FusedStep(query, args.threads if device.type == "cpu" else 1)
 
-def autograd_step(W, V, batch, attend, forward=forward):
-    """--step autograd: each run's mean loss on the batch (R,) and its gradient by autograd
-    (bench.py times it with forward compiled)."""
-    W, V = W.detach().requires_grad_(), V.detach().requires_grad_()
-    out = {r: loss(forward(W[r], V[r], Z, z_q, attend[r]), target).mean()
-           for runs, Z, z_q, target in batch for r in runs}
-    L = torch.stack([out[r] for r in sorted(out)])
-    return (L.detach(), *torch.autograd.grad(L.sum(), [W, V]))
+    def stacked(self):
+        """Every run's W (R, D, D) and V (R, d, D)."""
+        return torch.stack(list(self.W)), torch.stack(list(self.V))
 
+    def forward(self, batch):
+        """Each run's mean loss on the batch (R,)."""
+        if self.fused:
+            return fused.FusedLoss.apply(*self.stacked(), self.fused, batch)
+        return self.sequence_losses(batch).mean(0)
 
-class Model:
-    """The runs of one d_e trained side by side: their weights, optimisers, draws and step."""
-
-    def __init__(self, args, d_e, device, specs):
-        self.args, self.specs, self.dtype = args, specs, getattr(torch, args.dtype)
-        attend, self.d_e = [s["attend"] for s in specs], d_e
-        self.engine = fused.FusedStep(fused.parts(specs, d_e, max([args.T, *args.test_T]), device,
-                                                  self.dtype), [a == "query" for a in attend],
-                                      args.d, d_e, device, self.dtype,  # autograd: no pool
-                                      args.threads if args.step == "fused" else 1)
-        # --step: the batch's losses and gradients (W, V, batch) -> (each run's loss, dW, dV), and
-        # each sequence's loss (n, R), by the model and autograd, or by fused.py's hand
-        self.step, self.losses = ((self.engine, self.engine.losses) if args.step == "fused" else
-                                  (functools.partial(autograd_step, attend=attend),
-                                   functools.partial(model_losses, attend=attend)))
-        inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
-                 for s in specs]
-        self.W, self.V = ([torch.tensor(M, dtype=self.dtype, device=device) for M in Ms]
-                          for Ms in zip(*inits))
-        self.optimizers = [(torch.optim.SGD if s["optimizer"] == "sgd" else torch.optim.Adam)(
-                               [W, V], lr=s["lr"]) for s, W, V in zip(specs, self.W, self.V)]
-        self.loss_sum = torch.zeros(len(specs), dtype=self.dtype, device=device)
-
-    def state_dict(self):              # what a checkpoint keeps, and --resume loads
-        return dict(W=self.W, V=self.V, loss_sum=self.loss_sum,
-                    optimizers=[opt.state_dict() for opt in self.optimizers])
-
-    def load_state_dict(self, state):
-        for W, V, opt, W0, V0, saved in zip(self.W, self.V, self.optimizers, state["W"],
-                                            state["V"], state["optimizers"]):
-            W.copy_(W0), V.copy_(V0), opt.load_state_dict(saved)
-        self.loss_sum.copy_(state["loss_sum"])
+    def sequence_losses(self, batch):
+        """Each sequence's loss under each run (n, R)."""
+        if self.fused:
+            return self.fused.losses(*self.stacked(), batch)
+        losses = {}
+        for part in batch.parts:
+            P = (part.G * part.r[..., None]).mT  # p_i = g_i / |g_i|    (n, d_e, T)
+            Z, z_q = embed(part.X, P, part.idx)
+            for r in part.runs:
+                f = forward(self.W[r], self.V[r], Z, z_q, self.attend[r])
+                losses[r] = loss(f, part.target)
+        return torch.stack([losses[r] for r in sorted(losses)], 1)
 
     def weights(self, r):
-        return dict(W=self.W[r].cpu().numpy(), V=self.V[r].cpu().numpy())   # a run's .npz
+        """Run r's weights, for its .npz."""
+        return dict(W=self.W[r].detach().cpu().numpy(), V=self.V[r].detach().cpu().numpy())
+
+
+def configure_optimizers(model, specs):
+    """Each run's optimiser (SGD or Adam) over its W and V."""
+    kinds = dict(sgd=torch.optim.SGD, adam=torch.optim.Adam)
+    return [
+        kinds[spec["optimizer"]]([W, V], lr=spec["lr"])
+        for spec, W, V in zip(specs, model.W, model.V)
+    ]
+
+
+def checkpoint(model, optimizers):
+    """What a job's checkpoint keeps and --resume loads."""
+    return dict(
+        W=[W.detach() for W in model.W],
+        V=[V.detach() for V in model.V],
+        loss_sum=model.loss_sum,
+        optimizers=[opt.state_dict() for opt in optimizers],
+    )
+
+
+@torch.no_grad()
+def load_checkpoint(model, optimizers, state):
+    for W, W_saved in zip(model.W, state["W"]):
+        W.copy_(W_saved)
+    for V, V_saved in zip(model.V, state["V"]):
+        V.copy_(V_saved)
+    for opt, saved in zip(optimizers, state["optimizers"]):
+        opt.load_state_dict(saved)
+    model.loss_sum.copy_(state["loss_sum"])
 
 
 # -------------------------------------------------------------------------------------- the batch
-def get_batch(model, index, n, T, q, val=False):
-    """Batch `index` of each run's seed (val: the validation set `index`, common to every run) from
-    its keyed streams (fused.py): each part's (runs, Z, z_q, target) for --step autograd; the key
-    for --step fused, which draws in its own threads."""
-    key = (index, n, T, q, val)
-    if model.args.step == "fused":
-        return key
-    return [(runs, *embed(X, (G * r[..., None]).mT, idx), target)    # p_i = g_i / |g_i|
-            for runs, _, G, r, (X, idx, target) in model.engine.draws(0, n, index, T, q, val)]
+def new_streams(args, specs, d_e, device):
+    """The runs' keyed draws (data.py): streams.get_batch(index, n, T, q) is batch `index` of each
+    run's seed, drawn on --threads threads."""
+    dtype = getattr(torch, args.dtype)
+    longest = max([args.T, *args.test_T])
+    parts = data.parts(specs, d_e, longest, device, dtype)
+    return data.Streams(parts, args.d, d_e, device, dtype, args.threads)
 
 
 # --------------------------------------------------------------------------------------- evaluate
 @torch.no_grad()
-def evaluate(model, n):
+def evaluate(model, streams, args, n):
     """Each run's loss on each of the first n sequences of every validation set, common to every
     run of every seed (val at T, then each T_test and q_test): [((group, key), (n, R))]."""
-    a, W, V = model.args, torch.stack(model.W), torch.stack(model.V)
-    sets = [("val", None, a.T, a.q), *(("test_T", str(T), T, a.q) for T in a.test_T),
-            *(("test_q", str(q), a.T, q) for q in a.test_q)]   # (group, key, T, q): the VAL streams
-    return [((group, key), model.losses(W, V, get_batch(
-        model, fused.val_index(T, q), n, T, q, True)).double()) for group, key, T, q in sets]
+    sets = [("val", None, args.T, args.q)]
+    sets += [("test_T", str(T), T, args.q) for T in args.test_T]
+    sets += [("test_q", str(q), args.T, q) for q in args.test_q]
+    out = []
+    for group, key, T, q in sets:
+        batches = streams.validation_set(data.val_index(T, q), n, T, q)
+        losses = torch.cat([model.sequence_losses(batch) for batch in batches])
+        out.append(((group, key), losses.double()))
+    return out
 
 
-def records(model, step, t0, since, evaluated):
-    """Each run's log record at `step`: its losses (train: the mean since the last record) and its
-    weights against the ground truth and on the family W = c W*, V = alpha V*."""
-    train = (model.loss_sum / since).tolist() if since else [None] * len(model.specs)
+@torch.no_grad()
+def records(model, optimizers, step, seconds, since, evaluated):
+    """Each run's log record at `step`: its losses (train: the mean of the `since` steps since the
+    last record) and its weights against the ground truth and on the family W = c W*, V = alpha V*.
+    """
+    train = (model.loss_sum / since).tolist() if since else [None] * len(optimizers)
     losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
-    W, V = torch.stack(model.W), torch.stack(model.V)
-    W_star, V_star = (torch.as_tensor(M, dtype=W.dtype, device=W.device)
-                      for M in sts.ground_truth(model.args.d, model.d_e))
-    cos_W, cos_V = sts.cosine(W, W_star).tolist(), sts.cosine(V, V_star).tolist()
-    norm_W, now = ((W * W).sum((-2, -1)) ** 0.5).tolist(), round(time.time() - t0, 3)
-    fits = [sts.family_fit(w, v, model.args.d) for w, v in zip(W.cpu().numpy(), V.cpu().numpy())]
-    return [dict(step=step, train_loss=train[r], time=now, lr=opt.param_groups[0]["lr"],
-                 **runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r],
-                 cos_V=cos_V[r], norm_W=norm_W[r], c=fits[r][0], alpha=fits[r][1])
-            for r, opt in enumerate(model.optimizers)]
+    W, V = model.stacked()
+    W_star, V_star = (torch.as_tensor(M).to(W) for M in sts.ground_truth(model.d, model.d_e))
+    cos_W = sts.cosine(W, W_star).tolist()
+    cos_V = sts.cosine(V, V_star).tolist()
+    norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
+    pairs = zip(W.cpu().numpy(), V.cpu().numpy())
+    fits = [sts.family_fit(W_r, V_r, model.d) for W_r, V_r in pairs]
+    out = []
+    for r, opt in enumerate(optimizers):
+        run_losses = runlog.nest([(name, x[r]) for name, x in losses])
+        lr = opt.param_groups[0]["lr"]
+        record = dict(step=step, train_loss=train[r], time=seconds, lr=lr, **run_losses)
+        record.update(cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
+        record.update(c=fits[r][0], alpha=fits[r][1])
+        out.append(record)
+    return out
 
 
-def finals(model, n):
+def finals(model, streams, args, n):
     """Per run: summary.json's final losses on n sequences per set with their Monte-Carlo standard
     errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired differences)."""
-    runs = [[(name, x[:, r]) for name, x in evaluate(model, n)] for r in range(len(model.specs))]
-    return [(dict(final=runlog.nest([(name, x.mean().item()) for name, x in run]),
-                  final_se=runlog.nest([(name, x.std().item() / n ** 0.5) for name, x in run]),
-                  n_final=n), {"_".join(filter(None, name)): x.float().cpu().numpy()
-                               for name, x in run}) for run in runs]
+    evaluated = evaluate(model, streams, args, n)
+    out = []
+    for r in range(len(model.W)):
+        run = [(name, x[:, r]) for name, x in evaluated]
+        final = runlog.nest([(name, x.mean().item()) for name, x in run])
+        final_se = runlog.nest([(name, x.std().item() / n**0.5) for name, x in run])
+        arrays = {"_".join(filter(None, name)): x.float().cpu().numpy() for name, x in run}
+        out.append((dict(final=final, final_se=final_se, n_final=n), arrays))
+    return out
 
 
 # --------------------------------------------------------------------------------------- the loop
 def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
-    model, start_loss = Model(args, d_e, device, specs), args.d / (2 * args.q)
+    model = Model(args, d_e, specs, device)
+    optimizers = configure_optimizers(model, specs)
+    streams = new_streams(args, specs, d_e, device)
     job = new_job(args, specs, d_e, device, lambda r: {"weights_final.npz": model.weights(r)})
     if job.finished():
         return print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
     with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=1) as bar:
-        resumed = job.open(model.load_state_dict)
+        resumed = job.open(functools.partial(load_checkpoint, model, optimizers))
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
-        for t in range(job.step, args.steps + 1):
-            job.save(t, model.state_dict, force=t == args.steps)   # the state before step t
-            if t % args.eval_every == 0 or t == args.steps:
-                last = max((rec["step"] for rec in job.records if rec), default=t)
-                for r, rec in enumerate(records(model, t, job.t0, t - last,
-                                                evaluate(model, args.n_test))):
-                    if job.status[r] == "running":
-                        job.log(r, rec, start_loss)          # a diverging run stops alone
-                model.loss_sum.zero_()
-                bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
-            if t == args.steps:
-                break
-            batch = get_batch(model, t, args.batch, args.T, args.q)
-            losses, dW, dV = model.step(torch.stack(model.W), torch.stack(model.V), batch)
-            model.loss_sum += losses
-            for r, (spec, opt) in enumerate(zip(specs, model.optimizers)):
-                opt.param_groups[0]["lr"] = sts.learning_rate(t, spec["lr"], spec["anneal_at"],
-                                                              spec["anneal_factor"])
-                model.W[r].grad, model.V[r].grad = dW[r], dV[r]
-                opt.step()
-            bar.update()
-        job.close("finished", args.steps, finals(model, args.n_final))
+        loop(args, specs, model, optimizers, streams, job, bar)
+        job.close("finished", args.steps, finals(model, streams, args, args.n_final))
+
+
+def loop(args, specs, model, optimizers, streams, job, bar):
+    """nanoGPT's loop from job.step to the last step, the runs side by side."""
+    state = functools.partial(checkpoint, model, optimizers)
+    start_loss = args.d / (2 * args.q)  # the loss at W = V = 0: divergence is judged against it
+    for t in range(job.step, args.steps + 1):
+        job.save(t, state, force=t == args.steps)  # the state before step t
+        if t % args.eval_every == 0 or t == args.steps:
+            last = max((rec["step"] for rec in job.records if rec), default=t)
+            evaluated = evaluate(model, streams, args, args.n_test)
+            now = round(time.time() - job.t0, 3)
+            for r, rec in enumerate(records(model, optimizers, t, now, t - last, evaluated)):
+                if job.status[r] == "running":
+                    job.log(r, rec, start_loss)  # a diverging run stops alone
+            model.loss_sum.zero_()
+            bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
+        if t == args.steps:
+            break
+        batch = streams.get_batch(t, args.batch, args.T, args.q)
+        losses = model(batch)  # each run's mean loss (R,)
+        losses.sum().backward()  # --step fused: the gradients its forward made by hand
+        model.loss_sum += losses.detach()
+        for spec, opt in zip(specs, optimizers):  # each run's optimiser, its lr annealed
+            lr = sts.learning_rate(t, spec["lr"], spec["anneal_at"], spec["anneal_factor"])
+            opt.param_groups[0]["lr"] = lr
+            opt.step()
+            opt.zero_grad()
+        bar.update()
 
 
 # ---------------------------------------------------------------------------- runs and their flags
@@ -289,14 +344,20 @@ def new_job(args, specs, d_e, device, files=None):
 
 def rescore(args, device):
     """--evaluate: each run's final weights on the first --n-final sequences of each common set."""
-    def score(group):                 # runs that agree on SHARED: side by side
+
+    def score(group):  # runs that agree on SHARED: side by side
         shared = {k: group[0]["config"][k] for k in SHARED}
-        model = Model(replace(args, **shared), shared["de"], device, [dict(
-            run["config"], positions=run["config"].get("positions")) for run in group])
-        for W, V, run in zip(model.W, model.V, group):
-            for M, saved in zip((W, V), rundirs.weights(run)):   # the .npz read once
-                M.copy_(torch.as_tensor(saved))
-        return finals(model, args.n_final)
+        specs = [dict(run["config"], positions=run["config"].get("positions")) for run in group]
+        run_args = replace(args, **shared)
+        model = Model(run_args, shared["de"], specs, device)
+        with torch.no_grad():
+            for W, V, run in zip(model.W, model.V, group):
+                saved_W, saved_V = rundirs.weights(run)  # the .npz read once
+                W.copy_(torch.as_tensor(saved_W))
+                V.copy_(torch.as_tensor(saved_V))
+        streams = new_streams(run_args, specs, shared["de"], device)
+        return finals(model, streams, run_args, args.n_final)
+
     rundirs.rescore(args.evaluate, SHARED, score, args.n_final)
 
 
@@ -334,8 +395,8 @@ def main(argv=None):
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
         args = replace(args, step=args.step or STEP[device.type])
-        if device.type == "cpu":
-            torch.set_num_threads(1)  # the step's threads share the cores; torch's would compete
+        if device.type == "cpu":  # fused: its own threads share the cores; autograd: torch's
+            torch.set_num_threads(1 if args.step == "fused" else args.threads)
         if args.evaluate:
             return rescore(args, device)
         with runlog.lock(args.out):
