@@ -1,11 +1,12 @@
-"""--step fused: train_tf.py's step written by hand, in a few threads (the CPU's default step).
+"""--step fused: train_tf.py's step written by hand, in a few threads (a CPU's default).
 
-The step needs the PEs P only through the scores p_i^T u, the values V p_i and the backward's sums
-sum_i w_i p_i: it never builds P, Z = [X; P] or a masked copy, but keeps the raw Gaussians G (p_i =
-g_i/|g_i|), folds 1/|g_i| into the small vectors and does both passes over G a chunk at a time
-(tested against sts.backward and train_tf.py's model by autograd). Each thread computes its share
-of a batch's chunks (data.Streams: the chunks it was drawn in) on one torch thread. FusedLoss
-wraps the step as an autograd Function, so that train_tf.py's loop calls backward() on it.
+The step needs the PEs P only through the scores p_i^T u, the values V p_i and the
+backward's sums sum_i w_i p_i: it never builds P, Z = [X; P] or a masked copy, but keeps
+the raw Gaussians G (p_i = g_i/|g_i|), folds 1/|g_i| into the small vectors and does
+both passes over G a chunk at a time (tested against sts.backward and train_tf.py's
+model by autograd). Each thread computes its share of a batch's chunks (data.Streams:
+the chunks it was drawn in) on one torch thread. FusedLoss wraps the step as an autograd
+Function, so that train_tf.py's loop calls backward() on it.
 """
 
 import functools
@@ -16,14 +17,15 @@ import torch
 
 @functools.lru_cache
 def on_device(values, dtype, device):
-    """A tuple of host values as a device tensor, made once: no host-device copy a step."""
+    """A tuple of host values as a device tensor, made once (no copy a step)."""
     return torch.tensor(values, dtype=dtype, device=device)
 
 
 def chunk_forward(G, r, X, idx, W, V, query):
-    """R runs on c sequences that share their PEs: G (c, T, e) raw rows with r (c, T) = 1/|g_i|
-    (a table of unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V (R, d, D); query: R
-    host bools, attend [Z, z_q]. Returns f (c, R, d) and what fused_chunk's backward pass needs."""
+    """R runs on c sequences that share their PEs: G (c, T, e) raw rows with r (c, T) =
+    1/|g_i| (a table of unit rows has r = 1), X (c, d, T), idx (c, q); W (R, D, D), V
+    (R, d, D); query: R host bools, attend [Z, z_q]. Returns f (c, R, d) and what
+    fused_chunk's backward pass needs."""
     c, d, T = X.shape
     R = W.shape[0]
     rows = torch.arange(c, device=X.device)[:, None]
@@ -35,7 +37,8 @@ def chunk_forward(G, r, X, idx, W, V, query):
     PM = torch.bmm(M, G.mT) * r[:, None, :]  # pass 1 over G: [u_e; V_e] p_i
     a = torch.bmm(u_x, X) + PM[:, :R]  # scores a_i = z_i^T u              (c, R, T)
     a_query = (u_e * p_y[:, None, :]).sum(-1)  # z_q^T u
-    a_q = torch.where(on_device(query, torch.bool, X.device), a_query, -torch.inf)  # or no query
+    attends = on_device(query, torch.bool, X.device)
+    a_q = torch.where(attends, a_query, -torch.inf)  # or no query
     top = torch.maximum(a.amax(-1), a_q)
     e_t = torch.exp(a - top[..., None])
     e_q = torch.exp(a_q - top)
@@ -50,8 +53,8 @@ def chunk_forward(G, r, X, idx, W, V, query):
 
 
 def fused_chunk(G, r, X, idx, target, W, V, query, n):
-    """FusedStep's work on a chunk: the chunk's loss sum (R,) and its backward pass by hand:
-    dW[:, :, d:] (R, D, e) and dV (R, d, D) of L = 1/(2n) sum ||f - y||^2."""
+    """FusedStep's work on a chunk: the chunk's loss sum (R,) and its backward pass by
+    hand: dW[:, :, d:] (R, D, e) and dV (R, d, D) of L = 1/(2n) sum ||f - y||^2."""
     f, (p_y, sm, sm_q, vz, vq) = chunk_forward(G, r, X, idx, W, V, query)
     err = f - target[:, None, :]
     R = sm.shape[1]
@@ -75,8 +78,9 @@ def fused_chunk(G, r, X, idx, target, W, V, query, n):
 
 
 class FusedStep:
-    """--step fused: the losses and gradients of R runs on a data.Batch by fused_chunk, a share of
-    its chunks per worker thread. query: R host bools, the runs that attend [Z, z_q]."""
+    """--step fused: the losses and gradients of R runs on a data.Batch by fused_chunk,
+    a share of its chunks per worker thread. query: R host bools, the runs that attend
+    [Z, z_q]."""
 
     def __init__(self, query, threads=1):
         self.query = list(query)
@@ -92,15 +96,15 @@ class FusedStep:
         return [work(shares[0])]
 
     def rows(self, part, lo, hi, device):
-        """A part's draws of sequences lo..hi, its runs' indices and attention choices."""
+        """A part's draws of sequences lo..hi, its runs' indices and attentions."""
         runs = on_device(part.runs, torch.long, device)
         query = tuple(self.query[k] for k in part.runs)
         draws = (part.G, part.r, part.X, part.idx, part.target)
         return [x[lo:hi] for x in draws], runs, query
 
     def __call__(self, W, V, batch):
-        """W (R, D, D), V (R, d, D): each run's mean loss on the batch (R,), dW (R, D, D) (zero
-        but for columns d:) and dV (R, d, D)."""
+        """W (R, D, D), V (R, d, D): each run's mean loss on the batch (R,), and its
+        gradients dW (R, D, D) (zero but for columns d:) and dV (R, d, D)."""
         d = V.shape[1]
 
         @torch.no_grad()  # grad mode is per thread: no graph of the hand-made step
@@ -139,8 +143,9 @@ class FusedStep:
 
 
 class FusedLoss(torch.autograd.Function):
-    """The fused step as an autograd Function: forward, each run's mean loss (R,), its gradients
-    made by hand on the way; backward, those gradients times the losses' incoming gradient."""
+    """The fused step as an autograd Function: forward, each run's mean loss (R,), its
+    gradients made by hand on the way; backward, those gradients times the losses'
+    incoming gradient."""
 
     @staticmethod
     def forward(ctx, W, V, step, batch):

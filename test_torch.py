@@ -76,6 +76,19 @@ def test_train_tf_model_by_autograd_agrees_with_numpy_forward_and_backward(atten
 
 
 
+def test_train_tf_help_names_no_constant_and_rounds_its_defaults(capsys):
+    # --help is read in a terminal: no name of a constant of the code (FIGURE_SET, STEP), no
+    # "the model below", and 1/3 shown as 0.3333, not 0.3333333333333333
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0 and "--figure-set" in text and "[0.3333]" in text
+    for word in ("FIGURE_SET", "STEP:", "below", "0.33333"):
+        assert word not in text, word
+    assert "[the faster: fused on a CPU, autograd on CUDA]" in text
+
+
+
 # ------------------------------------------------------------------------- fused.py: the fused step
 def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     """A FusedStep over R runs of one PE kind (half attend the query), random weights, its draws."""

@@ -10,6 +10,7 @@ Read top to bottom: config, model, get_batch, evaluate, the loop. Runs of severa
 (--figure-set: seven) train side by side on shared draws, several --de in turn; each writes a run
 directory under --out (runlog.py): weights_init/final.npz, final_losses.npz (each sequence's loss).
 """
+
 import functools
 import time
 from dataclasses import asdict, dataclass, replace
@@ -36,68 +37,135 @@ STEP = dict(cpu="fused", cuda="autograd")
 class Args:
     """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
     50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's."""
-    preset: str = flag("paper", "defaults of the flags marked [paper ...; course ...]",
-                       choices=("paper", "course"))
-    pe: list = flag(["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct)
-    positions: list = flag(None, "randomized PE: its table's size L (several: a sweep); each "
-                           "sequence uses T of its L in order [the longest length]",
-                           type=POSITIVE, nargs="+", action=Distinct)
-    seed: list = flag([0], "seeds (data, init, fixed PE table); all share the validation sets",
-                      type=NATURAL, action=Distinct)
-    figure_set: bool = flag(False, "instead of --pe, train the 7 runs of Figures 1-5 per seed: "
-                            "stochastic and fixed PE by SGD, the same attending [Z z_q], a random "
-                            "init, Adam on both")
+
+    preset: str = flag(
+        "paper",
+        "defaults of the flags marked [paper ...; course ...]",
+        choices=("paper", "course"),
+    )
+    pe: list = flag(
+        ["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct
+    )
+    positions: list = flag(
+        None,
+        "randomized PE: its table's size L (several: a sweep); each "
+        "sequence uses T of its L in order [the longest length]",
+        type=POSITIVE,
+        nargs="+",
+        action=Distinct,
+    )
+    seed: list = flag(
+        [0],
+        "seeds (data, init, fixed PE table); all share the validation sets",
+        type=NATURAL,
+        action=Distinct,
+    )
+    figure_set: bool = flag(
+        False,
+        "instead of --pe, train the 7 runs of Figures 1-5 per seed: "
+        "stochastic and fixed PE by SGD, the same attending [Z z_q], a random "
+        "init, Adam on both",
+    )
     T: int = flag(200, "training sequence length", type=POSITIVE)
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
-    de: list = flag([170], "PE dimension d_e, several for a sweep (--pe onehot alone: the longest "
-                    "length)", type=POSITIVE, action=Distinct)
+    de: list = flag(
+        [170],
+        "PE dimension d_e, several for a sweep (--pe onehot alone: the longest length)",
+        type=POSITIVE,
+        action=Distinct,
+    )
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
-    optimizer: str = flag("sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam"))
+    optimizer: str = flag(
+        "sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam")
+    )
     lr: float = flag(None, "learning rate [sgd 1, adam 0.01]", type=RATE)
-    anneal_at: int = flag(None, "first step of lr x --anneal-factor [half the steps]", type=NATURAL)
+    anneal_at: int = flag(
+        None, "first step of lr x --anneal-factor [half the steps]", type=NATURAL
+    )
     anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on", type=RATE)
-    init: str = flag("zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random"))
+    init: str = flag(
+        "zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random")
+    )
     init_scale: float = flag(0.01, "std of the entries of a random init", type=RATE)
-    attend: str = flag("tokens", "attend over Z, or [Z z_q] (Fig. 1)", choices=("tokens", "query"))
-    test_T: list = flag([250, 300, 350, 400], "lengths of the length-generalisation sets",
-                        type=POSITIVE, nargs="*")
-    test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE,
-                        nargs="*")
-    n_test: int = flag(1024, "sequences in each validation set at each evaluation", type=POSITIVE)
-    n_final: int = flag(4096, "sequences per set at the end (summary.json's final, final_se; the "
-                        "--n-test sets are its first part)", type=POSITIVE)
-    eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
-    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    step: str = flag(None, "autograd: train_tf.py's model by torch.autograd; fused: fused.py's "
-                     f"step by hand, on the same draws [the faster: {STEP['cpu']} on a CPU, "
-                     f"{STEP['cuda']} on CUDA]", choices=("autograd", "fused"))
-    dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
-    threads: int = flag(2, "CPU threads: those drawing a batch, and the step's (fused: its own; "
-                        "autograd: torch's)", type=POSITIVE)
+    attend: str = flag(
+        "tokens", "attend over Z, or [Z z_q] (Fig. 1)", choices=("tokens", "query")
+    )
+    test_T: list = flag(
+        [250, 300, 350, 400],
+        "lengths of the length-generalisation sets",
+        type=POSITIVE,
+        nargs="*",
+    )
+    test_q: list = flag(
+        [2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE, nargs="*"
+    )
+    n_test: int = flag(
+        1024, "sequences in each validation set at each evaluation", type=POSITIVE
+    )
+    n_final: int = flag(
+        4096,
+        "sequences per set at the end (summary.json's final, final_se; the "
+        "--n-test sets are its first part)",
+        type=POSITIVE,
+    )
+    eval_every: int = flag(
+        500, "steps between evaluations and log records", type=POSITIVE
+    )
+    device: str = flag(
+        "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
+    )
+    step: str = flag(
+        None,
+        "autograd: train_tf.py's model by torch.autograd; fused: fused.py's "
+        f"step by hand, on the same draws [the faster: {STEP['cpu']} on a CPU, "
+        f"{STEP['cuda']} on CUDA]",
+        choices=("autograd", "fused"),
+    )
+    dtype: str = flag(
+        "float32", "floating-point precision", choices=("float32", "float64")
+    )
+    threads: int = flag(
+        2,
+        "CPU threads: those drawing a batch, and the step's (fused: its own; "
+        "autograd: torch's)",
+        type=POSITIVE,
+    )
     checkpoint_every: float = flag(300.0, "seconds between checkpoints", type=RATE)
     out: str = flag("runs/tf", "parent folder of the run directories")
     force: bool = flag(False, "replace run directories that already hold a run")
-    resume: bool = flag(False, "go on from the runs' checkpoints (same flags otherwise)")
-    evaluate: list = flag(None, "no training: score these runs' final weights on the first "
-                          "--n-final sequences of each common set", nargs="+", metavar="DIR")
+    resume: bool = flag(
+        False, "go on from the runs' checkpoints (same flags otherwise)"
+    )
+    evaluate: list = flag(
+        None,
+        "no training: score these runs' final weights on the first "
+        "--n-final sequences of each common set",
+        nargs="+",
+        metavar="DIR",
+    )
 
 
 # "course": a tenth of the length and steps, about a minute on 2 CPU cores; its d_e = 64 > T, as
 # random PEs' loss floor at d_e = 16 would hide every effect
-PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=20, de=[64], steps=10_000,
-                                            test_T=[25, 30, 35, 40], n_test=512, eval_every=100))
+COURSE = replace(Args(), preset="course", T=20, de=[64], steps=10_000)
+COURSE = replace(COURSE, test_T=[25, 30, 35, 40], n_test=512, eval_every=100)
+PRESETS = dict(paper=Args(), course=COURSE)
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
-FIGURE_SET = {  # --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
-    "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
-    "query": [dict(pe=pe, attend="query") for pe in ("stochastic", "fixed")],  # as the paper ran
-    "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
-    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],  # Fig 5
-}
-RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimizer", "lr",
-            "anneal_at", "anneal_factor")
-SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # --evaluate scores these together
+# --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
+FIGURE_SET = {}
+FIGURE_SET["sgd"] = [dict(pe="stochastic"), dict(pe="fixed")]  # Figures 1, 2, 4
+FIGURE_SET["query"] = [dict(pe=pe, attend="query") for pe in ("stochastic", "fixed")]
+FIGURE_SET["random_init"] = [
+    dict(pe="stochastic", init="random", init_scale=0.1)
+]  # Fig. 3
+FIGURE_SET["adam"] = [
+    dict(pe=pe, optimizer="adam") for pe in ("stochastic", "fixed")
+]  # Fig. 5
+RUN_KEYS = "pe positions seed attend init init_scale optimizer lr anneal_at anneal_factor".split()
+# --evaluate scores runs that agree on these together
+SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")
 
 
 # ------------------------------------------------------------ the model, in plain autograd PyTorch
@@ -134,15 +202,20 @@ class Model(nn.Module):
         self.d, self.d_e = args.d, d_e
         self.attend = [s["attend"] for s in specs]
         dtype = getattr(torch, args.dtype)
-        inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"]) for s in specs]
-        self.W = nn.ParameterList([torch.tensor(W, dtype=dtype, device=device) for W, _ in inits])
-        self.V = nn.ParameterList([torch.tensor(V, dtype=dtype, device=device) for _, V in inits])
+        inits = [
+            sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
+            for s in specs
+        ]
+        weights = functools.partial(torch.tensor, dtype=dtype, device=device)
+        self.W = nn.ParameterList([weights(W) for W, _ in inits])
+        self.V = nn.ParameterList([weights(V) for _, V in inits])
         # each run's training loss summed since the last record: a checkpoint keeps it
-        self.register_buffer("loss_sum", torch.zeros(len(specs), dtype=dtype, device=device))
+        self.register_buffer("loss_sum", weights([0.0] * len(specs)))
         self.fused = None
         if args.step == "fused":
             query = [a == "query" for a in self.attend]
-            self.fused = fused.FusedStep(query, args.threads if device.type == "cpu" else 1)
+            threads = args.threads if device.type == "cpu" else 1
+            self.fused = fused.FusedStep(query, threads)
 
     def stacked(self):
         """Every run's W (R, D, D) and V (R, d, D)."""
@@ -169,7 +242,9 @@ class Model(nn.Module):
 
     def weights(self, r):
         """Run r's weights, for its .npz."""
-        return dict(W=self.W[r].detach().cpu().numpy(), V=self.V[r].detach().cpu().numpy())
+        return dict(
+            W=self.W[r].detach().cpu().numpy(), V=self.V[r].detach().cpu().numpy()
+        )
 
 
 def configure_optimizers(model, specs):
@@ -236,7 +311,9 @@ def records(model, optimizers, step, seconds, since, evaluated):
     train = (model.loss_sum / since).tolist() if since else [None] * len(optimizers)
     losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
     W, V = model.stacked()
-    W_star, V_star = (torch.as_tensor(M).to(W) for M in sts.ground_truth(model.d, model.d_e))
+    W_star, V_star = (
+        torch.as_tensor(M).to(W) for M in sts.ground_truth(model.d, model.d_e)
+    )
     cos_W = sts.cosine(W, W_star).tolist()
     cos_V = sts.cosine(V, V_star).tolist()
     norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
@@ -262,7 +339,9 @@ def finals(model, streams, args, n):
         run = [(name, x[:, r]) for name, x in evaluated]
         final = runlog.nest([(name, x.mean().item()) for name, x in run])
         final_se = runlog.nest([(name, x.std().item() / n**0.5) for name, x in run])
-        arrays = {"_".join(filter(None, name)): x.float().cpu().numpy() for name, x in run}
+        arrays = {
+            "_".join(filter(None, name)): x.float().cpu().numpy() for name, x in run
+        }
         out.append((dict(final=final, final_se=final_se, n_final=n), arrays))
     return out
 
@@ -274,10 +353,14 @@ def train(args, d_e, device):
     model = Model(args, d_e, specs, device)
     optimizers = configure_optimizers(model, specs)
     streams = new_streams(args, specs, d_e, device)
-    job = new_job(args, specs, d_e, device, lambda r: {"weights_final.npz": model.weights(r)})
+    final_weights = lambda r: {"weights_final.npz": model.weights(r)}  # noqa: E731
+    job = new_job(args, specs, d_e, device, final_weights)
     if job.finished():
-        return print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
-    with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=1) as bar:
+        return print(
+            f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume"
+        )
+    desc = f"d_e={d_e} x{len(specs)} runs"
+    with job, tqdm(total=args.steps, desc=desc, dynamic_ncols=True) as bar:
         resumed = job.open(functools.partial(load_checkpoint, model, optimizers))
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
@@ -287,19 +370,12 @@ def train(args, d_e, device):
 
 
 def loop(args, specs, model, optimizers, streams, job, bar):
-    """nanoGPT's loop from job.step to the last step, the runs side by side."""
+    """nanoGPT's loop, from job.step to the last step, the runs side by side."""
     state = functools.partial(checkpoint, model, optimizers)
-    start_loss = args.d / (2 * args.q)  # the loss at W = V = 0: divergence is judged against it
     for t in range(job.step, args.steps + 1):
         job.save(t, state, force=t == args.steps)  # the state before step t
         if t % args.eval_every == 0 or t == args.steps:
-            last = max((rec["step"] for rec in job.records if rec), default=t)
-            evaluated = evaluate(model, streams, args, args.n_test)
-            now = round(time.time() - job.t0, 3)
-            for r, rec in enumerate(records(model, optimizers, t, now, t - last, evaluated)):
-                if job.status[r] == "running":
-                    job.log(r, rec, start_loss)  # a diverging run stops alone
-            model.loss_sum.zero_()
+            log(args, model, optimizers, streams, job, t)
             bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
         if t == args.steps:
             break
@@ -307,39 +383,74 @@ def loop(args, specs, model, optimizers, streams, job, bar):
         losses = model(batch)  # each run's mean loss (R,)
         losses.sum().backward()  # --step fused: the gradients its forward made by hand
         model.loss_sum += losses.detach()
-        for spec, opt in zip(specs, optimizers):  # each run's optimiser, its lr annealed
-            lr = sts.learning_rate(t, spec["lr"], spec["anneal_at"], spec["anneal_factor"])
+        for spec, opt in zip(
+            specs, optimizers
+        ):  # each run's optimiser, its lr annealed
+            lr = sts.learning_rate(
+                t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
+            )
             opt.param_groups[0]["lr"] = lr
             opt.step()
             opt.zero_grad()
         bar.update()
 
 
+def log(args, model, optimizers, streams, job, step):
+    """Each run's record at `step` into its log; a diverging run stops alone."""
+    last = max((record["step"] for record in job.records if record), default=step)
+    evaluated = evaluate(model, streams, args, args.n_test)
+    seconds = round(time.time() - job.t0, 3)
+    start_loss = args.d / (2 * args.q)  # the loss at W = V = 0, divergence's yardstick
+    new = records(model, optimizers, step, seconds, step - last, evaluated)
+    for r, record in enumerate(new):
+        if job.status[r] == "running":
+            job.log(r, record, start_loss)
+    model.loss_sum.zero_()
+
+
 # ---------------------------------------------------------------------------- runs and their flags
 def run_specs(args, d_e):
     """The runs of one d_e: each a dict of RUN_KEYS and its directory."""
-    base = dict({k: getattr(args, k) for k in ("attend", "init", "init_scale", "optimizer",
-                                               "anneal_at", "anneal_factor")}, positions=None)
+    options = (
+        "attend",
+        "init",
+        "init_scale",
+        "optimizer",
+        "anneal_at",
+        "anneal_factor",
+    )
+    base = {k: getattr(args, k) for k in options}
+    base["positions"] = None
+    grid = []  # (folder, settings, seed)
     if args.figure_set:
         plain = dict(optimizer="sgd", attend="tokens", init="zero")
-        grid = [(folder, dict(base, **{**plain, **change}), seed) for seed in args.seed
-                for folder, changes in FIGURE_SET.items() for change in changes]
-    else:
-        grid = [("", dict(base, pe=pe, positions=L), seed) for pe in args.pe
-                for L in (args.positions if pe == "randomized" else [None]) for seed in args.seed]
-    return [dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]], dir=Path(args.out)
-                 / folder / runlog.run_name(dict(spec, model="transformer", de=d_e, seed=seed)))
-            for folder, spec, seed in grid]
+        for seed in args.seed:
+            for folder, changes in FIGURE_SET.items():
+                grid += [(folder, base | plain | change, seed) for change in changes]
+    for pe in [] if args.figure_set else args.pe:
+        for L in args.positions if pe == "randomized" else [None]:
+            grid += [("", dict(base, pe=pe, positions=L), seed) for seed in args.seed]
+    specs = []
+    for folder, spec, seed in grid:
+        lr = args.lr or DEFAULT_LR[spec["optimizer"]]
+        name = runlog.run_name(dict(spec, model="transformer", de=d_e, seed=seed))
+        specs.append(dict(spec, seed=seed, lr=lr, dir=Path(args.out) / folder / name))
+    return specs
 
 
 def new_job(args, specs, d_e, device, files=None):
     """The runs' runlog.Job: their folders, config.json (every resolved setting), checkpoint."""
-    keep = {k: v for k, v in asdict(args).items()
-            if k not in ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")}
+    dropped = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
+    keep = {k: v for k, v in asdict(args).items() if k not in dropped}
+    configs = []
+    for s in specs:
+        run = {k: s[k] for k in RUN_KEYS}
+        configs.append(
+            dict(keep, **run, de=d_e, device=str(device), model="transformer")
+        )
     dirs = [s["dir"] for s in specs]
-    return runlog.Job(dirs, [dict(keep, **{k: s[k] for k in RUN_KEYS}, de=d_e, device=str(device),
-                                  model="transformer") for s in specs], runlog.job_file(
-        args.out, f"de{d_e}", dirs), args.resume, args.checkpoint_every, files)
+    file = runlog.job_file(args.out, f"de{d_e}", dirs)
+    return runlog.Job(dirs, configs, file, args.resume, args.checkpoint_every, files)
 
 
 def rescore(args, device):
@@ -347,7 +458,10 @@ def rescore(args, device):
 
     def score(group):  # runs that agree on SHARED: side by side
         shared = {k: group[0]["config"][k] for k in SHARED}
-        specs = [dict(run["config"], positions=run["config"].get("positions")) for run in group]
+        specs = [
+            dict(run["config"], positions=run["config"].get("positions"))
+            for run in group
+        ]
         run_args = replace(args, **shared)
         model = Model(run_args, shared["de"], specs, device)
         with torch.no_grad():
@@ -363,31 +477,55 @@ def rescore(args, device):
 
 def parse_args(argv=None):
     """The flags over their preset's values, the derived defaults resolved, the rules between them
-    checked before anything is written (one line naming the flag and the fix)."""
-    given = runlog.given(runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
-                         .parse_args(argv))
+    checked before anything is written."""
+    parser = runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
+    given = runlog.given(parser.parse_args(argv))
     args = replace(PRESETS[given.get("preset", "paper")], **given)
     longest = max([args.T, *args.test_T])
-    onehot = "de" not in given and args.pe == ["onehot"] and not args.figure_set
-    args = replace(args, de=[longest] if onehot else args.de,  # p_i = e_i: a dimension a position
-                   anneal_at=args.steps // 2 if args.anneal_at is None else args.anneal_at,
-                   positions=args.positions or ([longest] if "randomized" in args.pe else None))
-    L = min(args.positions or [longest])
-    sizes = [("q", "T", args.q, args.T), *(("test-q", "T", q, args.T) for q in args.test_q),
-             *(("test-T", "q", args.q, T) for T in args.test_T)]
-    runlog.check([(q <= T, f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): pick"
-                   " a smaller q or a longer T") for name, other, q, T in sizes] + [
-        (args.n_final >= args.n_test or args.evaluate, f"--n-final must be >= --n-test (got "
-         f"{args.n_final} < {args.n_test}): raise --n-final or lower --n-test"),
-        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-        (args.positions is None or "randomized" in args.pe and not args.figure_set,
-         "--positions sets randomized PE's table; add --pe randomized or drop it"),
-        (L >= longest, f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
-         f"--test-T; got {L}); raise --positions or drop the longer --test-T")] + [
-        ("onehot" not in args.pe or args.figure_set or d_e >= longest, f"--de: onehot PE needs "
-         f"d_e >= the largest length {longest} (got d_e={d_e}); raise --de or use --pe fixed/"
-         "stochastic") for d_e in args.de])
+    if "de" not in given and args.pe == ["onehot"] and not args.figure_set:
+        args.de = [longest]  # p_i = e_i: a dimension a position
+    if args.anneal_at is None:
+        args.anneal_at = args.steps // 2
+    if "randomized" in args.pe and not args.positions:
+        args.positions = [longest]
+    check(args, longest)
     return args
+
+
+def check(args, longest):
+    """The rules between the flags: one line naming the flag and the fix where one fails."""
+    sizes = [("q", "T", args.q, args.T)]
+    sizes += [("test-q", "T", q, args.T) for q in args.test_q]
+    sizes += [("test-T", "q", args.q, T) for T in args.test_T]
+    rules = []  # (holds, the message if not)
+    for name, other, q, T in sizes:
+        got = f"(got q={q}, T={T}, --{other})"
+        message = (
+            f"--{name} must satisfy 1 <= q <= T {got}: pick a smaller q or a longer T"
+        )
+        rules.append((q <= T, message))
+    got = f"(got {args.n_final} < {args.n_test})"
+    message = f"--n-final must be >= --n-test {got}: raise --n-final or lower --n-test"
+    rules.append((args.n_final >= args.n_test or args.evaluate, message))
+    message = "--resume and --force exclude each other; pick one"
+    rules.append((not (args.resume and args.force), message))
+    randomized = "randomized" in args.pe and not args.figure_set
+    message = "--positions sets randomized PE's table; add --pe randomized or drop it"
+    rules.append((args.positions is None or randomized, message))
+    L = min(args.positions or [longest])
+    message = (
+        f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
+        f"--test-T; got {L}); raise --positions or drop the longer --test-T"
+    )
+    rules.append((L >= longest, message))
+    onehot = "onehot" in args.pe and not args.figure_set
+    for d_e in args.de:
+        message = (
+            f"--de: onehot PE needs d_e >= the largest length {longest} (got d_e={d_e}); "
+            "raise --de or use --pe fixed/stochastic"
+        )
+        rules.append((not onehot or d_e >= longest, message))
+    runlog.check(rules)
 
 
 def main(argv=None):
@@ -395,15 +533,18 @@ def main(argv=None):
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
         args = replace(args, step=args.step or STEP[device.type])
-        if device.type == "cpu":  # fused: its own threads share the cores; autograd: torch's
+        if (
+            device.type == "cpu"
+        ):  # fused: its own threads on the cores; autograd: torch's
             torch.set_num_threads(1 if args.step == "fused" else args.threads)
         if args.evaluate:
             return rescore(args, device)
         with runlog.lock(args.out):
-            for d_e in args.de:                 # under the lock: no other writer comes between
+            for d_e in args.de:  # under the lock: no other writer comes between
                 new_job(args, run_specs(args, d_e), d_e, device).check(args.force)
             for d_e in args.de:
                 train(args, d_e, device)
+
     runlog.run_command("train_tf.py", body, argv=argv)
 
 
