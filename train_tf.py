@@ -6,9 +6,10 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Read top to bottom: config, model, get_batch, evaluate, the loop. Runs of several --pe and --seed
-(--figure-set: seven) train side by side on shared draws, several --de in turn; each writes a run
-directory under --out (runlog.py): weights_init/final.npz, final_losses.npz (each sequence's loss).
+Read top to bottom: config, model, the batches (data.py's keyed streams), evaluate, the loop.
+Runs of several --pe and --seed (--figure-set: seven) train side by side on shared draws, several
+--de in turn; each writes a run directory under --out (runlog.py): weights_init/final.npz,
+final_losses.npz (each sequence's loss).
 """
 
 import functools
@@ -277,7 +278,7 @@ def load_checkpoint(model, optimizers, state):
     model.loss_sum.copy_(state["loss_sum"])
 
 
-# -------------------------------------------------------------------------------------- the batch
+# ------------------------------------------------------------------------------------ the batches
 def new_streams(args, specs, d_e, device):
     """The runs' keyed draws (data.py): streams.get_batch(index, n, T, q) is batch `index` of each
     run's seed, drawn on --threads threads."""
