@@ -156,14 +156,12 @@ PRESETS = dict(paper=Args(), course=COURSE)
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
 # --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
 FIGURE_SET = {}
-FIGURE_SET["sgd"] = [dict(pe="stochastic"), dict(pe="fixed")]  # Figures 1, 2, 4
-FIGURE_SET["query"] = [dict(pe=pe, attend="query") for pe in ("stochastic", "fixed")]
-FIGURE_SET["random_init"] = [
-    dict(pe="stochastic", init="random", init_scale=0.1)
-]  # Fig. 3
-FIGURE_SET["adam"] = [
-    dict(pe=pe, optimizer="adam") for pe in ("stochastic", "fixed")
-]  # Fig. 5
+BOTH = ("stochastic", "fixed")
+FIGURE_SET["sgd"] = [dict(pe=pe) for pe in BOTH]  # Figures 1, 2, 4
+FIGURE_SET["query"] = [dict(pe=pe, attend="query") for pe in BOTH]  # as the paper ran
+# Figure 3
+FIGURE_SET["random_init"] = [dict(pe="stochastic", init="random", init_scale=0.1)]
+FIGURE_SET["adam"] = [dict(pe=pe, optimizer="adam") for pe in BOTH]  # Figure 5
 RUN_KEYS = "pe positions seed attend init init_scale optimizer lr anneal_at anneal_factor".split()
 # --evaluate scores runs that agree on these together
 SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")
@@ -384,9 +382,8 @@ def loop(args, specs, model, optimizers, streams, job, bar):
         losses = model(batch)  # each run's mean loss (R,)
         losses.sum().backward()  # --step fused: the gradients its forward made by hand
         model.loss_sum += losses.detach()
-        for spec, opt in zip(
-            specs, optimizers
-        ):  # each run's optimiser, its lr annealed
+        # each run's optimiser, its learning rate annealed
+        for spec, opt in zip(specs, optimizers):
             lr = sts.learning_rate(
                 t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
             )
@@ -534,9 +531,8 @@ def main(argv=None):
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
         args = replace(args, step=args.step or STEP[device.type])
-        if (
-            device.type == "cpu"
-        ):  # fused: its own threads on the cores; autograd: torch's
+        # on a CPU, --step fused computes on its own threads; autograd on torch's
+        if device.type == "cpu":
             torch.set_num_threads(1 if args.step == "fused" else args.threads)
         if args.evaluate:
             return rescore(args, device)
