@@ -74,15 +74,15 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
 def signal_in_step(monkeypatch, sig, k):
     """train_tf.py's next job gets `sig` while it trains step k (taken after it), sent to the test's
     own process; an AssertionError, not a killed test run, where the job left no handler for it."""
-    import train_tf                      # torch: imported by the tests that use it
-    get_batch = train_tf.get_batch
+    import data                          # torch: imported by the tests that use it
+    get_batch = data.Streams.get_batch
 
-    def signalled(model, index, n, T, q, val=False):
+    def signalled(streams, index, n, T, q, val=False):
         if index == k and not val:
             assert signal.getsignal(sig) not in (signal.SIG_DFL, signal.SIG_IGN, None), sig
             os.kill(os.getpid(), sig)
-        return get_batch(model, index, n, T, q, val)
-    monkeypatch.setattr(train_tf, "get_batch", signalled)
+        return get_batch(streams, index, n, T, q, val)
+    monkeypatch.setattr(data.Streams, "get_batch", signalled)
 
 
 def fewer_sequences(monkeypatch, most=256):

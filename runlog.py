@@ -425,7 +425,8 @@ def parser(program, description, presets):
     p = Parser(program, description)
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
-        text = lambda v: " ".join(map(str, v)) if isinstance(v, list) else str(v)  # noqa: E731
+        text = lambda v: (" ".join(map(str, v)) if isinstance(v, list)  # noqa: E731
+                          else str(round(v, 4)) if isinstance(v, float) else str(v))  # 1/3: 0.3333
         options, first = dict(f.metadata), next(iter(values.values()))
         shown = ("; ".join(f"{name} {text(v)}" for name, v in values.items())
                  if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import fused
+import data
 import plots
 import runlog
 import train_bool
@@ -291,9 +291,9 @@ def test_fcn_output_shape_and_parameter_count(depth):
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
     n, T, q, d = 50, 9, 4, 3
-    words = fused.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
+    words = data.words(5, 2)[0]                         # the transformer's batch 2 of seed 5
     x, target = train_fcn.sample(torch.Generator(), words, n, T, q, d, "float64")
-    X, idx, _ = fused.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
+    X, idx, _ = data.draw_tokens(torch.Generator(), words, 0, n, T, q, d, torch.float64)
     assert x.shape == (n, T * d + T)
     tokens, indicator = x[:, :T * d].reshape(n, T, d), x[:, T * d:]
     np.testing.assert_array_equal(tokens.numpy(), X.mT.numpy())          # token i = column x_i of X
@@ -347,18 +347,18 @@ def test_an_fcn_run_terminated_mid_run_resumes_bit_for_bit(tmp_path, one_thread,
     """SIGTERM in seed 1's step 70: its checkpoint is written at the next step and the job exits 143
     with the command that goes on; --resume with other flags is refused in one line; with its own
     flags seed 1 goes on (seed 0 finished) to the log of a run never stopped, record for record."""
-    job, words = FCN_TINY + ["--width", "16", "--seed", "0", "1"], train_fcn.fused.words
+    job, words = FCN_TINY + ["--width", "16", "--seed", "0", "1"], train_fcn.data.words
     train_fcn.main(job + ["--out", str(tmp_path / "whole")])
 
     def sigterm_in_step_70(seed, index, val=False):
         if (seed, index, val) == (1, 70, False):
             os.kill(os.getpid(), signal.SIGTERM)
         return words(seed, index, val)
-    monkeypatch.setattr(train_fcn.fused, "words", sigterm_in_step_70)
+    monkeypatch.setattr(train_fcn.data, "words", sigterm_in_step_70)
     out, run = tmp_path / "cut", "fcn-T6-m16-depth1-seed1"
     with pytest.raises(SystemExit) as done:
         train_fcn.main(job + ["--out", str(out)])
-    monkeypatch.setattr(train_fcn.fused, "words", words)
+    monkeypatch.setattr(train_fcn.data, "words", words)
     assert done.value.code == 143 and "--resume" in capsys.readouterr().err.splitlines()[-1]
     assert (out / run / "checkpoint.pt").exists() and read_log(out / run)[-1]["step"] == 50
     assert json.loads((out / run / "summary.json").read_text())["status"] == "terminated"
@@ -594,15 +594,15 @@ CELL = BUDGETS + ["--sweep-T", "4", "--eval-every", "20"]   # one T: its first c
 def cut_the_first_cell(monkeypatch, out, sig=signal.SIGINT):
     """The sweep's first transformer cell gets `sig` in its 51st training step, sent to the test's
     own process; its checkpoint is kept, and the steps the cells train from then on are returned."""
-    steps, FusedStep = [], train_fcn.fused.FusedStep
+    steps, get_batch = [], train_fcn.data.Streams.get_batch
 
-    class CutAtStep50(FusedStep):
-        def __call__(self, W, V, batch):
-            steps.append(batch[0])
-            if steps == list(range(51)):                          # once: the first cell's
-                os.kill(os.getpid(), sig)
-            return super().__call__(W, V, batch)
-    monkeypatch.setattr(train_fcn.fused, "FusedStep", CutAtStep50)
+    def cut_at_step_50(streams, index, n, T, q, val=False):
+        if not val:
+            steps.append(index)
+        if steps == list(range(51)) and not val:                  # once: the first cell's
+            os.kill(os.getpid(), sig)
+        return get_batch(streams, index, n, T, q, val)
+    monkeypatch.setattr(train_fcn.data.Streams, "get_batch", cut_at_step_50)
     with pytest.raises(SystemExit) as done:
         train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out)])
     assert done.value.code == 128 + sig and (out / "transformer-T4-de4.pt").exists()

@@ -223,7 +223,7 @@ def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summar
 
 def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_rerun(tmp_path,
                                                                                     monkeypatch):
-    def interrupted(tr, n):
+    def interrupted(*_):
         raise KeyboardInterrupt
     monkeypatch.setattr(train_tf, "evaluate", interrupted)
     with pytest.raises(SystemExit) as done:
@@ -282,7 +282,7 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(tmp_p
 
 def test_a_fault_stays_python_s_traceback_and_every_run_says_it_failed(tmp_path, monkeypatch):
     # out of memory, a bug: no translation; the runs' summaries say "failed"
-    def broken(model, n):
+    def broken(*_):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     monkeypatch.setattr(train_tf, "evaluate", broken)
     with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):

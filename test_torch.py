@@ -2,13 +2,13 @@
 
 train_tf.py's model by autograd against sts.forward and sts.backward; both steps (--step fused,
 fused.py's, and --step autograd, the model on the same draws) against sts.backward for every PE
-kind, attention variant and chunking; the torch streams (fused.py) against sts.sample_batch from the
+kind, attention variant and chunking; the fused step's backward against autograd's gradients on
+the same batch; the torch streams (data.py) against sts.sample_batch from the
 same recorded numbers; whole runs of train_tf.py, --step fused against --step autograd; runs of
 one seed sharing their draws and every run sharing the validation sets; runs together against apart;
 a killed and resumed run against an uninterrupted one, bit for bit (killed after any of its writes
 too). Seeded; on the CPU, and on CUDA too where there is a device (skipped otherwise).
 """
-import functools
 import json
 import os
 import signal
@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+import data
 import fused
 import sts
 import train_tf
@@ -31,16 +32,16 @@ from conftest import (CUDA, DEVICES, HERE, TINY, assert_same_logs, random_batch,
 
 
 # --------------------------------------------------- train_tf.py's model (autograd) against sts.py
-CHUNK = fused.DRAWS["cpu"][0]                  # sequences per seeded draw on the CPU
+CHUNK = data.DRAWS["cpu"][0]                  # sequences per seeded draw on the CPU
 
 
 def draw_batch(batch_words, n, T, q, d, d_e, dtype, device):
-    """The whole batch of `batch_words` (fused.words(...)): X (n, d, T), idx (n, q), target
-    (n, d), raw PE Gaussians G (n, T, d_e), as the fused step draws them."""
+    """The whole batch of `batch_words` (data.words(...)): X (n, d, T), idx (n, q), target
+    (n, d), raw PE Gaussians G (n, T, d_e), as data.Streams draws them."""
     gen = torch.Generator(device)
-    X, idx, target = fused.draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
-    G = fused.draw_pe(gen, batch_words[1], 0, n, T, d_e, torch.empty(
-        fused.buffer_size(device, n, T, d_e), dtype=dtype, device=device))
+    X, idx, target = data.draw_tokens(gen, batch_words[0], 0, n, T, q, d, dtype)
+    G = data.draw_pe(gen, batch_words[1], 0, n, T, d_e, torch.empty(
+        data.buffer_size(device, n, T, d_e), dtype=dtype, device=device))
     return X, idx, target, G
 
 
@@ -75,6 +76,19 @@ def test_train_tf_model_by_autograd_agrees_with_numpy_forward_and_backward(atten
 
 
 
+def test_train_tf_help_names_no_constant_and_rounds_its_defaults(capsys):
+    # --help is read in a terminal: no name of a constant of the code (FIGURE_SET, STEP), no
+    # "the model below", and 1/3 shown as 0.3333, not 0.3333333333333333
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0 and "--figure-set" in text and "[0.3333]" in text
+    for word in ("FIGURE_SET", "STEP:", "below", "0.33333"):
+        assert word not in text, word
+    assert "[the faster: fused on a CPU, autograd on CUDA]" in text
+
+
+
 # ------------------------------------------------------------------------- fused.py: the fused step
 def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
     """A FusedStep over R runs of one PE kind (half attend the query), random weights, its draws."""
@@ -98,8 +112,8 @@ def test_both_steps_equal_the_numpy_backward_on_the_same_draws(kind, threads, po
                                                                chunks, step, monkeypatch):
     # the fused step, and the model of train_tf.py by autograd (--step autograd), each against
     # sts.forward and sts.backward: every PE kind, both attentions (half the runs attend the query)
-    monkeypatch.setattr(fused, "CHUNK_POSITIONS", positions)
-    monkeypatch.setattr(fused, "THREAD_WORK", work)
+    monkeypatch.setattr(data, "CHUNK_POSITIONS", positions)
+    monkeypatch.setattr(data, "THREAD_WORK", work)
     assert_step_equals_numpy(kind, torch.device("cpu"), threads, chunks, step)
 
 
@@ -112,29 +126,42 @@ def test_both_steps_on_cuda_equal_the_numpy_backward_on_their_draws(kind, step):
     assert_step_equals_numpy(kind, torch.device("cuda"), 1, 1, step)
 
 
+def case_model(W, V, query, step, threads, device):
+    """train_tf.Model of len(W) runs with these weights, --step `step` (half attend the query)."""
+    d, D = V.shape[1:]
+    args = types.SimpleNamespace(d=d, dtype="float64", step=step, threads=threads)
+    specs = [dict(attend="query" if x else "tokens", init="zero", seed=0, init_scale=1.0)
+             for x in query.tolist()]
+    model = train_tf.Model(args, D - d, specs, device)
+    with torch.no_grad():
+        for r in range(len(W)):
+            model.W[r].copy_(W[r])
+            model.V[r].copy_(V[r])
+    return model
+
+
 def assert_step_equals_numpy(kind, device, threads, chunks, name):
-    """A step's losses and gradients on `device` against sts.backward on the draws it made: the
-    fused step on its key, autograd on train_tf.get_batch's draws."""
+    """A step's losses and gradients on `device` (train_tf.py's loop: the model's losses on a
+    batch, backward()) against sts.backward on the batch's draws."""
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
-    engine = fused.FusedStep([(c["seed"], kind, None if table is None else table.to(device),
-                               list(range(len(W))))], query.to(device), d, d_e, device,
-                             torch.float64, threads)
-    model = types.SimpleNamespace(engine=engine, args=types.SimpleNamespace(step=name))
-    step = engine if name == "fused" else functools.partial(
-        train_tf.autograd_step, attend=["query" if x else "tokens" for x in query.tolist()])
-    assert len(engine.bounds(n, T)) == chunks
-    losses, dW, dV = (a.cpu() for a in step(W.to(device), V.to(device),
-                                            train_tf.get_batch(model, 7, n, T, q)))
+    streams = data.Streams([(c["seed"], kind, None if table is None else table.to(device),
+                             list(range(len(W))))], d, d_e, device, torch.float64, threads)
+    model = case_model(W, V, query, name, threads, device)
+    assert len(streams.chunks(n, T)) == chunks
+    losses = model(streams.get_batch(7, n, T, q))
+    losses.sum().backward()
+    losses = losses.detach().cpu()
+    dW, dV = (torch.stack([M.grad for M in Ms]).cpu() for Ms in (model.W, model.V))
     X, idx, target, G = (a.cpu().numpy() for a in draw_batch(
-        fused.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, device))
+        data.words(c["seed"], 7), n, T, q, d, d_e, torch.float64, device))
     mask = np.zeros((n, T))
     np.put_along_axis(mask, idx, 1.0, -1)
     np.testing.assert_allclose(target, sts.sts_target(X, mask), rtol=1e-12)
     P = (sts.unit_columns(G.transpose(0, 2, 1)) if table is None
          else np.broadcast_to(table[:T].T.numpy(), (n, d_e, T)))
     if kind == "randomized":          # each sequence's T positions of the table's L, from its stream
-        positions = fused.draw_positions(torch.Generator(device), fused.words(c["seed"], 7)[1],
+        positions = data.draw_positions(torch.Generator(device), data.words(c["seed"], 7)[1],
                                            0, n, T, len(table)).cpu().numpy()
         assert np.all(np.diff(positions, axis=1) > 0) and positions.max() >= T   # ordered, beyond T
         P = table.numpy()[positions].transpose(0, 2, 1)
@@ -149,15 +176,42 @@ def assert_step_equals_numpy(kind, device, threads, chunks, name):
         assert np.all(dW[r, :, :d].numpy() == 0)                         # z_q's token part is 0
 
 
+@pytest.mark.parametrize("kind", ["stochastic", "randomized"])
+def test_the_fused_functions_backward_equals_autograds_gradients_on_the_same_batch(kind):
+    # train_tf.py's loop on one batch with --step fused (fused.FusedLoss: its forward makes the
+    # gradients by hand, its backward hands them on times the incoming gradient) and with --step
+    # autograd (no FusedStep built): the same losses, and the same gradients of a sum of the runs'
+    # losses weighted other than by 1
+    W, V, query, table, c = fused_case(kind)
+    cpu = torch.device("cpu")
+    streams = data.Streams([(c["seed"], kind, table, list(range(len(W))))], c["d"], c["d_e"],
+                           cpu, torch.float64, threads=2)
+    batch = streams.get_batch(3, c["n"], c["T"], c["q"])
+    weights = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    out, backward = {}, {}
+    for step in ("fused", "autograd"):
+        model = case_model(W, V, query, step, 2, cpu)
+        assert (model.fused is None) == (step == "autograd")
+        losses = model(batch)
+        (losses * weights).sum().backward()
+        grads = [torch.stack([M.grad for M in Ms]) for Ms in (model.W, model.V)]
+        out[step] = (losses.detach(), *grads)
+        backward[step] = type(losses.grad_fn).__name__
+    assert backward["fused"] == "FusedLossBackward" != backward["autograd"]
+    assert out["fused"][1].abs().max() > 0.01
+    for fast, plain in zip(out["fused"], out["autograd"]):
+        torch.testing.assert_close(fast, plain, rtol=1e-9, atol=1e-12)
+
+
 def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_the_same_numbers():
-    # record the numbers fused.py draws for one batch, hand them to sts.sample_batch for its numpy
+    # record the numbers data.py draws for one batch, hand them to sts.sample_batch for its numpy
     # generator and compare: same tokens, subsets, targets and PEs (the torch sampler mirrors it)
     n, T, q, d, d_e, seed, step = 20, 11, 3, 4, 6, 9, 5
-    X, idx, target, G = draw_batch(fused.words(seed, step), n, T, q, d, d_e,
+    X, idx, target, G = draw_batch(data.words(seed, step), n, T, q, d, d_e,
                                          torch.float64, torch.device("cpu"))
     gen, uniforms = torch.Generator(), []
     for j in range(0, n, CHUNK):                 # the subsets' uniforms, by chunk
-        gen.manual_seed(fused.mix(seed, fused.TRAIN, step, j // CHUNK))
+        gen.manual_seed(data.mix(seed, data.TRAIN, step, j // CHUNK))
         torch.randn(min(CHUNK, n - j), d, T, generator=gen, dtype=torch.float64)
         uniforms.append(torch.rand(min(CHUNK, n - j), T, generator=gen,
                                    dtype=torch.float32))
@@ -187,13 +241,13 @@ def test_the_torch_streams_build_a_batch_exactly_as_sts_sample_batch_does_from_t
 
 
 def test_the_torch_positions_are_sts_randomized_pe_from_the_same_numbers():
-    # sts.PositionalEncoding("randomized") given the uniforms that fused.draw_positions draws
+    # sts.PositionalEncoding("randomized") given the uniforms that data.draw_positions draws
     # must pick the same positions: P is its table's columns at them, in increasing order
-    n, T, L, d_e, words = 20, 5, 12, 4, fused.words(3, 9)[1]
-    positions = fused.draw_positions(torch.Generator(), words, 0, n, T, L).numpy()
+    n, T, L, d_e, words = 20, 5, 12, 4, data.words(3, 9)[1]
+    positions = data.draw_positions(torch.Generator(), words, 0, n, T, L).numpy()
     gen, uniforms = torch.Generator(), []
     for j in range(0, n, CHUNK):
-        gen.manual_seed(fused.mix(*words, j // CHUNK))
+        gen.manual_seed(data.mix(*words, j // CHUNK))
         uniforms.append(torch.rand(min(CHUNK, n - j), L, generator=gen,
                                    dtype=torch.float32))
 
@@ -255,14 +309,16 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
     # runs of another seed differently, and all runs of all seeds alike on every validation set
     args = replace(train_tf.parse_args(TINY + ["--pe", "stochastic", "fixed", "onehot", "--de",
                                                "8", "--seed", "1", "2"]), step="fused")
-    model = train_tf.Model(args, 8, torch.device("cpu"), train_tf.run_specs(args, 8))
-    for W, V in zip(model.W, model.V):
-        W.zero_()
-        V.copy_(torch.as_tensor(sts.ground_truth(2, 8)[1]))
-    sets = train_tf.evaluate(model, 64)
-    seeds = [spec["seed"] for spec in model.specs]
-    losses = model.step(torch.stack(model.W), torch.stack(model.V),
-                        train_tf.get_batch(model, 3, 64, 6, 2))[0].tolist()
+    specs = train_tf.run_specs(args, 8)
+    model = train_tf.Model(args, 8, specs, torch.device("cpu"))
+    streams = train_tf.new_streams(args, specs, 8, torch.device("cpu"))
+    with torch.no_grad():
+        for W, V in zip(model.W, model.V):
+            W.zero_()
+            V.copy_(torch.as_tensor(sts.ground_truth(2, 8)[1]))
+    sets = train_tf.evaluate(model, streams, args, 64)
+    seeds = [spec["seed"] for spec in specs]
+    losses = model(streams.get_batch(3, 64, 6, 2)).tolist()
     assert [name for name, _ in sets] == [("val", None), ("test_T", "8"), ("test_q", "1")]
     for name, x in sets:                                # (64, runs): every run alike, every sequence
         assert x.shape == (64, len(seeds)) and bool((x == x[:, :1]).all()), name
@@ -384,23 +440,23 @@ def test_the_cuda_draws_forced_on_the_cpu_keep_every_set_a_prefix_and_resume_bit
     # CUDA draws a whole chunk of 256 sequences per seeded call (DRAWS): forced on the CPU, a set of
     # any size is the first part of a larger one, and a job stopped by SIGTERM mid-way and resumed
     # equals the uninterrupted job, with batches (50) and sets (100, 300) that cut chunks
-    monkeypatch.setitem(fused.DRAWS, "cpu", fused.DRAWS["cuda"])
-    gen, (tokens, pes) = torch.Generator(), fused.words(0, fused.val_index(6, 2), val=True)
+    monkeypatch.setitem(data.DRAWS, "cpu", data.DRAWS["cuda"])
+    gen, (tokens, pes) = torch.Generator(), data.words(0, data.val_index(6, 2), val=True)
     for n, m in ((100, 300), (3, 256)):
-        small, large = ((*fused.draw_tokens(gen, tokens, 0, k, 6, 2, 2, torch.float64),
-                         fused.draw_pe(gen, pes, 0, k, 6, 8, torch.empty(fused.buffer_size(
+        small, large = ((*data.draw_tokens(gen, tokens, 0, k, 6, 2, 2, torch.float64),
+                         data.draw_pe(gen, pes, 0, k, 6, 8, torch.empty(data.buffer_size(
                              gen.device, k, 6, 8), dtype=torch.float64)),
-                         fused.draw_positions(gen, pes, 0, k, 6, 20)) for k in (n, m))
+                         data.draw_positions(gen, pes, 0, k, 6, 20)) for k in (n, m))
         assert all(torch.equal(a, b[:n]) for a, b in zip(small, large))
     flags = [*TINY, "--batch", "50", "--steps", "60", "--n-test", "100", "--n-final", "300",
              "--pe", "stochastic", "fixed", "randomized", "--positions", "9", "--optimizer", "adam"]
     train_tf.main(flags + ["--out", str(tmp_path / "whole")])
-    get_batch = train_tf.get_batch
+    get_batch = data.Streams.get_batch
     signal_in_step(monkeypatch, signal.SIGTERM, 25)    # SIGTERM in step 25: taken after it
     with pytest.raises(SystemExit) as done:
         train_tf.main(flags + ["--out", str(tmp_path / "cut")])
     assert done.value.code == 143
-    monkeypatch.setattr(train_tf, "get_batch", get_batch)
+    monkeypatch.setattr(data.Streams, "get_batch", get_batch)
     train_tf.main(flags + ["--out", str(tmp_path / "cut"), "--resume"])
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0", "randomized-L9-de8-seed0"):
         whole = same_run(tmp_path / "whole" / run, tmp_path / "cut" / run)

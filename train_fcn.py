@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+import data
 import fused
 import runlog
 import sts
@@ -99,8 +100,8 @@ def n_params(module):
 
 
 def sample(gen, words, n, T, q, d, dtype):
-    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of fused.py's batch `words`."""
-    X, idx, target = fused.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
+    """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of data.py's batch `words`."""
+    X, idx, target = data.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
     mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
     return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
 
@@ -158,7 +159,7 @@ def build(args, T, width, seed, steps, device):
     torch.manual_seed(seed)
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
-    sets = {name: sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0],
+    sets = {name: sample(gen, data.words(seed, data.val_index(T, q), val=True)[0],
                          args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
@@ -208,7 +209,7 @@ def train(args, T, width, seed, device, steps=None):
                 loss_sum.zero_()
             if t == steps:
                 break
-            x, target = sample(gen, fused.words(seed, t)[0], args.batch, T, args.q, args.d,
+            x, target = sample(gen, data.words(seed, t)[0], args.batch, T, args.q, args.d,
                                args.dtype)
             optimizer.zero_grad()
             loss = sts.loss(model(x), target)
@@ -227,10 +228,11 @@ def transformer_vals(args, T, d_e, device):
     for --resume to go on from bit for bit; one that passed a budget it lacks starts afresh."""
     dtype, D, R, budgets = getattr(torch, args.dtype), args.d + d_e, len(args.seed), \
         args.sweep_steps
-    step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
-                           torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
-                           dtype, threads=1)                        # one thread (see main)
-    W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
+    parts = [(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)]
+    streams = data.Streams(parts, args.d, d_e, device, dtype)   # one thread (see main)
+    step = fused.FusedStep([False] * R)
+    W, V = (torch.zeros(R, *shape, dtype=dtype, device=device, requires_grad=True)
+            for shape in ((D, D), (args.d, D)))
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
     settings = dict({k: v for k, v in sweep_settings(args).items()
                      if k not in ("eps_fraction", "budgets")}, T=T, de=d_e)
@@ -246,11 +248,13 @@ def transformer_vals(args, T, d_e, device):
             start, vals = job.step, state["vals"]
         for t in range(start, max(budgets)):
             job.save(t, lambda: dict(W=W, V=V, vals=vals, optimizer=optimizer.state_dict()))
-            _, W.grad, V.grad = step(W, V, (t, args.batch, T, args.q, False))
+            batch = streams.get_batch(t, args.batch, T, args.q)
+            fused.FusedLoss.apply(W, V, step, batch).sum().backward()
             optimizer.step()
+            optimizer.zero_grad()
             if t + 1 in budgets:
-                vals[t + 1] = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T,
-                                                 args.q, True)).double().mean(0).tolist()
+                val = streams.get_batch(data.val_index(T, args.q), args.n_test, T, args.q, True)
+                vals[t + 1] = step.losses(W, V, val).double().mean(0).tolist()
         job.close("finished", max(budgets))
     return vals
 

@@ -6,111 +6,185 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Read top to bottom: config, model, get_batch, evaluate, the loop. Runs of several --pe and --seed
-(--figure-set: seven) train side by side on shared draws, several --de in turn; each writes a run
-directory under --out (runlog.py): weights_init/final.npz, final_losses.npz (each sequence's loss).
+Read top to bottom: config, model, the batches (data.py's keyed streams), evaluate, the loop.
+Runs of several --pe and --seed (--figure-set: seven) train side by side on shared draws, several
+--de in turn; each writes a run directory under --out (runlog.py): weights_init/final.npz,
+final_losses.npz (each sequence's loss).
 """
+
 import functools
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
+from torch import nn
 from tqdm import tqdm
 
+import data
 import fused
 import rundirs
 import runlog
 import sts
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
-
 # ------------------------------------------------------------------------------------- the config
+# --step's default, the faster bench.py measured: fused on the 2-core CPU ; autograd
+# on one H100 (2026-11-26, before CUDA drew per batch: eager autograd 2.6 ms a step, fused 5.8 ms)
+STEP = dict(cpu="fused", cuda="autograd")
+
+
 @dataclass
 class Args:
     """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
     50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's."""
-    preset: str = flag("paper", "defaults of the flags marked [paper ...; course ...]",
-                       choices=("paper", "course"))
-    pe: list = flag(["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct)
-    positions: list = flag(None, "randomized PE: its table's size L (several: a sweep); each "
-                           "sequence uses T of its L in order [the longest length]",
-                           type=POSITIVE, nargs="+", action=Distinct)
-    seed: list = flag([0], "seeds (data, init, fixed PE table); all share the validation sets",
-                      type=NATURAL, action=Distinct)
-    figure_set: bool = flag(False, "train the runs of Figures 1-5 (FIGURE_SET) instead of --pe")
+
+    preset: str = flag(
+        "paper",
+        "defaults of the flags marked [paper ...; course ...]",
+        choices=("paper", "course"),
+    )
+    pe: list = flag(
+        ["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct
+    )
+    positions: list = flag(
+        None,
+        "randomized PE: its table's size L (several: a sweep); each "
+        "sequence uses T of its L in order [the longest length]",
+        type=POSITIVE,
+        nargs="+",
+        action=Distinct,
+    )
+    seed: list = flag(
+        [0],
+        "seeds (data, init, fixed PE table); all share the validation sets",
+        type=NATURAL,
+        action=Distinct,
+    )
+    figure_set: bool = flag(
+        False,
+        "instead of --pe, train the 7 runs of Figures 1-5 per seed: "
+        "stochastic and fixed PE by SGD, the same attending [Z z_q], a random "
+        "init, Adam on both",
+    )
     T: int = flag(200, "training sequence length", type=POSITIVE)
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
-    de: list = flag([170], "PE dimension d_e, several for a sweep (--pe onehot alone: the longest "
-                    "length)", type=POSITIVE, action=Distinct)
+    de: list = flag(
+        [170],
+        "PE dimension d_e, several for a sweep (--pe onehot alone: the longest length)",
+        type=POSITIVE,
+        action=Distinct,
+    )
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
-    optimizer: str = flag("sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam"))
+    optimizer: str = flag(
+        "sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam")
+    )
     lr: float = flag(None, "learning rate [sgd 1, adam 0.01]", type=RATE)
-    anneal_at: int = flag(None, "first step of lr x --anneal-factor [half the steps]", type=NATURAL)
+    anneal_at: int = flag(
+        None, "first step of lr x --anneal-factor [half the steps]", type=NATURAL
+    )
     anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on", type=RATE)
-    init: str = flag("zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random"))
+    init: str = flag(
+        "zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random")
+    )
     init_scale: float = flag(0.01, "std of the entries of a random init", type=RATE)
-    attend: str = flag("tokens", "attend over Z, or [Z z_q] (Fig. 1)", choices=("tokens", "query"))
-    test_T: list = flag([250, 300, 350, 400], "lengths of the length-generalisation sets",
-                        type=POSITIVE, nargs="*")
-    test_q: list = flag([2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE,
-                        nargs="*")
-    n_test: int = flag(1024, "sequences in each validation set at each evaluation", type=POSITIVE)
-    n_final: int = flag(4096, "sequences per set at the end (summary.json's final, final_se; the "
-                        "--n-test sets are its first part)", type=POSITIVE)
-    eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
-    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    step: str = flag(None, "autograd: the model below by torch.autograd; fused: fused.py's by hand,"
-                     " same draws [STEP: the faster]", choices=("autograd", "fused"))
-    dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
-    threads: int = flag(2, "CPU threads drawing and computing chunks (--step fused)", type=POSITIVE)
+    attend: str = flag(
+        "tokens", "attend over Z, or [Z z_q] (Fig. 1)", choices=("tokens", "query")
+    )
+    test_T: list = flag(
+        [250, 300, 350, 400],
+        "lengths of the length-generalisation sets",
+        type=POSITIVE,
+        nargs="*",
+    )
+    test_q: list = flag(
+        [2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE, nargs="*"
+    )
+    n_test: int = flag(
+        1024, "sequences in each validation set at each evaluation", type=POSITIVE
+    )
+    n_final: int = flag(
+        4096,
+        "sequences per set at the end (summary.json's final, final_se; the "
+        "--n-test sets are its first part)",
+        type=POSITIVE,
+    )
+    eval_every: int = flag(
+        500, "steps between evaluations and log records", type=POSITIVE
+    )
+    device: str = flag(
+        "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
+    )
+    step: str = flag(
+        None,
+        "autograd: train_tf.py's model by torch.autograd; fused: fused.py's "
+        f"step by hand, on the same draws [the faster: {STEP['cpu']} on a CPU, "
+        f"{STEP['cuda']} on CUDA]",
+        choices=("autograd", "fused"),
+    )
+    dtype: str = flag(
+        "float32", "floating-point precision", choices=("float32", "float64")
+    )
+    threads: int = flag(
+        2,
+        "CPU threads: those drawing a batch, and the step's (fused: its own; "
+        "autograd: torch's)",
+        type=POSITIVE,
+    )
     checkpoint_every: float = flag(300.0, "seconds between checkpoints", type=RATE)
     out: str = flag("runs/tf", "parent folder of the run directories")
     force: bool = flag(False, "replace run directories that already hold a run")
-    resume: bool = flag(False, "go on from the runs' checkpoints (same flags otherwise)")
-    evaluate: list = flag(None, "no training: score these runs' final weights on the first "
-                          "--n-final sequences of each common set", nargs="+", metavar="DIR")
+    resume: bool = flag(
+        False, "go on from the runs' checkpoints (same flags otherwise)"
+    )
+    evaluate: list = flag(
+        None,
+        "no training: score these runs' final weights on the first "
+        "--n-final sequences of each common set",
+        nargs="+",
+        metavar="DIR",
+    )
 
 
 # "course": a tenth of the length and steps, about a minute on 2 CPU cores; its d_e = 64 > T, as
 # random PEs' loss floor at d_e = 16 would hide every effect
-PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=20, de=[64], steps=10_000,
-                                            test_T=[25, 30, 35, 40], n_test=512, eval_every=100))
+COURSE = replace(Args(), preset="course", T=20, de=[64], steps=10_000)
+COURSE = replace(COURSE, test_T=[25, 30, 35, 40], n_test=512, eval_every=100)
+PRESETS = dict(paper=Args(), course=COURSE)
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01}
-FIGURE_SET = {  # --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
-    "sgd": [dict(pe="stochastic"), dict(pe="fixed")],                       # Figures 1, 2, 4
-    "query": [dict(pe=pe, attend="query") for pe in ("stochastic", "fixed")],  # as the paper ran
-    "random_init": [dict(pe="stochastic", init="random", init_scale=0.1)],  # Figure 3
-    "adam": [dict(pe="stochastic", optimizer="adam"), dict(pe="fixed", optimizer="adam")],  # Fig 5
-}
-RUN_KEYS = ("pe", "positions", "seed", "attend", "init", "init_scale", "optimizer", "lr",
-            "anneal_at", "anneal_factor")
-SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")   # --evaluate scores these together
-# --step's default, the faster bench.py measured: fused on the 2-core CPU (1.9x, loaded); autograd
-# on one H100 (2026-11-26, before CUDA drew per batch: eager autograd 2.6 ms a step, fused 5.8 ms)
-STEP = dict(cpu="fused", cuda="autograd")
+# --figure-set: the paper's Figures 1-5, per seed; folder -> its runs' settings
+FIGURE_SET = {}
+BOTH = ("stochastic", "fixed")
+FIGURE_SET["sgd"] = [dict(pe=pe) for pe in BOTH]  # Figures 1, 2, 4
+FIGURE_SET["query"] = [dict(pe=pe, attend="query") for pe in BOTH]  # as the paper ran
+# Figure 3
+FIGURE_SET["random_init"] = [dict(pe="stochastic", init="random", init_scale=0.1)]
+FIGURE_SET["adam"] = [dict(pe=pe, optimizer="adam") for pe in BOTH]  # Figure 5
+RUN_KEYS = "pe positions seed attend init init_scale optimizer lr anneal_at anneal_factor".split()
+# --evaluate scores runs that agree on these together
+SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")
 
 
 # ------------------------------------------------------------ the model, in plain autograd PyTorch
 def embed(X, P, idx):
     """sts.embed: Z = [X; P] (n, D, T), each token x_i over its PE p_i, and the query
     z_q = [0_d; sum_{i in y} p_i] (n, D) (x_query = 0, as in the paper's Theorem 1)."""
-    p_y = P.gather(2, idx[:, None, :].expand(-1, P.shape[1], -1)).sum(-1)  # sum_{i in y} p_i
-    return torch.cat([X, P], 1), torch.cat([torch.zeros_like(X[:, :, 0]), p_y], 1)
+    chosen = P.gather(2, idx[:, None, :].expand(-1, P.shape[1], -1))
+    p_y = chosen.sum(-1)  # sum_{i in y} p_i
+    x_q = torch.zeros_like(X[:, :, 0])
+    return torch.cat([X, P], 1), torch.cat([x_q, p_y], 1)
 
 
 def forward(W, V, Z, z_q, attend="tokens"):
     """sts.forward: f(Z, z_q) = V C softmax(C^T W z_q) (n, d), autograd its backward pass."""
-    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)  # keys = values: Z, [Z z_q]
-    u = z_q @ W.mT                                  # u = W z_q                             (n, D)
-    a = torch.einsum("...dt,...d->...t", C, u)      # scores a_i = c_i^T W z_q              (n, T)
-    s = torch.softmax(a, -1)                        # attention over the tokens (and the query)
-    h = torch.einsum("...dt,...t->...d", C, s)      # h = C s                               (n, D)
-    return h @ V.mT                                 # f = V C s                             (n, d)
+    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)  # keys = values
+    u = z_q @ W.mT  # u = W z_q                              (n, D)
+    a = torch.einsum("...dt,...d->...t", C, u)  # scores a_i = c_i^T W z_q   (n, T)
+    s = torch.softmax(a, -1)  # attention over the tokens (and the query)
+    h = torch.einsum("...dt,...t->...d", C, s)  # h = C s                    (n, D)
+    return h @ V.mT  # f = V C s                            (n, d)
 
 
 def loss(f, target):
@@ -118,215 +192,338 @@ def loss(f, target):
     return 0.5 * ((f - target) ** 2).sum(-1)
 
 
-def model_losses(W, V, batch, attend):
-    """Each sequence's loss under each run (n, R): the model on its part's draws (get_batch)."""
-    out = {r: loss(forward(W[r], V[r], Z, z_q, attend[r]), target)
-           for runs, Z, z_q, target in batch for r in runs}
-    return torch.stack([out[r] for r in sorted(out)], 1)
+class Model(nn.Module):
+    """The runs of one d_e side by side: each run's W (D, D) and V (d, D), and its loss on a batch
+    (data.Batch) by --step: the model above and autograd, or fused.py's step by hand."""
 
+    def __init__(self, args, d_e, specs, device):
+        super().__init__()
+        self.d, self.d_e = args.d, d_e
+        self.attend = [s["attend"] for s in specs]
+        dtype = getattr(torch, args.dtype)
+        inits = [
+            sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
+            for s in specs
+        ]
+        weights = functools.partial(torch.tensor, dtype=dtype, device=device)
+        self.W = nn.ParameterList([weights(W) for W, _ in inits])
+        self.V = nn.ParameterList([weights(V) for _, V in inits])
+        # each run's training loss summed since the last record: a checkpoint keeps it
+        self.register_buffer("loss_sum", weights([0.0] * len(specs)))
+        self.fused = None
+        if args.step == "fused":
+            query = [a == "query" for a in self.attend]
+            threads = args.threads if device.type == "cpu" else 1
+            self.fused = fused.FusedStep(query, threads)
 
-def autograd_step(W, V, batch, attend, forward=forward):
-    """--step autograd: each run's mean loss on the batch (R,) and its gradient by autograd
-    (bench.py times it with forward compiled)."""
-    W, V = W.detach().requires_grad_(), V.detach().requires_grad_()
-    out = {r: loss(forward(W[r], V[r], Z, z_q, attend[r]), target).mean()
-           for runs, Z, z_q, target in batch for r in runs}
-    L = torch.stack([out[r] for r in sorted(out)])
-    return (L.detach(), *torch.autograd.grad(L.sum(), [W, V]))
+    def stacked(self):
+        """Every run's W (R, D, D) and V (R, d, D)."""
+        return torch.stack(list(self.W)), torch.stack(list(self.V))
 
+    def forward(self, batch):
+        """Each run's mean loss on the batch (R,)."""
+        if self.fused:
+            return fused.FusedLoss.apply(*self.stacked(), self.fused, batch)
+        return self.sequence_losses(batch).mean(0)
 
-class Model:
-    """The runs of one d_e trained side by side: their weights, optimisers, draws and step."""
-
-    def __init__(self, args, d_e, device, specs):
-        self.args, self.specs, self.dtype = args, specs, getattr(torch, args.dtype)
-        attend, self.d_e = [s["attend"] for s in specs], d_e
-        self.engine = fused.FusedStep(fused.parts(specs, d_e, max([args.T, *args.test_T]), device,
-                                                  self.dtype), [a == "query" for a in attend],
-                                      args.d, d_e, device, self.dtype,  # autograd: no pool
-                                      args.threads if args.step == "fused" else 1)
-        # --step: the batch's losses and gradients (W, V, batch) -> (each run's loss, dW, dV), and
-        # each sequence's loss (n, R), by the model and autograd, or by fused.py's hand
-        self.step, self.losses = ((self.engine, self.engine.losses) if args.step == "fused" else
-                                  (functools.partial(autograd_step, attend=attend),
-                                   functools.partial(model_losses, attend=attend)))
-        inits = [sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
-                 for s in specs]
-        self.W, self.V = ([torch.tensor(M, dtype=self.dtype, device=device) for M in Ms]
-                          for Ms in zip(*inits))
-        self.optimizers = [(torch.optim.SGD if s["optimizer"] == "sgd" else torch.optim.Adam)(
-                               [W, V], lr=s["lr"]) for s, W, V in zip(specs, self.W, self.V)]
-        self.loss_sum = torch.zeros(len(specs), dtype=self.dtype, device=device)
-
-    def state_dict(self):              # what a checkpoint keeps, and --resume loads
-        return dict(W=self.W, V=self.V, loss_sum=self.loss_sum,
-                    optimizers=[opt.state_dict() for opt in self.optimizers])
-
-    def load_state_dict(self, state):
-        for W, V, opt, W0, V0, saved in zip(self.W, self.V, self.optimizers, state["W"],
-                                            state["V"], state["optimizers"]):
-            W.copy_(W0), V.copy_(V0), opt.load_state_dict(saved)
-        self.loss_sum.copy_(state["loss_sum"])
+    def sequence_losses(self, batch):
+        """Each sequence's loss under each run (n, R)."""
+        if self.fused:
+            return self.fused.losses(*self.stacked(), batch)
+        losses = {}
+        for part in batch.parts:
+            P = (part.G * part.r[..., None]).mT  # p_i = g_i / |g_i|    (n, d_e, T)
+            Z, z_q = embed(part.X, P, part.idx)
+            for r in part.runs:
+                f = forward(self.W[r], self.V[r], Z, z_q, self.attend[r])
+                losses[r] = loss(f, part.target)
+        return torch.stack([losses[r] for r in sorted(losses)], 1)
 
     def weights(self, r):
-        return dict(W=self.W[r].cpu().numpy(), V=self.V[r].cpu().numpy())   # a run's .npz
+        """Run r's weights, for its .npz."""
+        return dict(
+            W=self.W[r].detach().cpu().numpy(), V=self.V[r].detach().cpu().numpy()
+        )
 
 
-# -------------------------------------------------------------------------------------- the batch
-def get_batch(model, index, n, T, q, val=False):
-    """Batch `index` of each run's seed (val: the validation set `index`, common to every run) from
-    its keyed streams (fused.py): each part's (runs, Z, z_q, target) for --step autograd; the key
-    for --step fused, which draws in its own threads."""
-    key = (index, n, T, q, val)
-    if model.args.step == "fused":
-        return key
-    return [(runs, *embed(X, (G * r[..., None]).mT, idx), target)    # p_i = g_i / |g_i|
-            for runs, _, G, r, (X, idx, target) in model.engine.draws(0, n, index, T, q, val)]
+def configure_optimizers(model, specs):
+    """Each run's optimiser (SGD or Adam) over its W and V."""
+    kinds = dict(sgd=torch.optim.SGD, adam=torch.optim.Adam)
+    return [
+        kinds[spec["optimizer"]]([W, V], lr=spec["lr"])
+        for spec, W, V in zip(specs, model.W, model.V)
+    ]
+
+
+def checkpoint(model, optimizers):
+    """What a job's checkpoint keeps and --resume loads."""
+    return dict(
+        W=[W.detach() for W in model.W],
+        V=[V.detach() for V in model.V],
+        loss_sum=model.loss_sum,
+        optimizers=[opt.state_dict() for opt in optimizers],
+    )
+
+
+@torch.no_grad()
+def load_checkpoint(model, optimizers, state):
+    for W, W_saved in zip(model.W, state["W"]):
+        W.copy_(W_saved)
+    for V, V_saved in zip(model.V, state["V"]):
+        V.copy_(V_saved)
+    for opt, saved in zip(optimizers, state["optimizers"]):
+        opt.load_state_dict(saved)
+    model.loss_sum.copy_(state["loss_sum"])
+
+
+# ------------------------------------------------------------------------------------ the batches
+def new_streams(args, specs, d_e, device):
+    """The runs' keyed draws (data.py): streams.get_batch(index, n, T, q) is batch `index` of each
+    run's seed, drawn on --threads threads."""
+    dtype = getattr(torch, args.dtype)
+    longest = max([args.T, *args.test_T])
+    parts = data.parts(specs, d_e, longest, device, dtype)
+    return data.Streams(parts, args.d, d_e, device, dtype, args.threads)
 
 
 # --------------------------------------------------------------------------------------- evaluate
 @torch.no_grad()
-def evaluate(model, n):
+def evaluate(model, streams, args, n):
     """Each run's loss on each of the first n sequences of every validation set, common to every
     run of every seed (val at T, then each T_test and q_test): [((group, key), (n, R))]."""
-    a, W, V = model.args, torch.stack(model.W), torch.stack(model.V)
-    sets = [("val", None, a.T, a.q), *(("test_T", str(T), T, a.q) for T in a.test_T),
-            *(("test_q", str(q), a.T, q) for q in a.test_q)]   # (group, key, T, q): the VAL streams
-    return [((group, key), model.losses(W, V, get_batch(
-        model, fused.val_index(T, q), n, T, q, True)).double()) for group, key, T, q in sets]
+    sets = [("val", None, args.T, args.q)]
+    sets += [("test_T", str(T), T, args.q) for T in args.test_T]
+    sets += [("test_q", str(q), args.T, q) for q in args.test_q]
+    out = []
+    for group, key, T, q in sets:
+        batches = streams.validation_set(data.val_index(T, q), n, T, q)
+        losses = torch.cat([model.sequence_losses(batch) for batch in batches])
+        out.append(((group, key), losses.double()))
+    return out
 
 
-def records(model, step, t0, since, evaluated):
-    """Each run's log record at `step`: its losses (train: the mean since the last record) and its
-    weights against the ground truth and on the family W = c W*, V = alpha V*."""
-    train = (model.loss_sum / since).tolist() if since else [None] * len(model.specs)
+@torch.no_grad()
+def records(model, optimizers, step, seconds, since, evaluated):
+    """Each run's log record at `step`: its losses (train: the mean of the `since` steps since the
+    last record) and its weights against the ground truth and on the family W = c W*, V = alpha V*.
+    """
+    train = (model.loss_sum / since).tolist() if since else [None] * len(optimizers)
     losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
-    W, V = torch.stack(model.W), torch.stack(model.V)
-    W_star, V_star = (torch.as_tensor(M, dtype=W.dtype, device=W.device)
-                      for M in sts.ground_truth(model.args.d, model.d_e))
-    cos_W, cos_V = sts.cosine(W, W_star).tolist(), sts.cosine(V, V_star).tolist()
-    norm_W, now = ((W * W).sum((-2, -1)) ** 0.5).tolist(), round(time.time() - t0, 3)
-    fits = [sts.family_fit(w, v, model.args.d) for w, v in zip(W.cpu().numpy(), V.cpu().numpy())]
-    return [dict(step=step, train_loss=train[r], time=now, lr=opt.param_groups[0]["lr"],
-                 **runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r],
-                 cos_V=cos_V[r], norm_W=norm_W[r], c=fits[r][0], alpha=fits[r][1])
-            for r, opt in enumerate(model.optimizers)]
+    W, V = model.stacked()
+    W_star, V_star = (
+        torch.as_tensor(M).to(W) for M in sts.ground_truth(model.d, model.d_e)
+    )
+    cos_W = sts.cosine(W, W_star).tolist()
+    cos_V = sts.cosine(V, V_star).tolist()
+    norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
+    pairs = zip(W.cpu().numpy(), V.cpu().numpy())
+    fits = [sts.family_fit(W_r, V_r, model.d) for W_r, V_r in pairs]
+    out = []
+    for r, opt in enumerate(optimizers):
+        run_losses = runlog.nest([(name, x[r]) for name, x in losses])
+        lr = opt.param_groups[0]["lr"]
+        record = dict(step=step, train_loss=train[r], time=seconds, lr=lr, **run_losses)
+        record.update(cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
+        record.update(c=fits[r][0], alpha=fits[r][1])
+        out.append(record)
+    return out
 
 
-def finals(model, n):
+def finals(model, streams, args, n):
     """Per run: summary.json's final losses on n sequences per set with their Monte-Carlo standard
     errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired differences)."""
-    runs = [[(name, x[:, r]) for name, x in evaluate(model, n)] for r in range(len(model.specs))]
-    return [(dict(final=runlog.nest([(name, x.mean().item()) for name, x in run]),
-                  final_se=runlog.nest([(name, x.std().item() / n ** 0.5) for name, x in run]),
-                  n_final=n), {"_".join(filter(None, name)): x.float().cpu().numpy()
-                               for name, x in run}) for run in runs]
+    evaluated = evaluate(model, streams, args, n)
+    out = []
+    for r in range(len(model.W)):
+        run = [(name, x[:, r]) for name, x in evaluated]
+        final = runlog.nest([(name, x.mean().item()) for name, x in run])
+        final_se = runlog.nest([(name, x.std().item() / n**0.5) for name, x in run])
+        arrays = {
+            "_".join(filter(None, name)): x.float().cpu().numpy() for name, x in run
+        }
+        out.append((dict(final=final, final_se=final_se, n_final=n), arrays))
+    return out
 
 
 # --------------------------------------------------------------------------------------- the loop
 def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
-    model, start_loss = Model(args, d_e, device, specs), args.d / (2 * args.q)
-    job = new_job(args, specs, d_e, device, lambda r: {"weights_final.npz": model.weights(r)})
+    model = Model(args, d_e, specs, device)
+    optimizers = configure_optimizers(model, specs)
+    streams = new_streams(args, specs, d_e, device)
+    final_weights = lambda r: {"weights_final.npz": model.weights(r)}  # noqa: E731
+    job = new_job(args, specs, d_e, device, final_weights)
     if job.finished():
-        return print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
-    with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=1) as bar:
-        resumed = job.open(model.load_state_dict)
+        return print(
+            f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume"
+        )
+    desc = f"d_e={d_e} x{len(specs)} runs"
+    with job, tqdm(total=args.steps, desc=desc, dynamic_ncols=True) as bar:
+        resumed = job.open(functools.partial(load_checkpoint, model, optimizers))
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
-        for t in range(job.step, args.steps + 1):
-            job.save(t, model.state_dict, force=t == args.steps)   # the state before step t
-            if t % args.eval_every == 0 or t == args.steps:
-                last = max((rec["step"] for rec in job.records if rec), default=t)
-                for r, rec in enumerate(records(model, t, job.t0, t - last,
-                                                evaluate(model, args.n_test))):
-                    if job.status[r] == "running":
-                        job.log(r, rec, start_loss)          # a diverging run stops alone
-                model.loss_sum.zero_()
-                bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
-            if t == args.steps:
-                break
-            batch = get_batch(model, t, args.batch, args.T, args.q)
-            losses, dW, dV = model.step(torch.stack(model.W), torch.stack(model.V), batch)
-            model.loss_sum += losses
-            for r, (spec, opt) in enumerate(zip(specs, model.optimizers)):
-                opt.param_groups[0]["lr"] = sts.learning_rate(t, spec["lr"], spec["anneal_at"],
-                                                              spec["anneal_factor"])
-                model.W[r].grad, model.V[r].grad = dW[r], dV[r]
-                opt.step()
-            bar.update()
-        job.close("finished", args.steps, finals(model, args.n_final))
+        loop(args, specs, model, optimizers, streams, job, bar)
+        job.close("finished", args.steps, finals(model, streams, args, args.n_final))
+
+
+def loop(args, specs, model, optimizers, streams, job, bar):
+    """nanoGPT's loop, from job.step to the last step, the runs side by side."""
+    state = functools.partial(checkpoint, model, optimizers)
+    for t in range(job.step, args.steps + 1):
+        job.save(t, state, force=t == args.steps)  # the state before step t
+        if t % args.eval_every == 0 or t == args.steps:
+            log(args, model, optimizers, streams, job, t)
+            bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
+        if t == args.steps:
+            break
+        batch = streams.get_batch(t, args.batch, args.T, args.q)
+        losses = model(batch)  # each run's mean loss (R,)
+        losses.sum().backward()  # --step fused: the gradients its forward made by hand
+        model.loss_sum += losses.detach()
+        # each run's optimiser, its learning rate annealed
+        for spec, opt in zip(specs, optimizers):
+            lr = sts.learning_rate(
+                t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
+            )
+            opt.param_groups[0]["lr"] = lr
+            opt.step()
+            opt.zero_grad()
+        bar.update()
+
+
+def log(args, model, optimizers, streams, job, step):
+    """Each run's record at `step` into its log; a diverging run stops alone."""
+    last = max((record["step"] for record in job.records if record), default=step)
+    evaluated = evaluate(model, streams, args, args.n_test)
+    seconds = round(time.time() - job.t0, 3)
+    start_loss = args.d / (2 * args.q)  # the loss at W = V = 0, divergence's yardstick
+    new = records(model, optimizers, step, seconds, step - last, evaluated)
+    for r, record in enumerate(new):
+        if job.status[r] == "running":
+            job.log(r, record, start_loss)
+    model.loss_sum.zero_()
 
 
 # ---------------------------------------------------------------------------- runs and their flags
 def run_specs(args, d_e):
     """The runs of one d_e: each a dict of RUN_KEYS and its directory."""
-    base = dict({k: getattr(args, k) for k in ("attend", "init", "init_scale", "optimizer",
-                                               "anneal_at", "anneal_factor")}, positions=None)
+    options = (
+        "attend",
+        "init",
+        "init_scale",
+        "optimizer",
+        "anneal_at",
+        "anneal_factor",
+    )
+    base = {k: getattr(args, k) for k in options}
+    base["positions"] = None
+    grid = []  # (folder, settings, seed)
     if args.figure_set:
         plain = dict(optimizer="sgd", attend="tokens", init="zero")
-        grid = [(folder, dict(base, **{**plain, **change}), seed) for seed in args.seed
-                for folder, changes in FIGURE_SET.items() for change in changes]
-    else:
-        grid = [("", dict(base, pe=pe, positions=L), seed) for pe in args.pe
-                for L in (args.positions if pe == "randomized" else [None]) for seed in args.seed]
-    return [dict(spec, seed=seed, lr=args.lr or DEFAULT_LR[spec["optimizer"]], dir=Path(args.out)
-                 / folder / runlog.run_name(dict(spec, model="transformer", de=d_e, seed=seed)))
-            for folder, spec, seed in grid]
+        for seed in args.seed:
+            for folder, changes in FIGURE_SET.items():
+                grid += [(folder, base | plain | change, seed) for change in changes]
+    for pe in [] if args.figure_set else args.pe:
+        for L in args.positions if pe == "randomized" else [None]:
+            grid += [("", dict(base, pe=pe, positions=L), seed) for seed in args.seed]
+    specs = []
+    for folder, spec, seed in grid:
+        lr = args.lr or DEFAULT_LR[spec["optimizer"]]
+        name = runlog.run_name(dict(spec, model="transformer", de=d_e, seed=seed))
+        specs.append(dict(spec, seed=seed, lr=lr, dir=Path(args.out) / folder / name))
+    return specs
 
 
 def new_job(args, specs, d_e, device, files=None):
     """The runs' runlog.Job: their folders, config.json (every resolved setting), checkpoint."""
-    keep = {k: v for k, v in asdict(args).items()
-            if k not in ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")}
+    dropped = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
+    keep = {k: v for k, v in asdict(args).items() if k not in dropped}
+    configs = []
+    for s in specs:
+        run = {k: s[k] for k in RUN_KEYS}
+        configs.append(
+            dict(keep, **run, de=d_e, device=str(device), model="transformer")
+        )
     dirs = [s["dir"] for s in specs]
-    return runlog.Job(dirs, [dict(keep, **{k: s[k] for k in RUN_KEYS}, de=d_e, device=str(device),
-                                  model="transformer") for s in specs], runlog.job_file(
-        args.out, f"de{d_e}", dirs), args.resume, args.checkpoint_every, files)
+    file = runlog.job_file(args.out, f"de{d_e}", dirs)
+    return runlog.Job(dirs, configs, file, args.resume, args.checkpoint_every, files)
 
 
 def rescore(args, device):
     """--evaluate: each run's final weights on the first --n-final sequences of each common set."""
-    def score(group):                 # runs that agree on SHARED: side by side
+
+    def score(group):  # runs that agree on SHARED: side by side
         shared = {k: group[0]["config"][k] for k in SHARED}
-        model = Model(replace(args, **shared), shared["de"], device, [dict(
-            run["config"], positions=run["config"].get("positions")) for run in group])
-        for W, V, run in zip(model.W, model.V, group):
-            for M, saved in zip((W, V), rundirs.weights(run)):   # the .npz read once
-                M.copy_(torch.as_tensor(saved))
-        return finals(model, args.n_final)
+        specs = [
+            dict(run["config"], positions=run["config"].get("positions"))
+            for run in group
+        ]
+        run_args = replace(args, **shared)
+        model = Model(run_args, shared["de"], specs, device)
+        with torch.no_grad():
+            for W, V, run in zip(model.W, model.V, group):
+                saved_W, saved_V = rundirs.weights(run)  # the .npz read once
+                W.copy_(torch.as_tensor(saved_W))
+                V.copy_(torch.as_tensor(saved_V))
+        streams = new_streams(run_args, specs, shared["de"], device)
+        return finals(model, streams, run_args, args.n_final)
+
     rundirs.rescore(args.evaluate, SHARED, score, args.n_final)
 
 
 def parse_args(argv=None):
     """The flags over their preset's values, the derived defaults resolved, the rules between them
-    checked before anything is written (one line naming the flag and the fix)."""
-    given = runlog.given(runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
-                         .parse_args(argv))
+    checked before anything is written."""
+    parser = runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
+    given = runlog.given(parser.parse_args(argv))
     args = replace(PRESETS[given.get("preset", "paper")], **given)
     longest = max([args.T, *args.test_T])
-    onehot = "de" not in given and args.pe == ["onehot"] and not args.figure_set
-    args = replace(args, de=[longest] if onehot else args.de,  # p_i = e_i: a dimension a position
-                   anneal_at=args.steps // 2 if args.anneal_at is None else args.anneal_at,
-                   positions=args.positions or ([longest] if "randomized" in args.pe else None))
-    L = min(args.positions or [longest])
-    sizes = [("q", "T", args.q, args.T), *(("test-q", "T", q, args.T) for q in args.test_q),
-             *(("test-T", "q", args.q, T) for T in args.test_T)]
-    runlog.check([(q <= T, f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): pick"
-                   " a smaller q or a longer T") for name, other, q, T in sizes] + [
-        (args.n_final >= args.n_test or args.evaluate, f"--n-final must be >= --n-test (got "
-         f"{args.n_final} < {args.n_test}): raise --n-final or lower --n-test"),
-        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-        (args.positions is None or "randomized" in args.pe and not args.figure_set,
-         "--positions sets randomized PE's table; add --pe randomized or drop it"),
-        (L >= longest, f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
-         f"--test-T; got {L}); raise --positions or drop the longer --test-T")] + [
-        ("onehot" not in args.pe or args.figure_set or d_e >= longest, f"--de: onehot PE needs "
-         f"d_e >= the largest length {longest} (got d_e={d_e}); raise --de or use --pe fixed/"
-         "stochastic") for d_e in args.de])
+    if "de" not in given and args.pe == ["onehot"] and not args.figure_set:
+        args.de = [longest]  # p_i = e_i: a dimension a position
+    if args.anneal_at is None:
+        args.anneal_at = args.steps // 2
+    if "randomized" in args.pe and not args.positions:
+        args.positions = [longest]
+    check(args, longest)
     return args
+
+
+def check(args, longest):
+    """The rules between the flags: one line naming the flag and the fix where one fails."""
+    sizes = [("q", "T", args.q, args.T)]
+    sizes += [("test-q", "T", q, args.T) for q in args.test_q]
+    sizes += [("test-T", "q", args.q, T) for T in args.test_T]
+    rules = []  # (holds, the message if not)
+    for name, other, q, T in sizes:
+        got = f"(got q={q}, T={T}, --{other})"
+        message = (
+            f"--{name} must satisfy 1 <= q <= T {got}: pick a smaller q or a longer T"
+        )
+        rules.append((q <= T, message))
+    got = f"(got {args.n_final} < {args.n_test})"
+    message = f"--n-final must be >= --n-test {got}: raise --n-final or lower --n-test"
+    rules.append((args.n_final >= args.n_test or args.evaluate, message))
+    message = "--resume and --force exclude each other; pick one"
+    rules.append((not (args.resume and args.force), message))
+    randomized = "randomized" in args.pe and not args.figure_set
+    message = "--positions sets randomized PE's table; add --pe randomized or drop it"
+    rules.append((args.positions is None or randomized, message))
+    L = min(args.positions or [longest])
+    message = (
+        f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
+        f"--test-T; got {L}); raise --positions or drop the longer --test-T"
+    )
+    rules.append((L >= longest, message))
+    onehot = "onehot" in args.pe and not args.figure_set
+    for d_e in args.de:
+        message = (
+            f"--de: onehot PE needs d_e >= the largest length {longest} (got d_e={d_e}); "
+            "raise --de or use --pe fixed/stochastic"
+        )
+        rules.append((not onehot or d_e >= longest, message))
+    runlog.check(rules)
 
 
 def main(argv=None):
@@ -334,15 +531,17 @@ def main(argv=None):
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
         args = replace(args, step=args.step or STEP[device.type])
+        # on a CPU, --step fused computes on its own threads; autograd on torch's
         if device.type == "cpu":
-            torch.set_num_threads(1)  # the step's threads share the cores; torch's would compete
+            torch.set_num_threads(1 if args.step == "fused" else args.threads)
         if args.evaluate:
             return rescore(args, device)
         with runlog.lock(args.out):
-            for d_e in args.de:                 # under the lock: no other writer comes between
+            for d_e in args.de:  # under the lock: no other writer comes between
                 new_job(args, run_specs(args, d_e), d_e, device).check(args.force)
             for d_e in args.de:
                 train(args, d_e, device)
+
     runlog.run_command("train_tf.py", body, argv=argv)
 
 
