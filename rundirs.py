@@ -300,20 +300,24 @@ def rescore(paths, shared, score, n):
     config keys `shared` scored together by score(their runs) -> [(final numbers, arrays)] on n
     sequences a set, every number before any file is rewritten, under each --out's lock, a signal
     held until every run's final_losses.npz and summary.json are written."""
+    for path in paths:
+        require(Path(path).is_dir(), f"--evaluate: {path}: no such run directory; name a"
+                " train_tf.py run's folder")
     try:
         runs = [load_run(Path(path), Report()) for path in paths]     # before any lock or write
     except MALFORMED as e:                                            # Skip among them
         raise Skip(f"--evaluate: {e if isinstance(e, Skip) else repr(e)}") from None
     groups = defaultdict(list)
     for run in runs:
-        require(run["config"]["model"] == "transformer" and run["summary"], f"--evaluate:"
+        require(run["config"]["model"] == "transformer"
+                and run["summary"].get("status") == "finished", f"--evaluate:"
                 f" {run['path']} is not a finished train_tf.py run; name such runs")
         groups[json.dumps([run["config"][k] for k in shared])].append(run)
     with runlog.lock(*[p for run in runs for p in (run["path"].parent, run["path"].parent.parent)
                        if p == run["path"].parent or (p / ".lock").exists()]):  # a figure set's
         written = [(run["path"], dict(run["summary"], **final), arrays) for group in
                    groups.values() for run, (final, arrays) in zip(group, score(group))]
-        with runlog.Job():                        # signals wait for every run's two files
+        with runlog.held():                       # signals wait for every run's two files
             for path, summary, arrays in written:
                 runlog.write_npz(path / "final_losses.npz", arrays)
                 runlog.write_json(path / "summary.json", summary)

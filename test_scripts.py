@@ -71,7 +71,7 @@ def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every
 def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp_path):
     job = runlog.Job([tmp_path / "run"], [dict(model="transformer")], tmp_path / "job.pt", False)
     with pytest.raises(runlog.Stop), job:                     # a NaN loss: the run diverged
-        job.open(None)
+        job.open(None, lambda r, status: ({}, {}))
         job.log(0, dict(step=3, val=float("nan"), test_T={"8": float("inf"), "9": 0.5}), 1.0)
 
     def no_constants(name):
@@ -200,9 +200,10 @@ def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_noth
 @pytest.mark.parametrize("name, times", [("config.json", 1), ("weights_init.npz", 1),
                                          ("summary.json", 2)])
 def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summary(
-        tmp_path, monkeypatch, name, times):
+        tmp_path, monkeypatch, capsys, name, times):
     # SIGTERM inside the first write of the job's config.json or weights_init.npz, or twice inside
-    # its first summary: taken once every file is whole, every run's summary written, no .tmp left
+    # its first summary: taken once every file is whole, every run's summary written, no .tmp left;
+    # in the close of a finishing job it ends nothing: exit 0, and no advice to --resume
     write, sent = runlog.write_atomic, []
 
     def signalled(path, *rest):
@@ -210,9 +211,13 @@ def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summar
             sent.append([os.kill(os.getpid(), signal.SIGTERM) for _ in range(times)])
         return write(path, *rest)
     monkeypatch.setattr(runlog, "write_atomic", signalled)
-    with pytest.raises(SystemExit) as done:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:       # a finished job: no "go on with --resume"
         train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
-    assert done.value.code == 143 and sent and not list(tmp_path.rglob("*.tmp"))
+        raise SystemExit(0)
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert done.value.code == (143 if times == 1 else 0) and sent
+    assert ("--resume" in err) == (times == 1) and not list(tmp_path.rglob("*.tmp"))
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
         summary = summary_of(tmp_path / run)
         assert summary["status"] == ("terminated" if times == 1 else "finished"), summary

@@ -228,11 +228,12 @@ def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
     model, start_loss = Model(args, d_e, device, specs), args.d / (2 * args.q)
-    job = new_job(args, specs, d_e, device, lambda r: {"weights_final.npz": model.weights(r)})
+    job = new_job(args, specs, d_e, device)
     if job.finished():
         return print(f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume")
     with job, tqdm(total=args.steps, desc=f"d_e={d_e} x{len(specs)} runs", dynamic_ncols=1) as bar:
-        resumed = job.open(model.load_state_dict)
+        resumed = job.open(model.load_state_dict,
+                           lambda r, status: ({}, {"weights_final.npz": model.weights(r)}))
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
@@ -257,7 +258,8 @@ def train(args, d_e, device):
                 model.W[r].grad, model.V[r].grad = dW[r], dV[r]
                 opt.step()
             bar.update()
-        job.close("finished", args.steps, finals(model, args.n_final))
+        job.close("finished", args.steps, [(numbers, {"final_losses.npz": arrays})
+                                           for numbers, arrays in finals(model, args.n_final)])
 
 
 # ---------------------------------------------------------------------------- runs and their flags
@@ -277,14 +279,14 @@ def run_specs(args, d_e):
             for folder, spec, seed in grid]
 
 
-def new_job(args, specs, d_e, device, files=None):
+def new_job(args, specs, d_e, device):
     """The runs' runlog.Job: their folders, config.json (every resolved setting), checkpoint."""
     keep = {k: v for k, v in asdict(args).items()
             if k not in ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")}
     dirs = [s["dir"] for s in specs]
     return runlog.Job(dirs, [dict(keep, **{k: s[k] for k in RUN_KEYS}, de=d_e, device=str(device),
                                   model="transformer") for s in specs], runlog.job_file(
-        args.out, f"de{d_e}", dirs), args.resume, args.checkpoint_every, files)
+        args.out, f"de{d_e}", dirs), args.resume, args.force, args.checkpoint_every)
 
 
 def rescore(args, device):
@@ -340,7 +342,7 @@ def main(argv=None):
             return rescore(args, device)
         with runlog.lock(args.out):
             for d_e in args.de:                 # under the lock: no other writer comes between
-                new_job(args, run_specs(args, d_e), d_e, device).check(args.force)
+                new_job(args, run_specs(args, d_e), d_e, device).check()
             for d_e in args.de:
                 train(args, d_e, device)
     runlog.run_command("train_tf.py", body, argv=argv)
