@@ -349,10 +349,10 @@ class Job:
                   + " from the records of its log" * any(self.logs), file=sys.stderr)
         self.hold = True
         self.ending = ending
-        self.remove(self.file.parent, [self.file.name])
         for path in self.dirs:
             path.mkdir(parents=True, exist_ok=True)
             self.remove(path, [] if self.resume else OWN)
+        self.remove(self.file.parent, [] if resumed else [self.file.name])  # an old job's state
         for path, config, log in zip(self.dirs, self.configs, self.logs):
             write_json(path / "config.json", config)
             write_bytes(path / "log.jsonl", log)
@@ -393,8 +393,6 @@ class Job:
             temporary = old.name.startswith(".") and old.name.endswith(".tmp")
             if (old.name in names or temporary) and own(old.name, self.file.name):
                 old.unlink()
-        if not self.resume:
-            (path / self.file.name).unlink(missing_ok=True)  # an old job's state must not resume
 
     def log(self, r, record, start_loss):
         """Append run r's record to its log (a kill keeps it); a run whose losses (val,

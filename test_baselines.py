@@ -365,7 +365,7 @@ def test_an_fcn_run_terminated_mid_run_resumes_bit_for_bit(tmp_path, one_thread,
     with pytest.raises(SystemExit) as done:
         train_fcn.main(job + ["--out", str(out), "--resume", "--lr", "0.002"])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "differ" in err and "lr" in err, err
+    assert done.value.code == 2 and err.count("\n") == 1 and "(lr)" in err, err   # at the door
     train_fcn.main(job + ["--out", str(out), "--resume"])
     timeless = lambda path: [dict(r, time=0) for r in read_log(path)]         # noqa: E731
     for seed in (0, 1):
@@ -578,14 +578,22 @@ def test_a_sweep_resumed_over_a_truncated_sweep_json_says_so_in_one_line(tmp_pat
                                                                          capsys):
     job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
                       "--seed", "0", "--out", str(tmp_path)]
+    # issue 56: the advice was --force, which deletes the runs and cut cells' checkpoints; it is to
+    # move the file away and --resume, which reads the cells again from the finished runs
     train_fcn.main(job)
+    rows = sweep_rows(tmp_path)
     rewrite(tmp_path / "sweep.json", lambda text: text[:9])
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         train_fcn.main(job + ["--resume"])
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and "sweep.json: not valid JSON" in err
-    assert "--force" in err and "Traceback" not in err
+    assert "--force" not in err and "move it away and --resume" in err
+    runs = {p: p.read_bytes() for p in tmp_path.glob("*/log.jsonl")}
+    (tmp_path / "sweep.json").rename(tmp_path / "damaged.json")
+    train_fcn.main(job + ["--resume"])                  # nothing trained again, the same rows
+    assert sweep_rows(tmp_path) == rows and runs
+    assert {p: p.read_bytes() for p in tmp_path.glob("*/log.jsonl")} == runs
 
 
 CELL = BUDGETS + ["--sweep-T", "4", "--eval-every", "20"]   # one T: its first cell is d_e = 4
@@ -605,7 +613,7 @@ def cut_the_first_cell(monkeypatch, out, sig=signal.SIGINT):
     monkeypatch.setattr(train_fcn.fused, "FusedStep", CutAtStep50)
     with pytest.raises(SystemExit) as done:
         train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out)])
-    assert done.value.code == 128 + sig and (out / "transformer-T4-de4.pt").exists()
+    assert done.value.code == 128 + sig and (out / "transformer-T4-de4" / "checkpoint.pt").exists()
     steps.clear()
     return steps
 
@@ -617,20 +625,44 @@ def test_a_transformer_cell_cut_off_resumes_from_its_checkpoint_to_the_same_rows
     train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "cut"),
                            "--resume"])
     assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "whole")
-    assert steps[0] == 51 and not list((tmp_path / "cut").glob("*.pt"))  # from its step-51 state
+    assert steps[0] == 51 and not list((tmp_path / "cut").rglob("*.pt"))  # from its step-51 state
+
+
+def files_of(folder):
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("budget", [["--steps", "30"], ["--sweep-steps", "30", "40"]])
-def test_a_cut_cell_resumed_with_a_budget_it_passed_unread_trains_it_afresh(
-        tmp_path, one_thread, monkeypatch, budget):
-    """Budgets may change on --resume: the cell's checkpoint (step 51, or 40 for the code before)
-    holds no number at 30 steps, so the cell is trained again, not read as missing (a TypeError)."""
-    cut_the_first_cell(monkeypatch, tmp_path / "cut")
+def test_a_cut_sweep_resumed_with_budgets_its_runs_lack_is_refused_and_changes_nothing(
+        tmp_path, one_thread, monkeypatch, capsys, budget):
+    """Issue 56: a sweep's --resume with other budgets replaced its finished runs by runs of the new
+    budget, without --force. Runs it would train again with other flags are refused at the door,
+    in one line, every file as it was; with its own flags it goes on."""
+    out = tmp_path / "cut"
+    cut_the_first_cell(monkeypatch, out)
     monkeypatch.undo()
-    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "cut"), "--resume"])
-    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "fresh")])
-    assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "fresh")
-    assert {r["steps"] for r in sweep_rows(tmp_path / "cut")} == set(map(int, budget[1:]))
+    before, _ = files_of(out), capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(CELL + budget + ["--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "with other flags (steps" in err, err
+    assert "--force" not in err and files_of(out) == before
+    train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out), "--resume"])
+    assert json.loads((out / "sweep.json").read_text())["status"] == "finished"
+
+
+def test_a_finished_sweep_resumed_with_fewer_steps_is_refused_and_changes_nothing(
+        tmp_path, one_thread, capsys):
+    # issue 56 (6): `--sweep --resume --steps 10` on a finished 40-step sweep replaced its runs
+    job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
+                      "--seed", "0", "--out", str(tmp_path)]
+    train_fcn.main(job + ["--steps", "40"])
+    before, _ = files_of(tmp_path), capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(job + ["--steps", "10", "--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "other flags" in err, err
+    assert files_of(tmp_path) == before
 
 
 def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(tmp_path, one_thread,

@@ -128,16 +128,20 @@ def parse_args(argv=None):
 
 
 def check_runs(args):
-    """Every run directory this job may write holds no run, or one --resume goes on with."""
+    """Every run directory this job may write holds no run, or one --resume goes on with (a
+    sweep's runs: their flags are checked as each is trained)."""
+    cut = list(Path(args.out).glob(f"*/{CHECKPOINT}"))
+    redo = "" if cut else " (--force: redo it)"
     runlog.require(not args.sweep or args.force or args.resume
                    or not (Path(args.out) / "sweep.json").exists(),
                    f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
-                   " another --out or --force")
+                   f" or give another --out{redo}")
     grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
     for T, width, seed in itertools.product(*grid, args.seed):
-        path = run_dir(args, T, width, seed)
-        runlog.check_free(path, args.force, args.resume, args.sweep or runlog.finished(path)
-                          or (path / CHECKPOINT).exists())
+        config = {} if args.sweep else run_config(args, T, width, seed, args.steps)
+        new_job(args, run_dir(args, T, width, seed), config).check()
+    if args.sweep:
+        check_sweep(args)
 
 
 def run_dir(args, T, width, seed):
@@ -151,10 +155,19 @@ def evaluate(model, sets):
     return dict(val=losses.pop("val"), test_q=losses)
 
 
+def run_config(args, T, width, seed, steps):
+    """A run's config.json but its device and size: every setting but the sweep's own, and the
+    budgets it is read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it
+    afresh)."""
+    flags = {k: v for k, v in asdict(args).items()
+             if not k.startswith("sweep") and k not in ("force", "out", "resume")}
+    budgets = [b for b in args.sweep_steps if b <= steps]
+    return dict(flags, model="fcn", T=T, width=width, seed=seed, steps=steps, budgets=budgets)
+
+
 def build(args, T, width, seed, steps, device):
     """A run's model (initialised from its seed), optimizer, generator and validation sets (common
-    to every seed) and its config.json: every setting but the sweep's own, and the budgets it is
-    read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it afresh)."""
+    to every seed) and its config.json."""
     torch.manual_seed(seed)
     model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
     gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
@@ -162,39 +175,40 @@ def build(args, T, width, seed, steps, device):
                          args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
         model.parameters(), args.lr)
-    config = dict({k: v for k, v in asdict(args).items() if not k.startswith("sweep")
-                   and k not in ("force", "out", "resume")}, model="fcn", T=T, width=width,
-                  seed=seed, steps=steps, device=str(device), params=n_params(model),
-                  budgets=[b for b in args.sweep_steps if b <= steps])
+    config = dict(run_config(args, T, width, seed, steps), device=str(device),
+                  params=n_params(model))
     return model, optimizer, gen, sets, config
 
 
-def open_run(job, sweep, load):
-    """job.open(load); a sweep's run cut at another budget or eps (its config differs) is trained
-    afresh, where a plain run's --resume is refused."""
-    try:
-        return job.open(load)
-    except runlog.Unusable:
-        if not sweep:
-            raise
-        return job.open(load, afresh=True)
+def new_job(args, path, config):
+    """The runlog.Job of a run directory with its checkpoint; a sweep's --resume goes on with a
+    run it started (and leaves a finished one alone), and starts the others without a word."""
+    started = (path / CHECKPOINT).exists() or runlog.finished(path)
+    resume = args.resume and (started or not args.sweep)
+    return runlog.Job([path], [config], path / CHECKPOINT, resume, args.force)
+
+
+NO_FILES = lambda r, status: ({}, {})  # noqa: E731  what a run writes at its end: none
 
 
 def train(args, T, width, seed, device, steps=None):
     """One FCN run of `steps` (default --steps) through runlog.Job: its directory and checkpoint
     (weights, optimizer, loss sum; the batches are keyed by (seed, step): a resume is exact)."""
     steps, path = steps or args.steps, run_dir(args, T, width, seed)
-    if args.resume and not args.sweep and runlog.finished(path):
-        return print(f"train_fcn.py: {path}: every run finished already; nothing to resume")
     model, optimizer, gen, sets, config = build(args, T, width, seed, steps, device)
     loss_sum = torch.zeros((), dtype=getattr(torch, args.dtype), device=device)
-    job = runlog.Job([path], [config], path / CHECKPOINT,
-                     args.resume and (path / CHECKPOINT).exists())
+    job = new_job(args, path, config)
+    job.check()
+    if job.finished():
+        return print(f"train_fcn.py: {path}: every run finished already; nothing to resume")
+
+    def load(state):
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loss_sum.copy_(state["loss_sum"])
     with job, tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
                    disable=args.sweep, leave=False) as bar:
-        open_run(job, args.sweep, lambda state: (
-            model.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"]),
-            loss_sum.copy_(state["loss_sum"])))
+        job.open(load, NO_FILES)
         bar.update(job.step)
         for t in range(job.step, steps + 1):
             job.save(t, lambda: dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
@@ -222,9 +236,9 @@ def train(args, T, width, seed, device, steps=None):
 def transformer_vals(args, T, d_e, device):
     """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
     Adam on the FCN's draws; {budget: each seed's validation loss after that many steps} (NaN if it
-    diverges), every budget of --sweep-steps read on the way to the largest. Its state is a
-    runlog.Job's checkpoint with no run directory (a cell at T = 80 takes over an hour on one core)
-    for --resume to go on from bit for bit; one that passed a budget it lacks starts afresh."""
+    diverges), every budget of --sweep-steps read on the way to the largest. A run directory of its
+    own, transformer-T{T}-de{d_e}, logs a record per budget; its checkpoint (a cell at T = 80 takes
+    over an hour on one core) lets --resume go on bit for bit."""
     dtype, D, R, budgets = getattr(torch, args.dtype), args.d + d_e, len(args.seed), \
         args.sweep_steps
     step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
@@ -232,27 +246,45 @@ def transformer_vals(args, T, d_e, device):
                            dtype, threads=1)                        # one thread (see main)
     W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
     optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
-    settings = dict({k: v for k, v in sweep_settings(args).items()
-                     if k not in ("eps_fraction", "budgets")}, T=T, de=d_e)
-    start, vals = 0, {}
-    with (job := runlog.Job([], [settings], Path(args.out) / f"transformer-T{T}-de{d_e}.pt",
-                            args.resume)):
-        state = {}
-        job.open(state.update)
-        if state and all(b in state["vals"] or b > job.step for b in budgets):
-            with torch.no_grad():
-                W.copy_(state["W"]), V.copy_(state["V"])
-            optimizer.load_state_dict(state["optimizer"])
-            start, vals = job.step, state["vals"]
-        for t in range(start, max(budgets)):
-            job.save(t, lambda: dict(W=W, V=V, vals=vals, optimizer=optimizer.state_dict()))
+    path = Path(args.out) / f"transformer-T{T}-de{d_e}"
+    job = new_job(args, path, cell_config(args, T, d_e))
+    job.check()
+
+    def load(state):
+        with torch.no_grad():
+            W.copy_(state["W"])
+            V.copy_(state["V"])
+        optimizer.load_state_dict(state["optimizer"])
+    if job.finished():              # a --resume of a sweep whose cell finished: its log
+        return logged_vals(path)
+    with job:
+        job.open(load, NO_FILES)
+        for t in range(job.step, max(budgets)):
+            job.save(t, lambda: dict(W=W, V=V, optimizer=optimizer.state_dict()))
             _, W.grad, V.grad = step(W, V, (t, args.batch, T, args.q, False))
             optimizer.step()
             if t + 1 in budgets:
-                vals[t + 1] = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T,
-                                                 args.q, True)).double().mean(0).tolist()
+                losses = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T, args.q,
+                                            True))
+                job.log(0, dict(step=t + 1, vals=losses.double().mean(0).tolist()),
+                        args.d / 2 / args.q)
         job.close("finished", max(budgets))
-    return vals
+    return logged_vals(path)
+
+
+def cell_config(args, T, d_e):
+    """The config.json of the sweep's transformer at (T, d_e)."""
+    settings = {k: v for k, v in sweep_settings(args).items() if k != "eps_fraction"}
+    return dict(settings, model="sweep transformer", T=T, de=d_e)
+
+
+def logged_vals(path):
+    """A sweep transformer's {budget: each seed's validation loss} from its log (NaN: null)."""
+    return {r["step"]: [math.nan if v is None else v for v in r["vals"]] for r in read_log(path)}
+
+
+def read_log(path):
+    return [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
 
 
 def fits(rows, budgets):
@@ -281,8 +313,8 @@ def fcn_vals(args, T, width, seed, steps, device):
     except runlog.Stop as stop:
         tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
         return {}
-    log = (run_dir(args, T, width, seed) / "log.jsonl").read_text().splitlines()
-    return {r["step"]: r["val"] for r in map(json.loads, log) if r["step"] in args.sweep_steps}
+    log = read_log(run_dir(args, T, width, seed))
+    return {r["step"]: r["val"] for r in log if r["step"] in args.sweep_steps}
 
 
 def smallest(args, model, T, steps, first, cached, device):
@@ -325,18 +357,54 @@ def sweep_settings(args):
                 n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
 
 
+def old_cells(args):
+    """The cells of the sweep.json that --resume goes on from (of the same settings but eps and
+    budgets); none without --resume."""
+    path = Path(args.out) / "sweep.json"
+    fix = "move it away and --resume again (its cells are read again from its runs)"
+    old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
+    differ = [k for k, v in sweep_settings(args).items()
+              if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
+    runlog.require(not differ, f"--resume: {path} was made with other settings"
+                   f" ({', '.join(differ)}); resume with the sweep's own flags, or give another"
+                   " --out")
+    return old.get("cells", {})                # a hand-edited one may end in a traceback
+
+
+def check_sweep(args):
+    """--resume of a sweep: a run it may train again (its cell lacks a budget) holds the flags it
+    would be trained with; one of other flags (--steps, --sweep-steps) is never replaced."""
+    cells = old_cells(args)
+    fcn = itertools.product(args.sweep_T, args.sweep_width, args.seed)
+    for T, width, seed in fcn if args.resume else []:
+        path = run_dir(args, T, width, seed)
+        lacking = [b for b in args.sweep_steps if str(b) not in cells.get(f"fcn {T} {width} {seed}", {})]
+        if lacking and (path / "config.json").exists():
+            trained_at = run_config(args, T, width, seed, lacking[0])
+            check_same(path, trained_at)
+    for T, d_e in itertools.product(args.sweep_T, args.sweep_de) if args.resume else []:
+        path = Path(args.out) / f"transformer-T{T}-de{d_e}"
+        lacking = [b for b in args.sweep_steps if str(b) not in cells.get(f"{T} {d_e}", {})]
+        if lacking and (path / "config.json").exists():
+            check_same(path, cell_config(args, T, d_e))
+
+
+def check_same(path, config):
+    differ = runlog.compared(runlog.read(path / "config.json", fix="give another --out"), config)
+    runlog.require(not differ, f"--resume: {path} was trained with other flags"
+                   f" ({', '.join(differ)}) and the sweep would train it again: resume with the"
+                   " sweep's own flags, or give another --out")
+
+
 def sweep(args, device):
     """For each T and budget the smallest width of each model whose seed-mean val loss is <=
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
     taken to need no less width); the largest budget first, whose runs hold the others' numbers.
     --resume goes on from sweep.json's cells (of the same settings but eps and budgets)."""
-    path, fix, rows = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out", []
-    old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
-    cells = old.get("cells", {})                # a hand-edited one may end in a traceback
-    differ = [k for k, v in sweep_settings(args).items()
-              if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
-    runlog.require(not differ, f"--resume: {path} was made with other settings"
-                   f" ({', '.join(differ)}); {fix}")
+    path, rows = Path(args.out) / "sweep.json", []
+    cells = old_cells(args)
+    if args.resume and not path.exists():
+        print(f"--resume: no {path}: starting the sweep afresh", file=sys.stderr)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
 
     def save(status):                    # after each cell, atomically: an ending keeps the rows
