@@ -279,7 +279,7 @@ class Job:
         for other in self.file.parent.glob(family):
             runs = "?"
             if regular(other):
-                runs = ", ".join(torch.load(other, weights_only=False)["dirs"])
+                runs = ", ".join(torch.load(other, weights_only=False).get("dirs", "?"))
             raise Unusable(f"--resume: {other} holds the checkpoint of other runs ({runs});"
                            " resume with the flags that train them, or give another --out")
 

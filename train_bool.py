@@ -275,62 +275,59 @@ def parse_args(argv=None):
     return args
 
 
-def write_results(out, rows, status, seconds):
-    """critical.json (for plots.py) and critical.csv; at the end, the table and the fits printed.
-    Returns summary.json's rows and fits (none with rows None: --m, no search)."""
+def results(rows, status):
+    """summary.json's numbers (the rows and their fits) and the files critical.json (for plots.py)
+    and critical.csv; none for rows None (--m, no search)."""
     if rows is None:
-        return {}
+        return {}, {}
     fits = {}
     for r in rows:                                     # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
-        fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(
-            *([o[k] for o in mine] for k in ("T", "m50", "lo", "hi")))
-    runlog.write_json(out / "critical.json", {"status": status, "rows": rows, "fits": fits})
-    fields = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # as csv.writer writes:
-    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"
-                   for row in [fields, *([r[k] for k in fields] for r in rows)])
-    runlog.write_bytes(out / "critical.csv", text.replace("\n", "\r\n").encode())
-    if status != "running":
-        print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
-              f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
-              "empty: beyond the scan\n" + text)
-        for model, by_s in fits.items():
-            for s, f in by_s.items():
-                print(f"{model} s={s}: " + ("fewer than 3 bounded points, no fit" if f is None else
-                      "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f}); ".format(**f["log"]) + "{c:.2f} "
-                      "T^{k:.3f} (chi2 {chi2:.1f}); ".format(**f["power"]) + f"dof {f['dof']}: "
-                      + (f"{f['better']} fits better" if f["separated"] else "not separated")))
-        print(f"{status} in {seconds:.1f} s; written to {out}/")
-    return dict(rows=rows, fits=fits)
+        columns = ([o[k] for o in mine] for k in ("T", "m50", "lo", "hi"))
+        fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(*columns)
+    files = {"critical.json": {"status": status, "rows": rows, "fits": fits},
+             "critical.csv": table(rows).replace("\n", "\r\n")}   # as csv.writer writes it
+    return dict(rows=rows, fits=fits), files
 
 
-def check(args, job):
-    """--out holds no run, or one whose checkpoint or log --resume goes on from (its trainings:
-    made with these SETTINGS)."""
-    runlog.check_free(args.out, args.force, args.resume, can_resume=True)   # the log is the state
-    if args.resume and (config := Path(args.out) / "config.json").exists():
-        runlog.require(all(runlog.read(config).get(k) == v for k, v in SETTINGS.items()),
-                       f"--resume: {args.out} was trained with other settings "
-                       f"({', '.join(SETTINGS)}); rerun it with --force")
+def table(rows):
+    fields = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
+    lines = [fields, *([r[k] for k in fields] for r in rows)]
+    return "".join(",".join("" if v is None else str(v) for v in line) + "\n" for line in lines)
+
+
+def report(out, rows, fits, status, seconds):
+    """The table and the fits, printed as a grid ends."""
+    print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
+          f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
+          "empty: beyond the scan\n" + table(rows))
+    for model, by_s in fits.items():
+        for s, f in by_s.items():
+            if f is None:
+                print(f"{model} s={s}: fewer than 3 bounded points, no fit")
+                continue
+            log = "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f})".format(**f["log"])
+            power = "{c:.2f} T^{k:.3f} (chi2 {chi2:.1f})".format(**f["power"])
+            verdict = f"{f['better']} fits better" if f["separated"] else "not separated"
+            print(f"{model} s={s}: {log}; {power}; dof {f['dof']}: {verdict}")
+    print(f"{status} in {seconds:.1f} s; written to {out}/")
 
 
 def new_job(args, device):
-    """The grid's runlog.Job: --out its one directory, whose config.json holds every setting; its
-    check() says whether --out is free, or --resume goes on from its checkpoint (or it finished)."""
+    """The grid's runlog.Job: --out its one directory, whose config.json holds every setting but
+    where it is (a grid moved to another disk resumes), its checkpoint the trainings so far."""
     out = Path(args.out)
-    return runlog.Job([out], [dict({k: v for k, v in asdict(args).items()
-                                    if k not in ("force", "resume")}, device=str(device),
-                                   grid=m_grid(args.m_min, args.m_max, args.per_octave),
-                                   seeds=list(range(args.seeds)), pass_acc=PASS_ACC, **SETTINGS)],
-                      out / CHECKPOINT, args.resume)
+    flags = {k: v for k, v in asdict(args).items() if k not in ("force", "resume", "out")}
+    config = dict(flags, device=str(device), grid=m_grid(args.m_min, args.m_max, args.per_octave),
+                  seeds=list(range(args.seeds)), pass_acc=PASS_ACC, **SETTINGS)
+    return runlog.Job([out], [config], out / CHECKPOINT, args.resume, args.force)
 
 
 def logged(out):
-    """The trainings {(model, m, T, s, seed): record} of a log that --resume replays (one given
-    whole, or a run's cut off after its checkpoint; a line cut by a kill is trained again)."""
+    """The trainings {(model, m, T, s, seed): record} of a log that --resume replays (one copied in
+    by hand, as RESULTS' recipe for bool_tf_long does)."""
     done = {}
-    log = out / "log.jsonl"
-    for line in log.read_bytes().splitlines() if log.exists() else []:
+    for line in (out / "log.jsonl").read_bytes().splitlines():
         with contextlib.suppress(ValueError, KeyError, TypeError):
             record = json.loads(line)
             done[tuple(record[k] for k in KEY)] = record
@@ -338,24 +335,24 @@ def logged(out):
 
 
 def run(args, device, job):
-    """The grid through its runlog.Job: each training logged as it ends, the log checkpointed
-    with it; at any ending the results and summary.json. The log is the state: --resume goes on
-    from the checkpoint's log, or replays a log that has none."""
-    out, grid, rows, status = Path(args.out), job.configs[0]["grid"], [], "finished"
-    replayed = logged(out) if args.resume and not job.file.exists() else {}
-    with job:                                   # refused: nothing written
-        job.open(lambda state: None)            # a checkpoint: its log rewritten as it was
-        for record in replayed.values():
-            job.log(0, record, math.log(2))
-        done = logged(out)
-        try:
-            cells(args, device, job, done, rows, grid)
-        except BaseException as error:
-            status = runlog.ended_by(error)
-            raise
-        finally:          # a rerun is told how this one ended: the rows, not the last training
-            job.close(status, None, [(write_results(out, None if args.m else rows, status,
-                                                    time.time() - job.t0), {})], keep=False)
+    """The grid through its runlog.Job: each training logged as it ends and checkpointed with the
+    others; at any ending critical.json/csv and summary.json. --resume goes on from the
+    checkpoint's trainings, or replays a log that has none."""
+    out, grid, rows, done = Path(args.out), job.configs[0]["grid"], [], {}
+
+    def load(trainings):
+        done.update((tuple(record[k] for k in KEY), record) for record in trainings)
+
+    def ending(r, status):
+        numbers, files = results(None if args.m else rows, status)
+        if numbers and status != "running":
+            report(out, rows, numbers["fits"], status, time.time() - job.t0)
+        return numbers, files
+    with job:
+        if not job.open(load, ending):
+            done.update(logged(out))
+        cells(args, device, job, done, rows, grid)
+        job.close("finished", None)
 
 
 def cells(args, device, job, done, rows, grid):
@@ -368,7 +365,7 @@ def cells(args, device, job, done, rows, grid):
             if (key := (model, m, T, s, seed)) not in done:
                 done[key] = train_one(model, m, T, s, seed, device)
                 job.log(0, done[key], math.log(2))     # BCE starts at ln 2, a coin flip's
-                job.save(len(done), lambda: None, force=True)   # the log: a kill loses none
+                job.save(len(done), lambda: list(done.values()), force=True)  # a kill: none lost
                 bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
             asked.append(key)
             return done[key]["acc"]
@@ -384,7 +381,8 @@ def cells(args, device, job, done, rows, grid):
                     [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
                     r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS
                     for r in mine)))
-                write_results(Path(args.out), rows, "running", time.time() - job.t0)
+                for name, contents in results(rows, "running")[1].items():
+                    runlog.write(Path(args.out) / name, contents)
 
 
 def reproducible(device):
@@ -400,11 +398,14 @@ def main(argv=None):
     def body():
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
-        check(args, job := new_job(args, device))
+        job = new_job(args, device)
+        job.check()
         reproducible(device)
         torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
         with runlog.lock(args.out):
-            check(args, job)                  # again: another writer may have been first
+            job.check()                       # again: another writer may have been first
+            if job.finished():
+                return print(f"train_bool.py: {args.out} finished already; nothing to resume")
             run(args, device, job)
     runlog.run_command("train_bool.py", body, argv=argv)
 
