@@ -692,3 +692,62 @@ def test_bool_resume_replays_a_copied_log_and_trains_only_what_it_lacks(tmp_path
     log = (tmp_path / "long" / "log.jsonl").read_text()
     assert log.startswith(first) and len(log.splitlines()) > len(first.splitlines())
     assert {json.loads(line)["T"] for line in log.splitlines()[len(first.splitlines()):]} == {12}
+
+
+# ------------------------------------------------------------- issue 56: train_bool.py's one shape
+BOOL_JOB = ["--model", "transformer", "--s", "2", "--T", "8", "16", "--seeds", "3", "--points",
+            "2", "--m-max", "64", "--per-octave", "1", "--device", "cpu"]
+
+
+def cut_grid(monkeypatch, out, after=3):
+    """A grid of BOOL_JOB stopped by SIGTERM in its `after`-th training (exit 143)."""
+    train_one, trained = train_bool.train_one, []
+
+    def sigterm(*key):
+        trained.append(key)
+        if len(trained) == after:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train_one(*key)
+    monkeypatch.setattr(train_bool, "train_one", sigterm)
+    with pytest.raises(SystemExit) as done:
+        train_bool.main(BOOL_JOB + ["--out", str(out)])
+    assert done.value.code == 143
+    monkeypatch.undo()
+
+
+def test_bool_state_is_in_its_checkpoint_and_a_grid_moved_elsewhere_resumes(tmp_path, one_thread,
+                                                                           monkeypatch):
+    # its config.json recorded --out: a grid moved to a disk with room was refused
+    train_bool.main(BOOL_JOB + ["--out", str(tmp_path / "whole")])
+    cut_grid(monkeypatch, tmp_path / "cut")
+    state = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)
+    assert len(state["state"]) == 3 and state["state"] == read_log(tmp_path / "cut")
+    (tmp_path / "cut").rename(tmp_path / "moved")
+    train_bool.main(BOOL_JOB + ["--out", str(tmp_path / "moved"), "--resume"])
+    timeless = lambda path: [dict(r, seconds=0) for r in read_log(path)]      # noqa: E731
+    assert timeless(tmp_path / "moved") == timeless(tmp_path / "whole")
+    assert "out" not in json.loads((tmp_path / "moved" / "config.json").read_text())
+
+
+def test_bool_replay_of_a_copied_log_never_deletes_it_even_on_a_full_disk(tmp_path, one_thread,
+                                                                         full_disk):
+    # --resume over a log with no checkpoint deleted the log, then wrote it again record by record:
+    # a full disk (or a kill) lost the records not yet written again
+    train_bool.main(BOOL_JOB + ["--out", str(tmp_path / "first")])
+    (tmp_path / "long").mkdir()
+    log = (tmp_path / "first" / "log.jsonl").read_bytes()
+    (tmp_path / "long" / "log.jsonl").write_bytes(log)
+    full_disk(lambda name: "log.jsonl" in name)
+    with pytest.raises(OSError):
+        train_bool.main(BOOL_JOB + ["--T", "8", "16", "32", "--resume", "--out",
+                                    str(tmp_path / "long")])
+    assert (tmp_path / "long" / "log.jsonl").read_bytes() == log
+
+
+def test_bool_a_fifo_log_is_refused_in_one_line_and_never_hangs(tmp_path, capsys):
+    from conftest import hang_fails
+    os.mkfifo(tmp_path / "log.jsonl")
+    with hang_fails(20), pytest.raises(SystemExit) as done:
+        train_bool.main(BOOL_JOB + ["--resume", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "not a regular file" in err, err
