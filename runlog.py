@@ -11,6 +11,7 @@ command that goes on. Rare faults (a full disk, out of memory, a hand-edited fil
 traceback, and lose nothing: files are written whole or not at all, the last checkpoint is intact.
 It knows nothing of the models; it imports torch only for a checkpoint or a device.
 """
+
 import argparse
 import contextlib
 import dataclasses
@@ -26,11 +27,28 @@ import threading
 import time
 from pathlib import Path
 
-OWN = ("config.json", "log.jsonl", "summary.json", "weights_init.npz", "weights_final.npz",
-       "final_losses.npz", "critical.json", "critical.csv")  # the files a run directory holds
-DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
-GROUPS = ("test_T", "test_q")  # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C; a scheduler; a closed terminal
+OWN = (
+    "config.json",
+    "log.jsonl",
+    "summary.json",
+    "weights_init.npz",
+    "weights_final.npz",
+    "final_losses.npz",
+    "critical.json",
+    "critical.csv",
+)  # the files a run directory holds
+DIVERGED = (
+    100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
+)
+GROUPS = (
+    "test_T",
+    "test_q",
+)  # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
+SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+)  # Ctrl-C; a scheduler; a closed terminal
 
 
 class Stop(Exception):
@@ -64,8 +82,11 @@ def check(rules):
 def ended_by(error):
     """How a run ended, for its summary, from the exception that ended it."""
     if isinstance(error, KeyboardInterrupt):
-        return "terminated" if getattr(error, "signum", signal.SIGINT) != signal.SIGINT \
+        return (
+            "terminated"
+            if getattr(error, "signum", signal.SIGINT) != signal.SIGINT
             else "interrupted"
+        )
     return "diverged" if isinstance(error, Stop) else "failed"
 
 
@@ -80,7 +101,9 @@ def strict(value):
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills a temporary file of a name of its own
     (two writers never share one), renamed onto path; on any error it is removed."""
-    tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = Path(path).with_name(
+        f".{Path(path).name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )
     try:
         with open(tmp, "wb") as handle:
             write(handle)
@@ -106,16 +129,20 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
     try:
         if stat.S_ISREG(path.stat().st_mode):
             return parse(path.read_bytes())
-    except Exception as e:                # missing, cut, foreign: whatever a parser raises
-        why = {FileNotFoundError: "missing", json.JSONDecodeError: "not valid JSON"}.get(
-            type(e), f"cannot be read ({type(e).__name__})")
+    except Exception as e:  # missing, cut, foreign: whatever a parser raises
+        why = {
+            FileNotFoundError: "missing",
+            json.JSONDecodeError: "not valid JSON",
+        }.get(type(e), f"cannot be read ({type(e).__name__})")
     raise Unusable(f"{path}: {why}; {fix}")
 
 
 def flat(record):
     """A record with its sets flat: {"test_T": {"250": x}, "test_q": {"2": x}} as {"T=250": x}."""
-    return dict({k: x for k, x in record.items() if k not in GROUPS},
-                **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
+    return dict(
+        {k: x for k, x in record.items() if k not in GROUPS},
+        **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()},
+    )
 
 
 def nest(losses):
@@ -130,8 +157,11 @@ def nest(losses):
 def run_name(config):
     """A run directory's name, from its config.json: where train_tf.py or train_fcn.py writes it."""
     c, L = config, f"-L{config['positions']}" if config.get("positions") else ""
-    return (f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
-            if c["model"] == "fcn" else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}")
+    return (
+        f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
+        if c["model"] == "fcn"
+        else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
+    )
 
 
 def run_state(path):
@@ -157,7 +187,9 @@ def own(name, checkpoint):
     """Whether a file of a run directory is one the scripts write: OWN, the job's checkpoint, the
     lock, or a temporary of one of them (.NAME.PID.TID.tmp, left by a kill)."""
     ours = (*OWN, checkpoint, ".lock")
-    return name in ours or any(name.startswith(f".{n}.") and name.endswith(".tmp") for n in ours)
+    return name in ours or any(
+        name.startswith(f".{n}.") and name.endswith(".tmp") for n in ours
+    )
 
 
 def check_folder(out):
@@ -174,6 +206,7 @@ def lock(*outs):
     runs, removed as it ends (the kernel drops it when the process dies, SIGKILL too). A folder held
     by another process is a user's mistake, and nothing is written."""
     import fcntl
+
     with contextlib.ExitStack() as held:
         for out in dict.fromkeys(os.path.realpath(out) for out in outs):
             path = Path(out) / ".lock"
@@ -184,11 +217,16 @@ def lock(*outs):
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    raise Unusable(f"--out: another process is writing {out} (it holds "
-                                   f"{path}); wait for it to end, or give another --out") from None
-                if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
-                    break               # else its holder removed it as we opened it: anew
-            held.callback(path.unlink, missing_ok=True)   # removed while still held
+                    raise Unusable(
+                        f"--out: another process is writing {out} (it holds "
+                        f"{path}); wait for it to end, or give another --out"
+                    ) from None
+                if (
+                    path.exists()
+                    and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+                ):
+                    break  # else its holder removed it as we opened it: anew
+            held.callback(path.unlink, missing_ok=True)  # removed while still held
         yield
 
 
@@ -196,7 +234,10 @@ def lock(*outs):
 def held():
     """Signals wait while the block writes; the first is raised as it ends (a transaction)."""
     caught = []
-    before = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in SIGNALS}
+    before = {
+        s: signal.signal(s, lambda signum, frame: caught.append(signum))
+        for s in SIGNALS
+    }
     try:
         yield
     finally:
@@ -246,7 +287,7 @@ class Job:
 
     def __init__(self, dirs, configs, file, resume=False, force=False, every=300.0):
         self.dirs = [Path(path) for path in dirs]
-        self.configs = json.loads(json.dumps(configs))   # as config.json holds them
+        self.configs = json.loads(json.dumps(configs))  # as config.json holds them
         self.file = Path(file)
         self.resume = resume
         self.force = force
@@ -265,8 +306,11 @@ class Job:
         """At the door: a fresh run's directory holds no run (unless --force) and nothing the
         scripts did not write; a --resume has its checkpoint, or its runs finished with these
         flags; another job's checkpoint is named, never lost; no file of ours is a FIFO."""
-        require(not self.file.exists() or regular(self.file), f"{self.file}: not a regular file"
-                " (a FIFO?); move it away, or give another --out")
+        require(
+            not self.file.exists() or regular(self.file),
+            f"{self.file}: not a regular file"
+            " (a FIFO?); move it away, or give another --out",
+        )
         if self.resume and not self.file.exists() and not self.finished():
             self.check_others()
         for path, config in zip(self.dirs, self.configs):
@@ -275,43 +319,67 @@ class Job:
     def check_others(self):
         """A --resume whose checkpoint is missing, beside another job's of the same family."""
         import torch
+
         family = self.file.name.rsplit("-", 1)[0] + "-*.pt"
         for other in self.file.parent.glob(family):
             runs = "?"
             if regular(other):
                 runs = ", ".join(torch.load(other, weights_only=False).get("dirs", "?"))
-            raise Unusable(f"--resume: {other} holds the checkpoint of other runs ({runs});"
-                           " resume with the flags that train them, or give another --out")
+            raise Unusable(
+                f"--resume: {other} holds the checkpoint of other runs ({runs});"
+                " resume with the flags that train them, or give another --out"
+            )
 
     def check_dir(self, path, config):
         """One run directory, at the door (see check)."""
         names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
         for name in filter(lambda name: name in OWN, names):
-            require(regular(path / name), f"{path / name}: not a regular file (a FIFO?); move"
-                    " it away, or give another --out")
+            require(
+                regular(path / name),
+                f"{path / name}: not a regular file (a FIFO?); move"
+                " it away, or give another --out",
+            )
         foreign = [name for name in names if not own(name, self.file.name)]
-        require(self.resume or not foreign, f"--out: {path} holds files a run does not write"
-                f" ({', '.join(foreign[:3])}); give a new or empty folder")
+        require(
+            self.resume or not foreign,
+            f"--out: {path} holds files a run does not write"
+            f" ({', '.join(foreign[:3])}); give a new or empty folder",
+        )
         held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
         if self.resume and held and not self.file.exists():
             self.check_finished(path, config)
-        go_on = "pass --resume to go on from its checkpoint" if self.file.exists() else \
-            "pass --force to redo it"
-        require(self.force or self.resume or not held, f"--out: {path} holds a run"
-                f" {run_state(path)}; {go_on}, or give another --out")
+        go_on = (
+            "pass --resume to go on from its checkpoint"
+            if self.file.exists()
+            else "pass --force to redo it"
+        )
+        require(
+            self.force or self.resume or not held,
+            f"--out: {path} holds a run"
+            f" {run_state(path)}; {go_on}, or give another --out",
+        )
 
     def check_finished(self, path, config):
         """A --resume without a checkpoint, of a run that logged: it finished with these flags,
         as the job's other runs did; or its log was copied in (no config.json beside it)."""
         if not finished(path):
-            require(not (path / "config.json").exists(), f"--resume: {path} has no checkpoint to"
-                    f" go on from (it is {run_state(path)}); rerun it with --force")
+            require(
+                not (path / "config.json").exists(),
+                f"--resume: {path} has no checkpoint to"
+                f" go on from (it is {run_state(path)}); rerun it with --force",
+            )
             return
         differ = compared(read(path / "config.json", fix="give another --out"), config)
-        require(not differ, f"--resume: {path} finished with other flags ({', '.join(differ)});"
-                " give its own flags, or another --out")
-        require(self.finished(), f"--resume: {path} finished, but not the other runs of its job;"
-                " train those alone, or give another --out")
+        require(
+            not differ,
+            f"--resume: {path} finished with other flags ({', '.join(differ)});"
+            " give its own flags, or another --out",
+        )
+        require(
+            self.finished(),
+            f"--resume: {path} finished, but not the other runs of its job;"
+            " train those alone, or give another --out",
+        )
 
     def finished(self):
         """--resume of a job every run of which finished: nothing to do."""
@@ -322,7 +390,7 @@ class Job:
         return [os.path.relpath(path, self.file.parent) for path in self.dirs]
 
     def __enter__(self):
-        if PENDING:                     # a signal as the last job finished: this one waits
+        if PENDING:  # a signal as the last job finished: this one waits
             raise Interrupted(PENDING.pop())
         self.before = {s: signal.signal(s, self.note) for s in SIGNALS}
         self.t0 = time.time()
@@ -345,14 +413,19 @@ class Job:
             self.restore(load)
         elif self.resume:
             self.logs = [self.kept(path) for path in self.dirs]
-            print(f"--resume: no checkpoint {self.file}: starting afresh"
-                  + " from the records of its log" * any(self.logs), file=sys.stderr)
+            print(
+                f"--resume: no checkpoint {self.file}: starting afresh"
+                + " from the records of its log" * any(self.logs),
+                file=sys.stderr,
+            )
         self.hold = True
         self.ending = ending
         for path in self.dirs:
             path.mkdir(parents=True, exist_ok=True)
             self.remove(path, [] if self.resume else OWN)
-        self.remove(self.file.parent, [] if resumed else [self.file.name])  # an old job's state
+        self.remove(
+            self.file.parent, [] if resumed else [self.file.name]
+        )  # an old job's state
         for path, config, log in zip(self.dirs, self.configs, self.logs):
             write_json(path / "config.json", config)
             write_bytes(path / "log.jsonl", log)
@@ -363,15 +436,25 @@ class Job:
     def restore(self, load):
         """The checkpoint's job, if it holds these runs with these flags, loaded."""
         import torch
+
         saved = torch.load(self.file, weights_only=False)
-        require("dirs" in saved, f"--resume: {self.file} predates this format of checkpoint;"
-                " rerun with --force, or give another --out")
-        require(saved["dirs"] == self.names(), f"--resume: {self.file} holds the runs "
-                f"{', '.join(saved['dirs'])}; resume with the flags that train them")
+        require(
+            "dirs" in saved,
+            f"--resume: {self.file} predates this format of checkpoint;"
+            " rerun with --force, or give another --out",
+        )
+        require(
+            saved["dirs"] == self.names(),
+            f"--resume: {self.file} holds the runs "
+            f"{', '.join(saved['dirs'])}; resume with the flags that train them",
+        )
         for old, new in zip(saved["configs"], self.configs):
             differ = compared(old, new)
-            require(not differ, f"--resume: the flags differ from the checkpoint's in "
-                    f"{', '.join(differ)}; resume with the run's own flags")
+            require(
+                not differ,
+                f"--resume: the flags differ from the checkpoint's in "
+                f"{', '.join(differ)}; resume with the run's own flags",
+            )
         load(saved["state"])
         self.status = saved["status"]
         self.records = saved["records"]
@@ -385,7 +468,7 @@ class Job:
         """A run's log as it is, its last line cut by a kill left out; none: empty."""
         log = path / "log.jsonl"
         data = log.read_bytes() if log.exists() else b""
-        return data[:data.rfind(b"\n") + 1]
+        return data[: data.rfind(b"\n") + 1]
 
     def remove(self, path, names):
         """The files `names` of path (a fresh job's), and every temporary of the scripts' files."""
@@ -417,9 +500,17 @@ class Job:
         if not (force or self.caught or due):
             return
         import torch
-        job = dict(step=step, seconds=time.time() - self.t0, dirs=self.names(),
-                   configs=self.configs, status=self.status, records=self.records,
-                   logs=self.logs, state=state())
+
+        job = dict(
+            step=step,
+            seconds=time.time() - self.t0,
+            dirs=self.names(),
+            configs=self.configs,
+            status=self.status,
+            records=self.records,
+            logs=self.logs,
+            state=state(),
+        )
         write_atomic(self.file, lambda handle: torch.save(job, handle))
         self.saved = time.time()
         if self.caught:
@@ -429,9 +520,17 @@ class Job:
         """Run r's summary.json: how it ended, its last evaluation (a record with a step) and
         `numbers`."""
         last = self.records[r] if "step" in self.records[r] else {}
-        write_json(self.dirs[r] / "summary.json", dict(
-            last, **numbers, step=last.get("step"), status=status, stopped_at=step,
-            seconds=round(time.time() - self.t0, 1)))
+        write_json(
+            self.dirs[r] / "summary.json",
+            dict(
+                last,
+                **numbers,
+                step=last.get("step"),
+                status=status,
+                stopped_at=step,
+                seconds=round(time.time() - self.t0, 1),
+            ),
+        )
 
     def close(self, status, step, finals=None):
         """Each run ends: ending(r, status)'s files and finals[r]'s, and (a run still running)
@@ -451,20 +550,26 @@ class Job:
             files = dict(files, **more_files)
             running = self.status[r] == "running"
             for name in ["summary.json"] * running + list(files):
-                (path / name).unlink(missing_ok=True)       # none stale beside a new summary
-            if running and status != "finished":           # how it stopped, before all else
+                (path / name).unlink(missing_ok=True)  # none stale beside a new summary
+            if running and status != "finished":  # how it stopped, before all else
                 self.summary(r, status, step, numbers)
             for name, contents in files.items():
                 write(path / name, contents)
-            if running and status == "finished":           # only beside its step's files
+            if running and status == "finished":  # only beside its step's files
                 self.summary(r, status, step, numbers)
             if running:
                 self.records[r] = dict(self.records[r], **numbers)
             ended = status if running else self.status[r]
-            print(closing_line(path, ended, step if running else self.records[r].get("step"),
-                               self.records[r]))
+            print(
+                closing_line(
+                    path,
+                    ended,
+                    step if running else self.records[r].get("step"),
+                    self.records[r],
+                )
+            )
         if status == "finished":
-            self.file.unlink(missing_ok=True)       # nothing left to resume
+            self.file.unlink(missing_ok=True)  # nothing left to resume
 
     def __exit__(self, kind, error, trace):
         try:
@@ -474,14 +579,18 @@ class Job:
             for s, handler in self.before.items():
                 signal.signal(s, handler)
         if self.caught and kind is None:
-            PENDING.append(self.caught)        # the job finished: the next one will not start
+            PENDING.append(self.caught)  # the job finished: the next one will not start
         diverged = self.status.count("diverged")
-        require(not diverged or kind is not None, f"{diverged} of {len(self.dirs)} runs diverged"
-                " (see their summary.json)", Stop)
+        require(
+            not diverged or kind is not None,
+            f"{diverged} of {len(self.dirs)} runs diverged (see their summary.json)",
+            Stop,
+        )
 
 
 def write_npz(path, arrays):
     import numpy as np
+
     write_atomic(path, lambda handle: np.savez(handle, **arrays))
 
 
@@ -502,13 +611,21 @@ def closing_line(path, status, step, rec):
     text = f"{path}: {status}" + ("" if step is None else f" at step {step}")
     if "final" in rec:
         se, n = dict(sets(rec["final_se"])), rec["n_final"]
-        return (text + f"; final loss on {n} sequences per set (± its standard error): "
-                + ", ".join(f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])))
+        return (
+            text
+            + f"; final loss on {n} sequences per set (± its standard error): "
+            + ", ".join(
+                f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])
+            )
+        )
     if "step" not in rec:
         return text + ("; no evaluation was made" if step is not None else "")
-    return (text + f"; last evaluated at step {rec['step']}: "
-            + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec) if x is not None)
-            + (f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""))
+    return (
+        text
+        + f"; last evaluated at step {rec['step']}: "
+        + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec) if x is not None)
+        + (f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else "")
+    )
 
 
 # ------------------------------------------------------------------------------------------ flags
@@ -522,20 +639,26 @@ def flag(default, help, **options):
 
 def number(kind, low, words=None):
     """An argparse type=: a finite `kind` above low, e.g. number(int, 0) a positive integer."""
-    words = words or " ".join(["a", "positive" if low == 0 else f"> {low}",
-                               "integer" if kind is int else "finite number"])
+    words = words or " ".join(
+        [
+            "a",
+            "positive" if low == 0 else f"> {low}",
+            "integer" if kind is int else "finite number",
+        ]
+    )
 
     def parse(text):
-        with contextlib.suppress(ValueError):              # not a `kind` at all: the same line
+        with contextlib.suppress(ValueError):  # not a `kind` at all: the same line
             if low < (value := kind(text)) < math.inf:
                 return value
         raise argparse.ArgumentTypeError(f"must be {words} (got {text})")
-    parse.__name__ = words          # argparse names a type by it in its own messages
+
+    parse.__name__ = words  # argparse names a type by it in its own messages
     return parse
 
 
 POSITIVE, NATURAL = number(int, 0), number(int, -1, words="an integer >= 0")
-RATE = number(float, 0)                            # a positive finite number
+RATE = number(float, 0)  # a positive finite number
 
 
 class Parser(argparse.ArgumentParser):
@@ -557,15 +680,21 @@ def parser(program, description, presets):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
         text = lambda v: " ".join(map(str, v)) if isinstance(v, list) else str(v)  # noqa: E731
         options, first = dict(f.metadata), next(iter(values.values()))
-        shown = ("; ".join(f"{name} {text(v)}" for name, v in values.items())
-                 if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"
-                 else text(first))
+        shown = (
+            "; ".join(f"{name} {text(v)}" for name, v in values.items())
+            if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"
+            else text(first)
+        )
         if first is False:
             options.setdefault("action", "store_true")
         elif isinstance(first, list):
             options.setdefault("nargs", "+")
-        help_text = options.pop("help") + ("" if first is None or first is False else f" [{shown}]")
-        p.add_argument("--" + f.name.replace("_", "-"), default=None, help=help_text, **options)
+        help_text = options.pop("help") + (
+            "" if first is None or first is False else f" [{shown}]"
+        )
+        p.add_argument(
+            "--" + f.name.replace("_", "-"), default=None, help=help_text, **options
+        )
     return p
 
 
@@ -575,7 +704,9 @@ class Distinct(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         if len(set(values)) < len(values):
             raise argparse.ArgumentError(
-                self, f"lists a value twice (got {' '.join(map(str, values))}); give each once")
+                self,
+                f"lists a value twice (got {' '.join(map(str, values))}); give each once",
+            )
         setattr(namespace, self.dest, values)
 
 
@@ -587,10 +718,13 @@ def given(namespace):
 def resolve_device(name):
     """torch.device for --device; asking for CUDA where there is none is a user's mistake."""
     import torch
+
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    require(name != "cuda" or torch.cuda.is_available(),
-            "--device cuda: no CUDA device is available here; use --device cpu (or auto)")
+    require(
+        name != "cuda" or torch.cuda.is_available(),
+        "--device cuda: no CUDA device is available here; use --device cpu (or auto)",
+    )
     return torch.device(name)
 
 
@@ -649,8 +783,10 @@ def run_command(program, body, argv=None):
         body()
         if PENDING:
             name = signal.Signals(PENDING[0]).name
-            print(f"{program}: {name} came as the last job finished; every run finished",
-                  file=sys.stderr)
+            print(
+                f"{program}: {name} came as the last job finished; every run finished",
+                file=sys.stderr,
+            )
     except Unusable as e:
         fail(program, e)
     except Stop as e:
@@ -659,10 +795,19 @@ def run_command(program, body, argv=None):
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
-        go_on = shlex.join(["python", program, *(a for a in argv if a != "--force"),
-                            *["--resume"] * ("--resume" not in argv)])
-        print(f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; the"
-              f" logs and checkpoints so far are kept; go on with: {go_on}", file=sys.stderr)
+        go_on = shlex.join(
+            [
+                "python",
+                program,
+                *(a for a in argv if a != "--force"),
+                *["--resume"] * ("--resume" not in argv),
+            ]
+        )
+        print(
+            f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; the"
+            f" logs and checkpoints so far are kept; go on with: {go_on}",
+            file=sys.stderr,
+        )
         sys.exit(128 + signum)
     finally:
         for s, handler in before.items():

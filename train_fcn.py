@@ -17,6 +17,7 @@ same budget; it writes sweep.json and sweep.csv, and prints the table and the lo
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
 only widths a smaller budget needs beyond are trained anew.
 """
+
 import itertools
 import json
 import math
@@ -36,50 +37,102 @@ from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
 # cores, with the transformer at its floor by then (384,000 fresh sequences per model)
-SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],  # a row's loss: their mean (its spread: val_sd)
-             test_q=[], eval_every=1500)                                # one evaluation, at the end
+SWEEP = dict(
+    steps=1500,
+    batch=256,
+    seed=[0, 1, 2],  # a row's loss: their mean (its spread: val_sd)
+    test_q=[],
+    eval_every=1500,
+)  # one evaluation, at the end
 
 
 @dataclass
 class Args:
-    preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
-                       choices=("paper", "course"))
-    T: list = flag([200], "sequence length(s), trained one after another", type=POSITIVE,
-                   action=Distinct)
+    preset: str = flag(
+        "paper",
+        "the defaults of the flags marked [paper ...; course ...]",
+        choices=("paper", "course"),
+    )
+    T: list = flag(
+        [200],
+        "sequence length(s), trained one after another",
+        type=POSITIVE,
+        action=Distinct,
+    )
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
-    width: list = flag([1024], "hidden widths m, trained one after another", type=POSITIVE,
-                       action=Distinct)
+    width: list = flag(
+        [1024],
+        "hidden widths m, trained one after another",
+        type=POSITIVE,
+        action=Distinct,
+    )
     depth: int = flag(1, "hidden layers", type=POSITIVE)
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
     lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
-    seed: list = flag([0], "seeds (data, init); the validation sets are common", type=NATURAL,
-                      action=Distinct)
-    eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
+    seed: list = flag(
+        [0],
+        "seeds (data, init); the validation sets are common",
+        type=NATURAL,
+        action=Distinct,
+    )
+    eval_every: int = flag(
+        500, "steps between evaluations and log records", type=POSITIVE
+    )
     n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
-    test_q: list = flag([2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE)
-    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
-    out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
+    test_q: list = flag(
+        [2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE
+    )
+    device: str = flag(
+        "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
+    )
+    dtype: str = flag(
+        "float32", "floating-point precision", choices=("float32", "float64")
+    )
+    out: str = flag(
+        "runs/fcn", "parent folder of the run directories (and of sweep.json/csv)"
+    )
     force: bool = flag(False, "replace run directories that already hold a run")
-    resume: bool = flag(False, "go on from each run's checkpoint (same flags otherwise); --sweep:"
-                        " from the numbers of its sweep.json and finished runs, training the rest")
-    sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
-        f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
-        for k, v in SWEEP.items()))
-    sweep_T: list = flag([10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE)
-    sweep_width: list = flag([2 ** k for k in range(4, 13)], "--sweep: FCN widths", type=POSITIVE)
-    sweep_de: list = flag([2 ** k for k in range(2, 8)], "--sweep: transformer d_e", type=POSITIVE)
-    sweep_steps: list = flag(None, "--sweep: budgets (steps) at which the needed widths are read,"
-                             " each on the way to the largest [--steps]", nargs="+", type=POSITIVE)
+    resume: bool = flag(
+        False,
+        "go on from each run's checkpoint (same flags otherwise); --sweep:"
+        " from the numbers of its sweep.json and finished runs, training the rest",
+    )
+    sweep: bool = flag(
+        False,
+        "the width-vs-T sweep of both models; unless given: "
+        + " ".join(
+            f"--{k.replace('_', '-')} "
+            + " ".join(map(str, v if isinstance(v, list) else [v]))
+            for k, v in SWEEP.items()
+        ),
+    )
+    sweep_T: list = flag(
+        [10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE
+    )
+    sweep_width: list = flag(
+        [2**k for k in range(4, 13)], "--sweep: FCN widths", type=POSITIVE
+    )
+    sweep_de: list = flag(
+        [2**k for k in range(2, 8)], "--sweep: transformer d_e", type=POSITIVE
+    )
+    sweep_steps: list = flag(
+        None,
+        "--sweep: budgets (steps) at which the needed widths are read,"
+        " each on the way to the largest [--steps]",
+        nargs="+",
+        type=POSITIVE,
+    )
     # above the floor that random unit PEs leave at the sweep's budget
     eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)", type=RATE)
 
 
-PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=[20], steps=10_000,
-                                            eval_every=100))
+PRESETS = dict(
+    paper=Args(),
+    course=replace(Args(), preset="course", T=[20], steps=10_000, eval_every=100),
+)
 # the FCN's learning rates: at T=20, m=256, 1500 steps Adam 1e-3 was best; SGD diverged at 0.5
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
@@ -109,20 +162,43 @@ def parse_args(argv=None):
     """The flags: the command line's, else SWEEP's under --sweep, else --preset's; rules checked."""
     parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
     given = runlog.given(parser.parse_args(argv))
-    args = replace(PRESETS[given.get("preset", "paper")],
-                   **{**(SWEEP if given.get("sweep") else {}), **given})
+    args = replace(
+        PRESETS[given.get("preset", "paper")],
+        **{**(SWEEP if given.get("sweep") else {}), **given},
+    )
     args.lr = args.lr or FCN_LR[args.optimizer]
-    args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
-    args.sweep_steps = sorted(set(args.sweep_steps or [args.steps]), reverse=True)  # largest first
-    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
+    args.sweep_width, args.sweep_de = (
+        sorted(set(args.sweep_width)),
+        sorted(set(args.sweep_de)),
+    )
+    args.sweep_steps = sorted(
+        set(args.sweep_steps or [args.steps]), reverse=True
+    )  # largest first
+    biggest = torch.finfo(
+        getattr(torch, args.dtype)
+    ).max  # a rate the weights' dtype can hold
     name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
     qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
-    rules = [(q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
-              " smaller q or a longer T") for T in lengths for flag, q in qs] + [
-        (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
-         " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
-        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-        (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")]
+    rules = [
+        (
+            q <= T,
+            f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
+            " smaller q or a longer T",
+        )
+        for T in lengths
+        for flag, q in qs
+    ] + [
+        (
+            not {"steps", "sweep_steps"} <= given.keys(),
+            "--steps and --sweep-steps: give one (a"
+            " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)",
+        ),
+        (
+            not (args.resume and args.force),
+            "--resume and --force exclude each other; pick one",
+        ),
+        (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}"),
+    ]
     runlog.check(rules)
     return args
 
@@ -132,10 +208,14 @@ def check_runs(args):
     sweep's runs: their flags are checked as each is trained)."""
     cut = list(Path(args.out).glob(f"*/{CHECKPOINT}"))
     redo = "" if cut else " (--force: redo it)"
-    runlog.require(not args.sweep or args.force or args.resume
-                   or not (Path(args.out) / "sweep.json").exists(),
-                   f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
-                   f" or give another --out{redo}")
+    runlog.require(
+        not args.sweep
+        or args.force
+        or args.resume
+        or not (Path(args.out) / "sweep.json").exists(),
+        f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
+        f" or give another --out{redo}",
+    )
     grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
     for T, width, seed in itertools.product(*grid, args.seed):
         config = {} if args.sweep else run_config(args, T, width, seed, args.steps)
@@ -145,13 +225,17 @@ def check_runs(args):
 
 
 def run_dir(args, T, width, seed):
-    return Path(args.out) / runlog.run_name(dict(model="fcn", T=T, width=width, depth=args.depth,
-                                                 seed=seed))
+    return Path(args.out) / runlog.run_name(
+        dict(model="fcn", T=T, width=width, depth=args.depth, seed=seed)
+    )
 
 
 def evaluate(model, sets):
     with torch.no_grad():
-        losses = {name: sts.loss(model(x), target).item() for name, (x, target) in sets.items()}
+        losses = {
+            name: sts.loss(model(x), target).item()
+            for name, (x, target) in sets.items()
+        }
     return dict(val=losses.pop("val"), test_q=losses)
 
 
@@ -159,24 +243,48 @@ def run_config(args, T, width, seed, steps):
     """A run's config.json but its device and size: every setting but the sweep's own, and the
     budgets it is read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it
     afresh)."""
-    flags = {k: v for k, v in asdict(args).items()
-             if not k.startswith("sweep") and k not in ("force", "out", "resume")}
+    flags = {
+        k: v
+        for k, v in asdict(args).items()
+        if not k.startswith("sweep") and k not in ("force", "out", "resume")
+    }
     budgets = [b for b in args.sweep_steps if b <= steps]
-    return dict(flags, model="fcn", T=T, width=width, seed=seed, steps=steps, budgets=budgets)
+    return dict(
+        flags, model="fcn", T=T, width=width, seed=seed, steps=steps, budgets=budgets
+    )
 
 
 def build(args, T, width, seed, steps, device):
     """A run's model (initialised from its seed), optimizer, generator and validation sets (common
     to every seed) and its config.json."""
     torch.manual_seed(seed)
-    model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
-    gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
-    sets = {name: sample(gen, fused.words(seed, fused.val_index(T, q), val=True)[0],
-                         args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
+    model = FCN(T * args.d + T, width, args.depth, args.d).to(
+        device, getattr(torch, args.dtype)
+    )
+    gen, subsets = (
+        torch.Generator(device),
+        {"val": args.q, **{str(q): q for q in args.test_q}},
+    )
+    sets = {
+        name: sample(
+            gen,
+            fused.words(seed, fused.val_index(T, q), val=True)[0],
+            args.n_test,
+            T,
+            q,
+            args.d,
+            args.dtype,
+        )
+        for name, q in subsets.items()
+    }
     optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
-        model.parameters(), args.lr)
-    config = dict(run_config(args, T, width, seed, steps), device=str(device),
-                  params=n_params(model))
+        model.parameters(), args.lr
+    )
+    config = dict(
+        run_config(args, T, width, seed, steps),
+        device=str(device),
+        params=n_params(model),
+    )
     return model, optimizer, gen, sets, config
 
 
@@ -200,30 +308,56 @@ def train(args, T, width, seed, device, steps=None):
     job = new_job(args, path, config)
     job.check()
     if job.finished():
-        return print(f"train_fcn.py: {path}: every run finished already; nothing to resume")
+        return print(
+            f"train_fcn.py: {path}: every run finished already; nothing to resume"
+        )
 
     def load(state):
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         loss_sum.copy_(state["loss_sum"])
-    with job, tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
-                   disable=args.sweep, leave=False) as bar:
+
+    with (
+        job,
+        tqdm(
+            total=steps,
+            desc=f"fcn T={T} m={width} seed={seed}",
+            dynamic_ncols=True,
+            disable=args.sweep,
+            leave=False,
+        ) as bar,
+    ):
         job.open(load, NO_FILES)
         bar.update(job.step)
         for t in range(job.step, steps + 1):
-            job.save(t, lambda: dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                     loss_sum=loss_sum))           # the state before step t
+            job.save(
+                t,
+                lambda: dict(
+                    model=model.state_dict(),
+                    optimizer=optimizer.state_dict(),
+                    loss_sum=loss_sum,
+                ),
+            )  # the state before step t
             if t % args.eval_every == 0 or t == steps or t in args.sweep_steps:
                 since = t - job.records[0].get("step", t)
-                job.log(0, dict(step=t, train_loss=loss_sum.item() / since if since else None,
-                                lr=args.lr, time=round(time.time() - job.t0, 3),
-                                **evaluate(model, sets)), args.d / 2 / args.q)
+                job.log(
+                    0,
+                    dict(
+                        step=t,
+                        train_loss=loss_sum.item() / since if since else None,
+                        lr=args.lr,
+                        time=round(time.time() - job.t0, 3),
+                        **evaluate(model, sets),
+                    ),
+                    args.d / 2 / args.q,
+                )
                 bar.set_postfix(val=f"{job.records[0]['val']:.4f}")
                 loss_sum.zero_()
             if t == steps:
                 break
-            x, target = sample(gen, fused.words(seed, t)[0], args.batch, T, args.q, args.d,
-                               args.dtype)
+            x, target = sample(
+                gen, fused.words(seed, t)[0], args.batch, T, args.q, args.d, args.dtype
+            )
             optimizer.zero_grad()
             loss = sts.loss(model(x), target)
             loss.backward()
@@ -239,13 +373,28 @@ def transformer_vals(args, T, d_e, device):
     diverges), every budget of --sweep-steps read on the way to the largest. A run directory of its
     own, transformer-T{T}-de{d_e}, logs a record per budget; its checkpoint (a cell at T = 80 takes
     over an hour on one core) lets --resume go on bit for bit."""
-    dtype, D, R, budgets = getattr(torch, args.dtype), args.d + d_e, len(args.seed), \
-        args.sweep_steps
-    step = fused.FusedStep([(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
-                           torch.zeros(R, dtype=torch.bool, device=device), args.d, d_e, device,
-                           dtype, threads=1)                        # one thread (see main)
-    W, V = (torch.zeros(R, *shape, dtype=dtype, device=device) for shape in ((D, D), (args.d, D)))
-    optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
+    dtype, D, R, budgets = (
+        getattr(torch, args.dtype),
+        args.d + d_e,
+        len(args.seed),
+        args.sweep_steps,
+    )
+    step = fused.FusedStep(
+        [(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)],
+        torch.zeros(R, dtype=torch.bool, device=device),
+        args.d,
+        d_e,
+        device,
+        dtype,
+        threads=1,
+    )  # one thread (see main)
+    W, V = (
+        torch.zeros(R, *shape, dtype=dtype, device=device)
+        for shape in ((D, D), (args.d, D))
+    )
+    optimizer = torch.optim.Adam(
+        [W, V], lr=TF_LR
+    )  # Adam is per entry: the runs stay independent
     path = Path(args.out) / f"transformer-T{T}-de{d_e}"
     job = new_job(args, path, cell_config(args, T, d_e))
     job.check()
@@ -255,7 +404,8 @@ def transformer_vals(args, T, d_e, device):
             W.copy_(state["W"])
             V.copy_(state["V"])
         optimizer.load_state_dict(state["optimizer"])
-    if job.finished():              # a --resume of a sweep whose cell finished: its log
+
+    if job.finished():  # a --resume of a sweep whose cell finished: its log
         return logged_vals(path)
     with job:
         job.open(load, NO_FILES)
@@ -264,10 +414,14 @@ def transformer_vals(args, T, d_e, device):
             _, W.grad, V.grad = step(W, V, (t, args.batch, T, args.q, False))
             optimizer.step()
             if t + 1 in budgets:
-                losses = step.losses(W, V, (fused.val_index(T, args.q), args.n_test, T, args.q,
-                                            True))
-                job.log(0, dict(step=t + 1, vals=losses.double().mean(0).tolist()),
-                        args.d / 2 / args.q)
+                losses = step.losses(
+                    W, V, (fused.val_index(T, args.q), args.n_test, T, args.q, True)
+                )
+                job.log(
+                    0,
+                    dict(step=t + 1, vals=losses.double().mean(0).tolist()),
+                    args.d / 2 / args.q,
+                )
         job.close("finished", max(budgets))
     return logged_vals(path)
 
@@ -280,7 +434,10 @@ def cell_config(args, T, d_e):
 
 def logged_vals(path):
     """A sweep transformer's {budget: each seed's validation loss} from its log (NaN: null)."""
-    return {r["step"]: [math.nan if v is None else v for v in r["vals"]] for r in read_log(path)}
+    return {
+        r["step"]: [math.nan if v is None else v for v in r["vals"]]
+        for r in read_log(path)
+    }
 
 
 def read_log(path):
@@ -291,16 +448,29 @@ def fits(rows, budgets):
     """Each model's least-squares slope of ln(width) against ln(T) at each budget, over the T that
     reached the target; and where the budget has stopped mattering (the T whose width is the same
     at the two largest budgets, each reached) the slope over those."""
+
     def slope(rows):
-        pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
+        pts = [
+            (math.log(r["T"]), math.log(r["width"]))
+            for r in rows
+            if r["width"] is not None
+        ]
         return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
-    at = {(m, b): {r["T"]: r for r in rows if (r["model"], r["steps"]) == (m, b)}
-          for m in MODELS for b in budgets}
+
+    at = {
+        (m, b): {r["T"]: r for r in rows if (r["model"], r["steps"]) == (m, b)}
+        for m in MODELS
+        for b in budgets
+    }
     out = {m: {str(b): slope(at[m, b].values()) for b in budgets} for m in MODELS}
-    if len(budgets) > 1:                                           # budgets: the largest first
+    if len(budgets) > 1:  # budgets: the largest first
         for m in MODELS:
-            same = [r for T, r in at[m, budgets[0]].items() if r["width"] is not None
-                    and at[m, budgets[1]].get(T, {}).get("width") == r["width"]]
+            same = [
+                r
+                for T, r in at[m, budgets[0]].items()
+                if r["width"] is not None
+                and at[m, budgets[1]].get(T, {}).get("width") == r["width"]
+            ]
             out[m]["settled"] = dict(T=[r["T"] for r in same], slope=slope(same))
     return out
 
@@ -311,7 +481,9 @@ def fcn_vals(args, T, width, seed, steps, device):
     try:
         train(args, T, width, seed, device, steps)
     except runlog.Stop as stop:
-        tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
+        tqdm.write(
+            f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr
+        )
         return {}
     log = read_log(run_dir(args, T, width, seed))
     return {r["step"]: r["val"] for r in log if r["step"] in args.sweep_steps}
@@ -324,37 +496,75 @@ def smallest(args, model, T, steps, first, cached, device):
     is <= eps its answer. cached(key, compute) is what a model and size gave at the budget: the
     transformer's seeds side by side (every budget at once), the FCN's one by one until those so
     far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
-    eps, grid = args.eps * args.d / (2 * args.q), args.sweep_width if model == "fcn" \
-        else args.sweep_de
-    row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None, val_sd=None,
-               vals=None, tried=[], tried_seeds=[])
+    eps, grid = (
+        args.eps * args.d / (2 * args.q),
+        args.sweep_width if model == "fcn" else args.sweep_de,
+    )
+    row = dict(
+        model=model,
+        T=T,
+        steps=steps,
+        width=None,
+        params=None,
+        val=None,
+        val_sd=None,
+        vals=None,
+        tried=[],
+        tried_seeds=[],
+    )
     for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
         size, vals = grid[k], []
         if model == "transformer":
-            vals = cached(f"{T} {size}", lambda: transformer_vals(args, T, size, device))
+            vals = cached(
+                f"{T} {size}", lambda: transformer_vals(args, T, size, device)
+            )
         for seed in args.seed if model == "fcn" else []:
-            vals.append(cached(f"fcn {T} {size} {seed}",
-                               lambda: fcn_vals(args, T, size, seed, steps, device)))
+            vals.append(
+                cached(
+                    f"fcn {T} {size} {seed}",
+                    lambda: fcn_vals(args, T, size, seed, steps, device),
+                )
+            )
             if not sum(vals) / len(args.seed) <= eps:
                 break
-        width, params = ((size, n_params(FCN(T * args.d + T, size, args.depth, args.d)))
-                         if model == "fcn" else (args.d + size, (args.d + size) * (2 * args.d
-                                                                                  + size)))
+        width, params = (
+            (size, n_params(FCN(T * args.d + T, size, args.depth, args.d)))
+            if model == "fcn"
+            else (args.d + size, (args.d + size) * (2 * args.d + size))
+        )
         val = float(np.mean(vals))
-        row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
-        row["tried_seeds"].append(len(vals))                         # how many those were
-        if val <= eps:                      # the spread: the seeds' sample standard deviation
+        row["tried"].append([width, round(val, 4)])  # the mean of the seeds trained,
+        row["tried_seeds"].append(len(vals))  # how many those were
+        if val <= eps:  # the spread: the seeds' sample standard deviation
             spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-            return dict(row, width=width, params=params, val=round(val, 4),
-                        val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals]), k
+            return dict(
+                row,
+                width=width,
+                params=params,
+                val=round(val, 4),
+                val_sd=spread and round(spread, 4),
+                vals=[round(v, 4) for v in vals],
+            ), k
     return row, None
 
 
 def sweep_settings(args):
-    return dict(eps_fraction=args.eps, budgets=sorted(args.sweep_steps), batch=args.batch,
-                seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer,
-                fcn_depth=args.depth, tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic",
-                n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
+    return dict(
+        eps_fraction=args.eps,
+        budgets=sorted(args.sweep_steps),
+        batch=args.batch,
+        seeds=args.seed,
+        fcn_lr=args.lr,
+        fcn_optimizer=args.optimizer,
+        fcn_depth=args.depth,
+        tf_lr=TF_LR,
+        tf_optimizer="adam",
+        tf_pe="stochastic",
+        n_test=args.n_test,
+        q=args.q,
+        d=args.d,
+        dtype=args.dtype,
+    )
 
 
 def old_cells(args):
@@ -363,12 +573,18 @@ def old_cells(args):
     path = Path(args.out) / "sweep.json"
     fix = "move it away and --resume again (its cells are read again from its runs)"
     old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
-    differ = [k for k, v in sweep_settings(args).items()
-              if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
-    runlog.require(not differ, f"--resume: {path} was made with other settings"
-                   f" ({', '.join(differ)}); resume with the sweep's own flags, or give another"
-                   " --out")
-    return old.get("cells", {})                # a hand-edited one may end in a traceback
+    differ = [
+        k
+        for k, v in sweep_settings(args).items()
+        if old and k not in ("eps_fraction", "budgets") and old.get(k) != v
+    ]
+    runlog.require(
+        not differ,
+        f"--resume: {path} was made with other settings"
+        f" ({', '.join(differ)}); resume with the sweep's own flags, or give another"
+        " --out",
+    )
+    return old.get("cells", {})  # a hand-edited one may end in a traceback
 
 
 def check_sweep(args):
@@ -378,22 +594,33 @@ def check_sweep(args):
     fcn = itertools.product(args.sweep_T, args.sweep_width, args.seed)
     for T, width, seed in fcn if args.resume else []:
         path = run_dir(args, T, width, seed)
-        lacking = [b for b in args.sweep_steps if str(b) not in cells.get(f"fcn {T} {width} {seed}", {})]
+        lacking = [
+            b
+            for b in args.sweep_steps
+            if str(b) not in cells.get(f"fcn {T} {width} {seed}", {})
+        ]
         if lacking and (path / "config.json").exists():
             trained_at = run_config(args, T, width, seed, lacking[0])
             check_same(path, trained_at)
     for T, d_e in itertools.product(args.sweep_T, args.sweep_de) if args.resume else []:
         path = Path(args.out) / f"transformer-T{T}-de{d_e}"
-        lacking = [b for b in args.sweep_steps if str(b) not in cells.get(f"{T} {d_e}", {})]
+        lacking = [
+            b for b in args.sweep_steps if str(b) not in cells.get(f"{T} {d_e}", {})
+        ]
         if lacking and (path / "config.json").exists():
             check_same(path, cell_config(args, T, d_e))
 
 
 def check_same(path, config):
-    differ = runlog.compared(runlog.read(path / "config.json", fix="give another --out"), config)
-    runlog.require(not differ, f"--resume: {path} was trained with other flags"
-                   f" ({', '.join(differ)}) and the sweep would train it again: resume with the"
-                   " sweep's own flags, or give another --out")
+    differ = runlog.compared(
+        runlog.read(path / "config.json", fix="give another --out"), config
+    )
+    runlog.require(
+        not differ,
+        f"--resume: {path} was trained with other flags"
+        f" ({', '.join(differ)}) and the sweep would train it again: resume with the"
+        " sweep's own flags, or give another --out",
+    )
 
 
 def sweep(args, device):
@@ -407,22 +634,48 @@ def sweep(args, device):
         print(f"--resume: no {path}: starting the sweep afresh", file=sys.stderr)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
 
-    def save(status):                    # after each cell, atomically: an ending keeps the rows
-        runlog.write_json(path, dict(status=status, eps=args.eps * args.d / (2 * args.q),
-                                     **sweep_settings(args), rows=rows,
-                                     loglog_slope=fits(rows, args.sweep_steps), cells=cells))
+    def save(status):  # after each cell, atomically: an ending keeps the rows
+        runlog.write_json(
+            path,
+            dict(
+                status=status,
+                eps=args.eps * args.d / (2 * args.q),
+                **sweep_settings(args),
+                rows=rows,
+                loglog_slope=fits(rows, args.sweep_steps),
+                cells=cells,
+            ),
+        )
 
-    def cached(key, steps, compute):    # absent, compute() ({budget: value}) fills it; kept
-        if str(steps) not in cells.get(key, {}):      # before the next is trained (a kill: none)
-            cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
+    def cached(
+        key, steps, compute
+    ):  # absent, compute() ({budget: value}) fills it; kept
+        if str(steps) not in cells.get(
+            key, {}
+        ):  # before the next is trained (a kill: none)
+            cells[key] = {
+                **cells.get(key, {}),
+                **{str(b): v for b, v in compute().items()},
+            }
             save("running")
-        return cells[key].get(str(steps), math.inf)                   # inf: it gave none
+        return cells[key].get(str(steps), math.inf)  # inf: it gave none
+
     try:
-        save("running")        # its settings, for a --resume after a kill in its first cell
-        for T, steps, model in tqdm(list(itertools.product(args.sweep_T, args.sweep_steps, MODELS)),
-                                    desc="sweep (T, budget, model)", dynamic_ncols=True):
-            row, first[model, steps] = smallest(args, model, T, steps, first[model, steps],
-                                                lambda key, f: cached(key, steps, f), device)
+        save("running")  # its settings, for a --resume after a kill in its first cell
+        for T, steps, model in tqdm(
+            list(itertools.product(args.sweep_T, args.sweep_steps, MODELS)),
+            desc="sweep (T, budget, model)",
+            dynamic_ncols=True,
+        ):
+            row, first[model, steps] = smallest(
+                args,
+                model,
+                T,
+                steps,
+                first[model, steps],
+                lambda key, f: cached(key, steps, f),
+                device,
+            )
             rows.append(row)
             save("running")
     except BaseException as error:
@@ -435,19 +688,31 @@ def sweep(args, device):
 def write_table(args, rows, slopes):
     """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
     fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
-    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"  # as csv writes it
-                   for row in [fields, *([r[k] for k in fields] for r in rows)])
-    runlog.write_bytes(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode())
-    print(f"\nsmallest width with seed-mean val loss <= {args.eps * args.d / (2 * args.q):.4f}"
-          f" ({args.eps} x d/(2q)) after each budget of steps of {args.batch} (seeds"
-          f" {args.seed}); FCN: hidden width m; transformer: D = d + d_e\n" + text)
+    text = "".join(
+        ",".join("" if v is None else str(v) for v in row) + "\n"  # as csv writes it
+        for row in [fields, *([r[k] for k in fields] for r in rows)]
+    )
+    runlog.write_bytes(
+        Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode()
+    )
+    print(
+        f"\nsmallest width with seed-mean val loss <= {args.eps * args.d / (2 * args.q):.4f}"
+        f" ({args.eps} x d/(2q)) after each budget of steps of {args.batch} (seeds"
+        f" {args.seed}); FCN: hidden width m; transformer: D = d + d_e\n" + text
+    )
     shown = lambda s: "fewer than 2 points" if s is None else f"{s:.2f}"  # noqa: E731
     for m, at in slopes.items():
-        print(f"{m}: log-log slope of width against T (over the T that reached eps): " + ", ".join(
-            f"{b} steps {shown(s)}" for b, s in at.items() if b != "settled"))
+        print(
+            f"{m}: log-log slope of width against T (over the T that reached eps): "
+            + ", ".join(
+                f"{b} steps {shown(s)}" for b, s in at.items() if b != "settled"
+            )
+        )
         if "settled" in at:
-            print(f"{m}: the same width at the two largest budgets at T = {at['settled']['T']};"
-                  f" slope over those: {shown(at['settled']['slope'])}")
+            print(
+                f"{m}: the same width at the two largest budgets at T = {at['settled']['T']};"
+                f" slope over those: {shown(at['settled']['slope'])}"
+            )
 
 
 def main(argv=None):
@@ -456,12 +721,15 @@ def main(argv=None):
         check_runs(args)
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
-            check_runs(args)                    # again: another writer may have been first
-            if args.sweep:  # one thread: on 2 shared cores a second cost more than it saved
+            check_runs(args)  # again: another writer may have been first
+            if (
+                args.sweep
+            ):  # one thread: on 2 shared cores a second cost more than it saved
                 torch.set_num_threads(1)
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
                 train(args, T, width, seed, device)
+
     runlog.run_command("train_fcn.py", body, argv=argv)
 
 
