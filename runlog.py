@@ -768,6 +768,17 @@ class Mute:
         self.stream.flush()
 
 
+def interrupted(program, argv, signum):
+    """What a signal's line says: how the command ended, and the command that goes on."""
+    name = signal.Signals(signum).name
+    how = "interrupted" if name == "SIGINT" else f"terminated ({name})"
+    resume = ["--resume"] * ("--resume" not in argv)
+    go_on = shlex.join(
+        ["python", program, *(a for a in argv if a != "--force"), *resume]
+    )
+    return f"{how}; the logs and checkpoints so far are kept; go on with: {go_on}"
+
+
 PENDING = []  # a signal that came while a finishing job closed: the next job will not start
 
 
@@ -794,20 +805,7 @@ def run_command(program, body, argv=None):
         sys.exit(1)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        name = signal.Signals(signum).name
-        go_on = shlex.join(
-            [
-                "python",
-                program,
-                *(a for a in argv if a != "--force"),
-                *["--resume"] * ("--resume" not in argv),
-            ]
-        )
-        print(
-            f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; the"
-            f" logs and checkpoints so far are kept; go on with: {go_on}",
-            file=sys.stderr,
-        )
+        print(f"{program}: {interrupted(program, argv, signum)}", file=sys.stderr)
         sys.exit(128 + signum)
     finally:
         for s, handler in before.items():

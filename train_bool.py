@@ -332,8 +332,14 @@ def fit_curves(Ts, m50, lo, hi):
     power = dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow)
     better = "log" if chi_log < chi_pow else "power"
     delta = abs(chi_log - chi_pow)
-    return {"log": log, "power": power, "dof": len(pts) - 2, "better": better,
-            "delta_chi2": delta, "separated": delta > 6}  # fmt: skip
+    return {
+        "log": log,
+        "power": power,
+        "dof": len(pts) - 2,
+        "better": better,
+        "delta_chi2": delta,
+        "separated": delta > 6,
+    }
 
 
 def parse_args(argv=None):
