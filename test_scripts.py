@@ -1057,3 +1057,48 @@ def test_ctrl_c_with_the_output_through_a_closed_pipe_ends_as_ctrl_c(tmp_path):
         proc.kill()
     assert summary_of(tmp_path / "stochastic-de8-seed0")["status"] == "interrupted"
     assert torch.load(next(tmp_path.glob("checkpoint-*.pt")), weights_only=False)["step"] > 0
+
+
+KILLED = {  # each script's job for a SIGKILL: its command, a file to wait for before the kill
+    "train_tf": (["train_tf.py", "--figure-set", *TINY, "--steps", "200", "--eval-every",
+                  "20", "--checkpoint-every", "0.05"], "sgd/stochastic-de8-seed0/log.jsonl"),
+    "sweep": (["train_fcn.py", *SWEEP_TINY, "--sweep-width", "8", "16"], "fcn-T6-m8-depth1-seed0"),
+    "train_bool": (["train_bool.py", *BOOL_TINY, "--T", "8", "16"], "log.jsonl"),
+}
+
+
+def timeless(out):
+    """Every file below out, log records and JSON without their wall-clock fields, arrays as bytes."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in ("time", "seconds")}
+        return [strip(v) for v in x] if isinstance(x, list) else x
+    files = {}
+    for p in sorted(q for q in out.rglob("*") if q.is_file() and q.name != ".lock"):
+        if p.suffix == ".npz":
+            with np.load(p) as z:
+                files[p.relative_to(out)] = {k: z[k].tobytes() for k in z.files}
+        elif p.suffix in (".json", ".jsonl"):
+            files[p.relative_to(out)] = [strip(json.loads(line))
+                                         for line in p.read_text().splitlines() if line.strip()]
+        else:
+            files[p.relative_to(out)] = p.read_bytes()
+    return files
+
+
+@pytest.mark.slow   # three scripts started as processes: run by `python test_sts.py --all` (CI)
+@pytest.mark.parametrize("script", KILLED)
+def test_a_sigkill_and_a_resume_end_as_a_job_never_killed(tmp_path, script):
+    command, sign = KILLED[script]
+    run = lambda out, *more: subprocess.run(  # noqa: E731
+        [sys.executable, *command, "--out", str(out), *more], cwd=HERE, capture_output=True)
+    assert run(tmp_path / "whole").returncode == 0
+    proc = subprocess.Popen([sys.executable, *command, "--out", str(tmp_path / "cut")], cwd=HERE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (tmp_path / "cut" / sign).exists() and time.time() < deadline:
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    assert run(tmp_path / "cut", "--resume").returncode == 0
+    assert timeless(tmp_path / "cut") == timeless(tmp_path / "whole")
