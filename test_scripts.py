@@ -1080,9 +1080,11 @@ def timeless(out):
         if p.suffix == ".npz":
             with np.load(p) as z:
                 files[p.relative_to(out)] = {k: z[k].tobytes() for k in z.files}
-        elif p.suffix in (".json", ".jsonl"):
+        elif p.suffix == ".jsonl":
             files[p.relative_to(out)] = [strip(json.loads(line))
-                                         for line in p.read_text().splitlines() if line.strip()]
+                                         for line in p.read_text().splitlines()]
+        elif p.suffix == ".json":
+            files[p.relative_to(out)] = strip(json.loads(p.read_text()))
         else:
             files[p.relative_to(out)] = p.read_bytes()
     return files
