@@ -2,12 +2,14 @@
 
 A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
-terminated or failed; its step; its last record and final numbers) and the script's arrays (.npz).
-A Job is the runs one process trains together: one lock on --out, one checkpoint file holding the
-whole job (each run's config and log as checkpointed, the trainer's state), renamed into place.
-Exit status (run_command): 0 finished, 1 a run diverged, 2 a user's mistake (one line naming the
-flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, each with the
-command that goes on. Rare faults (a full disk, out of memory, a hand-edited file) end in Python's
+terminated or failed; its step; its last record and final numbers) and the script's arrays (.npz):
+OWN names them all. A script deletes only those (and its checkpoint and temporaries), only with
+--force, and refuses a fresh run in a folder holding anything else. A Job is the runs one process
+trains together: one lock on --out, one checkpoint file holding the whole job (each run's config
+and log as checkpointed, the trainer's state), renamed into place. Exit status (run_command): 0
+finished (a signal that came as the last job finished too), 1 a run diverged, 2 a user's mistake
+(one line naming the flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129
+SIGHUP, each with the command that goes on. Rare faults (a full disk, out of memory, a hand-edited file) end in Python's
 traceback, and lose nothing: files are written whole or not at all, the last checkpoint is intact.
 It knows nothing of the models; it imports torch only for a checkpoint or a device.
 """
