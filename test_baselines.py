@@ -647,6 +647,11 @@ def test_a_cut_sweep_resumed_with_budgets_its_runs_lack_is_refused_and_changes_n
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and "with other flags (steps" in err, err
     assert "--force" not in err and files_of(out) == before
+    with pytest.raises(SystemExit) as done:          # another --seed: it advised --force, which
+        train_fcn.main(CELL + budget + ["--seed", "0", "--out", str(out), "--resume"])
+    err = capsys.readouterr().err                    # deletes the cut cell's checkpoint
+    assert done.value.code == 2 and "(seeds)" in err and "--force" not in err, err
+    assert files_of(out) == before
     train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out), "--resume"])
     assert json.loads((out / "sweep.json").read_text())["status"] == "finished"
 
