@@ -559,7 +559,8 @@ def load_finished(paths, shared):
         raise Skip(f"--evaluate: {e if isinstance(e, Skip) else repr(e)}") from None
     groups = defaultdict(list)
     for run in runs:
-        ok = run["config"]["model"] == "transformer" and run["summary"]
+        is_transformer = run["config"]["model"] == "transformer"
+        ok = is_transformer and run["summary"].get("status") == "finished"
         require(
             ok,
             f"--evaluate: {run['path']} is not a finished train_tf.py run; name"
@@ -588,7 +589,7 @@ def rescore(paths, shared, score, n):
         for group in groups.values():
             for run, (final, arrays) in zip(group, score(group)):
                 written.append((run["path"], dict(run["summary"], **final), arrays))
-        with runlog.Job():  # signals wait for every run's two files
+        with runlog.held():  # signals wait for every run's two files
             for path, summary, arrays in written:
                 runlog.write_npz(path / "final_losses.npz", arrays)
                 runlog.write_json(path / "summary.json", summary)

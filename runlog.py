@@ -2,15 +2,18 @@
 
 A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
 evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
-terminated or failed; its step; its last record and final numbers) and the script's arrays (.npz).
-A Job is the runs one process trains together: one lock on --out, one checkpoint file holding the
-whole job (each run's config and log as checkpointed, the trainer's state), renamed into place.
-Exit status (run_command): 0 finished, 1 a run diverged, 2 a user's mistake (one line naming the
-flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, each with the
-command that goes on. Rare faults (a full disk, out of memory, a hand-edited file) end in Python's
+terminated or failed; its step; its last record and final numbers) and the script's arrays (.npz):
+OWN names them all. A script deletes only those (and its checkpoint and temporaries), only with
+--force, and refuses a fresh run in a folder holding anything else. A Job is the runs one process
+trains together: one lock on --out, one checkpoint file holding the whole job (each run's config
+and log as checkpointed, the trainer's state), renamed into place. Exit status (run_command): 0
+finished (a signal that came as the last job finished too), 1 a run diverged, 2 a user's mistake
+(one line naming the flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129
+SIGHUP, each with the command that goes on. Rare faults (a full disk, out of memory, a hand-edited file) end in Python's
 traceback, and lose nothing: files are written whole or not at all, the last checkpoint is intact.
 It knows nothing of the models; it imports torch only for a checkpoint or a device.
 """
+
 import argparse
 import contextlib
 import dataclasses
@@ -26,9 +29,28 @@ import threading
 import time
 from pathlib import Path
 
-DIVERGED = 100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
-GROUPS = ("test_T", "test_q")  # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C; a scheduler; a closed terminal
+OWN = (
+    "config.json",
+    "log.jsonl",
+    "summary.json",
+    "weights_init.npz",
+    "weights_final.npz",
+    "final_losses.npz",
+    "critical.json",
+    "critical.csv",
+)  # the files a run directory holds
+DIVERGED = (
+    100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
+)
+GROUPS = (
+    "test_T",
+    "test_q",
+)  # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
+SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+)  # Ctrl-C; a scheduler; a closed terminal
 
 
 class Stop(Exception):
@@ -62,8 +84,11 @@ def check(rules):
 def ended_by(error):
     """How a run ended, for its summary, from the exception that ended it."""
     if isinstance(error, KeyboardInterrupt):
-        return "terminated" if getattr(error, "signum", signal.SIGINT) != signal.SIGINT \
+        return (
+            "terminated"
+            if getattr(error, "signum", signal.SIGINT) != signal.SIGINT
             else "interrupted"
+        )
     return "diverged" if isinstance(error, Stop) else "failed"
 
 
@@ -78,7 +103,9 @@ def strict(value):
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills a temporary file of a name of its own
     (two writers never share one), renamed onto path; on any error it is removed."""
-    tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = Path(path).with_name(
+        f".{Path(path).name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )
     try:
         with open(tmp, "wb") as handle:
             write(handle)
@@ -112,8 +139,10 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
 
 def flat(record):
     """A record with its sets flat: {"test_T": {"250": x}, "test_q": {"2": x}} as {"T=250": x}."""
-    return dict({k: x for k, x in record.items() if k not in GROUPS},
-                **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()})
+    return dict(
+        {k: x for k, x in record.items() if k not in GROUPS},
+        **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()},
+    )
 
 
 def nest(losses):
@@ -128,8 +157,11 @@ def nest(losses):
 def run_name(config):
     """A run directory's name, from its config.json: where train_tf.py or train_fcn.py writes it."""
     c, L = config, f"-L{config['positions']}" if config.get("positions") else ""
-    return (f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
-            if c["model"] == "fcn" else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}")
+    return (
+        f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
+        if c["model"] == "fcn"
+        else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
+    )
 
 
 def run_state(path):
@@ -146,15 +178,26 @@ def finished(path):
     return run_state(path).split(" at step")[0] == "finished"
 
 
-def check_free(path, force, resume=False, can_resume=False):
-    """A directory holding a run is refused unless --force, or --resume where its job has a
-    checkpoint or it finished (can_resume); --resume starts an empty one afresh."""
-    held = (log := Path(path) / "log.jsonl").exists() and log.stat().st_size > 0  # empty: none
-    require(not (resume and held) or can_resume, f"--resume: {path} has no checkpoint to go on"
-            f" from (it is {run_state(path)}); rerun it with --force")
-    require(force or resume or not held, f"--out: {path} holds a run {run_state(path)}; pass"
-            f" --force to redo it{', --resume to go on from its checkpoint' if can_resume else ''},"
-            " or another --out")
+def regular(path):
+    """Whether path is a regular file (a FIFO's read would hang; a folder's would fail)."""
+    return stat.S_ISREG(Path(path).stat().st_mode)
+
+
+def own(name, checkpoint):
+    """Whether a file of a run directory is one the scripts write: OWN, the job's checkpoint, the
+    lock, or a temporary of one of them (.NAME.PID.TID.tmp, left by a kill)."""
+    ours = (*OWN, checkpoint, ".lock")
+    return name in ours or any(
+        name.startswith(f".{n}.") and name.endswith(".tmp") for n in ours
+    )
+
+
+def check_folder(out):
+    """--out names a folder, or a path whose nearest existing part is a folder."""
+    for part in [Path(out), *Path(out).parents]:
+        if part.exists():
+            require(part.is_dir(), f"--out: {part} is a file; name a folder")
+            return
 
 
 @contextlib.contextmanager
@@ -163,23 +206,60 @@ def lock(*outs):
     runs, removed as it ends (the kernel drops it when the process dies, SIGKILL too). A folder held
     by another process is a user's mistake, and nothing is written."""
     import fcntl
+
     with contextlib.ExitStack() as held:
         for out in dict.fromkeys(os.path.realpath(out) for out in outs):
             path = Path(out) / ".lock"
-            require(not path.parent.exists() or path.parent.is_dir(), f"--out: {out} is a file;"
-                    " name a folder")
+            check_folder(out)
             path.parent.mkdir(parents=True, exist_ok=True)
             while True:
                 handle = held.enter_context(open(path, "a"))
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    raise Unusable(f"--out: another process is writing {out} (it holds "
-                                   f"{path}); wait for it to end, or give another --out") from None
-                if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
-                    break               # else its holder removed it as we opened it: anew
-            held.callback(path.unlink, missing_ok=True)   # removed while still held
+                    raise Unusable(
+                        f"--out: another process is writing {out} (it holds "
+                        f"{path}); wait for it to end, or give another --out"
+                    ) from None
+                if (
+                    path.exists()
+                    and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+                ):
+                    break  # else its holder removed it as we opened it: anew
+            held.callback(path.unlink, missing_ok=True)  # removed while still held
         yield
+
+
+@contextlib.contextmanager
+def held():
+    """Signals wait while the block writes; the first is raised as it ends (a transaction)."""
+    caught = []
+    before = {
+        s: signal.signal(s, lambda signum, frame: caught.append(signum))
+        for s in SIGNALS
+    }
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    if caught:
+        raise Interrupted(caught[0])
+
+
+def write(path, contents):
+    """A run's file by its kind: arrays (.npz), JSON (.json) or text."""
+    if path.suffix == ".npz":
+        return write_npz(path, contents)
+    if path.suffix == ".json":
+        return write_json(path, contents)
+    return write_bytes(path, contents.encode())
+
+
+def compared(old, new):
+    """The settings in which two configs differ (those that may change on a resume left out)."""
+    free = ("checkpoint_every", "threads", "evaluate")
+    return [k for k in new if k not in free and old.get(k) != new[k]]
 
 
 # ------------------------------------------------------------------------------------------ a job
@@ -190,83 +270,116 @@ def job_file(out, family, dirs):
 
 
 class Job:
-    """The runs one process trains together, as one unit: their directories, one checkpoint.
+    """The runs one process trains together, as one unit: their directories, one checkpoint. Every
+    script reaches its runs through the same calls, in this order:
 
-        job = Job(dirs, configs, job_file(out, family, dirs), resume)
-        with job:                         # signals are noted, not raised, until job.open() returns
-            job.open(model.load_state_dict)   # fresh directories, or the checkpoint's state loaded
-            ... job.log(r, record, start_loss) ... job.save(step, model.state_dict) ...
-            job.close("finished", finals)
-    A signal is acted on at the next save(), after the checkpoint is written (a second one at once);
-    at any ending each run still running gets its summary.json, then `files(r)` its last arrays."""
+        job = Job(dirs, configs, file, resume, force, every)
+        job.check()                       # at the door: refused in one line, nothing written
+        if job.finished(): ...            # --resume of runs that all finished: nothing to do
+        with job:
+            job.open(load, ending)        # the checkpoint read into load(), or fresh directories
+            ... job.save(step, state) ... job.log(r, record, start_loss) ...
+            job.close("finished", step, finals)
+    Signals wait while the job writes its files (open, close) and are acted on at the next save(),
+    once the checkpoint is written (a second one at once); reading the checkpoint, they act at
+    once. ending(r, status) gives run r's (numbers, {file name: contents}) at any ending; close
+    adds finals[r]'s to them and writes them as one transaction (see close)."""
 
-    def __init__(self, dirs=(), configs=(), file="checkpoint.pt", resume=False, every=300.0,
-                 files=None):        # Job(): no runs, its signals held (a transaction)
-        self.dirs, self.configs, self.file = list(map(Path, dirs)), configs, Path(file)
+    def __init__(self, dirs, configs, file, resume=False, force=False, every=300.0):
+        self.dirs = [Path(path) for path in dirs]
+        self.configs = json.loads(json.dumps(configs))  # as config.json holds them
+        self.file = Path(file)
         self.resume = resume
-        self.every, self.files = every, files or (lambda r: {})
-        self.status, self.records = ["running"] * len(dirs), [{} for _ in dirs]
-        self.step, self.caught, self.hold, self.logs, self.saved = 0, None, True, [], None
-        self.closed = False
-
-    def __enter__(self):
-        self.before = {s: signal.signal(s, self.note) for s in SIGNALS}
-        self.t0 = time.time()
-        return self
-
-    def note(self, signum, frame):
-        if not self.caught:
-            self.caught = signum
-        elif not self.hold:
-            raise Interrupted(signum)
-
-    def open(self, load, afresh=False):
-        """Fresh run directories with their config.json; or with --resume load(the trainer's state
-        in the checkpoint), before anything is written, then each log as it was checkpointed and
-        config.json from the flags (afresh: a fresh start, whatever the checkpoint). Whether it
-        resumed."""
-        for tmp in self.file.parent.glob(f".{self.file.name}.*.tmp"):
-            tmp.unlink()                            # a killed writer's: the lock says it is gone
-        resumed = self.resume and not afresh and self.file.exists()
-        logs = [b""] * len(self.dirs)
-        if resumed:
-            import torch
-            saved = torch.load(self.file, weights_only=False)
-            require(saved["dirs"] == self.names(), f"--resume: {self.file} holds the runs "
-                    f"{', '.join(saved['dirs'])}; resume with the flags that train them")
-            for old, new in zip(saved["configs"], json.loads(json.dumps(self.configs))):
-                changed = [k for k in new if k not in ("checkpoint_every", "threads", "evaluate")
-                           and old.get(k) != new[k]]
-                require(not changed, f"--resume: the flags differ from the checkpoint's in "
-                        f"{', '.join(changed)}; resume with the run's own flags")
-            load(saved["state"])
-            self.status, self.records, self.step = saved["status"], saved["records"], saved["step"]
-            self.t0, self.saved, logs = self.t0 - saved["seconds"], time.time(), saved["logs"]
-        else:
-            self.file.unlink(missing_ok=True)       # an old job's state must not resume
-            for path in self.dirs:
-                path.mkdir(parents=True, exist_ok=True)
-                for old in path.iterdir():          # --force: nothing of the old run stays
-                    if old.is_file() and old.name != ".lock":
-                        old.unlink()
-        for path, config, log in zip(self.dirs, self.configs, logs):
-            write_json(path / "config.json", config)
-            write_bytes(path / "log.jsonl", log)
-        self.logs = [open(path / "log.jsonl", "a") for path in self.dirs]
+        self.force = force
+        self.every = every
+        self.status = ["running"] * len(self.dirs)
+        self.records = [{} for _ in self.dirs]
+        self.logs = [b""] * len(self.dirs)
+        self.step = 0
+        self.caught = None
         self.hold = False
-        return resumed
+        self.opened = False
+        self.closed = False
+        self.saved = None
 
-    def check(self, force):
-        """At the door: each run directory is free, or --resume can go on with it (its job's
-        checkpoint, or it finished); another job's checkpoint of the family is named, never lost."""
+    def check(self):
+        """At the door: a fresh run's directory holds no run (unless --force) and nothing the
+        scripts did not write; a --resume has its checkpoint, or its runs finished with these
+        flags; another job's checkpoint is named, never lost; no file of ours is a FIFO."""
+        require(
+            not self.file.exists() or regular(self.file),
+            f"{self.file}: not a regular file"
+            " (a FIFO?); move it away, or give another --out",
+        )
+        if self.resume and not self.file.exists() and not self.finished():
+            self.check_others()
+        for path, config in zip(self.dirs, self.configs):
+            self.check_dir(path, config)
+
+    def check_others(self):
+        """A --resume whose checkpoint is missing, beside another job's of the same family."""
+        import torch
+
         family = self.file.name.rsplit("-", 1)[0] + "-*.pt"
-        for held in [] if self.file.exists() or not self.resume else self.file.parent.glob(family):
-            import torch
-            require(False, f"--resume: {held} holds the checkpoint of other runs ("
-                    f"{', '.join(torch.load(held, weights_only=False)['dirs'])}); resume with the"
-                    " flags that train them, or give another --out")
-        for path in self.dirs:
-            check_free(path, force, self.resume, self.file.exists() or finished(path))
+        for other in self.file.parent.glob(family):
+            runs = "?"
+            if regular(other):
+                runs = ", ".join(torch.load(other, weights_only=False).get("dirs", "?"))
+            raise Unusable(
+                f"--resume: {other} holds the checkpoint of other runs ({runs});"
+                " resume with the flags that train them, or give another --out"
+            )
+
+    def check_dir(self, path, config):
+        """One run directory, at the door (see check)."""
+        names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+        for name in filter(lambda name: name in OWN, names):
+            require(
+                regular(path / name),
+                f"{path / name}: not a regular file (a FIFO?); move"
+                " it away, or give another --out",
+            )
+        foreign = [name for name in names if not own(name, self.file.name)]
+        require(
+            self.resume or not foreign,
+            f"--out: {path} holds files a run does not write"
+            f" ({', '.join(foreign[:3])}); give a new or empty folder",
+        )
+        held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
+        if self.resume and held and not self.file.exists():
+            self.check_finished(path, config)
+        go_on = (
+            "pass --resume to go on from its checkpoint"
+            if self.file.exists()
+            else "pass --force to redo it"
+        )
+        require(
+            self.force or self.resume or not held,
+            f"--out: {path} holds a run"
+            f" {run_state(path)}; {go_on}, or give another --out",
+        )
+
+    def check_finished(self, path, config):
+        """A --resume without a checkpoint, of a run that logged: it finished with these flags,
+        as the job's other runs did; or its log was copied in (no config.json beside it)."""
+        if not finished(path):
+            require(
+                not (path / "config.json").exists(),
+                f"--resume: {path} has no checkpoint to"
+                f" go on from (it is {run_state(path)}); rerun it with --force",
+            )
+            return
+        differ = compared(read(path / "config.json", fix="give another --out"), config)
+        require(
+            not differ,
+            f"--resume: {path} finished with other flags ({', '.join(differ)});"
+            " give its own flags, or another --out",
+        )
+        require(
+            self.finished(),
+            f"--resume: {path} finished, but not the other runs of its job;"
+            " train those alone, or give another --out",
+        )
 
     def finished(self):
         """--resume of a job every run of which finished: nothing to do."""
@@ -276,17 +389,107 @@ class Job:
         """The runs' folders, relative to the checkpoint's: what a checkpoint holds."""
         return [os.path.relpath(path, self.file.parent) for path in self.dirs]
 
+    def __enter__(self):
+        if PENDING:  # a signal as the last job finished: this one waits
+            raise Interrupted(PENDING.pop())
+        self.before = {s: signal.signal(s, self.note) for s in SIGNALS}
+        self.t0 = time.time()
+        return self
+
+    def note(self, signum, frame):
+        """A signal: at once while the job reads or after a first; else noted, for save()."""
+        if not self.hold and (self.caught or not self.opened):
+            raise Interrupted(signum)
+        self.caught = self.caught or signum
+
+    def open(self, load, ending):
+        """With --resume, load(the trainer's state in the checkpoint); then, signals held, each
+        log as checkpointed and config.json from the flags. A fresh job removes the files the
+        scripts write (--force: an old run's) and their temporaries, never another file; a
+        --resume with no checkpoint keeps each log (a log copied in is replayed). Whether it
+        resumed."""
+        resumed = self.resume and self.file.exists()
+        if resumed:
+            self.restore(load)
+        elif self.resume:
+            self.logs = [self.kept(path) for path in self.dirs]
+            print(
+                f"--resume: no checkpoint {self.file}: starting afresh"
+                + " from the records of its log" * any(self.logs),
+                file=sys.stderr,
+            )
+        self.hold = True
+        self.ending = ending
+        for path in self.dirs:
+            path.mkdir(parents=True, exist_ok=True)
+            self.remove(path, [] if self.resume else OWN)
+        self.remove(
+            self.file.parent, [] if resumed else [self.file.name]
+        )  # an old job's state
+        for path, config, log in zip(self.dirs, self.configs, self.logs):
+            write_json(path / "config.json", config)
+            write_bytes(path / "log.jsonl", log)
+        self.hold = False
+        self.opened = True
+        return resumed
+
+    def restore(self, load):
+        """The checkpoint's job, if it holds these runs with these flags, loaded."""
+        import torch
+
+        saved = torch.load(self.file, weights_only=False)
+        require(
+            "dirs" in saved,
+            f"--resume: {self.file} predates this format of checkpoint;"
+            " rerun with --force, or give another --out",
+        )
+        require(
+            saved["dirs"] == self.names(),
+            f"--resume: {self.file} holds the runs "
+            f"{', '.join(saved['dirs'])}; resume with the flags that train them",
+        )
+        for old, new in zip(saved["configs"], self.configs):
+            differ = compared(old, new)
+            require(
+                not differ,
+                f"--resume: the flags differ from the checkpoint's in "
+                f"{', '.join(differ)}; resume with the run's own flags",
+            )
+        load(saved["state"])
+        self.status = saved["status"]
+        self.records = saved["records"]
+        self.step = saved["step"]
+        self.logs = saved["logs"]
+        self.t0 -= saved["seconds"]
+        self.saved = time.time()
+
+    @staticmethod
+    def kept(path):
+        """A run's log as it is, its last line cut by a kill left out; none: empty."""
+        log = path / "log.jsonl"
+        data = log.read_bytes() if log.exists() else b""
+        return data[: data.rfind(b"\n") + 1]
+
+    def remove(self, path, names):
+        """The files `names` of path (a fresh job's), and every temporary of the scripts' files."""
+        for old in path.iterdir():
+            temporary = old.name.startswith(".") and old.name.endswith(".tmp")
+            if (old.name in names or temporary) and own(old.name, self.file.name):
+                old.unlink()
+
     def log(self, r, record, start_loss):
-        """Append run r's record to its log, flushed (a kill keeps it); a run whose losses (val,
+        """Append run r's record to its log (a kill keeps it); a run whose losses (val,
         train_loss) diverge stops alone: its summary says so."""
         self.records[r] = record
-        self.logs[r].write(json.dumps(strict(record)) + "\n")
-        self.logs[r].flush()
+        line = (json.dumps(strict(record)) + "\n").encode()
+        self.logs[r] += line
+        with open(self.dirs[r] / "log.jsonl", "ab") as log:
+            log.write(line)
         if why := divergence([record.get("val"), record.get("train_loss")], start_loss):
             self.status[r] = "diverged"
             at = f"loss at step {record['step']}"
             print(f"run {self.dirs[r]}: {why.replace('loss', at, 1)}", file=sys.stderr)
-            self.summary(r, "diverged", record["step"])
+            self.summary(r, "diverged", record["step"], {})
         require("running" in self.status, "every run diverged; lower --lr", Stop)
 
     def save(self, step, state, force=False):
@@ -297,61 +500,97 @@ class Job:
         if not (force or self.caught or due):
             return
         import torch
-        logs = [(path / "log.jsonl").read_bytes() for path in self.dirs]
-        write_atomic(self.file, lambda handle: torch.save(dict(
-            step=step, seconds=time.time() - self.t0, dirs=self.names(),
-            configs=self.configs, status=self.status, records=self.records, logs=logs,
-            state=state()), handle))
+
+        job = dict(
+            step=step,
+            seconds=time.time() - self.t0,
+            dirs=self.names(),
+            configs=self.configs,
+            status=self.status,
+            records=self.records,
+            logs=self.logs,
+            state=state(),
+        )
+        write_atomic(self.file, lambda handle: torch.save(job, handle))
         self.saved = time.time()
         if self.caught:
             raise Interrupted(self.caught)
 
-    def summary(self, r, status, step, final=None):
-        write_json(self.dirs[r] / "summary.json", dict(
-            self.records[r], **(final or {}), step=self.records[r].get("step"), status=status,
-            stopped_at=step, seconds=round(time.time() - self.t0, 1)))
+    def summary(self, r, status, step, numbers):
+        """Run r's summary.json: how it ended, its last evaluation (a record with a step) and
+        `numbers`."""
+        last = self.records[r] if "step" in self.records[r] else {}
+        write_json(
+            self.dirs[r] / "summary.json",
+            dict(
+                last,
+                **numbers,
+                step=last.get("step"),
+                status=status,
+                stopped_at=step,
+                seconds=round(time.time() - self.t0, 1),
+            ),
+        )
 
-    def close(self, status, step, finals=None, keep=True):
-        """Each run still running ends with `status` at `step`: its arrays (finals' arrays, then
-        files(r)), its summary (finals' numbers) and its closing line. A signal that came in the
-        final evaluation ends the job as interrupted: its checkpoint goes on."""
+    def close(self, status, step, finals=None):
+        """Each run ends: ending(r, status)'s files and finals[r]'s, and (a run still running)
+        its summary with their numbers, then its closing line. Its old summary and files go
+        first; a summary of how it stopped is written before the files, a "finished" one after
+        them: "finished" stands only beside the files of that same step. A
+        signal that came in the final evaluation ends the job as interrupted: its checkpoint
+        goes on; one that comes while a finishing job closes waits for the next job."""
         if self.caught and status == "finished":
             raise Interrupted(self.caught)
-        self.hold, self.closed = True, True
-        for log in self.logs:
-            log.close()
+        self.hold = True
+        self.closed = True
         for r, path in enumerate(self.dirs):
-            final, arrays = finals[r] if finals else ({}, {})
-            self.records[r] = self.records[r] if keep else {}   # keep: the last record summarized
-            if arrays:
-                write_npz(path / "final_losses.npz", arrays)
-            if self.status[r] == "running":
-                self.summary(r, status, step, final)
-                self.records[r].update(final)
-            for name, arrays in self.files(r).items():
-                write_npz(path / name, arrays)
-            print(closing_line(path, self.status[r] if self.status[r] != "running" else status,
-                               step if self.status[r] == "running" else self.records[r].get("step"),
-                               self.records[r]))
-        if status == "finished" and self.file:
-            self.file.unlink(missing_ok=True)       # nothing left to resume
+            numbers, files = self.ending(r, status)
+            more_numbers, more_files = finals[r] if finals else ({}, {})
+            numbers = dict(numbers, **more_numbers)
+            files = dict(files, **more_files)
+            running = self.status[r] == "running"
+            for name in ["summary.json"] * running + list(files):
+                (path / name).unlink(missing_ok=True)  # none stale beside a new summary
+            if running and status != "finished":  # how it stopped, before all else
+                self.summary(r, status, step, numbers)
+            for name, contents in files.items():
+                write(path / name, contents)
+            if running and status == "finished":  # only beside its step's files
+                self.summary(r, status, step, numbers)
+            if running:
+                self.records[r] = dict(self.records[r], **numbers)
+            ended = status if running else self.status[r]
+            print(
+                closing_line(
+                    path,
+                    ended,
+                    step if running else self.records[r].get("step"),
+                    self.records[r],
+                )
+            )
+        if status == "finished":
+            self.file.unlink(missing_ok=True)  # nothing left to resume
 
     def __exit__(self, kind, error, trace):
         try:
-            if not self.closed and self.logs:
+            if self.opened and not self.closed:
                 self.close(ended_by(error), self.step)
         finally:
             for s, handler in self.before.items():
                 signal.signal(s, handler)
         if self.caught and kind is None:
-            raise Interrupted(self.caught)
+            PENDING.append(self.caught)  # the job finished: the next one will not start
         diverged = self.status.count("diverged")
-        require(not diverged or kind is not None, f"{diverged} of {len(self.dirs)} runs diverged"
-                " (see their summary.json)", Stop)
+        require(
+            not diverged or kind is not None,
+            f"{diverged} of {len(self.dirs)} runs diverged (see their summary.json)",
+            Stop,
+        )
 
 
 def write_npz(path, arrays):
     import numpy as np
+
     write_atomic(path, lambda handle: np.savez(handle, **arrays))
 
 
@@ -372,13 +611,21 @@ def closing_line(path, status, step, rec):
     text = f"{path}: {status}" + ("" if step is None else f" at step {step}")
     if "final" in rec:
         se, n = dict(sets(rec["final_se"])), rec["n_final"]
-        return (text + f"; final loss on {n} sequences per set (± its standard error): "
-                + ", ".join(f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])))
+        return (
+            text
+            + f"; final loss on {n} sequences per set (± its standard error): "
+            + ", ".join(
+                f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])
+            )
+        )
     if "step" not in rec:
         return text + ("; no evaluation was made" if step is not None else "")
-    return (text + f"; last evaluated at step {rec['step']}: "
-            + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec) if x is not None)
-            + (f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""))
+    return (
+        text
+        + f"; last evaluated at step {rec['step']}: "
+        + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec) if x is not None)
+        + (f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else "")
+    )
 
 
 # ------------------------------------------------------------------------------------------ flags
@@ -392,20 +639,26 @@ def flag(default, help, **options):
 
 def number(kind, low, words=None):
     """An argparse type=: a finite `kind` above low, e.g. number(int, 0) a positive integer."""
-    words = words or " ".join(["a", "positive" if low == 0 else f"> {low}",
-                               "integer" if kind is int else "finite number"])
+    words = words or " ".join(
+        [
+            "a",
+            "positive" if low == 0 else f"> {low}",
+            "integer" if kind is int else "finite number",
+        ]
+    )
 
     def parse(text):
-        with contextlib.suppress(ValueError):              # not a `kind` at all: the same line
+        with contextlib.suppress(ValueError):  # not a `kind` at all: the same line
             if low < (value := kind(text)) < math.inf:
                 return value
         raise argparse.ArgumentTypeError(f"must be {words} (got {text})")
-    parse.__name__ = words          # argparse names a type by it in its own messages
+
+    parse.__name__ = words  # argparse names a type by it in its own messages
     return parse
 
 
 POSITIVE, NATURAL = number(int, 0), number(int, -1, words="an integer >= 0")
-RATE = number(float, 0)                            # a positive finite number
+RATE = number(float, 0)  # a positive finite number
 
 
 class Parser(argparse.ArgumentParser):
@@ -419,24 +672,37 @@ class Parser(argparse.ArgumentParser):
         fail(self.prog, message)
 
 
+def shown_default(value):
+    """A default as --help shows it: a list spaced, a float to 4 digits (1/3: 0.3333)."""
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    if isinstance(value, float):
+        return str(round(value, 4))
+    return str(value)
+
+
 def parser(program, description, presets):
     """A Parser for a script's dataclass. presets: {name: an instance} (the first the default);
     --help shows each preset's default where they differ. A flag not given reads None (given())."""
     p = Parser(program, description)
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
-        text = lambda v: (" ".join(map(str, v)) if isinstance(v, list)  # noqa: E731
-                          else str(round(v, 4)) if isinstance(v, float) else str(v))  # 1/3: 0.3333
         options, first = dict(f.metadata), next(iter(values.values()))
-        shown = ("; ".join(f"{name} {text(v)}" for name, v in values.items())
-                 if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"
-                 else text(first))
+        shown = (
+            "; ".join(f"{name} {shown_default(v)}" for name, v in values.items())
+            if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"
+            else shown_default(first)
+        )
         if first is False:
             options.setdefault("action", "store_true")
         elif isinstance(first, list):
             options.setdefault("nargs", "+")
-        help_text = options.pop("help") + ("" if first is None or first is False else f" [{shown}]")
-        p.add_argument("--" + f.name.replace("_", "-"), default=None, help=help_text, **options)
+        help_text = options.pop("help") + (
+            "" if first is None or first is False else f" [{shown}]"
+        )
+        p.add_argument(
+            "--" + f.name.replace("_", "-"), default=None, help=help_text, **options
+        )
     return p
 
 
@@ -446,7 +712,9 @@ class Distinct(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         if len(set(values)) < len(values):
             raise argparse.ArgumentError(
-                self, f"lists a value twice (got {' '.join(map(str, values))}); give each once")
+                self,
+                f"lists a value twice (got {' '.join(map(str, values))}); give each once",
+            )
         setattr(namespace, self.dest, values)
 
 
@@ -458,10 +726,13 @@ def given(namespace):
 def resolve_device(name):
     """torch.device for --device; asking for CUDA where there is none is a user's mistake."""
     import torch
+
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    require(name != "cuda" or torch.cuda.is_available(),
-            "--device cuda: no CUDA device is available here; use --device cpu (or auto)")
+    require(
+        name != "cuda" or torch.cuda.is_available(),
+        "--device cuda: no CUDA device is available here; use --device cpu (or auto)",
+    )
     return torch.device(name)
 
 
@@ -476,13 +747,65 @@ def take(signum, frame=None):
     raise Interrupted(signum)
 
 
+class Mute:
+    """sys.stdout or sys.stderr for a command: piped through `tee`, a Ctrl-C ends tee too, and the
+    run's last lines must not turn the interrupt into a BrokenPipeError: once the reader is gone,
+    what follows is written to /dev/null."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self.nowhere()
+            return len(text)
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self.nowhere()
+
+    def nowhere(self):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        self.stream.flush()
+
+
+def interrupted(program, argv, signum):
+    """What a signal's line says: how the command ended, and the command that goes on."""
+    name = signal.Signals(signum).name
+    how = "interrupted" if name == "SIGINT" else f"terminated ({name})"
+    resume = ["--resume"] * ("--resume" not in argv)
+    go_on = shlex.join(
+        ["python", program, *(a for a in argv if a != "--force"), *resume]
+    )
+    return f"{how}; the logs and checkpoints so far are kept; go on with: {go_on}"
+
+
+PENDING = []  # a signal that came while a finishing job closed: the next job will not start
+
+
 def run_command(program, body, argv=None):
     """body() under the module docstring's exit statuses; a signal's line ends with the command
     (`argv`, default sys.argv's) that goes on with --resume."""
     argv = sys.argv[1:] if argv is None else list(argv)
     before = {s: signal.signal(s, take) for s in SIGNALS}
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Mute(sys.stdout), Mute(sys.stderr)
+    PENDING.clear()
     try:
         body()
+        if PENDING:
+            name = signal.Signals(PENDING[0]).name
+            print(
+                f"{program}: {name} came as the last job finished; every run finished",
+                file=sys.stderr,
+            )
     except Unusable as e:
         fail(program, e)
     except Stop as e:
@@ -490,12 +813,11 @@ def run_command(program, body, argv=None):
         sys.exit(1)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        name = signal.Signals(signum).name
-        go_on = shlex.join(["python", program, *(a for a in argv if a != "--force"),
-                            *["--resume"] * ("--resume" not in argv)])
-        print(f"{program}: {'interrupted' if name == 'SIGINT' else f'terminated ({name})'}; the"
-              f" logs and checkpoints so far are kept; go on with: {go_on}", file=sys.stderr)
+        print(f"{program}: {interrupted(program, argv, signum)}", file=sys.stderr)
         sys.exit(128 + signum)
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams

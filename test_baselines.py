@@ -365,7 +365,7 @@ def test_an_fcn_run_terminated_mid_run_resumes_bit_for_bit(tmp_path, one_thread,
     with pytest.raises(SystemExit) as done:
         train_fcn.main(job + ["--out", str(out), "--resume", "--lr", "0.002"])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "differ" in err and "lr" in err, err
+    assert done.value.code == 2 and err.count("\n") == 1 and "(lr)" in err, err   # at the door
     train_fcn.main(job + ["--out", str(out), "--resume"])
     timeless = lambda path: [dict(r, time=0) for r in read_log(path)]         # noqa: E731
     for seed in (0, 1):
@@ -580,12 +580,20 @@ def test_a_sweep_resumed_over_a_truncated_sweep_json_is_the_parsers_error_and_wr
     advice to --force, and --out is left as it was."""
     job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
                       "--seed", "0", "--out", str(tmp_path)]
+    # issue 56: the advice was --force, which deletes the runs and cut cells' checkpoints; nothing
+    # is lost: moved away, the file is rebuilt by --resume from the finished runs, none trained again
     train_fcn.main(job)
+    rows = sweep_rows(tmp_path)
     rewrite(tmp_path / "sweep.json", lambda text: text[:9])
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(json.JSONDecodeError):
         train_fcn.main(job + ["--resume"])
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    runs = {p: p.read_bytes() for p in tmp_path.glob("*/log.jsonl")}
+    (tmp_path / "sweep.json").rename(tmp_path / "damaged.json")
+    train_fcn.main(job + ["--resume"])  # moved away: nothing trained again, the same rows
+    assert sweep_rows(tmp_path) == rows and runs
+    assert {p: p.read_bytes() for p in tmp_path.glob("*/log.jsonl")} == runs
 
 
 CELL = BUDGETS + ["--sweep-T", "4", "--eval-every", "20"]   # one T: its first cell is d_e = 4
@@ -605,7 +613,7 @@ def cut_the_first_cell(monkeypatch, out, sig=signal.SIGINT):
     monkeypatch.setattr(train_fcn.data.Streams, "get_batch", cut_at_step_50)
     with pytest.raises(SystemExit) as done:
         train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out)])
-    assert done.value.code == 128 + sig and (out / "transformer-T4-de4.pt").exists()
+    assert done.value.code == 128 + sig and (out / "transformer-T4-de4" / "checkpoint.pt").exists()
     steps.clear()
     return steps
 
@@ -617,20 +625,49 @@ def test_a_transformer_cell_cut_off_resumes_from_its_checkpoint_to_the_same_rows
     train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(tmp_path / "cut"),
                            "--resume"])
     assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "whole")
-    assert steps[0] == 51 and not list((tmp_path / "cut").glob("*.pt"))  # from its step-51 state
+    assert steps[0] == 51 and not list((tmp_path / "cut").rglob("*.pt"))  # from its step-51 state
+
+
+def files_of(folder):
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("budget", [["--steps", "30"], ["--sweep-steps", "30", "40"]])
-def test_a_cut_cell_resumed_with_a_budget_it_passed_unread_trains_it_afresh(
-        tmp_path, one_thread, monkeypatch, budget):
-    """Budgets may change on --resume: the cell's checkpoint (step 51, or 40 for the code before)
-    holds no number at 30 steps, so the cell is trained again, not read as missing (a TypeError)."""
-    cut_the_first_cell(monkeypatch, tmp_path / "cut")
+def test_a_cut_sweep_resumed_with_budgets_its_runs_lack_is_refused_and_changes_nothing(
+        tmp_path, one_thread, monkeypatch, capsys, budget):
+    """Issue 56: a sweep's --resume with other budgets replaced its finished runs by runs of the new
+    budget, without --force. Runs it would train again with other flags are refused at the door,
+    in one line, every file as it was; with its own flags it goes on."""
+    out = tmp_path / "cut"
+    cut_the_first_cell(monkeypatch, out)
     monkeypatch.undo()
-    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "cut"), "--resume"])
-    train_fcn.main(CELL + budget + ["--out", str(tmp_path / "fresh")])
-    assert sweep_rows(tmp_path / "cut") == sweep_rows(tmp_path / "fresh")
-    assert {r["steps"] for r in sweep_rows(tmp_path / "cut")} == set(map(int, budget[1:]))
+    before, _ = files_of(out), capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(CELL + budget + ["--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "with other flags (steps" in err, err
+    assert "--force" not in err and files_of(out) == before
+    with pytest.raises(SystemExit) as done:          # another --seed: it advised --force, which
+        train_fcn.main(CELL + budget + ["--seed", "0", "--out", str(out), "--resume"])
+    err = capsys.readouterr().err                    # deletes the cut cell's checkpoint
+    assert done.value.code == 2 and "(seeds)" in err and "--force" not in err, err
+    assert files_of(out) == before
+    train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out), "--resume"])
+    assert json.loads((out / "sweep.json").read_text())["status"] == "finished"
+
+
+def test_a_finished_sweep_resumed_with_fewer_steps_is_refused_and_changes_nothing(
+        tmp_path, one_thread, capsys):
+    # issue 56 (6): `--sweep --resume --steps 10` on a finished 40-step sweep replaced its runs
+    job = FCN_TINY + ["--sweep", "--sweep-T", "6", "--sweep-width", "8", "--sweep-de", "4",
+                      "--seed", "0", "--out", str(tmp_path)]
+    train_fcn.main(job + ["--steps", "40"])
+    before, _ = files_of(tmp_path), capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(job + ["--steps", "10", "--resume"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "other flags" in err, err
+    assert files_of(tmp_path) == before
 
 
 def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(tmp_path, one_thread,
@@ -660,3 +697,61 @@ def test_bool_resume_replays_a_copied_log_and_trains_only_what_it_lacks(tmp_path
     log = (tmp_path / "long" / "log.jsonl").read_text()
     assert log.startswith(first) and len(log.splitlines()) > len(first.splitlines())
     assert {json.loads(line)["T"] for line in log.splitlines()[len(first.splitlines()):]} == {12}
+
+
+# ------------------------------------------------------------- issue 56: train_bool.py's one shape
+BOOL_JOB = ["--model", "transformer", "--s", "2", "--T", "8", "16", "--seeds", "3", "--points",
+            "2", "--m-max", "64", "--per-octave", "1", "--device", "cpu"]
+
+
+def cut_grid(monkeypatch, out, after=3):
+    """A grid of BOOL_JOB stopped by SIGTERM in its `after`-th training (exit 143)."""
+    train_one, trained = train_bool.train_one, []
+
+    def sigterm(*key):
+        trained.append(key)
+        if len(trained) == after:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train_one(*key)
+    monkeypatch.setattr(train_bool, "train_one", sigterm)
+    with pytest.raises(SystemExit) as done:
+        train_bool.main(BOOL_JOB + ["--out", str(out)])
+    assert done.value.code == 143
+    monkeypatch.undo()
+
+
+def test_bool_state_is_in_its_checkpoint_and_a_grid_moved_elsewhere_resumes(tmp_path, one_thread,
+                                                                           monkeypatch):
+    # its config.json recorded --out: a grid moved to a disk with room was refused
+    cut_grid(monkeypatch, tmp_path / "cut")
+    state = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)
+    assert len(state["state"]) == 3 and state["state"] == read_log(tmp_path / "cut")
+    (tmp_path / "cut").rename(tmp_path / "moved")
+    train_bool.main(BOOL_JOB + ["--out", str(tmp_path / "moved"), "--resume"])
+    assert read_log(tmp_path / "moved")[:3] == state["state"]
+    assert json.loads((tmp_path / "moved" / "summary.json").read_text())["status"] == "finished"
+    assert "out" not in json.loads((tmp_path / "moved" / "config.json").read_text())
+
+
+def test_bool_replay_of_a_copied_log_never_deletes_it_even_on_a_full_disk(tmp_path, one_thread,
+                                                                         full_disk):
+    # --resume over a log with no checkpoint deleted the log, then wrote it again record by record:
+    # a full disk (or a kill) lost the records not yet written again
+    train_bool.main(BOOL_JOB + ["--T", "8", "--seeds", "1", "--out", str(tmp_path / "first")])
+    (tmp_path / "long").mkdir()
+    log = (tmp_path / "first" / "log.jsonl").read_bytes()
+    (tmp_path / "long" / "log.jsonl").write_bytes(log)
+    full_disk(lambda name: "log.jsonl" in name)
+    with pytest.raises(OSError):
+        train_bool.main(BOOL_JOB + ["--T", "8", "16", "32", "--resume", "--out",
+                                    str(tmp_path / "long")])
+    assert (tmp_path / "long" / "log.jsonl").read_bytes() == log
+
+
+def test_bool_a_fifo_log_is_refused_in_one_line_and_never_hangs(tmp_path, capsys):
+    from conftest import hang_fails
+    os.mkfifo(tmp_path / "log.jsonl")
+    with hang_fails(20), pytest.raises(SystemExit) as done:
+        train_bool.main(BOOL_JOB + ["--resume", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "not a regular file" in err, err

@@ -71,7 +71,7 @@ def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every
 def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp_path):
     job = runlog.Job([tmp_path / "run"], [dict(model="transformer")], tmp_path / "job.pt", False)
     with pytest.raises(runlog.Stop), job:                     # a NaN loss: the run diverged
-        job.open(None)
+        job.open(None, lambda r, status: ({}, {}))
         job.log(0, dict(step=3, val=float("nan"), test_T={"8": float("inf"), "9": 0.5}), 1.0)
 
     def no_constants(name):
@@ -200,9 +200,10 @@ def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_noth
 @pytest.mark.parametrize("name, times", [("config.json", 1), ("weights_init.npz", 1),
                                          ("summary.json", 2)])
 def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summary(
-        tmp_path, monkeypatch, name, times):
+        tmp_path, monkeypatch, capsys, name, times):
     # SIGTERM inside the first write of the job's config.json or weights_init.npz, or twice inside
-    # its first summary: taken once every file is whole, every run's summary written, no .tmp left
+    # its first summary: taken once every file is whole, every run's summary written, no .tmp left;
+    # in the close of a finishing job it ends nothing: exit 0, and no advice to --resume
     write, sent = runlog.write_atomic, []
 
     def signalled(path, *rest):
@@ -210,9 +211,13 @@ def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summar
             sent.append([os.kill(os.getpid(), signal.SIGTERM) for _ in range(times)])
         return write(path, *rest)
     monkeypatch.setattr(runlog, "write_atomic", signalled)
-    with pytest.raises(SystemExit) as done:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:       # a finished job: no "go on with --resume"
         train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
-    assert done.value.code == 143 and sent and not list(tmp_path.rglob("*.tmp"))
+        raise SystemExit(0)
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert done.value.code == (143 if times == 1 else 0) and sent
+    assert ("--resume" in err) == (times == 1) and not list(tmp_path.rglob("*.tmp"))
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
         summary = summary_of(tmp_path / run)
         assert summary["status"] == ("terminated" if times == 1 else "finished"), summary
@@ -830,3 +835,274 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
     finally:
         subprocess.run(["pkill", "-f", str(out)])
         proc.kill()
+
+
+# ------------------------------------------ issue 56: nothing a user owns is lost; one shape of run
+BOOL_TINY = ["--model", "transformer", "--s", "2", "--T", "8", "--seeds", "1", "--m-max", "32",
+             "--per-octave", "1", "--device", "cpu"]
+SWEEP_TINY = FCN_TINY + ["--steps", "20", "--sweep", "--sweep-T", "6", "--sweep-width", "8",
+                         "--sweep-de", "4", "--seed", "0"]
+SCRIPTS = {  # each script's tiny job: its main, its flags but --out, its first run directory
+    "train_tf": (train_tf.main, TINY, "stochastic-de8-seed0"),
+    "train_fcn": (train_fcn.main, FCN_TINY + ["--steps", "20", "--width", "8"],
+                  "fcn-T6-m8-depth1-seed0"),
+    "sweep": (train_fcn.main, SWEEP_TINY, "fcn-T6-m8-depth1-seed0"),
+    "train_bool": (train_bool.main, BOOL_TINY, "."),
+}
+
+
+def ended(main, flags):
+    """main(flags)'s exit status: 0 where it returns."""
+    try:
+        main(flags)
+    except SystemExit as done:
+        return done.code
+    return 0
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_leaves_the_files_it_did_not_write_byte_identical_with_force_too(
+        tmp_path, capsys, one_thread, script):
+    # train_bool.py deleted every file of --out, without --force; a run directory holding a file a
+    # run does not write is refused in one line, with --force too
+    main, flags, run = SCRIPTS[script]
+    out = tmp_path / "out"
+    for name in ("notes.txt", "data/keep.csv", f"{run}/notes.txt"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(f"the user's {name}")
+    before = files_of(out)
+    for force in ([], ["--force"]):
+        capsys.readouterr()
+        assert ended(main, flags + force + ["--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds files a run does not write" in err, err
+        assert files_of(out) == before
+
+
+def test_every_script_with_out_at_a_copy_of_the_repository_leaves_its_files_byte_identical(
+        tmp_path, monkeypatch, capsys, one_thread):
+    # `--out .` in a copy of the repository once deleted 25 tracked files (train_bool.py)
+    repo = checkout_copy(tmp_path)
+    monkeypatch.chdir(repo)
+    before, names = files_of(repo), {p.name for p in repo.iterdir()}
+    for script, (main, flags, _) in SCRIPTS.items():
+        for force in ([], ["--force"]):
+            status = ended(main, flags + force + ["--out", "."])
+            assert status == (2 if script == "train_bool" else 0), script
+            after = files_of(repo)
+            assert {p: after.get(p) for p in before} == before
+        for new in [p for p in repo.iterdir() if p.name not in names]:   # the next script's
+            shutil.rmtree(new) if new.is_dir() else new.unlink()         # --out: as it was
+
+
+def test_a_disk_that_fills_as_a_resumed_run_finishes_leaves_no_finished_summary_beside_stale_weights(
+        tmp_path, monkeypatch, full_disk, capsys):
+    # Job.close wrote summary.json "finished" before weights_final.npz: a disk full in between left
+    # the weights of an earlier cut beside it, scored and drawn as the run's
+    run, whole = tmp_path / "out" / "stochastic-de8-seed0", tmp_path / "whole"
+    train_tf.main(TINY + ["--out", str(whole)])
+    signal_in_step(monkeypatch, signal.SIGTERM, 9)
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path / "out")]) == 143
+    monkeypatch.undo()
+    assert summary_of(run)["status"] == "terminated"
+    full_disk(lambda name: name.startswith(".weights_final"))
+    with pytest.raises(OSError):
+        train_tf.main(TINY + ["--out", str(tmp_path / "out"), "--resume"])
+    monkeypatch.undo()
+    assert not (run / "summary.json").exists() and not (run / "weights_final.npz").exists()
+    capsys.readouterr()
+    assert ended(train_tf.main, ["--evaluate", str(run), "--device", "cpu"]) == 2
+    train_tf.main(TINY + ["--out", str(tmp_path / "out"), "--resume"])   # room: it finishes
+    assert summary_of(run)["status"] == "finished"
+    for name in ("weights_final.npz", "final_losses.npz"):
+        with np.load(whole / run.name / name) as a, np.load(run / name) as b:
+            assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+def test_a_full_disk_under_the_log_still_leaves_every_run_its_summary(tmp_path, full_disk):
+    # the log's handle, closed in Job.close, raised its write's ENOSPC again before any summary
+    full_disk(lambda name: name == "log.jsonl")
+    with pytest.raises(OSError):
+        train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
+    assert [summary_of(tmp_path / f"{pe}-de8-seed0")["status"] for pe in ("stochastic", "fixed")
+            ] == ["failed"] * 2
+
+
+@pytest.mark.parametrize("what", ["checkpoint", "log"])
+def test_a_fifo_where_a_job_reads_is_refused_in_one_line_and_never_hangs(
+        tmp_path, monkeypatch, capsys, what):
+    signal_in_step(monkeypatch, signal.SIGTERM, 5)
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
+    monkeypatch.undo()
+    file = (next(tmp_path.glob("checkpoint-*.pt")) if what == "checkpoint"
+            else tmp_path / "stochastic-de8-seed0" / "log.jsonl")
+    file.unlink()
+    os.mkfifo(file)
+    capsys.readouterr()
+    with hang_fails(20):
+        assert ended(train_tf.main, TINY + ["--out", str(tmp_path), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a regular file" in err and "--force" not in err, err
+
+
+def test_a_signal_while_the_checkpoint_is_read_ends_the_job_at_once_and_writes_nothing(
+        tmp_path, monkeypatch):
+    # signals were held inside Job.open, so a slow (or hung) read could only be ended by SIGKILL
+    signal_in_step(monkeypatch, signal.SIGTERM, 5)
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
+    monkeypatch.undo()
+    before, load = files_of(tmp_path), torch.load
+
+    def slow(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)                          # a read that hangs: the signal must end it
+        return load(*args, **kwargs)
+    monkeypatch.setattr(torch, "load", slow)
+    started = time.time()
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path), "--resume"]) == 143
+    assert time.time() - started < 5 and files_of(tmp_path) == before
+
+
+def test_resume_of_a_finished_line_beside_another_line_s_cut_job_goes_on(tmp_path, monkeypatch,
+                                                                         capsys):
+    # RESUME=1 run_course.sh: two lines into one --out (randomized/$opt); the second cut, the first
+    # (finished) line's --resume refused ("holds the checkpoint of other runs") and the lane stopped
+    first, second = TINY + ["--pe", "stochastic"], TINY + ["--pe", "fixed"]
+    train_tf.main(first + ["--out", str(tmp_path)])
+    signal_in_step(monkeypatch, signal.SIGTERM, 5)
+    assert ended(train_tf.main, second + ["--out", str(tmp_path)]) == 143
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert ended(train_tf.main, first + ["--out", str(tmp_path), "--resume"]) == 0
+    assert "every run finished already" in capsys.readouterr().out
+    train_tf.main(second + ["--out", str(tmp_path), "--resume"])
+    assert summary_of(tmp_path / "fixed-de8-seed0")["status"] == "finished"
+
+
+def test_a_resume_or_rerun_removes_the_temporaries_a_kill_left_and_no_other_file(tmp_path,
+                                                                                 monkeypatch):
+    signal_in_step(monkeypatch, signal.SIGTERM, 5)
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
+    monkeypatch.undo()
+    run = tmp_path / "stochastic-de8-seed0"
+    left = [run / ".summary.json.123.456.tmp", run / ".weights_final.npz.7.8.tmp",
+            tmp_path / f".{next(tmp_path.glob('checkpoint-*.pt')).name}.9.10.tmp"]
+    foreign = tmp_path / ".notes.txt.1.2.tmp"            # not a temporary of a run's file
+    for file in [*left, foreign]:
+        file.write_bytes(b"cut")
+    train_tf.main(TINY + ["--out", str(tmp_path), "--resume"])
+    assert not any(file.exists() for file in left) and foreign.read_bytes() == b"cut"
+
+
+def test_evaluate_refuses_a_terminated_run_and_a_missing_folder_in_one_line(tmp_path, monkeypatch,
+                                                                           capsys):
+    signal_in_step(monkeypatch, signal.SIGTERM, 5)
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
+    monkeypatch.undo()
+    run = tmp_path / "stochastic-de8-seed0"
+    before = files_of(tmp_path)
+    for path in (run, tmp_path / "no-such-run"):
+        capsys.readouterr()
+        assert ended(train_tf.main, ["--evaluate", str(path), "--device", "cpu"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and "--force" not in err, err
+    assert files_of(tmp_path) == before
+
+
+def test_a_checkpoint_of_an_older_format_is_one_line_saying_so(tmp_path, monkeypatch, capsys):
+    signal_in_step(monkeypatch, signal.SIGTERM, 5)
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
+    monkeypatch.undo()
+    checkpoint = next(tmp_path.glob("checkpoint-*.pt"))
+    torch.save(dict(step=5, state={}), checkpoint)     # no "dirs": the format before the job's
+    before = files_of(tmp_path)
+    capsys.readouterr()
+    assert ended(train_tf.main, TINY + ["--out", str(tmp_path), "--resume"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]    # after the bar's first line
+    assert err.startswith("train_tf.py: error: --resume: ") and "predates" in err, err
+    assert files_of(tmp_path) == before
+
+
+# ------------------------------------------------- issue 59: user mistakes that ended wrong
+def test_resume_of_an_out_with_no_checkpoint_says_so_in_one_line_then_trains(tmp_path, capsys):
+    train_tf.main(TINY + ["--resume", "--out", str(tmp_path / "typo")])   # a requeued job: it trains
+    notice = [line for line in capsys.readouterr().err.splitlines() if "--resume" in line]
+    assert len(notice) == 1 and "no checkpoint" in notice[0], notice
+    assert summary_of(tmp_path / "typo" / "stochastic-de8-seed0")["status"] == "finished"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_out_under_a_file_is_one_line_exit_2_without_force_advice(tmp_path, capsys, script,
+                                                                  one_thread):
+    main, flags, _ = SCRIPTS[script]
+    (tmp_path / "afile").write_text("a file")
+    assert ended(main, flags + ["--out", str(tmp_path / "afile" / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file" in err and "--force" not in err, err
+
+
+@pytest.mark.slow   # a process: run by `python test_sts.py --all` (CI)
+def test_ctrl_c_with_the_output_through_a_closed_pipe_ends_as_ctrl_c(tmp_path):
+    # piped through tee, a Ctrl-C ends tee too: the run's last lines met a BrokenPipeError
+    # (a traceback, exit 1, once a run marked "failed")
+    proc = subprocess.Popen([sys.executable, str(HERE / "train_tf.py"), *TINY, "--steps",
+                             "10000000", "--eval-every", "100", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        log, deadline = tmp_path / "stochastic-de8-seed0" / "log.jsonl", time.time() + 60
+        while not (log.exists() and log.read_text().count("\n") >= 2) and time.time() < deadline:
+            time.sleep(0.05)
+        proc.stdout.close()                             # the reader is gone
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        proc.kill()
+    assert summary_of(tmp_path / "stochastic-de8-seed0")["status"] == "interrupted"
+    assert torch.load(next(tmp_path.glob("checkpoint-*.pt")), weights_only=False)["step"] > 0
+
+
+KILLED = {  # each script's job for a SIGKILL: its command, a file to wait for before the kill
+    "train_tf": (["train_tf.py", "--figure-set", *TINY, "--steps", "200", "--eval-every",
+                  "20", "--checkpoint-every", "0.05"], "sgd/stochastic-de8-seed0/log.jsonl"),
+    "sweep": (["train_fcn.py", *SWEEP_TINY, "--sweep-width", "8", "16"], "fcn-T6-m8-depth1-seed0"),
+    "train_bool": (["train_bool.py", *BOOL_TINY, "--T", "8", "16"], "log.jsonl"),
+}
+
+
+def timeless(out):
+    """Every file below out, log records and JSON without their wall-clock fields, arrays as bytes."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in ("time", "seconds")}
+        return [strip(v) for v in x] if isinstance(x, list) else x
+    files = {}
+    for p in sorted(q for q in out.rglob("*") if q.is_file() and q.name != ".lock"):
+        if p.suffix == ".npz":
+            with np.load(p) as z:
+                files[p.relative_to(out)] = {k: z[k].tobytes() for k in z.files}
+        elif p.suffix == ".jsonl":
+            files[p.relative_to(out)] = [strip(json.loads(line))
+                                         for line in p.read_text().splitlines()]
+        elif p.suffix == ".json":
+            files[p.relative_to(out)] = strip(json.loads(p.read_text()))
+        else:
+            files[p.relative_to(out)] = p.read_bytes()
+    return files
+
+
+@pytest.mark.slow   # three scripts started as processes: run by `python test_sts.py --all` (CI)
+@pytest.mark.parametrize("script", KILLED)
+def test_a_sigkill_and_a_resume_end_as_a_job_never_killed(tmp_path, script):
+    command, sign = KILLED[script]
+    run = lambda out, *more: subprocess.run(  # noqa: E731
+        [sys.executable, *command, "--out", str(out), *more], cwd=HERE, capture_output=True)
+    assert run(tmp_path / "whole").returncode == 0
+    proc = subprocess.Popen([sys.executable, *command, "--out", str(tmp_path / "cut")], cwd=HERE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (tmp_path / "cut" / sign).exists() and time.time() < deadline:
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    assert run(tmp_path / "cut", "--resume").returncode == 0
+    assert timeless(tmp_path / "cut") == timeless(tmp_path / "whole")

@@ -20,6 +20,7 @@ interval; then m50 against T, fitted by a + b ln T and by c T^k. Writes config.j
 record per training), critical.json/csv (after each cell) and summary.json, through runlog.Job: its
 checkpoint holds the trainings so far, and --resume goes on from it (with the same flags).
 """
+
 import contextlib
 import functools
 import itertools
@@ -46,34 +47,58 @@ KEY = ("model", "m", "T", "s", "seed")  # a training's record, once per grid
 class Args:
     """The course-scale grid: T spans 10x on a log scale; s = 3 is the literature's plot, s = 2 a
     second point; m steps ~ 19%."""
-    model: list = flag(list(MODELS), "transformer, fcn or both", choices=MODELS, metavar="MODEL")
+
+    model: list = flag(
+        list(MODELS), "transformer, fcn or both", choices=MODELS, metavar="MODEL"
+    )
     s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE, action=Distinct)
-    T: list = flag([50, 100, 200, 500], "sequence lengths (a log-spaced range)", type=POSITIVE,
-                   action=Distinct)
-    seeds: int = flag(10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE)
-    points: int = flag(6, "m around the first guess at which every seed trains", type=POSITIVE)
+    T: list = flag(
+        [50, 100, 200, 500],
+        "sequence lengths (a log-spaced range)",
+        type=POSITIVE,
+        action=Distinct,
+    )
+    seeds: int = flag(
+        10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE
+    )
+    points: int = flag(
+        6, "m around the first guess at which every seed trains", type=POSITIVE
+    )
     m_min: int = flag(16, "smallest training-set size of the grid", type=POSITIVE)
     m_max: int = flag(8192, "largest training-set size of the grid", type=POSITIVE)
     per_octave: int = flag(4, "grid points per doubling of m", type=POSITIVE)
-    m: list = flag(None, "no search: train every seed at these m and print the accuracies",
-                   nargs="+", type=POSITIVE)
-    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    threads: int = flag(1, "torch's CPU threads (one is fastest for small tensors)", type=POSITIVE)
+    m: list = flag(
+        None,
+        "no search: train every seed at these m and print the accuracies",
+        nargs="+",
+        type=POSITIVE,
+    )
+    device: str = flag(
+        "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
+    )
+    threads: int = flag(
+        1, "torch's CPU threads (one is fastest for small tensors)", type=POSITIVE
+    )
     out: str = flag("runs/bool", "output folder")
     force: bool = flag(False, "overwrite an --out that already holds a run")
-    resume: bool = flag(False, "go on from --out's checkpoint, training only what it lacks")
+    resume: bool = flag(
+        False, "go on from --out's checkpoint, training only what it lacks"
+    )
 
 
-PASS_ACC = 0.99              # held-out accuracy that counts as having learned the function
-N_TEST = 10_000              # held-out samples
+PASS_ACC = 0.99  # held-out accuracy that counts as having learned the function
+N_TEST = 10_000  # held-out samples
 # The training budget: the rates and inits at which most seeds learn at every T of the grid
 # (RESULTS.md, "Sparse AND", says what larger rates, widths and positional inits did instead).
-FIT_LOSS = 1e-3              # mean training BCE below which the set counts as fit: training stops
-HPARAMS = {"transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
-           # the FCN's rate is lower: at large m a higher one can collapse to a constant output
-           "fcn": dict(width=128, lr=3e-3, steps=600)}  # one hidden ReLU layer
+FIT_LOSS = 1e-3  # mean training BCE below which the set counts as fit: training stops
+HPARAMS = {
+    "transformer": dict(width=32, lr=5e-3, steps=600, pos_init=0.1),
+    # the FCN's rate is lower: at large m a higher one can collapse to a constant output
+    "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
+}
 # what a logged accuracy depends on beyond (model, T, s, m, seed), as config.json holds it
-SETTINGS = json.loads(json.dumps(dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)))
+SETTINGS = dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)
+SETTINGS = json.loads(json.dumps(SETTINGS))  # as config.json reads back
 CHECKPOINT = "checkpoint.pt"  # in --out while a grid is unfinished
 
 
@@ -85,10 +110,13 @@ def sample(rng, n, T, s, relevant):
 
 def make_task(T, s, m, seed):
     """The relevant positions (sorted), the training and held-out sets of one seed, as numpy."""
-    fixed = np.random.default_rng([seed, 0])        # apart from the training stream: same for all m
+    fixed = np.random.default_rng(
+        [seed, 0]
+    )  # apart from the training stream: same for all m
     relevant = np.sort(fixed.choice(T, s, replace=False))
     test = sample(fixed, N_TEST, T, s, relevant)
-    return relevant, sample(np.random.default_rng([seed, 1]), m, T, s, relevant), test
+    train = sample(np.random.default_rng([seed, 1]), m, T, s, relevant)
+    return relevant, train, test
 
 
 class ReadoutTransformer(torch.nn.Module):
@@ -102,37 +130,52 @@ class ReadoutTransformer(torch.nn.Module):
         self.width = width
         # rows e[0], e[1] (the bits) and r (the readout token): the content part of every input
         self.content = torch.nn.Parameter(torch.randn(3, width, generator=gen))
-        self.pos = torch.nn.Parameter(pos_init * torch.randn(T + 1, width, generator=gen))
-        self.q, self.k, self.v = (torch.nn.Linear(width, width) for _ in range(3))
+        positions = torch.randn(T + 1, width, generator=gen)
+        self.pos = torch.nn.Parameter(pos_init * positions)
+        self.q = torch.nn.Linear(width, width)
+        self.k = torch.nn.Linear(width, width)
+        self.v = torch.nn.Linear(width, width)
         self.out = torch.nn.Linear(width, 1)
 
     def forward(self, bits):
         """Logits (n,) for long bits (n, T). As x_t = content + position and W_k, W_v are linear,
         their products are taken once per content row and per position, not per token: O(n T w)."""
-        ids = torch.cat([torch.full_like(bits[:, :1], 2), bits], 1)    # content row of each input
-        query = self.q(self.content[2] + self.pos[0]) / self.width ** 0.5
-        scores = (self.k(self.pos) @ query)[None] + (self.content @ self.k.weight.T @ query)[ids]
-        a = torch.softmax(scores, -1)                                    # (n, T+1)
+        readout = torch.full_like(bits[:, :1], 2)
+        ids = torch.cat([readout, bits], 1)  # content row of each input
+        query = self.q(self.content[2] + self.pos[0]) / self.width**0.5
+        by_position = self.k(self.pos) @ query
+        by_content = self.content @ self.k.weight.T @ query
+        scores = by_position[None] + by_content[ids]
+        a = torch.softmax(scores, -1)  # (n, T+1)
         per_content = torch.zeros_like(a[:, :3]).scatter_add_(1, ids, a)
-        h = a @ self.v(self.pos) + per_content @ (self.content @ self.v.weight.T)
+        values = self.content @ self.v.weight.T
+        h = a @ self.v(self.pos) + per_content @ values
         return self.out(h).squeeze(-1)
 
 
 def build(model, T, seed, device):
     """A model and its input encoding, initialised from a generator seeded with `seed` alone."""
-    gen, hp = torch.Generator().manual_seed(seed), HPARAMS[model]
+    gen = torch.Generator().manual_seed(seed)
+    hp = HPARAMS[model]
     if model == "transformer":
-        net, encode = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen), lambda b: b.long()
+        net = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen)
+        encode = lambda b: b.long()  # noqa: E731
     else:
-        net = torch.nn.Sequential(torch.nn.Linear(T, hp["width"]), torch.nn.ReLU(),
-                                  torch.nn.Linear(hp["width"], 1))
+        hidden = torch.nn.Linear(T, hp["width"])
+        net = torch.nn.Sequential(
+            hidden, torch.nn.ReLU(), torch.nn.Linear(hp["width"], 1)
+        )
         encode = lambda b: 2.0 * b.float() - 1  # noqa: E731  the bits as +-1
-    with torch.no_grad():  # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator
-        for layer in filter(lambda module: isinstance(module, torch.nn.Linear), net.modules()):
-            bound = layer.in_features ** -0.5
+    linear = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    with (
+        torch.no_grad()
+    ):  # PyTorch's default Linear init U(+-1/sqrt(fan_in)), our generator's
+        for layer in linear:
+            bound = layer.in_features**-0.5
             for param in (layer.weight, layer.bias):
                 param.uniform_(-bound, bound, generator=gen)
-    return net.to(device, torch.float32), lambda x: encode(torch.as_tensor(x, device=device))
+    net = net.to(device, torch.float32)
+    return net, lambda x: encode(torch.as_tensor(x, device=device))
 
 
 def train_one(model, m, T, s, seed, device):
@@ -148,17 +191,26 @@ def train_one(model, m, T, s, seed, device):
         loss.backward()
         optimizer.step()
         value = loss.item()  # one read a step: the stopping rule needs it
-        if why := runlog.divergence([value], math.log(2)):  # BCE starts at ln 2, a coin flip's
-            raise runlog.Stop(f"{model} T={T} s={s} m={m} seed={seed} at step {step}: {why}")
+        why = runlog.divergence(
+            [value], math.log(2)
+        )  # BCE starts at ln 2, a coin flip's
+        if why:
+            where = f"{model} T={T} s={s} m={m} seed={seed} at step {step}"
+            raise runlog.Stop(f"{where}: {why}")
         if value < FIT_LOSS:
             break
     with torch.no_grad():
-        train_acc = ((net(x).squeeze(-1) > 0).float() == y).float().mean().item()
-        predictions = torch.cat([net(encode(chunk)).squeeze(-1) > 0
-                                 for chunk in np.array_split(x_test, 10)])
+        fitted = (net(x).squeeze(-1) > 0).float() == y
+        train_acc = fitted.float().mean().item()
+        chunks = np.array_split(x_test, 10)
+        predictions = torch.cat(
+            [net(encode(chunk)).squeeze(-1) > 0 for chunk in chunks]
+        )
     acc = (predictions.cpu().numpy() == y_test).mean().item()
-    return dict(model=model, T=T, s=s, m=m, seed=seed, acc=acc, train_acc=train_acc,
-                train_loss=loss.item(), steps=step, seconds=round(time.time() - t0, 3))
+    seconds = round(time.time() - t0, 3)
+    task = dict(model=model, T=T, s=s, m=m, seed=seed)
+    fit = dict(train_acc=train_acc, train_loss=loss.item(), steps=step)
+    return dict(task, acc=acc, **fit, seconds=seconds)
 
 
 def m_grid(m_min, m_max, per_octave):
@@ -181,7 +233,8 @@ def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
             wins, losses = wins + won, losses + (not won)
             if wins >= need or losses > len(seeds) - need:
                 return wins >= need
-    failed, i = -1, 0      # failed: the largest grid index known to fail
+
+    failed, i = -1, 0  # failed: the largest grid index known to fail
     while not passes(grid[i]):
         if i == len(grid) - 1:
             return None
@@ -200,23 +253,28 @@ def search(trainer, T, s, grid, seeds, points=6):
     guess = critical_m(trainer, T, s, grid, seeds[:3])
     i = grid.index(guess) if guess else len(grid) - 1
     first = min(max(i - points // 2, 0), max(len(grid) - points, 0))
-    lo, hi = first, min(first + points, len(grid)) - 1
-    floor, top = max(first - points // 2, 0), min(hi + points // 2, len(grid) - 1)
-    rate = lambda j: np.mean([trainer(grid[j], T, s, seed) >= PASS_ACC for seed in seeds])  # noqa
-    while True:                        # widen below first: its m are the cheaper
+    lo = first
+    hi = min(first + points, len(grid)) - 1
+    floor = max(first - points // 2, 0)
+    top = min(hi + points // 2, len(grid) - 1)
+
+    def rate(j):
+        return np.mean([trainer(grid[j], T, s, seed) >= PASS_ACC for seed in seeds])
+
+    while True:  # widen below first: its m are the cheaper
         if lo > floor and rate(lo) > 0.2:
             lo -= 1
         elif hi < top and rate(hi) < 0.8:
             hi += 1
         else:
             break
-    for j in range(lo, hi + 1):        # every seed at every m of the window
+    for j in range(lo, hi + 1):  # every seed at every m of the window
         rate(j)
-    return grid[lo:hi + 1]
+    return grid[lo : hi + 1]
 
 
-CHI2_95 = 3.841    # the 95% point of chi-square with 1 degree of freedom: the profile's drop x 2
-Z_95 = 1.960       # the 95% point of a two-sided normal: an interval's half-width in sds
+CHI2_95 = 3.841  # the 95% point of chi-square with 1 degree of freedom: the profile's drop x 2
+Z_95 = 1.960  # the 95% point of a two-sided normal: an interval's half-width in sds
 
 
 def logistic_fit(ms, wins):
@@ -227,16 +285,26 @@ def logistic_fit(ms, wins):
     finite. m50, lo or hi is None at the scan's edge (1.5 beyond the ms in ln m): all wins or
     all losses bound m50 on one side only."""
     ms, k = np.unique(np.asarray(ms, float), return_inverse=True)
-    n, wins = np.bincount(k, minlength=len(ms)), np.bincount(k, np.asarray(wins, float), len(ms))
-    x = np.linspace(np.log(ms[0]) - 1.5, np.log(ms[-1]) + 1.5, 401)       # ln m50, steps ~ 1%
-    w = np.geomspace(0.01, 3, 60)                                          # width in ln m
+    n = np.bincount(k, minlength=len(ms))
+    wins = np.bincount(k, np.asarray(wins, float), len(ms))
+    x = np.linspace(
+        np.log(ms[0]) - 1.5, np.log(ms[-1]) + 1.5, 401
+    )  # ln m50, steps ~ 1%
+    w = np.geomspace(0.01, 3, 60)  # width in ln m
     z = (np.log(ms)[None, None] - x[:, None, None]) / w[None, :, None]
-    loglik = -(wins * np.logaddexp(0, -z) + (n - wins) * np.logaddexp(0, z)).sum(-1)
-    profile, (i, j) = loglik.max(1), np.unravel_index(loglik.argmax(), loglik.shape)
+    won = wins * np.logaddexp(0, -z)
+    lost = (n - wins) * np.logaddexp(0, z)
+    loglik = -(won + lost).sum(-1)
+    profile = loglik.max(1)
+    i, j = np.unravel_index(loglik.argmax(), loglik.shape)
     inside = np.flatnonzero(profile >= profile.max() - CHI2_95 / 2)
-    edge = lambda i: None if i in (0, len(x) - 1) else round(float(np.exp(x[i])), 1)  # noqa: E731
-    return dict(m50=edge(i), lo=edge(inside[0]), hi=edge(inside[-1]), w=round(float(w[j]), 3),
-                n=int(n.sum()), outcomes=[[int(m), int(k), int(t)] for m, k, t in zip(ms, wins, n)])
+
+    def edge(i):
+        return None if i in (0, len(x) - 1) else round(float(np.exp(x[i])), 1)
+
+    outcomes = [[int(m), int(k), int(t)] for m, k, t in zip(ms, wins, n)]
+    interval = dict(m50=edge(i), lo=edge(inside[0]), hi=edge(inside[-1]))
+    return dict(interval, w=round(float(w[j]), 3), n=int(n.sum()), outcomes=outcomes)
 
 
 def fit_curves(Ts, m50, lo, hi):
@@ -245,92 +313,122 @@ def fit_curves(Ts, m50, lo, hi):
     that); points without both bounds are left out; None with fewer than 3 (2 fit exactly). chi2:
     each fit's sum of squared residuals in sds; equal parameter counts, so the likelihood ratio of
     the two is exp(-delta/2): delta > 6 (a ratio below 0.05) separates them."""
-    pts = np.array([p for p in zip(Ts, m50, lo, hi) if None not in p], float).reshape(-1, 4)
+    bounded = [p for p in zip(Ts, m50, lo, hi) if None not in p]
+    pts = np.array(bounded, float).reshape(-1, 4)
     if len(pts) < 3:
         return None
-    lnT, m, sd = np.log(pts[:, 0]), pts[:, 1], np.log(pts[:, 3] / pts[:, 2]) / (2 * Z_95)
+    lnT = np.log(pts[:, 0])
+    m = pts[:, 1]
+    sd = np.log(pts[:, 3] / pts[:, 2]) / (2 * Z_95)
 
-    def wls(target, sigma):            # weighted least squares of target on (1, ln T)
+    def wls(target, sigma):  # weighted least squares of target on (1, ln T)
         A = np.stack([np.ones_like(lnT), lnT], 1) / sigma[:, None]
         coef = np.linalg.lstsq(A, target / sigma, rcond=None)[0]
         return coef, float(np.sum((A @ coef - target / sigma) ** 2))
+
     (a, b), chi_log = wls(m, m * sd)
     (lnc, k), chi_pow = wls(np.log(m), sd)
-    return {"log": dict(a=float(a), b=float(b), chi2=chi_log),
-            "power": dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow),
-            "dof": len(pts) - 2, "better": "log" if chi_log < chi_pow else "power",
-            "delta_chi2": abs(chi_log - chi_pow), "separated": abs(chi_log - chi_pow) > 6}
+    log = dict(a=float(a), b=float(b), chi2=chi_log)
+    power = dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow)
+    better = "log" if chi_log < chi_pow else "power"
+    delta = abs(chi_log - chi_pow)
+    return {
+        "log": log,
+        "power": power,
+        "dof": len(pts) - 2,
+        "better": better,
+        "delta_chi2": delta,
+        "separated": delta > 6,
+    }
 
 
 def parse_args(argv=None):
     """The flags; a broken rule between them is one line and exit 2, before anything is written."""
-    args = Args(**runlog.given(runlog.parser("train_bool.py", __doc__.split("\n")[0],
-                                             {"default": Args()}).parse_args(argv)))
-    runlog.check([
-        (args.m_min <= args.m_max, f"--m-min and --m-max must satisfy 1 <= m-min <= m-max (got"
-         f" {args.m_min}, {args.m_max})"),
-        *((s <= T, f"--s must satisfy 1 <= s <= T (got s={s}, T={T}): pick a smaller s or a"
-           " longer T") for s, T in itertools.product(args.s, args.T)),
-        (not (args.resume and args.force), "--resume and --force exclude each other; pick one")])
+    parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
+    args = Args(**runlog.given(parser.parse_args(argv)))
+    sizes = f"(got {args.m_min}, {args.m_max})"
+    rules = [
+        (
+            args.m_min <= args.m_max,
+            f"--m-min and --m-max must satisfy 1 <= m-min <= m-max {sizes}",
+        )
+    ]
+    for s, T in itertools.product(args.s, args.T):
+        fix = f"(got s={s}, T={T}): pick a smaller s or a longer T"
+        rules.append((s <= T, f"--s must satisfy 1 <= s <= T {fix}"))
+    both = args.resume and args.force
+    rules.append((not both, "--resume and --force exclude each other; pick one"))
+    runlog.check(rules)
     return args
 
 
-def write_results(out, rows, status, seconds):
-    """critical.json (for plots.py) and critical.csv; at the end, the table and the fits printed.
-    Returns summary.json's rows and fits (none with rows None: --m, no search)."""
+def results(rows, status):
+    """summary.json's numbers (the rows and their fits) and the files critical.json (for plots.py)
+    and critical.csv; none for rows None (--m, no search)."""
     if rows is None:
-        return {}
+        return {}, {}
     fits = {}
-    for r in rows:                                     # a fit per model and s, over its T
+    for r in rows:  # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
-        fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(
-            *([o[k] for o in mine] for k in ("T", "m50", "lo", "hi")))
-    runlog.write_json(out / "critical.json", {"status": status, "rows": rows, "fits": fits})
-    fields = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # as csv.writer writes:
-    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"
-                   for row in [fields, *([r[k] for k in fields] for r in rows)])
-    runlog.write_bytes(out / "critical.csv", text.replace("\n", "\r\n").encode())
-    if status != "running":
-        print(f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
-              f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
-              "empty: beyond the scan\n" + text)
-        for model, by_s in fits.items():
-            for s, f in by_s.items():
-                print(f"{model} s={s}: " + ("fewer than 3 bounded points, no fit" if f is None else
-                      "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f}); ".format(**f["log"]) + "{c:.2f} "
-                      "T^{k:.3f} (chi2 {chi2:.1f}); ".format(**f["power"]) + f"dof {f['dof']}: "
-                      + (f"{f['better']} fits better" if f["separated"] else "not separated")))
-        print(f"{status} in {seconds:.1f} s; written to {out}/")
-    return dict(rows=rows, fits=fits)
+        columns = ([o[k] for o in mine] for k in ("T", "m50", "lo", "hi"))
+        fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(*columns)
+    critical = {"status": status, "rows": rows, "fits": fits}
+    csv = table(rows).replace("\n", "\r\n")  # as csv.writer writes it
+    files = {"critical.json": critical, "critical.csv": csv}
+    return dict(rows=rows, fits=fits), files
 
 
-def check(args, job):
-    """--out holds no run, or one whose checkpoint or log --resume goes on from (its trainings:
-    made with these SETTINGS)."""
-    runlog.check_free(args.out, args.force, args.resume, can_resume=True)   # the log is the state
-    if args.resume and (config := Path(args.out) / "config.json").exists():
-        runlog.require(all(runlog.read(config).get(k) == v for k, v in SETTINGS.items()),
-                       f"--resume: {args.out} was trained with other settings "
-                       f"({', '.join(SETTINGS)}); rerun it with --force")
+def table(rows):
+    fields = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
+    lines = [fields] + [[r[k] for k in fields] for r in rows]
+    texts = [["" if v is None else str(v) for v in line] for line in lines]
+    return "".join(",".join(text) + "\n" for text in texts)
+
+
+def report(out, rows, fits, status, seconds):
+    """The table and the fits, printed as a grid ends."""
+    print(
+        f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
+        f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
+        "empty: beyond the scan\n" + table(rows)
+    )
+    for model, by_s in fits.items():
+        for s, f in by_s.items():
+            if f is None:
+                print(f"{model} s={s}: fewer than 3 bounded points, no fit")
+                continue
+            log = "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f})".format(**f["log"])
+            power = "{c:.2f} T^{k:.3f} (chi2 {chi2:.1f})".format(**f["power"])
+            verdict = (
+                f"{f['better']} fits better" if f["separated"] else "not separated"
+            )
+            print(f"{model} s={s}: {log}; {power}; dof {f['dof']}: {verdict}")
+    print(f"{status} in {seconds:.1f} s; written to {out}/")
 
 
 def new_job(args, device):
-    """The grid's runlog.Job: --out its one directory, whose config.json holds every setting; its
-    check() says whether --out is free, or --resume goes on from its checkpoint (or it finished)."""
+    """The grid's runlog.Job: --out its one directory, whose config.json holds every setting but
+    where it is (a grid moved to another disk resumes), its checkpoint the trainings so far."""
     out = Path(args.out)
-    return runlog.Job([out], [dict({k: v for k, v in asdict(args).items()
-                                    if k not in ("force", "resume")}, device=str(device),
-                                   grid=m_grid(args.m_min, args.m_max, args.per_octave),
-                                   seeds=list(range(args.seeds)), pass_acc=PASS_ACC, **SETTINGS)],
-                      out / CHECKPOINT, args.resume)
+    flags = {
+        k: v for k, v in asdict(args).items() if k not in ("force", "resume", "out")
+    }
+    config = dict(
+        flags,
+        device=str(device),
+        grid=m_grid(args.m_min, args.m_max, args.per_octave),
+        seeds=list(range(args.seeds)),
+        pass_acc=PASS_ACC,
+        **SETTINGS,
+    )
+    return runlog.Job([out], [config], out / CHECKPOINT, args.resume, args.force)
 
 
 def logged(out):
-    """The trainings {(model, m, T, s, seed): record} of a log that --resume replays (one given
-    whole, or a run's cut off after its checkpoint; a line cut by a kill is trained again)."""
+    """The trainings {(model, m, T, s, seed): record} of a log that --resume replays (one copied in
+    by hand, as RESULTS' recipe for bool_tf_long does)."""
     done = {}
-    log = out / "log.jsonl"
-    for line in log.read_bytes().splitlines() if log.exists() else []:
+    for line in (out / "log.jsonl").read_bytes().splitlines():
         with contextlib.suppress(ValueError, KeyError, TypeError):
             record = json.loads(line)
             done[tuple(record[k] for k in KEY)] = record
@@ -338,53 +436,70 @@ def logged(out):
 
 
 def run(args, device, job):
-    """The grid through its runlog.Job: each training logged as it ends, the log checkpointed
-    with it; at any ending the results and summary.json. The log is the state: --resume goes on
-    from the checkpoint's log, or replays a log that has none."""
-    out, grid, rows, status = Path(args.out), job.configs[0]["grid"], [], "finished"
-    replayed = logged(out) if args.resume and not job.file.exists() else {}
-    with job:                                   # refused: nothing written
-        job.open(lambda state: None)            # a checkpoint: its log rewritten as it was
-        for record in replayed.values():
-            job.log(0, record, math.log(2))
-        done = logged(out)
-        try:
-            cells(args, device, job, done, rows, grid)
-        except BaseException as error:
-            status = runlog.ended_by(error)
-            raise
-        finally:          # a rerun is told how this one ended: the rows, not the last training
-            job.close(status, None, [(write_results(out, None if args.m else rows, status,
-                                                    time.time() - job.t0), {})], keep=False)
+    """The grid through its runlog.Job: each training logged as it ends and checkpointed with the
+    others; at any ending critical.json/csv and summary.json. --resume goes on from the
+    checkpoint's trainings, or replays a log that has none."""
+    out, grid, rows, done = Path(args.out), job.configs[0]["grid"], [], {}
+
+    def load(trainings):
+        for record in trainings:
+            done[tuple(record[k] for k in KEY)] = record
+
+    def ending(r, status):
+        numbers, files = results(None if args.m else rows, status)
+        if numbers and status != "running":
+            report(out, rows, numbers["fits"], status, time.time() - job.t0)
+        return numbers, files
+
+    with job:
+        if not job.open(load, ending):
+            done.update(logged(out))
+        cells(args, device, job, done, rows, grid)
+        job.close("finished", None)
 
 
 def cells(args, device, job, done, rows, grid):
     """A cell (model, s, T) at a time: a search and its fit (rows, critical.json rewritten after
     each), or (--m) the accuracies; done: the trainings so far, each trained once."""
     seeds, asked = list(range(args.seeds)), []
-    with tqdm(list(itertools.product(args.model, args.s, args.T)), desc="grid",
-              dynamic_ncols=True) as bar:
+    grid_cells = list(itertools.product(args.model, args.s, args.T))
+    with tqdm(grid_cells, desc="grid", dynamic_ncols=True) as bar:
+
         def trainer(model, m, T, s, seed):
-            if (key := (model, m, T, s, seed)) not in done:
+            key = (model, m, T, s, seed)
+            if key not in done:
                 done[key] = train_one(model, m, T, s, seed, device)
-                job.log(0, done[key], math.log(2))     # BCE starts at ln 2, a coin flip's
-                job.save(len(done), lambda: None, force=True)   # the log: a kill loses none
-                bar.set_postfix(model=model, s=s, T=T, m=m, acc=f"{done[key]['acc']:.3f}")
+                job.log(0, done[key], math.log(2))  # BCE starts at ln 2, a coin flip's
+                job.save(
+                    len(done), lambda: list(done.values()), force=True
+                )  # none lost
+                acc = f"{done[key]['acc']:.3f}"
+                bar.set_postfix(model=model, s=s, T=T, m=m, acc=acc)
             asked.append(key)
             return done[key]["acc"]
+
         for model, s, T in bar:
-            asked.clear()              # the fit: what this search asked for, not all of the log
+            asked.clear()  # the fit: what this search asked for, not all of the log
             for m in args.m or []:
-                bar.write(f"{model} s={s} T={T} m={m}: held-out accuracy of seeds {seeds}: "
-                          + " ".join(f"{trainer(model, m, T, s, k):.4f}" for k in seeds))
+                accs = " ".join(f"{trainer(model, m, T, s, k):.4f}" for k in seeds)
+                where = f"{model} s={s} T={T} m={m}"
+                bar.write(f"{where}: held-out accuracy of seeds {seeds}: {accs}")
             if not args.m:
-                search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
-                mine = [done[k] for k in dict.fromkeys(asked)]   # capped: unfit at the cap
-                rows.append(dict(model=model, s=s, T=T, **logistic_fit(
-                    [r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine]), capped=sum(
-                    r["steps"] == HPARAMS[model]["steps"] and r["train_loss"] >= FIT_LOSS
-                    for r in mine)))
-                write_results(Path(args.out), rows, "running", time.time() - job.t0)
+                search(
+                    functools.partial(trainer, model), T, s, grid, seeds, args.points
+                )
+                mine = [done[k] for k in dict.fromkeys(asked)]
+                rows.append(row(model, s, T, mine))
+                for name, contents in results(rows, "running")[1].items():
+                    runlog.write(Path(args.out) / name, contents)
+
+
+def row(model, s, T, mine):
+    """A cell's row: the fit of its trainings `mine`, and how many ended unfit at the step cap."""
+    fit = logistic_fit([r["m"] for r in mine], [r["acc"] >= PASS_ACC for r in mine])
+    cap = HPARAMS[model]["steps"]
+    capped = sum(r["steps"] == cap and r["train_loss"] >= FIT_LOSS for r in mine)
+    return dict(model=model, s=s, T=T, **fit, capped=capped)
 
 
 def reproducible(device):
@@ -392,7 +507,7 @@ def reproducible(device):
     deterministic kernels make a seed's numbers the same every time (on an H100, two runs' final
     training loss differed in the 5th digit without them, and agreed bit for bit with them)."""
     if device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # torch requires it then
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # torch requires it
         torch.use_deterministic_algorithms(True)
 
 
@@ -400,12 +515,17 @@ def main(argv=None):
     def body():
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
-        check(args, job := new_job(args, device))
+        job = new_job(args, device)
+        job.check()
         reproducible(device)
-        torch.set_num_threads(args.threads)   # small tensors: more threads cost more than they save
+        torch.set_num_threads(args.threads)  # small tensors: more threads cost more
         with runlog.lock(args.out):
-            check(args, job)                  # again: another writer may have been first
+            job.check()  # again: another writer may have been first
+            if job.finished():
+                done = f"{args.out} finished already; nothing to resume"
+                return print(f"train_bool.py: {done}")
             run(args, device, job)
+
     runlog.run_command("train_bool.py", body, argv=argv)
 
 

@@ -17,6 +17,8 @@ same budget; it writes sweep.json and sweep.csv, and prints the table and the lo
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
 only widths a smaller budget needs beyond are trained anew.
 """
+
+import functools
 import itertools
 import json
 import math
@@ -37,50 +39,103 @@ from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
 # cores, with the transformer at its floor by then (384,000 fresh sequences per model)
-SWEEP = dict(steps=1500, batch=256, seed=[0, 1, 2],  # a row's loss: their mean (its spread: val_sd)
-             test_q=[], eval_every=1500)                                # one evaluation, at the end
+SWEEP = dict(
+    steps=1500,
+    batch=256,
+    seed=[0, 1, 2],  # a row's loss: their mean (its spread: val_sd)
+    test_q=[],
+    eval_every=1500,  # one evaluation, at the end
+)
+
+
+def as_flags(values):
+    """{"eval_every": 1500, "seed": [0, 1]} as "--eval-every 1500 --seed 0 1"."""
+    words = []
+    for key, value in values.items():
+        words.append("--" + key.replace("_", "-"))
+        words += map(str, value if isinstance(value, list) else [value])
+    return " ".join(words)
 
 
 @dataclass
 class Args:
-    preset: str = flag("paper", "the defaults of the flags marked [paper ...; course ...]",
-                       choices=("paper", "course"))
-    T: list = flag([200], "sequence length(s), trained one after another", type=POSITIVE,
-                   action=Distinct)
+    preset: str = flag(
+        "paper",
+        "the defaults of the flags marked [paper ...; course ...]",
+        choices=("paper", "course"),
+    )
+    T: list = flag(
+        [200],
+        "sequence length(s), trained one after another",
+        type=POSITIVE,
+        action=Distinct,
+    )
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
-    width: list = flag([1024], "hidden widths m, trained one after another", type=POSITIVE,
-                       action=Distinct)
+    width: list = flag(
+        [1024],
+        "hidden widths m, trained one after another",
+        type=POSITIVE,
+        action=Distinct,
+    )
     depth: int = flag(1, "hidden layers", type=POSITIVE)
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
     lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
-    seed: list = flag([0], "seeds (data, init); the validation sets are common", type=NATURAL,
-                      action=Distinct)
-    eval_every: int = flag(500, "steps between evaluations and log records", type=POSITIVE)
+    seed: list = flag(
+        [0],
+        "seeds (data, init); the validation sets are common",
+        type=NATURAL,
+        action=Distinct,
+    )
+    eval_every: int = flag(
+        500, "steps between evaluations and log records", type=POSITIVE
+    )
     n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
-    test_q: list = flag([2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE)
-    device: str = flag("auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu"))
-    dtype: str = flag("float32", "floating-point precision", choices=("float32", "float64"))
-    out: str = flag("runs/fcn", "parent folder of the run directories (and of sweep.json/csv)")
+    test_q: list = flag(
+        [2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE
+    )
+    device: str = flag(
+        "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
+    )
+    dtype: str = flag(
+        "float32", "floating-point precision", choices=("float32", "float64")
+    )
+    out: str = flag(
+        "runs/fcn", "parent folder of the run directories (and of sweep.json/csv)"
+    )
     force: bool = flag(False, "replace run directories that already hold a run")
-    resume: bool = flag(False, "go on from each run's checkpoint (same flags otherwise); --sweep:"
-                        " from the numbers of its sweep.json and finished runs, training the rest")
-    sweep: bool = flag(False, "the width-vs-T sweep of both models; unless given: " + " ".join(
-        f"--{k.replace('_', '-')} " + " ".join(map(str, v if isinstance(v, list) else [v]))
-        for k, v in SWEEP.items()))
-    sweep_T: list = flag([10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE)
-    sweep_width: list = flag([2 ** k for k in range(4, 13)], "--sweep: FCN widths", type=POSITIVE)
-    sweep_de: list = flag([2 ** k for k in range(2, 8)], "--sweep: transformer d_e", type=POSITIVE)
-    sweep_steps: list = flag(None, "--sweep: budgets (steps) at which the needed widths are read,"
-                             " each on the way to the largest [--steps]", nargs="+", type=POSITIVE)
+    resume: bool = flag(
+        False,
+        "go on from each run's checkpoint (same flags otherwise); --sweep:"
+        " from the numbers of its sweep.json and finished runs, training the rest",
+    )
+    sweep: bool = flag(
+        False, "the width-vs-T sweep of both models; unless given: " + as_flags(SWEEP)
+    )
+    sweep_T: list = flag(
+        [10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE
+    )
+    sweep_width: list = flag(
+        [2**k for k in range(4, 13)], "--sweep: FCN widths", type=POSITIVE
+    )
+    sweep_de: list = flag(
+        [2**k for k in range(2, 8)], "--sweep: transformer d_e", type=POSITIVE
+    )
+    sweep_steps: list = flag(
+        None,
+        "--sweep: budgets (steps) at which the needed widths are read,"
+        " each on the way to the largest [--steps]",
+        nargs="+",
+        type=POSITIVE,
+    )
     # above the floor that random unit PEs leave at the sweep's budget
     eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)", type=RATE)
 
 
-PRESETS = dict(paper=Args(), course=replace(Args(), preset="course", T=[20], steps=10_000,
-                                            eval_every=100))
+COURSE = replace(Args(), preset="course", T=[20], steps=10_000, eval_every=100)
+PRESETS = dict(paper=Args(), course=COURSE)
 # the FCN's learning rates: at T=20, m=256, 1500 steps Adam 1e-3 was best; SGD diverged at 0.5
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
@@ -110,170 +165,277 @@ def parse_args(argv=None):
     """The flags: the command line's, else SWEEP's under --sweep, else --preset's; rules checked."""
     parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
     given = runlog.given(parser.parse_args(argv))
-    args = replace(PRESETS[given.get("preset", "paper")],
-                   **{**(SWEEP if given.get("sweep") else {}), **given})
+    sweep = SWEEP if given.get("sweep") else {}
+    args = replace(PRESETS[given.get("preset", "paper")], **{**sweep, **given})
     args.lr = args.lr or FCN_LR[args.optimizer]
-    args.sweep_width, args.sweep_de = sorted(set(args.sweep_width)), sorted(set(args.sweep_de))
-    args.sweep_steps = sorted(set(args.sweep_steps or [args.steps]), reverse=True)  # largest first
-    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the weights' dtype can hold
+    args.sweep_width = sorted(set(args.sweep_width))
+    args.sweep_de = sorted(set(args.sweep_de))
+    budgets = set(args.sweep_steps or [args.steps])
+    args.sweep_steps = sorted(budgets, reverse=True)  # largest first
+    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the dtype can hold
     name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
     qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
-    rules = [(q <= T, f"--{flag} must satisfy 1 <= q <= T (got q={q}, T={T}, --{name}): pick a"
-              " smaller q or a longer T") for T in lengths for flag, q in qs] + [
-        (not {"steps", "sweep_steps"} <= given.keys(), "--steps and --sweep-steps: give one (a"
-         " sweep's budgets are --sweep-steps; --steps alone is a one-budget sweep)"),
-        (not (args.resume and args.force), "--resume and --force exclude each other; pick one"),
-        (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}")]
+    rules = []
+    for T, (which, q) in itertools.product(lengths, qs):
+        fix = f"(got q={q}, T={T}, --{name}): pick a smaller q or a longer T"
+        rules.append((q <= T, f"--{which} must satisfy 1 <= q <= T {fix}"))
+    one_budget = not {"steps", "sweep_steps"} <= given.keys()
+    rules += [
+        (
+            one_budget,
+            "--steps and --sweep-steps: give one (a sweep's budgets are"
+            " --sweep-steps; --steps alone is a one-budget sweep)",
+        ),
+        (
+            not (args.resume and args.force),
+            "--resume and --force exclude each other; pick one",
+        ),
+        (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}"),
+    ]
     runlog.check(rules)
     return args
 
 
 def check_runs(args):
-    """Every run directory this job may write holds no run, or one --resume goes on with."""
-    runlog.require(not args.sweep or args.force or args.resume
-                   or not (Path(args.out) / "sweep.json").exists(),
-                   f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
-                   " another --out or --force")
+    """Every run directory this job may write holds no run, or one --resume goes on with (a
+    sweep's runs: their flags are checked as each is trained)."""
+    cut = list(Path(args.out).glob(f"*/{CHECKPOINT}"))
+    redo = "" if cut else " (--force: redo it)"
+    held = args.sweep and (Path(args.out) / "sweep.json").exists()
+    runlog.require(
+        args.force or args.resume or not held,
+        f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
+        f" or give another --out{redo}",
+    )
     grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
     for T, width, seed in itertools.product(*grid, args.seed):
-        path = run_dir(args, T, width, seed)
-        runlog.check_free(path, args.force, args.resume, args.sweep or runlog.finished(path)
-                          or (path / CHECKPOINT).exists())
+        config = {} if args.sweep else run_config(args, T, width, seed, args.steps)
+        new_job(args, run_dir(args, T, width, seed), config).check()
+    if args.sweep:
+        check_sweep(args)
 
 
 def run_dir(args, T, width, seed):
-    return Path(args.out) / runlog.run_name(dict(model="fcn", T=T, width=width, depth=args.depth,
-                                                 seed=seed))
+    run = dict(model="fcn", T=T, width=width, depth=args.depth, seed=seed)
+    return Path(args.out) / runlog.run_name(run)
 
 
 def evaluate(model, sets):
+    losses = {}
     with torch.no_grad():
-        losses = {name: sts.loss(model(x), target).item() for name, (x, target) in sets.items()}
+        for name, (x, target) in sets.items():
+            losses[name] = sts.loss(model(x), target).item()
     return dict(val=losses.pop("val"), test_q=losses)
+
+
+def run_config(args, T, width, seed, steps):
+    """A run's config.json but its device and size: every setting but the sweep's own, and the
+    budgets it is read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it
+    afresh)."""
+    flags = asdict(args)
+    for key in [k for k in flags if k.startswith("sweep")] + ["force", "out", "resume"]:
+        del flags[key]
+    budgets = [b for b in args.sweep_steps if b <= steps]
+    run = dict(model="fcn", T=T, width=width, seed=seed, steps=steps)
+    return dict(flags, **run, budgets=budgets)
 
 
 def build(args, T, width, seed, steps, device):
     """A run's model (initialised from its seed), optimizer, generator and validation sets (common
-    to every seed) and its config.json: every setting but the sweep's own, and the budgets it is
-    read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it afresh)."""
+    to every seed) and its config.json."""
+    dtype = getattr(torch, args.dtype)
     torch.manual_seed(seed)
-    model = FCN(T * args.d + T, width, args.depth, args.d).to(device, getattr(torch, args.dtype))
-    gen, subsets = torch.Generator(device), {"val": args.q, **{str(q): q for q in args.test_q}}
-    sets = {name: sample(gen, data.words(seed, data.val_index(T, q), val=True)[0],
-                         args.n_test, T, q, args.d, args.dtype) for name, q in subsets.items()}
-    optimizer = (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(
-        model.parameters(), args.lr)
-    config = dict({k: v for k, v in asdict(args).items() if not k.startswith("sweep")
-                   and k not in ("force", "out", "resume")}, model="fcn", T=T, width=width,
-                  seed=seed, steps=steps, device=str(device), params=n_params(model),
-                  budgets=[b for b in args.sweep_steps if b <= steps])
+    model = FCN(T * args.d + T, width, args.depth, args.d).to(device, dtype)
+    gen = torch.Generator(device)
+    subsets = {"val": args.q, **{str(q): q for q in args.test_q}}
+    sets = {}
+    for name, q in subsets.items():
+        words = data.words(seed, data.val_index(T, q), val=True)[0]
+        sets[name] = sample(gen, words, args.n_test, T, q, args.d, args.dtype)
+    kind = torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam
+    optimizer = kind(model.parameters(), args.lr)
+    config = run_config(args, T, width, seed, steps)
+    config = dict(config, device=str(device), params=n_params(model))
     return model, optimizer, gen, sets, config
 
 
-def open_run(job, sweep, load):
-    """job.open(load); a sweep's run cut at another budget or eps (its config differs) is trained
-    afresh, where a plain run's --resume is refused."""
-    try:
-        return job.open(load)
-    except runlog.Unusable:
-        if not sweep:
-            raise
-        return job.open(load, afresh=True)
+def new_job(args, path, config):
+    """The runlog.Job of a run directory with its checkpoint; a sweep's --resume goes on with a
+    run it started (and leaves a finished one alone), and starts the others without a word."""
+    started = (path / CHECKPOINT).exists() or runlog.finished(path)
+    resume = args.resume and (started or not args.sweep)
+    return runlog.Job([path], [config], path / CHECKPOINT, resume, args.force)
+
+
+NO_FILES = lambda r, status: ({}, {})  # noqa: E731  what a run writes at its end: none
 
 
 def train(args, T, width, seed, device, steps=None):
     """One FCN run of `steps` (default --steps) through runlog.Job: its directory and checkpoint
     (weights, optimizer, loss sum; the batches are keyed by (seed, step): a resume is exact)."""
     steps, path = steps or args.steps, run_dir(args, T, width, seed)
-    if args.resume and not args.sweep and runlog.finished(path):
-        return print(f"train_fcn.py: {path}: every run finished already; nothing to resume")
     model, optimizer, gen, sets, config = build(args, T, width, seed, steps, device)
     loss_sum = torch.zeros((), dtype=getattr(torch, args.dtype), device=device)
-    job = runlog.Job([path], [config], path / CHECKPOINT,
-                     args.resume and (path / CHECKPOINT).exists())
-    with job, tqdm(total=steps, desc=f"fcn T={T} m={width} seed={seed}", dynamic_ncols=True,
-                   disable=args.sweep, leave=False) as bar:
-        open_run(job, args.sweep, lambda state: (
-            model.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"]),
-            loss_sum.copy_(state["loss_sum"])))
+    load, state = checkpointed(model, optimizer, loss_sum)
+    job = new_job(args, path, config)
+    job.check()
+    if job.finished():
+        return print(
+            f"train_fcn.py: {path}: every run finished already; nothing to resume"
+        )
+    name = f"fcn T={T} m={width} seed={seed}"
+    bar = tqdm(
+        total=steps, desc=name, dynamic_ncols=True, disable=args.sweep, leave=False
+    )
+    with job, bar:
+        job.open(load, NO_FILES)
         bar.update(job.step)
         for t in range(job.step, steps + 1):
-            job.save(t, lambda: dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                     loss_sum=loss_sum))           # the state before step t
+            job.save(t, state)  # the state before step t
             if t % args.eval_every == 0 or t == steps or t in args.sweep_steps:
-                since = t - job.records[0].get("step", t)
-                job.log(0, dict(step=t, train_loss=loss_sum.item() / since if since else None,
-                                lr=args.lr, time=round(time.time() - job.t0, 3),
-                                **evaluate(model, sets)), args.d / 2 / args.q)
-                bar.set_postfix(val=f"{job.records[0]['val']:.4f}")
+                record = dict(timed(job, t, loss_sum, args.lr), **evaluate(model, sets))
+                job.log(0, record, args.d / 2 / args.q)
+                bar.set_postfix(val=f"{record['val']:.4f}")
                 loss_sum.zero_()
             if t == steps:
                 break
-            x, target = sample(gen, data.words(seed, t)[0], args.batch, T, args.q, args.d,
-                               args.dtype)
-            optimizer.zero_grad()
-            loss = sts.loss(model(x), target)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.detach()
+            words = data.words(seed, t)[0]
+            x, target = sample(gen, words, args.batch, T, args.q, args.d, args.dtype)
+            loss_sum += descend(model, optimizer, x, target)
             bar.update()
         job.close("finished", steps)
+
+
+def checkpointed(model, optimizer, loss_sum):
+    """An FCN run's load(state) and state(), for its checkpoint."""
+
+    def load(state):
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loss_sum.copy_(state["loss_sum"])
+
+    def state():
+        weights = model.state_dict()
+        return dict(model=weights, optimizer=optimizer.state_dict(), loss_sum=loss_sum)
+
+    return load, state
+
+
+def timed(job, t, loss_sum, lr):
+    """A log record's step, mean training loss since the last record (None: no step since),
+    rate and time."""
+    since = t - job.records[0].get("step", t)
+    train_loss = loss_sum.item() / since if since else None
+    return dict(
+        step=t, train_loss=train_loss, lr=lr, time=round(time.time() - job.t0, 3)
+    )
+
+
+def descend(model, optimizer, x, target):
+    """One optimizer step on a batch; its loss."""
+    optimizer.zero_grad()
+    loss = sts.loss(model(x), target)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
 
 
 def transformer_vals(args, T, d_e, device):
     """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
     Adam on the FCN's draws; {budget: each seed's validation loss after that many steps} (NaN if it
-    diverges), every budget of --sweep-steps read on the way to the largest. Its state is a
-    runlog.Job's checkpoint with no run directory (a cell at T = 80 takes over an hour on one core)
-    for --resume to go on from bit for bit; one that passed a budget it lacks starts afresh."""
-    dtype, D, R, budgets = getattr(torch, args.dtype), args.d + d_e, len(args.seed), \
-        args.sweep_steps
-    parts = [(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)]
-    streams = data.Streams(parts, args.d, d_e, device, dtype)   # one thread (see main)
-    step = fused.FusedStep([False] * R)
-    W, V = (torch.zeros(R, *shape, dtype=dtype, device=device, requires_grad=True)
-            for shape in ((D, D), (args.d, D)))
-    optimizer = torch.optim.Adam([W, V], lr=TF_LR)  # Adam is per entry: the runs stay independent
-    settings = dict({k: v for k, v in sweep_settings(args).items()
-                     if k not in ("eps_fraction", "budgets")}, T=T, de=d_e)
-    start, vals = 0, {}
-    with (job := runlog.Job([], [settings], Path(args.out) / f"transformer-T{T}-de{d_e}.pt",
-                            args.resume)):
-        state = {}
-        job.open(state.update)
-        if state and all(b in state["vals"] or b > job.step for b in budgets):
-            with torch.no_grad():
-                W.copy_(state["W"]), V.copy_(state["V"])
-            optimizer.load_state_dict(state["optimizer"])
-            start, vals = job.step, state["vals"]
-        for t in range(start, max(budgets)):
-            job.save(t, lambda: dict(W=W, V=V, vals=vals, optimizer=optimizer.state_dict()))
+    diverges), every budget of --sweep-steps read on the way to the largest. A run directory of its
+    own, transformer-T{T}-de{d_e}, logs a record per budget; its checkpoint (a cell at T = 80 takes
+    over an hour on one core) lets --resume go on bit for bit."""
+    step, streams, W, V, optimizer = cell_model(args, d_e, device)
+    path = Path(args.out) / f"transformer-T{T}-de{d_e}"
+    job = new_job(args, path, cell_config(args, T, d_e))
+    job.check()
+    if job.finished():  # a --resume of a sweep whose cell finished: its log
+        return logged_vals(path)
+
+    def load(state):
+        with torch.no_grad():
+            W.copy_(state["W"])
+            V.copy_(state["V"])
+        optimizer.load_state_dict(state["optimizer"])
+
+    budgets = args.sweep_steps
+    with job:
+        job.open(load, NO_FILES)
+        for t in range(job.step, max(budgets)):
+            job.save(t, lambda: dict(W=W, V=V, optimizer=optimizer.state_dict()))
             batch = streams.get_batch(t, args.batch, T, args.q)
             fused.FusedLoss.apply(W, V, step, batch).sum().backward()
             optimizer.step()
             optimizer.zero_grad()
             if t + 1 in budgets:
-                val = streams.get_batch(data.val_index(T, args.q), args.n_test, T, args.q, True)
-                vals[t + 1] = step.losses(W, V, val).double().mean(0).tolist()
+                val_index = data.val_index(T, args.q)
+                val = streams.get_batch(val_index, args.n_test, T, args.q, True)
+                vals = step.losses(W, V, val).double().mean(0).tolist()
+                job.log(0, dict(step=t + 1, vals=vals), args.d / 2 / args.q)
         job.close("finished", max(budgets))
+    return logged_vals(path)
+
+
+def cell_model(args, d_e, device):
+    """A sweep transformer's fused.py step and data.py streams (one thread: see main), its runs'
+    W and V (zero) and
+    their Adam (per entry: the runs stay independent)."""
+    dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
+    parts = [(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)]
+    streams = data.Streams(parts, args.d, d_e, device, dtype)  # one thread (see main)
+    step = fused.FusedStep([False] * R)
+    W = torch.zeros(R, D, D, dtype=dtype, device=device, requires_grad=True)
+    V = torch.zeros(R, args.d, D, dtype=dtype, device=device, requires_grad=True)
+    return step, streams, W, V, torch.optim.Adam([W, V], lr=TF_LR)
+
+
+def cell_config(args, T, d_e):
+    """The config.json of the sweep's transformer at (T, d_e)."""
+    settings = {k: v for k, v in sweep_settings(args).items() if k != "eps_fraction"}
+    return dict(settings, model="sweep transformer", T=T, de=d_e)
+
+
+def logged_vals(path):
+    """A sweep transformer's {budget: each seed's validation loss} from its log (NaN: null)."""
+    vals = {}
+    for record in read_log(path):
+        vals[record["step"]] = [math.nan if v is None else v for v in record["vals"]]
     return vals
 
 
+def read_log(path):
+    return [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
+
+
+def slope(rows):
+    """The least-squares slope of ln(width) against ln(T) over the rows that reached eps."""
+    reached = [r for r in rows if r["width"] is not None]
+    if len(reached) < 2:
+        return None
+    lnT = [math.log(r["T"]) for r in reached]
+    ln_width = [math.log(r["width"]) for r in reached]
+    return round(float(np.polyfit(lnT, ln_width, 1)[0]), 4)
+
+
 def fits(rows, budgets):
-    """Each model's least-squares slope of ln(width) against ln(T) at each budget, over the T that
-    reached the target; and where the budget has stopped mattering (the T whose width is the same
-    at the two largest budgets, each reached) the slope over those."""
-    def slope(rows):
-        pts = [(math.log(r["T"]), math.log(r["width"])) for r in rows if r["width"] is not None]
-        return round(float(np.polyfit(*zip(*pts), 1)[0]), 4) if len(pts) >= 2 else None
-    at = {(m, b): {r["T"]: r for r in rows if (r["model"], r["steps"]) == (m, b)}
-          for m in MODELS for b in budgets}
+    """Each model's slope (see slope) at each budget; and where the budget has stopped mattering
+    (the T whose width is the same at the two largest budgets, each reached) the slope over
+    those."""
+    at = {(m, b): {} for m in MODELS for b in budgets}
+    for r in rows:
+        at[r["model"], r["steps"]][r["T"]] = r
     out = {m: {str(b): slope(at[m, b].values()) for b in budgets} for m in MODELS}
-    if len(budgets) > 1:                                           # budgets: the largest first
-        for m in MODELS:
-            same = [r for T, r in at[m, budgets[0]].items() if r["width"] is not None
-                    and at[m, budgets[1]].get(T, {}).get("width") == r["width"]]
-            out[m]["settled"] = dict(T=[r["T"] for r in same], slope=slope(same))
+    for m in MODELS if len(budgets) > 1 else []:  # budgets: the largest first
+        largest, next_one = at[m, budgets[0]], at[m, budgets[1]]
+        same = []
+        for T, r in largest.items():
+            if (
+                r["width"] is not None
+                and next_one.get(T, {}).get("width") == r["width"]
+            ):
+                same.append(r)
+        out[m]["settled"] = dict(T=[r["T"] for r in same], slope=slope(same))
     return out
 
 
@@ -283,10 +445,20 @@ def fcn_vals(args, T, width, seed, steps, device):
     try:
         train(args, T, width, seed, device, steps)
     except runlog.Stop as stop:
-        tqdm.write(f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr)
+        tqdm.write(
+            f"train_fcn.py: {stop}; it counts as not reaching the target", sys.stderr
+        )
         return {}
-    log = (run_dir(args, T, width, seed) / "log.jsonl").read_text().splitlines()
-    return {r["step"]: r["val"] for r in map(json.loads, log) if r["step"] in args.sweep_steps}
+    log = read_log(run_dir(args, T, width, seed))
+    return {r["step"]: r["val"] for r in log if r["step"] in args.sweep_steps}
+
+
+def size_of(args, model, T, size):
+    """A model's width (FCN: hidden width m; transformer: D = d + d_e) and parameter count."""
+    if model == "fcn":
+        return size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
+    D = args.d + size
+    return D, D * (2 * args.d + size)
 
 
 def smallest(args, model, T, steps, first, cached, device):
@@ -296,37 +468,112 @@ def smallest(args, model, T, steps, first, cached, device):
     is <= eps its answer. cached(key, compute) is what a model and size gave at the budget: the
     transformer's seeds side by side (every budget at once), the FCN's one by one until those so
     far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
-    eps, grid = args.eps * args.d / (2 * args.q), args.sweep_width if model == "fcn" \
-        else args.sweep_de
-    row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None, val_sd=None,
-               vals=None, tried=[], tried_seeds=[])
+    eps = args.eps * args.d / (2 * args.q)
+    grid = args.sweep_width if model == "fcn" else args.sweep_de
+    row = dict(
+        model=model, T=T, steps=steps, width=None, params=None, val=None, val_sd=None
+    )
+    row = dict(row, vals=None, tried=[], tried_seeds=[])
     for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
         size, vals = grid[k], []
         if model == "transformer":
-            vals = cached(f"{T} {size}", lambda: transformer_vals(args, T, size, device))
+            trained = functools.partial(transformer_vals, args, T, size, device)
+            vals = cached(f"{T} {size}", trained)
         for seed in args.seed if model == "fcn" else []:
-            vals.append(cached(f"fcn {T} {size} {seed}",
-                               lambda: fcn_vals(args, T, size, seed, steps, device)))
+            run = functools.partial(fcn_vals, args, T, size, seed, steps, device)
+            vals.append(cached(f"fcn {T} {size} {seed}", run))
             if not sum(vals) / len(args.seed) <= eps:
                 break
-        width, params = ((size, n_params(FCN(T * args.d + T, size, args.depth, args.d)))
-                         if model == "fcn" else (args.d + size, (args.d + size) * (2 * args.d
-                                                                                  + size)))
+        width, params = size_of(args, model, T, size)
         val = float(np.mean(vals))
-        row["tried"].append([width, round(val, 4)])                # the mean of the seeds trained,
-        row["tried_seeds"].append(len(vals))                         # how many those were
-        if val <= eps:                      # the spread: the seeds' sample standard deviation
+        row["tried"].append([width, round(val, 4)])  # the mean of the seeds trained,
+        row["tried_seeds"].append(len(vals))  # how many those were
+        if val <= eps:  # the spread: the seeds' sample standard deviation
             spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-            return dict(row, width=width, params=params, val=round(val, 4),
-                        val_sd=spread and round(spread, 4), vals=[round(v, 4) for v in vals]), k
+            found = dict(width=width, params=params, val=round(val, 4))
+            rounded = [round(v, 4) for v in vals]
+            return dict(
+                row, **found, val_sd=spread and round(spread, 4), vals=rounded
+            ), k
     return row, None
 
 
 def sweep_settings(args):
-    return dict(eps_fraction=args.eps, budgets=sorted(args.sweep_steps), batch=args.batch,
-                seeds=args.seed, fcn_lr=args.lr, fcn_optimizer=args.optimizer,
-                fcn_depth=args.depth, tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic",
-                n_test=args.n_test, q=args.q, d=args.d, dtype=args.dtype)
+    fcn = dict(fcn_lr=args.lr, fcn_optimizer=args.optimizer, fcn_depth=args.depth)
+    tf = dict(tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic")
+    budgets = sorted(args.sweep_steps)
+    both = dict(batch=args.batch, seeds=args.seed, **fcn, **tf, n_test=args.n_test)
+    return dict(
+        eps_fraction=args.eps,
+        budgets=budgets,
+        **both,
+        q=args.q,
+        d=args.d,
+        dtype=args.dtype,
+    )
+
+
+def old_cells(args):
+    """The cells of the sweep.json that --resume goes on from (of the same settings but eps and
+    budgets); none without --resume."""
+    path = Path(args.out) / "sweep.json"
+    fix = "move it away and --resume again (its cells are read again from its runs)"
+    old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
+    free = ("eps_fraction", "budgets")
+    settings = sweep_settings(args).items()
+    differ = [k for k, v in settings if old and k not in free and old.get(k) != v]
+    runlog.require(
+        not differ,
+        f"--resume: {path} was made with other settings"
+        f" ({', '.join(differ)}); resume with the sweep's own flags, or give"
+        " another --out",
+    )
+    return old.get("cells", {})  # a hand-edited one may end in a traceback
+
+
+def check_sweep(args):
+    """--resume of a sweep: a run it may train again (its cell lacks a budget) holds the flags it
+    would be trained with; one of other flags (--steps, --sweep-steps) is never replaced."""
+    cells = old_cells(args)
+    fcn = itertools.product(args.sweep_T, args.sweep_width, args.seed)
+    for T, width, seed in fcn if args.resume else []:
+        cell = cells.get(f"fcn {T} {width} {seed}", {})
+        lacking = [b for b in args.sweep_steps if str(b) not in cell]
+        if lacking:
+            config = run_config(args, T, width, seed, lacking[0])
+            check_same(run_dir(args, T, width, seed), config)
+    transformer = itertools.product(args.sweep_T, args.sweep_de)
+    for T, d_e in transformer if args.resume else []:
+        cell = cells.get(f"{T} {d_e}", {})
+        lacking = [b for b in args.sweep_steps if str(b) not in cell]
+        if lacking:
+            check_same(
+                Path(args.out) / f"transformer-T{T}-de{d_e}", cell_config(args, T, d_e)
+            )
+
+
+def check_same(path, config):
+    """A run the sweep would train again, if any, holds `config`."""
+    if not (path / "config.json").exists():
+        return
+    held = runlog.read(path / "config.json", fix="give another --out")
+    differ = ", ".join(runlog.compared(held, config))
+    runlog.require(
+        not differ,
+        f"--resume: {path} was trained with other flags ({differ}) and"
+        " the sweep would train it again: resume with the sweep's own flags, or"
+        " give another --out",
+    )
+
+
+def save_sweep(args, status, rows, cells):
+    """sweep.json: how the sweep stands, its settings, rows, slopes and every cell's numbers."""
+    eps = args.eps * args.d / (2 * args.q)
+    slopes = fits(rows, args.sweep_steps)
+    table = dict(status=status, eps=eps, **sweep_settings(args), rows=rows)
+    runlog.write_json(
+        Path(args.out) / "sweep.json", dict(table, loglog_slope=slopes, cells=cells)
+    )
 
 
 def sweep(args, device):
@@ -334,31 +581,34 @@ def sweep(args, device):
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
     taken to need no less width); the largest budget first, whose runs hold the others' numbers.
     --resume goes on from sweep.json's cells (of the same settings but eps and budgets)."""
-    path, fix, rows = Path(args.out) / "sweep.json", "pass --force to redo it, or another --out", []
-    old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
-    cells = old.get("cells", {})                # a hand-edited one may end in a traceback
-    differ = [k for k, v in sweep_settings(args).items()
-              if old and k not in ("eps_fraction", "budgets") and old.get(k) != v]
-    runlog.require(not differ, f"--resume: {path} was made with other settings"
-                   f" ({', '.join(differ)}); {fix}")
+    path, rows = Path(args.out) / "sweep.json", []
+    cells = old_cells(args)
+    if args.resume and not path.exists():
+        print(f"--resume: no {path}: starting the sweep afresh", file=sys.stderr)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
 
-    def save(status):                    # after each cell, atomically: an ending keeps the rows
-        runlog.write_json(path, dict(status=status, eps=args.eps * args.d / (2 * args.q),
-                                     **sweep_settings(args), rows=rows,
-                                     loglog_slope=fits(rows, args.sweep_steps), cells=cells))
+    def save(status):  # after each cell, atomically: an ending keeps the rows
+        save_sweep(args, status, rows, cells)
 
-    def cached(key, steps, compute):    # absent, compute() ({budget: value}) fills it; kept
-        if str(steps) not in cells.get(key, {}):      # before the next is trained (a kill: none)
-            cells[key] = {**cells.get(key, {}), **{str(b): v for b, v in compute().items()}}
+    def cached(key, compute, steps):
+        """What compute() ({budget: value}) gave at `steps`: kept before the next is trained
+        (a kill loses none), computed only where absent."""
+        if str(steps) not in cells.get(key, {}):
+            values = {str(b): v for b, v in compute().items()}
+            cells[key] = {**cells.get(key, {}), **values}
             save("running")
-        return cells[key].get(str(steps), math.inf)                   # inf: it gave none
+        return cells[key].get(str(steps), math.inf)  # inf: it gave none
+
+    searches = list(itertools.product(args.sweep_T, args.sweep_steps, MODELS))
+    bar = tqdm(searches, desc="sweep (T, budget, model)", dynamic_ncols=True)
     try:
-        save("running")        # its settings, for a --resume after a kill in its first cell
-        for T, steps, model in tqdm(list(itertools.product(args.sweep_T, args.sweep_steps, MODELS)),
-                                    desc="sweep (T, budget, model)", dynamic_ncols=True):
-            row, first[model, steps] = smallest(args, model, T, steps, first[model, steps],
-                                                lambda key, f: cached(key, steps, f), device)
+        save("running")  # its settings, for a --resume after a kill in its first cell
+        for T, steps, model in bar:
+            at_budget = functools.partial(cached, steps=steps)
+            start = first[model, steps]
+            row, first[model, steps] = smallest(
+                args, model, T, steps, start, at_budget, device
+            )
             rows.append(row)
             save("running")
     except BaseException as error:
@@ -371,19 +621,35 @@ def sweep(args, device):
 def write_table(args, rows, slopes):
     """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
     fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
-    text = "".join(",".join("" if v is None else str(v) for v in row) + "\n"  # as csv writes it
-                   for row in [fields, *([r[k] for k in fields] for r in rows)])
-    runlog.write_bytes(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode())
-    print(f"\nsmallest width with seed-mean val loss <= {args.eps * args.d / (2 * args.q):.4f}"
-          f" ({args.eps} x d/(2q)) after each budget of steps of {args.batch} (seeds"
-          f" {args.seed}); FCN: hidden width m; transformer: D = d + d_e\n" + text)
-    shown = lambda s: "fewer than 2 points" if s is None else f"{s:.2f}"  # noqa: E731
+    lines = [fields] + [[r[k] for k in fields] for r in rows]
+    texts = [["" if v is None else str(v) for v in line] for line in lines]
+    text = "".join(",".join(line) + "\n" for line in texts)
+    runlog.write_bytes(
+        Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode()
+    )  # as csv
+    eps = args.eps * args.d / (2 * args.q)
+    print(
+        f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after"
+        f" each budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
+        " transformer: D = d + d_e\n" + text
+    )
+
+    def shown(s):
+        return "fewer than 2 points" if s is None else f"{s:.2f}"
+
     for m, at in slopes.items():
-        print(f"{m}: log-log slope of width against T (over the T that reached eps): " + ", ".join(
-            f"{b} steps {shown(s)}" for b, s in at.items() if b != "settled"))
+        budgets = ", ".join(
+            f"{b} steps {shown(s)}" for b, s in at.items() if b != "settled"
+        )
+        print(
+            f"{m}: log-log slope of width against T (over the T that reached eps): {budgets}"
+        )
         if "settled" in at:
-            print(f"{m}: the same width at the two largest budgets at T = {at['settled']['T']};"
-                  f" slope over those: {shown(at['settled']['slope'])}")
+            settled = at["settled"]
+            print(
+                f"{m}: the same width at the two largest budgets at T = {settled['T']};"
+                f" slope over those: {shown(settled['slope'])}"
+            )
 
 
 def main(argv=None):
@@ -392,12 +658,15 @@ def main(argv=None):
         check_runs(args)
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
-            check_runs(args)                    # again: another writer may have been first
-            if args.sweep:  # one thread: on 2 shared cores a second cost more than it saved
+            check_runs(args)  # again: another writer may have been first
+            if (
+                args.sweep
+            ):  # one thread: on 2 shared cores a second cost more than it saved
                 torch.set_num_threads(1)
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
                 train(args, T, width, seed, device)
+
     runlog.run_command("train_fcn.py", body, argv=argv)
 
 

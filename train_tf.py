@@ -352,20 +352,28 @@ def train(args, d_e, device):
     model = Model(args, d_e, specs, device)
     optimizers = configure_optimizers(model, specs)
     streams = new_streams(args, specs, d_e, device)
-    final_weights = lambda r: {"weights_final.npz": model.weights(r)}  # noqa: E731
-    job = new_job(args, specs, d_e, device, final_weights)
+    job = new_job(args, specs, d_e, device)
     if job.finished():
         return print(
             f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume"
         )
     desc = f"d_e={d_e} x{len(specs)} runs"
+
+    def ending(r, status):  # run r's files however it ends: its last weights
+        return {}, {"weights_final.npz": model.weights(r)}
+
     with job, tqdm(total=args.steps, desc=desc, dynamic_ncols=True) as bar:
-        resumed = job.open(functools.partial(load_checkpoint, model, optimizers))
+        load = functools.partial(load_checkpoint, model, optimizers)
+        resumed = job.open(load, ending)
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
         loop(args, specs, model, optimizers, streams, job, bar)
-        job.close("finished", args.steps, finals(model, streams, args, args.n_final))
+        finished = finals(model, streams, args, args.n_final)
+        files = [
+            (numbers, {"final_losses.npz": arrays}) for numbers, arrays in finished
+        ]
+        job.close("finished", args.steps, files)
 
 
 def loop(args, specs, model, optimizers, streams, job, bar):
@@ -436,7 +444,7 @@ def run_specs(args, d_e):
     return specs
 
 
-def new_job(args, specs, d_e, device, files=None):
+def new_job(args, specs, d_e, device):
     """The runs' runlog.Job: their folders, config.json (every resolved setting), checkpoint."""
     dropped = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
     keep = {k: v for k, v in asdict(args).items() if k not in dropped}
@@ -448,7 +456,8 @@ def new_job(args, specs, d_e, device, files=None):
         )
     dirs = [s["dir"] for s in specs]
     file = runlog.job_file(args.out, f"de{d_e}", dirs)
-    return runlog.Job(dirs, configs, file, args.resume, args.checkpoint_every, files)
+    every = args.checkpoint_every
+    return runlog.Job(dirs, configs, file, args.resume, args.force, every)
 
 
 def rescore(args, device):
@@ -538,7 +547,7 @@ def main(argv=None):
             return rescore(args, device)
         with runlog.lock(args.out):
             for d_e in args.de:  # under the lock: no other writer comes between
-                new_job(args, run_specs(args, d_e), d_e, device).check(args.force)
+                new_job(args, run_specs(args, d_e), d_e, device).check()
             for d_e in args.de:
                 train(args, d_e, device)
 
