@@ -417,11 +417,11 @@ def figure_positions(runs, out, name):
         ax.margins(y=0.12)
         x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
     return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
-                " sets; dashed, dotted: sts.table_floor's constructions at the training T")
+                " sets; dashed, dotted: theory.table_floor's constructions at the training T")
 
 
 def figure_dynamics(name, pairs, out):
-    """The logged val, c and α with sts.family_dynamics' over: GD's dashed, SGD's model dotted."""
+    """The logged val, c and α with theory.family_dynamics' over: GD's dashed, SGD's model dotted."""
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
     groups = [g for _, g in pairs]
     for mine, g in pairs:
@@ -433,7 +433,7 @@ def figure_dynamics(name, pairs, out):
                 kept = np.array(row["rows"], float).T             # every few steps
                 ax.plot(kept[0], kept[k + 1], color=col, lw=0.9,
                         ls="--" if row["batch"] is None else ":")
-    axes[0].plot([], [], "k--", label="W = cW*, V = αV* by GD (sts.family_dynamics)")
+    axes[0].plot([], [], "k--", label="W = cW*, V = αV* by GD (theory.family_dynamics)")
     axes[0].plot([], [], "k:", label="the same by SGD's model at the runs' n")
     axes[0].set(yscale="log", xlabel="step", ylabel="validation loss ½‖f − STS_q‖²", title="val")
     axes[1].set(xlabel="step", ylabel="c = ⟨W, W*⟩ / d_e", title="c")
@@ -464,9 +464,9 @@ def figure_plateau(name, members, out):
         x = [p[0] for p in line]
         for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
             ax.plot(x, [p[1][i]["t_half"] for p in line], "k" + ls, label=f"{text}"
-                    " (sts.family_dynamics)")
+                    " (theory.family_dynamics)")
             ax.plot(x, [p[1][i]["t_half_closed"] for p in line], ls, color="gray", label=f"{text}:"
-                    " closed form (sts.plateau_steps)")
+                    " closed form (theory.plateau_steps)")
         for xi, _, h in line:
             if h:
                 ax.errorbar(xi, np.mean(h), [[np.mean(h) - min(h)], [max(h) - np.mean(h)]],

@@ -6,9 +6,29 @@ import numpy as np
 
 import runlog
 import sts
-from rundirs import (DYNAMICS, FLOOR, NAN, PER_SEED, PREDICTED, Report, configurations, describe,
-                     final_losses, finite, flat, label, lengths, read, read_log, sets, setting,
-                     task, value, weights)
+from rundirs import (
+    DYNAMICS,
+    FLOOR,
+    NAN,
+    PER_SEED,
+    PREDICTED,
+    Report,
+    configurations,
+    describe,
+    final_losses,
+    finite,
+    flat,
+    label,
+    lengths,
+    read,
+    read_log,
+    sets,
+    setting,
+    task,
+    value,
+    weights,
+)
+from theory import escape_step
 
 EVAL_SEED, EVAL_N, CHUNK = 12345, 2048, 256  # trained and family models on common sequences
 SETTLED = 0.005  # settled: a move below ~1 Monte-Carlo se of 1,024 sequences' val near a loss 0.25
@@ -340,7 +360,7 @@ def table_length(name, runs, predicted):
              f" q={groups[0][0]['config']['q']}: as trained), the final loss, mean ± s (the sample"
              " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each"
              f" seed's own c, α (sts.family_fit; {THEORY}) and the family's best ({FLOOR}); fixed"
-             " PE, at the training T: W = c M that learned its table (sts.table_floor) at the"
+             " PE, at the training T: W = c M that learned its table (theory.table_floor) at the"
              f" training q's c, M ({THEORY}) and retuned ({FLOOR}); ± its Monte-Carlo se. Own: on"
              f" {'/'.join(map(str, sorted(n))) or '-'} sequences a set, each seed's trained run"
              " and its family on the same sequences, the q-sets nested in the training set's;"
@@ -380,7 +400,7 @@ def table_selection(name, runs):
                          *(mean_sd(x, ".3g") for x in cells)])
     markdown(f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
              " (L × L) on each seed's own table, L > d_e; the trained W against table_floor.json's"
-             " W = c M (sts.table_floor); over the seeds mean ± s (the sample standard deviation).",
+             " W = c M (theory.table_floor); over the seeds mean ± s (the sample standard deviation).",
              ["configuration", "optimizer", "W_ee", "self-score mean", "self-score s over"
               " positions", "cross-score s", "self mean / cross s", "least eigenvalue",
               "largest eigenvalue", "off-diagonal share of ‖W_ee‖"], rows)
@@ -523,9 +543,9 @@ def table_sweep(path, summary):
                       *last_quarter(path, r, summary["eps"])[:2]] for r in summary["rows"]])
 
 
-# ------------------------------------ the training curve against sts.family_dynamics (GD on c, α)
+# ------------------------------------ the training curve against theory.family_dynamics (GD on c, α)
 def escape(row, group):
-    """Each seed's t_1/2 (sts.escape_step at the row's floor); the steps every seed logged up to the
+    """Each seed's t_1/2 (theory.escape_step at the row's floor); the steps every seed logged up to the
     row's last; the logged (val, c, α) there (seeds, steps, 3), c = norm_W cos_W / √d_e in logs
     from before c was logged; family_dynamics' (loss, c, α) there (interpolated), its gap's se."""
     logs = [{r["step"]: (value(r, "val"), value(r, "c") if "c" in r else value(r, "norm_W")
@@ -536,7 +556,7 @@ def escape(row, group):
     seeds, kept = np.array([[log[s] for s in steps] for log in logs]), np.array(row["rows"], float)
     loss, c, alpha, se = (np.interp(steps, kept[:, 0], y) for y in kept[:, 1:5].T)
     gap_se = se * math.sqrt(1 + 2048 / group[0]["config"]["n_test"])   # --dynamics' 2048 draws
-    return [sts.escape_step(steps, v, row["floor"]) for v in seeds[:, :, 0]], steps, seeds, (
+    return [escape_step(steps, v, row["floor"]) for v in seeds[:, :, 0]], steps, seeds, (
         loss, c, alpha, gap_se)
 
 
@@ -554,7 +574,7 @@ def table_dynamics(name, pairs):
                  for i in sorted(at | {0, len(steps) - 1})]
     return markdown(
         f"{name}: the logged curve against W = c W*, V = α V* trained from zero ({DYNAMICS}:"
-        " sts.family_dynamics on its own 2,048 sequences at the runs' rate schedule; by SGD's"
+        " theory.family_dynamics on its own 2,048 sequences at the runs' rate schedule; by SGD's"
         " model at the runs' n where the file has it, else by GD), at the first and last steps"
         " both logged and those nearest ½, 1, 1½, 2 and 4 times its t½. Over the seeds mean ± s"
         " (the sample standard deviation); ± beside the prediction: the Monte-Carlo se of its"
@@ -587,9 +607,9 @@ def table_plateau(experiments):
     return markdown(
         "The plateau: t½, the first logged step whose val is below the midpoint of its first"
         f" and the family's floor ({DYNAMICS}'s: sts.family_floor on 4,096 sequences), over"
-        " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (sts.family_dynamics,"
+        " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (theory.family_dynamics,"
         " every step) by GD and by SGD's model at the runs' n, and their closed forms"
-        " (sts.plateau_steps); measured over each; the logged steps where the seeds' mean val"
+        " (theory.plateau_steps); measured over each; the logged steps where the seeds' mean val"
         " is more than 2 Monte-Carlo se from the last model's loss (the set's and the"
         " model's sequences differ: √(se² + se² 2048/n_test)), and the largest gap; c and α"
         " at the last step both logged, the seeds' mean / the last model's. A measured t½ is"
