@@ -106,6 +106,146 @@ def plateau_steps(T, q, d, d_e, lr, floor, batch=None):
     return float(T / lr + noise * d_e / (2 * lr * d * K) * climb)
 
 
+# ------------- The SGD model without its draws' error: tokens integrated, SGD's noise measured
+def curve_draws(T, q, d, d_e, n=2048, seed=0):
+    """sts.family_draws' stochastic-PE sequences (the same n): the scores S = P^T s (n, T), the
+    subset's mask (n, T), |s|^2 (n,) and the tokens X (n, d, T), which only SGD's noise needs."""
+    rng, pe = sts.stream(seed, "data"), sts.PositionalEncoding("stochastic", d_e, T, seed)
+    parts = []
+    for lo in range(0, n, 512):                      # chunks, as family_draws draws them
+        b = sts.sample_batch(rng, min(512, n - lo), T, q, d, pe)
+        s = b.z_q[:, d:]                             # the sum of the selected PEs    (m, d_e)
+        scores = np.einsum("mei,me->mi", b.Z[:, d:], s)
+        parts.append((scores, b.mask, (s * s).sum(-1), b.Z[:, :d]))
+    return tuple(np.concatenate(part).astype("float32") for part in zip(*parts))  # 3x sooner
+
+
+def exact_gradient(draws, c, alpha, d):
+    """Each sequence's loss at W = c W*, V = alpha V* with its tokens integrated exactly, and the
+    gradient (dL/dc, dL/dalpha) of their mean. X's entries are N(0, 1) and independent of the
+    scores, so E_X ||X v||^2 = d |v|^2: the loss of f - STS_q = X v is d |v|^2 / 2, with
+    v = alpha sigma - m / q (sigma = softmax(c S), m the subset's mask)."""
+    S, mask = draws[:2]
+    sigma = sts.softmax(c * S)
+    dsigma = sigma * (S - (sigma * S).sum(-1, keepdims=True))    # d sigma / dc
+    v = alpha * sigma - mask / mask.sum(-1, keepdims=True)
+    each = d / 2 * (v * v).sum(-1)
+    dc = d * alpha * (v * dsigma).sum(-1).mean()
+    dalpha = d * (v * sigma).sum(-1).mean()
+    return each, dc, dalpha
+
+
+def token_noise(draws, c, alpha, n=512):
+    """SGD's noise in W_xe at W = c W*, V = alpha V*, from the first n draws, tokens and all:
+    (E, A, B). E = E ||dL/dW_xe||^2 of one sequence: sts.backward's gradient on the token-to-PE
+    block is u s^T with u = X da, its squared norm |u|^2 |s|^2 (2 alpha^2 L q if u were alpha r).
+    A random W_xe of norm |W_xe| costs (alpha^2 A + alpha B) |W_xe|^2 / 2: the trace of the loss'
+    Hessian in u = W_xe s, alpha^2 tr(M^2) + alpha r^T X t, times |s|^2 / (d d_e). M = sum_i
+    sigma_i x_i x_i^T - g g^T (g = X sigma), the attention-weighted tokens' covariance, is J_f / alpha;
+    t_i = sigma_i (|x_i|^2 - 2 x_i^T g + 2 |g|^2 - sum_j sigma_j |x_j|^2) the softmax's curvature.
+    With M = I and t = 0: A = q / d_e, B = 0."""
+    S, mask, s2, X = (part[:n] for part in draws)
+    d = X.shape[1]
+    sigma = sts.softmax(c * S)
+    target_weights = mask / mask.sum(-1, keepdims=True)
+    r = np.einsum("ndt,nt->nd", X, alpha * sigma - target_weights)   # f - STS_q        (n, d)
+    ds = alpha * np.einsum("ndt,nd->nt", X, r)                       # dL/ds_i = alpha x_i^T r
+    da = sigma * (ds - (sigma * ds).sum(-1, keepdims=True))          # through the softmax
+    u = np.einsum("ndt,nt->nd", X, da)                               # the token part of dL/du
+    g = np.einsum("ndt,nt->nd", X, sigma)                            # the attended token
+    M = np.einsum("ndt,nt,net->nde", X, sigma, X) - g[:, :, None] * g[:, None, :]
+    x2 = (X * X).sum(1)                                              # |x_i|^2         (n, T)
+    xg = np.einsum("ndt,nd->nt", X, g)
+    spread = (sigma * x2).sum(-1, keepdims=True)
+    t = sigma * (x2 - 2 * xg + 2 * (g * g).sum(-1, keepdims=True) - spread)
+    curvature = np.einsum("nd,ndt,nt->n", r, X, t)
+    E = float(((u * u).sum(-1) * s2).mean())
+    A = float(((M * M).sum((-2, -1)) * s2).mean() / d)
+    B = float((curvature * s2).mean() / d)
+    return E, A, B
+
+
+def sgd_curve(T, q, d, d_e, steps, lr=1.0, batch=None, anneal_at=None, n=8192, seed=0,
+              noise="full"):
+    """family_dynamics' SGD model on exact_gradient (tokens integrated) with SGD's noise in W_xe
+    from token_noise ("full") or from M = I ("identity", family_dynamics' own). Stochastic PE.
+    w = (q/d_e) |W_xe|^2 costs alpha^2 m w / 2 and moves as
+        w <- w (1 - 2 lr alpha^2 m q / d_e) + lr^2 (q/d_e) E / batch,
+    E = E ||dL/dW_xe||^2 of one sequence, m = E tr(M^2) / d (token_noise's; with M = I,
+    E = 2 alpha^2 L q and m = 1). Returns (loss, c, alpha, w), arrays of steps + 1."""
+    draws = curve_draws(T, q, d, d_e, n, seed)
+    out = np.zeros((steps + 1, 4))                   # rows (loss, c, alpha, w), all 0 at first
+    for step in range(steps + 1):
+        c, alpha, w = out[step, 1:]
+        each, dc, dalpha = exact_gradient(draws, c, alpha, d)
+        spread, A, B = (0.0, q, 0.0) if batch is None else token_noise(draws, c, alpha)
+        A = A / d_e                                  # token_noise's A, B are times d_e
+        B = B / d_e
+        if noise == "identity":                      # M = I: family_dynamics' account
+            spread, A, B = 2 * alpha**2 * (each.mean() + alpha**2 * w / 2) * q, q / d_e, 0.0
+        kappa = alpha**2 * A + alpha * B             # |W_xe|^2's cost: kappa |W_xe|^2 / 2
+        size = w * d_e / q                           # |W_xe|^2
+        out[step, 0] = each.mean() + kappa * size / 2
+        if step == steps:
+            break
+        rate = sts.learning_rate(step, lr, anneal_at, 1 / 3)
+        kick = 0.0 if batch is None else spread / batch
+        pull = 1 - 2 * rate * kappa
+        out[step + 1, 1] = c - rate * dc / d_e
+        out[step + 1, 2] = alpha - rate * (dalpha + (2 * alpha * A + B) * size / 2) / d
+        out[step + 1, 3] = w * pull + rate**2 * q / d_e * kick
+    return out.T
+
+
+def exact_floor(T, q, d, d_e, n=8192, seed=0):
+    """The family's floor with the tokens integrated: min over (c, alpha) of exact_gradient's
+    loss (alpha = <sigma, m/q> / |sigma|^2 by least squares; golden section on log c)."""
+    draws = curve_draws(T, q, d, d_e, n, seed)[:2]
+    S, mask = draws
+    weights = mask / mask.sum(-1, keepdims=True)
+
+    def best(log_c):
+        sigma = sts.softmax(np.exp(log_c) * S)
+        alpha = (sigma * weights).sum() / (sigma * sigma).sum()
+        v = alpha * sigma - weights
+        return d / 2 * (v * v).sum(-1).mean()
+    lo, hi, ratio = np.log(1e-3), np.log(1e4), (5**0.5 - 1) / 2
+    for _ in range(60):
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        lo, hi = (lo, b) if best(a) < best(b) else (a, hi)
+    return float(best((lo + hi) / 2))
+
+
+def crossing(steps, losses, level):
+    """The step where `losses` first falls below `level`, interpolated linearly between the two
+    logged steps around it (None if it never does): a t_1/2 not rounded up to the logging grid."""
+    losses = np.asarray(losses, float)
+    below = np.flatnonzero(losses < level)
+    if not below.size or below[0] == 0:
+        return None if not below.size else float(steps[0])
+    k = below[0]
+    share = (losses[k - 1] - level) / (losses[k - 1] - losses[k])
+    return float(steps[k - 1] + share * (steps[k] - steps[k - 1]))
+
+
+def model_t_half(T, q, d, d_e, lr=1.0, batch=None, anneal_at=None, seeds=4, n=8192,
+                 noise="full", steps=None):
+    """t_1/2 of sgd_curve on `seeds` independent draws of n sequences each: (mean, se, each),
+    se = their std / sqrt(seeds), the PE draws' Monte-Carlo error (the tokens are integrated).
+    Each crossing is interpolated between steps, at the midpoint of d/(2q) and exact_floor."""
+    steps = steps or int(1.5 * plateau_steps(T, q, d, d_e, lr, 0.0, batch)) + 100
+    each = []
+    for seed in range(seeds):
+        floor, crossed = exact_floor(T, q, d, d_e, n, seed), None
+        while crossed is None:                       # not crossed within `steps`: twice as many
+            loss = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)[0]
+            crossed = crossing(np.arange(steps + 1), loss, (loss[0] + floor) / 2)
+            steps = steps if crossed is not None else 2 * steps
+        each.append(crossed)
+    each = np.array(each, float)
+    return float(each.mean()), float(each.std(ddof=1) / seeds**0.5), each.tolist()
+
+
 def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
     on `seed`'s draws) and {d_e tried: scale_floor's (floor, c, alpha, se)}. Up by 3/2, down by
@@ -190,6 +330,29 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, posi
                    rows=np.column_stack([np.arange(steps + 1), *curve])[::every].tolist())
 
 
+def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise):
+    """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise by `noise`; GD
+    without --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
+    the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
+    curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps."""
+    halves, curves = [], []
+    for seed in range(draws):
+        floor = exact_floor(T, q, d, d_e, n, seed)
+        curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)
+        halves.append(crossing(np.arange(steps + 1), curve[0], (curve[0, 0] + floor) / 2))
+        curves.append(curve)
+    curve = np.mean(curves, 0)
+    curve[3] *= d_e / q                              # w = (q / d_e) |W_xe|^2
+    found = np.array([np.nan if h is None else h for h in halves])
+    mean, se = float(found.mean()), float(found.std(ddof=1) / draws**0.5)
+    print(f"T={T} q={q} d={d} d_e={d_e} lr={lr} batch={batch} noise={noise}: t_1/2 {mean:.1f}"
+          f" ± {se:.1f} (se over {draws} draws of {n} sequences)", flush=True)
+    rows = np.column_stack([np.arange(steps + 1), *curve])[::every].tolist()
+    return dict(T=T, q=q, d=d, de=d_e, lr=lr, batch=batch, anneal_at=anneal_at, noise=noise,
+                steps=steps, draws=draws, n=n, t_half=mean, se=se, each=halves,
+                columns=["step", "loss", "c", "alpha", "W_xe2"], rows=rows)
+
+
 def parser():
     """The command line's flags; an error is one line on stderr (no usage block), exit status 2."""
     p = argparse.ArgumentParser(prog="theory.py", description=__doc__.split("\n")[0],
@@ -208,6 +371,12 @@ def parser():
     add("--dynamics", action="store_true", help="print family_dynamics' curves (GD's; with --batch"
         " SGD's too) and t_1/2 at each --T, --de (--positions: randomized PE), --q, --lr, --steps,"
         " and exit")
+    add("--plateau", action="store_true", help="print t_1/2 of SGD's model with the tokens"
+        " integrated (sgd_curve; GD without --batch) at --T, --q, --de, --lr, over --draws sets"
+        " of --n sequences, and exit")
+    add("--noise", choices=("full", "identity"), default="full", help="with --plateau: SGD's"
+        " noise in W_xe from the full per-sequence gradient, or from M = I")
+    add("--draws", type=int, default=4, help="with --plateau: independent sets of sequences")
     add("--every", type=int, default=10, help="with --dynamics: --json keeps every this many steps")
     add("--batch", type=int, help="with --dynamics: also the curve of SGD on this many sequences a"
         " step (family_dynamics' batch)")
@@ -232,11 +401,13 @@ def check_flags(args):
                           ("--n", "n", args.n), *(("--de", "d_e", v) for v in args.de),
                           *(("--anneal-at", "seed", v) for v in [args.anneal_at] if v is not None)]:
         check(ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v)       # the API's rules, by flag
-    check(args.floor or len(args.q) == 1 and (args.dynamics or args.needed_de
+    check(args.floor or len(args.q) == 1 and (args.dynamics or args.needed_de or args.plateau
                                               or len(args.T) == len(args.de) == 1),
           "--T, --q and --de", "one value each without --floor", (args.T, args.q, args.de))
-    chosen = args.floor + args.needed_de + args.dynamics
-    check(chosen == 1, "--floor, --needed-de or --dynamics", "given, exactly one", chosen)
+    chosen = args.floor + args.needed_de + args.dynamics + args.plateau
+    check(chosen == 1, "--floor, --needed-de, --dynamics or --plateau", "given, exactly one",
+          chosen)
+    check(whole(args.draws, 2), "--draws", "an integer >= 2 (an se needs two)", args.draws)
     check(whole(args.every), "--every", ARGUMENTS["steps"][0], args.every)
     check(args.batch is None or whole(args.batch), "--batch", ARGUMENTS["n"][0], args.batch)
     check(not args.json or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
@@ -259,6 +430,12 @@ def search(args, q, d):
         rows = [row for T, d_e, L in itertools.product(args.T, args.de, args.positions or [None])
                 for row in dynamics(T, q, d, d_e, args.steps, args.lr, anneal_at, args.every,
                                     args.seed, args.batch, L)]
+    elif args.plateau:                               # the draws' seeds: 0, 1, ..., draws - 1
+        anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
+        family = "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
+        rows = [plateau(T, q, d, d_e, args.lr, args.batch, anneal_at, args.steps, args.draws,
+                        args.n, args.every, args.noise)
+                for T, d_e in itertools.product(args.T, args.de)]
     else:
         rows = list(floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n))
         if args.positions:                           # randomized PE's tables: a W that learns M
@@ -267,7 +444,7 @@ def search(args, q, d):
         with open(args.json, "w") as fh:
             json.dump(dict(family=family, sequences=sequences, seed=args.seed, rows=rows,
                            **(head if args.needed_de else {})),
-                      fh, indent=None if args.dynamics else 2)   # curves: one line each
+                      fh, indent=None if args.dynamics or args.plateau else 2)   # curves
 
 
 def main(argv=None):
