@@ -24,7 +24,8 @@ from rundirs import (Report, Skip, configurations, describe, find_experiments, f
                      load_all, load_summary, read, scans_of, sets, spread, value, weights)
 from tables import (FORM_WORDS, THEORY, WIDTH_FORMS, by_model_and_s, escape, family_curves,
                     partial, table_critical, table_dynamics, table_largest, table_needed,
-                    table_plateau, table_sweep, tabulate, theory, trained_de, width_fits)
+                    table_plateau, table_plateau_model, table_sweep, tabulate, theory,
+                    trained_de, width_fits, PLATEAU)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
@@ -417,7 +418,7 @@ def figure_positions(runs, out, name):
         ax.margins(y=0.12)
         x_ticks(ax, [c["T"], *Ls, at["stochastic"]], [*map(str, [c["T"], *Ls]), "∞"])
     return save(fig, out, f"{name}_positions", describe(c, groups) + "; final losses on common"
-                " sets; dashed, dotted: theory.table_floor's constructions at the training T")
+                " sets; dashed, dotted: sts.table_floor's constructions at the training T")
 
 
 def figure_dynamics(name, pairs, out):
@@ -433,7 +434,7 @@ def figure_dynamics(name, pairs, out):
                 kept = np.array(row["rows"], float).T             # every few steps
                 ax.plot(kept[0], kept[k + 1], color=col, lw=0.9,
                         ls="--" if row["batch"] is None else ":")
-    axes[0].plot([], [], "k--", label="W = cW*, V = αV* by GD (theory.family_dynamics)")
+    axes[0].plot([], [], "k--", label="W = cW*, V = αV* by GD (sts.family_dynamics)")
     axes[0].plot([], [], "k:", label="the same by SGD's model at the runs' n")
     axes[0].set(yscale="log", xlabel="step", ylabel="validation loss ½‖f − STS_q‖²", title="val")
     axes[1].set(xlabel="step", ylabel="c = ⟨W, W*⟩ / d_e", title="c")
@@ -464,9 +465,9 @@ def figure_plateau(name, members, out):
         x = [p[0] for p in line]
         for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
             ax.plot(x, [p[1][i]["t_half"] for p in line], "k" + ls, label=f"{text}"
-                    " (theory.family_dynamics)")
+                    " (sts.family_dynamics)")
             ax.plot(x, [p[1][i]["t_half_closed"] for p in line], ls, color="gray", label=f"{text}:"
-                    " closed form (theory.plateau_steps)")
+                    " closed form (sts.plateau_steps)")
         for xi, _, h in line:
             if h:
                 ax.errorbar(xi, np.mean(h), [[np.mean(h) - min(h)], [max(h) - np.mean(h)]],
@@ -548,6 +549,8 @@ def draw_all(experiments, summaries, out, report):
     dynamics = [(str(f.relative_to(f.parents[1])), p) for f, _, _, _, p in loaded if p]
     if out is None and dynamics:
         report.draw(table_plateau, dynamics)
+    if out is None and any((p[0][1][0]["path"].parent / PLATEAU).exists() for _, p in dynamics):
+        report.draw(table_plateau_model, dynamics)
     draw_summaries(summaries, out, report)
 
 

@@ -29,7 +29,7 @@ MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
 TF="python train_tf.py --preset $SCALE --n-final 32768${TF_FLAGS:+ $TF_FLAGS}"   # finals on 32,768 common sequences a set
 O=$(printf %q "$OUT")             # OUT as a shell reads it back, in the lines below
 FIGS=$O/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
-Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS="" Q_DYN=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS="" Q_DYN="" Q_PLATEAU=""   # QUICK=1's sizes, appended to each line (empty otherwise)
 PAPER_ANNEAL=50000   # the paper's runs' lr anneal step, which theory.py --dynamics must share (QUICK: theirs)
 NF="--n 16384" NT=16384            # sequences per predicted floor and per theory.json set (se ~ 1% / 4)
 if [ "${QUICK:-0}" = 1 ]; then
@@ -44,6 +44,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   Q_BOOL=" --T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
   Q_PLOTS=" --formats png"     # a PDF doubles the drawing time
   Q_DYN=" --T 8 --steps 20 --every 10" PAPER_ANNEAL=10   # theory.py --dynamics at the quick runs' T, steps, rate
+  Q_PLATEAU=" --T 8 --steps 20 --every 10 --n 256 --draws 2"   # theory.py --plateau: the same, fewer sequences
 fi
 copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of folder FROM into TO, replacing them
   local from=$1 to=$2 name; shift 2
@@ -73,8 +74,10 @@ if [ "$SCALE" = paper ]; then
     # the training curve the family W = c W*, V = alpha V* predicts (sts.family_dynamics), beside the
     # seeds of sgd/; and the plateau at n = 1,024 (the seeds' 256: 4x less SGD noise), seed 0, 10,000 steps
     # (GD's and SGD's at n = 256, through the plateau and the drop: 20,000 steps, about 10 min)
-    "mkdir -p $O/sgd && python theory.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
-    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python theory.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN"
+    "mkdir -p $O/sgd && python theory.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 6500 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --n 1024 --draws 2 --json $O/sgd/plateau_model.json$Q_PLATEAU"
+    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python theory.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 6000 --anneal-at 50000 --batch 1024 --every 100 --n 1024 --json $O/plateau/n1024/plateau_model.json$Q_PLATEAU"
+    # t_1/2 registered before the run (results/predictions/plateau_registered.json): T = 100, seed 0
+    "$TF --T 100 --steps 8000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/T100$Q_TF && python theory.py --dynamics --T 100 --de 170 --steps 4000 --anneal-at 50000 --batch 256 --every 100 --json $O/plateau/T100/family_dynamics.json$Q_DYN && python theory.py --plateau --T 100 --de 170 --steps 4000 --anneal-at 50000 --batch 256 --every 100 --n 2048 --json $O/plateau/T100/plateau_model.json$Q_PLATEAU"
   )
   AFTER="python plots.py $O/sgd --theory $NT && python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
@@ -116,9 +119,10 @@ else
   # (about a minute each; n = 4,096 about 5), each beside family_dynamics' GD and SGD at its n
   for point in "base:" "T10:--T 10" "T40:--T 40" "T80:--T 80 --steps 3000" "de16:--de 16" "de32:--de 32" \
       "de128:--de 128" "de256:--de 256 --steps 3000" "lr0.25:--lr 0.25 --steps 3000" "lr0.5:--lr 0.5" "lr2:--lr 2" \
-      "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096"; do
+      "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096" \
+      "T12q6:--T 12 --q 6" "T40n32:--T 40 --batch 32" "T8:--T 8"; do   # the last three registered before their runs
     name=${point%%:*} flags="--steps 2000 ${point#*:}"
-    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN")
+    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN && python theory.py --plateau --batch 256 $flags --every 5 --n 2048 --json $O/plateau/$name/plateau_model.json$Q_PLATEAU")
   done
   # the figure set's runs, copied: stochastic d_e = 64 into floor/, and stochastic and fixed PE beside
   # randomized PE; then every figure

@@ -300,6 +300,80 @@ def test_escape_step_and_the_closed_form_plateau():
     assert theory.escape_step(range(401), loss, 0.1) == pytest.approx(t, rel=0.15)
 
 
+def test_the_tokens_integrated_loss_and_gradient_are_the_draws_mean_and_its_derivatives():
+    """exact_gradient's d |alpha sigma - m/q|^2 / 2 is E_X of family_gradient's loss on the same
+    positions (checked on 64 token draws per sequence), and its dc, dalpha its derivatives."""
+    T, q, d, d_e, c, alpha, h = 7, 2, 3, 5, 1.3, 0.8, 1e-3
+    draws = theory.curve_draws(T, q, d, d_e, n=64, seed=2)
+    each, dc, dalpha = theory.exact_gradient(draws, c, alpha, d)
+    S, mask = (part.astype(float) for part in draws[:2])
+    X = np.random.default_rng(0).standard_normal((256, 64, d, T))         # 256 token draws each
+    drawn = [theory.family_gradient((x, S, np.einsum("ndt,nt->nd", x, mask / q)), c, alpha)[0]
+             for x in X]
+    assert each == pytest.approx(np.mean(drawn, 0), rel=0.2)             # each: se about 5%
+    assert each.mean() == pytest.approx(np.mean(drawn), rel=0.02)        # all: 16,384 draws
+    at = lambda c, alpha: theory.exact_gradient(draws, c, alpha, d)[0].mean()  # noqa: E731
+    assert dc == pytest.approx((at(c + h, alpha) - at(c - h, alpha)) / (2 * h), rel=1e-3)
+    assert dalpha == pytest.approx((at(c, alpha + h) - at(c, alpha - h)) / (2 * h), rel=1e-3)
+
+
+def test_token_noise_is_the_mean_square_of_sts_backwards_token_to_pe_gradient_per_sequence():
+    T, q, d, d_e, c, alpha, n = 6, 3, 3, 8, 1.5, 0.9, 32
+    draws = theory.curve_draws(T, q, d, d_e, n=n, seed=1)
+    b = sts.sample_batch(sts.stream(1, "data"), n, T, q, d, sts.PositionalEncoding(
+        "stochastic", d_e, T, 1))                               # the same 32 sequences
+    W_star, V_star = sts.ground_truth(d, d_e)
+    squares = []
+    for k in range(n):                                          # one sequence: its own gradient
+        f, cache = sts.forward(c * W_star, alpha * V_star, b.Z[k:k + 1], b.z_q[k:k + 1])
+        dW, _ = sts.backward(c * W_star, alpha * V_star, b.z_q[k:k + 1], f, b.target[k:k + 1],
+                             cache)
+        squares.append((dW[:d, d:] ** 2).sum())
+    assert theory.token_noise(draws, c, alpha, n)[0] == pytest.approx(np.mean(squares), rel=1e-4)
+
+
+def test_token_noise_gives_where_sgd_holds_w_xe_at_a_family_point_and_m_equal_i_does_not():
+    """W = c W*, V = alpha V* held, SGD on the token-to-PE block alone: |W_xe|^2 settles where
+    the noise lr^2 E / n balances the pull 2 lr kappa |W_xe|^2, kappa = (alpha^2 A + alpha B)/d_e
+    (token_noise's); at T/q = 8/3 M = I's account is far below it."""
+    T, q, d, d_e, n, c, alpha = 8, 3, 3, 16, 32, 0.5, 0.5
+    W_star, V_star = sts.ground_truth(d, d_e)
+    pe, rng, W, sizes = sts.PositionalEncoding("stochastic", d_e, T), sts.stream(5, "data"), c * W_star, []
+    for step in range(3000):
+        b = sts.sample_batch(rng, n, T, q, d, pe)
+        f, cache = sts.forward(W, alpha * V_star, b.Z, b.z_q)
+        W[:d, d:] -= sts.backward(W, alpha * V_star, b.z_q, f, b.target, cache)[0][:d, d:]
+        sizes.append((W[:d, d:] ** 2).sum())
+    measured = np.mean(sizes[500:])                        # settled after ~100 steps
+    draws = theory.curve_draws(T, q, d, d_e, 8192, 0)
+    E, A, B = theory.token_noise(draws, c, alpha, 8192)
+    loss = theory.exact_gradient(draws, c, alpha, d)[0].mean()
+    full = E / (2 * (alpha ** 2 * A + alpha * B) / d_e * n)
+    identity = 2 * alpha ** 2 * loss * q / (2 * alpha ** 2 * q / d_e * n)   # lr d_e L / n
+    assert measured == pytest.approx(full, rel=0.1) and measured > 1.3 * identity
+
+
+def test_crossing_interpolates_between_logged_steps():
+    assert theory.crossing([0, 10, 20], [0.8, 0.6, 0.2], 0.5) == pytest.approx(12.5)
+    assert theory.crossing([0, 10], [0.8, 0.7], 0.5) is None
+    assert theory.escape_step([0, 10, 20], [0.8, 0.6, 0.2], 0.1) == 20   # the logged step after
+
+
+def test_theory_plateau_writes_t_half_with_its_se_and_the_mean_curve(tmp_path):
+    out = tmp_path / "p.json"
+    theory.main(["--plateau", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--steps", "60",
+                 "--batch", "16", "--n", "128", "--draws", "2", "--every", "30", "--json",
+                 str(out)])
+    row = json.loads(out.read_text())["rows"][0]
+    curves = [theory.sgd_curve(6, 2, 2, 8, 60, 1.0, 16, 30, 128, seed) for seed in (0, 1)]
+    halves = [theory.crossing(range(61), curve[0], (curve[0, 0]
+                                                    + theory.exact_floor(6, 2, 2, 8, 128, seed)) / 2)
+              for seed, curve in enumerate(curves)]
+    assert row["each"] == pytest.approx(halves) and row["t_half"] == pytest.approx(np.mean(halves))
+    assert row["se"] == pytest.approx(np.std(halves, ddof=1) / 2 ** 0.5)
+    assert row["rows"][-1][-1] == pytest.approx(np.mean([c[3, -1] for c in curves]) * 8 / 2)
+
+
 def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):
     out = tmp_path / "dyn.json"
     theory.main(["--dynamics", "--T", "6", "--q", "2", "--d", "3", "--de", "4", "8", "--steps", "40",

@@ -206,10 +206,13 @@ def records(model, step, t0, since, evaluated):
                       for M in sts.ground_truth(model.args.d, model.d_e))
     cos_W, cos_V = sts.cosine(W, W_star).tolist(), sts.cosine(V, V_star).tolist()
     norm_W, now = ((W * W).sum((-2, -1)) ** 0.5).tolist(), round(time.time() - t0, 3)
+    W_xe = W[:, : model.args.d, model.args.d :]     # token-to-PE block: SGD's noise, 0 on the family
+    norm_W_xe = ((W_xe * W_xe).sum((-2, -1)) ** 0.5).tolist()
     fits = [sts.family_fit(w, v, model.args.d) for w, v in zip(W.cpu().numpy(), V.cpu().numpy())]
     return [dict(step=step, train_loss=train[r], time=now, lr=opt.param_groups[0]["lr"],
                  **runlog.nest([(name, x[r]) for name, x in losses]), cos_W=cos_W[r],
-                 cos_V=cos_V[r], norm_W=norm_W[r], c=fits[r][0], alpha=fits[r][1])
+                 cos_V=cos_V[r], norm_W=norm_W[r], c=fits[r][0], alpha=fits[r][1],
+                 norm_W_xe=norm_W_xe[r])
             for r, opt in enumerate(model.optimizers)]
 
 
