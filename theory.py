@@ -18,9 +18,7 @@ import os
 import sys
 import time
 
-if (
-    __name__ == "__main__"
-):  # run: NumPy's BLAS on one thread, set before sts loads NumPy
+if __name__ == "__main__":  # run: NumPy's BLAS on one thread, before sts loads NumPy
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
