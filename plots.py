@@ -43,6 +43,7 @@ from rundirs import (
 )
 from tables import (
     FORM_WORDS,
+    PLATEAU,
     THEORY,
     WIDTH_FORMS,
     by_model_and_s,
@@ -54,6 +55,7 @@ from tables import (
     table_largest,
     table_needed,
     table_plateau,
+    table_plateau_model,
     table_sweep,
     tabulate,
     theory,
@@ -808,7 +810,7 @@ def dynamics_lines(axes, mine, group, col):
 
 
 def figure_dynamics(name, pairs, out):
-    """The logged val, c and α with sts.family_dynamics' over: GD's dashed, SGD's model
+    """The logged val, c and α with theory.family_dynamics' over: GD's dashed, SGD's model
     dotted."""
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
     groups = [g for _, g in pairs]
@@ -1022,6 +1024,10 @@ def draw_all(experiments, summaries, out, report):
     dynamics = [(str(f.relative_to(f.parents[1])), p) for f, _, _, _, p in loaded if p]
     if out is None and dynamics:
         report.draw(table_plateau, dynamics)
+    if out is None and any(
+        (p[0][1][0]["path"].parent / PLATEAU).exists() for _, p in dynamics
+    ):
+        report.draw(table_plateau_model, dynamics)
     draw_summaries(summaries, out, report)
 
 

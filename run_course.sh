@@ -29,8 +29,8 @@ MODE=--force; [ "${RESUME:-0}" = 1 ] && MODE=--resume
 TF="python train_tf.py --preset $SCALE --n-final 32768${TF_FLAGS:+ $TF_FLAGS}"   # finals on 32,768 common sequences a set
 O=$(printf %q "$OUT")             # OUT as a shell reads it back, in the lines below
 FIGS=$O/figures; [ "${GALLERY:-0}" = 1 ] && FIGS=figures
-Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS="" Q_DYN=""   # QUICK=1's sizes, appended to each line (empty otherwise)
-PAPER_ANNEAL=50000   # the paper's runs' lr anneal step, which sts.py --dynamics must share (QUICK: theirs)
+Q_TF="" Q_FLOOR="" Q_DE="" Q_LONG="" Q_TABLE="" Q_FCN="" Q_BUDGETS="" Q_NEEDED="" Q_BOOL="" Q_PLOTS="" Q_DYN="" Q_PLATEAU=""   # QUICK=1's sizes, appended to each line (empty otherwise)
+PAPER_ANNEAL=50000   # the paper's runs' lr anneal step, which theory.py --dynamics must share (QUICK: theirs)
 NF="--n 16384" NT=16384            # sequences per predicted floor and per theory.json set (se ~ 1% / 4)
 if [ "${QUICK:-0}" = 1 ]; then
   NF="--n 512" NT=512
@@ -43,7 +43,8 @@ if [ "${QUICK:-0}" = 1 ]; then
   Q_NEEDED=" --T 6 8"
   Q_BOOL=" --T 8 16 --m-max 64 --seeds 3 --s 2 --per-octave 2"
   Q_PLOTS=" --formats png"     # a PDF doubles the drawing time
-  Q_DYN=" --T 8 --steps 20 --every 10" PAPER_ANNEAL=10   # sts.py --dynamics at the quick runs' T, steps, rate
+  Q_DYN=" --T 8 --steps 20 --every 10" PAPER_ANNEAL=10   # theory.py --dynamics at the quick runs' T, steps, rate
+  Q_PLATEAU=" --T 8 --steps 20 --every 10 --n 256 --draws 2"   # theory.py --plateau: the same, fewer sequences
 fi
 copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of folder FROM into TO, replacing them
   local from=$1 to=$2 name; shift 2
@@ -64,17 +65,19 @@ if [ "$SCALE" = paper ]; then
     # randomized PE (Ruoss et al. 2023): tables of L = 400 (the longest test length) and 1,600 positions
     "$TF --pe randomized --positions 400 1600 --seed $SEEDS $MODE --out $O/randomized$Q_TF"
     # and its two predicted floors at each table size: W = c W*, and a W that learns its table (L = 200: fixed PE)
-    "mkdir -p $O/randomized && python sts.py --floor --T 200 --q 3 --d 5 --de 170 --positions 200 400 1600 $NF --json $O/randomized/table_floor.json$Q_TABLE"
+    "mkdir -p $O/randomized && python theory.py --floor --T 200 --q 3 --d 5 --de 170 --positions 200 400 1600 $NF --json $O/randomized/table_floor.json$Q_TABLE"
     # the floor random PEs allow: against d_e at T=200 (the floor figure), and at the test lengths for d_e=170
     # (the length figure), and at q_test (the q figure); every (T, d_e) pair in one call would cost ~4x as long
-    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 $NF --json $O/logs/floor_de.json$Q_DE && python sts.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 $NF --json $O/logs/floor_T.json$Q_LONG && python sts.py --floor --T 200 --q 2 4 6 --d 5 --de 170 $NF --json $O/logs/floor_q.json$Q_DE && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
+    "mkdir -p $O/logs $O/sgd && python theory.py --floor --T 200 --q 3 --d 5 --de 32 64 128 170 256 512 $NF --json $O/logs/floor_de.json$Q_DE && python theory.py --floor --T 250 300 350 400 --q 3 --d 5 --de 170 $NF --json $O/logs/floor_T.json$Q_LONG && python theory.py --floor --T 200 --q 2 4 6 --d 5 --de 170 $NF --json $O/logs/floor_q.json$Q_DE && python -c '$MERGE' $O/logs/floor_de.json $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
   )
   LANE_B=(
     # the training curve the family W = c W*, V = alpha V* predicts (sts.family_dynamics), beside the
     # seeds of sgd/; and the plateau at n = 1,024 (the seeds' 256: 4x less SGD noise), seed 0, 10,000 steps
     # (GD's and SGD's at n = 256, through the plateau and the drop: 20,000 steps, about 10 min)
-    "mkdir -p $O/sgd && python sts.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN"
-    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python sts.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN"
+    "mkdir -p $O/sgd && python theory.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 6500 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --n 1024 --draws 2 --json $O/sgd/plateau_model.json$Q_PLATEAU"
+    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python theory.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 6000 --anneal-at 50000 --batch 1024 --every 100 --n 1024 --json $O/plateau/n1024/plateau_model.json$Q_PLATEAU"
+    # t_1/2 registered before the run (results/predictions/plateau_registered.json): T = 100, seed 0
+    "$TF --T 100 --steps 8000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/T100$Q_TF && python theory.py --dynamics --T 100 --de 170 --steps 4000 --anneal-at 50000 --batch 256 --every 100 --json $O/plateau/T100/family_dynamics.json$Q_DYN && python theory.py --plateau --T 100 --de 170 --steps 4000 --anneal-at 50000 --batch 256 --every 100 --n 2048 --json $O/plateau/T100/plateau_model.json$Q_PLATEAU"
   )
   AFTER="python plots.py $O/sgd --theory $NT && python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
@@ -96,29 +99,30 @@ else
   )
   for opt in sgd adam; do   # randomized PE: tables of L = 2T ... 16T positions, and L = T (no longer test lengths),
     # and its two predicted floors at each L: W = c W*, and a W that learns its table
-    LANE_B+=("$TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 20 40 80 160 320 $NF --json $O/randomized/$opt/table_floor.json$Q_TABLE")
+    LANE_B+=("$TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && python theory.py --floor --T 20 --q 3 --d 5 --de 64 --positions 20 40 80 160 320 $NF --json $O/randomized/$opt/table_floor.json$Q_TABLE")
   done
   LANE_B+=(
     # randomized PE's training curves by W = c W*, V = alpha V* (sts.family_dynamics), GD's and SGD's
-    "mkdir -p $O/randomized/sgd && python sts.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --positions 20 40 80 160 320 --every 100 --json $O/randomized/sgd/family_dynamics.json$Q_DYN"
-    "mkdir -p $O/floor && python sts.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 $NF --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
+    "mkdir -p $O/randomized/sgd && python theory.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --positions 20 40 80 160 320 --every 100 --json $O/randomized/sgd/family_dynamics.json$Q_DYN"
+    "mkdir -p $O/floor && python theory.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 $NF --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
     # and at the test lengths and q_test
-    "mkdir -p $O/logs $O/sgd && python sts.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 $NF --json $O/logs/floor_T.json$Q_FLOOR && python sts.py --floor --T 20 --q 2 4 6 --d 5 --de 64 $NF --json $O/logs/floor_q.json$Q_FLOOR && python -c '$MERGE' $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
+    "mkdir -p $O/logs $O/sgd && python theory.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 $NF --json $O/logs/floor_T.json$Q_FLOOR && python theory.py --floor --T 20 --q 2 4 6 --d 5 --de 64 $NF --json $O/logs/floor_q.json$Q_FLOOR && python -c '$MERGE' $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
     # SGD's randomized PE at L = 40, 80 trained on to 40,000 steps (the first 10,000 as above), beside its construction
-    "$TF --optimizer sgd --pe randomized --positions 40 80 --steps 40000 --anneal-at 5000 --eval-every 250 --seed $SEEDS $MODE --out $O/randomized_long/sgd$Q_TF && python sts.py --floor --T 20 --q 3 --d 5 --de 64 --positions 40 80 $NF --json $O/randomized_long/sgd/table_floor.json$Q_TABLE"
+    "$TF --optimizer sgd --pe randomized --positions 40 80 --steps 40000 --anneal-at 5000 --eval-every 250 --seed $SEEDS $MODE --out $O/randomized_long/sgd$Q_TF && python theory.py --floor --T 20 --q 3 --d 5 --de 64 --positions 40 80 $NF --json $O/randomized_long/sgd/table_floor.json$Q_TABLE"
     # ours: width FCN vs transformer at 1,500 steps; then the transformer's width from its family floor
-    "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python sts.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
+    "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python theory.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
     "python train_bool.py $MODE --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND m50
     # the family's predicted training curves beside the stochastic-PE SGD runs (sts.family_dynamics)
-    "mkdir -p $O/sgd $O/floor $O/de_below_T && python sts.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --batch 256 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python sts.py --dynamics --T 64 --de 32 --steps 10000 --batch 256 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
+    "mkdir -p $O/sgd $O/floor $O/de_below_T && python theory.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --batch 256 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 64 --de 32 --steps 10000 --batch 256 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
   )
   # the plateau's length t_1/2 around the course point (T 20, d_e 64, lr 1, q 3, n 256), 3 seeds a point
   # (about a minute each; n = 4,096 about 5), each beside family_dynamics' GD and SGD at its n
   for point in "base:" "T10:--T 10" "T40:--T 40" "T80:--T 80 --steps 3000" "de16:--de 16" "de32:--de 32" \
       "de128:--de 128" "de256:--de 256 --steps 3000" "lr0.25:--lr 0.25 --steps 3000" "lr0.5:--lr 0.5" "lr2:--lr 2" \
-      "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096"; do
+      "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096" \
+      "T12q6:--T 12 --q 6" "T40n32:--T 40 --batch 32" "T8:--T 8"; do   # the last three registered before their runs
     name=${point%%:*} flags="--steps 2000 ${point#*:}"
-    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python sts.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN")
+    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN && python theory.py --plateau --batch 256 $flags --every 5 --n 2048 --json $O/plateau/$name/plateau_model.json$Q_PLATEAU")
   done
   # the figure set's runs, copied: stochastic d_e = 64 into floor/, and stochastic and fixed PE beside
   # randomized PE; then every figure

@@ -43,13 +43,11 @@ import pytest
 from conftest import HERE
 
 TABLES = ("results/course", "results/paper", "results/paper/randomized", "results/fcn_T20")
-CODE = ("plots.py", "tables.py", "rundirs.py", "runlog.py", "sts.py")   # what --table runs
+CODE = ("plots.py", "tables.py", "rundirs.py", "runlog.py", "sts.py", "theory.py")   # what --table runs
 DOCS = ("README.md", "RESULTS.md")
 # Sections (## and their ###) that hold no result to tie: settings, history, timings (each with its machine and date),
-# and `python sts.py`'s printout (.ci/invariant hashes it). The training curve's section is tied by
-# issue 57's rewrite; until then test_results_plateau_rows_are_the_plateau_tables_cells reads it.
-UNTIED = ("Contents", "Choices where", "The NumPy reference", "Speed", "History",
-          "Beyond the paper: the training curve")
+# and `python sts.py`'s printout (.ci/invariant hashes it).
+UNTIED = ("Contents", "Choices where", "The NumPy reference", "Speed", "History")
 # Integers a document may print untied: the settings of the runs (lengths, widths, sizes, steps,
 # seeds, set sizes) and small counts. A result (a step count, a width found, an m50) is tied.
 SETTINGS = {*range(11), 12, 16, 20, 25, 30, 32, 35, 40, 50, 60, 64, 80, 85, 96, 100, 112, 128, 160,
@@ -301,20 +299,6 @@ def test_each_committed_tables_md_is_what_plots_py_table_gives_today(regenerated
         committed = HERE / folder / "tables.md"
         assert committed.exists() and committed.read_text() == text, (
             f"{committed} is stale: python plots.py {folder} --table > {folder}/tables.md")
-
-
-def test_results_plateau_rows_are_the_plateau_tables_cells():
-    """RESULTS' t_1/2 table (the training curve's section, until issue 57 ties it): each row's
-    cells are those of its experiment's row of "The plateau" in that scale's tables.md."""
-    text = (HERE / "RESULTS.md").read_text()
-    rows = [line for line in text.splitlines() if line.startswith(("| course: ", "| paper: "))]
-    assert len(rows) == 8
-    for line in rows:
-        cells = [c.strip() for c in line.split("|")[1:-1]]
-        scale, experiment = cells[0].split(": ")
-        [table] = tables_md_sections(f"results/{scale}")["The plateau"]
-        [t] = [row for row in table if row[0] == experiment]
-        assert cells[1:] == [t[1], t[3], t[4], t[5], *t[7:13]], line   # all but q and seeds
 
 
 def test_every_fcn_width_a_sweep_tried_is_the_mean_of_its_committed_runs_logs():

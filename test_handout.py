@@ -1,6 +1,6 @@
 """What a course and a newcomer meet first (test_sts.py runs this file too): sts.py copied alone
-into an empty folder, pasted into a notebook cell, run with IPython's %run, called with a typo; the
-figures' one colour legend. No torch; seconds.
+into an empty folder (theory.py beside it), pasted into a notebook cell, run with IPython's %run,
+called with a typo; the figures' one colour legend. No torch; seconds.
 """
 import builtins
 import os
@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import sts
+import theory
 from conftest import HERE
 
 SOURCE = (HERE / "sts.py").read_text()
@@ -19,16 +20,19 @@ IMPORTS = ("import runpy, sys; before = set(sys.modules); runpy.run_path('sts.py
            " and 'site-packages' in str(getattr(module, '__file__', ''))}))")
 
 
-@pytest.mark.parametrize("flags", [["--steps", "20", "--T", "6", "--de", "8"],
-                                   ["--floor", "--T", "8", "--de", "8"]])
-def test_sts_copied_alone_into_an_empty_folder_runs_its_command_line(tmp_path, flags):
+@pytest.mark.parametrize("script, flags", [("sts.py", ["--steps", "20", "--T", "6", "--de", "8"]),
+                                           ("theory.py", ["--floor", "--T", "8", "--de", "8"])])
+def test_sts_copied_alone_and_theory_beside_it_run_their_command_lines(tmp_path, script, flags):
     (tmp_path / "sts.py").write_text(SOURCE)                   # as a course page hands it out
-    r = subprocess.run([sys.executable, "sts.py", *flags], cwd=tmp_path, capture_output=True,
+    if script == "theory.py":                                  # the research side, copied beside
+        (tmp_path / script).write_text((HERE / script).read_text())
+    r = subprocess.run([sys.executable, script, *flags], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "stochastic" in r.stdout and "fixed" in r.stdout
-    r = subprocess.run([sys.executable, "-c", f"import sys; sys.argv = {['sts.py', *flags]}; "
-                        + IMPORTS], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", f"import sys; sys.argv = {[script, *flags]}; "
+                        + IMPORTS.replace("sts.py", script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert set(eval(r.stdout.strip().splitlines()[-1])) <= {"numpy"}, r.stdout   # NumPy only
 
@@ -59,10 +63,10 @@ def test_a_pasted_cell_defines_everything_and_says_in_one_line_what_to_call(monk
 @pytest.mark.parametrize("script", ["sts.py", "/content/sts.py"])
 def test_run_magic_runs_the_command_line_with_its_arguments(monkeypatch, capsys, script):
     # %run sets sys.argv to [the script, ARGS...] and __file__ to the script
-    run_source(monkeypatch, [script, "--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4"],
-               {"__name__": "__main__", "__file__": script})
+    run_source(monkeypatch, [script, "--T", "6", "--q", "2", "--d", "2", "--de", "4", "--steps",
+                             "5"], {"__name__": "__main__", "__file__": script})
     out = capsys.readouterr().out
-    assert out.count("d_e=4: best loss") == 2 and "T=6 q=2 d=2" in out, out
+    assert "T=6 q=2 d=2 d_e=4, 5 SGD steps" in out and out.count("\nstochastic ") == 1, out
     with pytest.raises(SystemExit) as done:                   # and its bad input: status 2
         run_source(monkeypatch, [script, "--steps", "0"], {"__name__": "__main__", "__file__": script})
     assert done.value.code == 2 and "--steps" in capsys.readouterr().err
@@ -114,7 +118,7 @@ BAD = [  # issue 40: calls that raised another error, went on silently or blamed
     ("steps", lambda: sts.demo(steps=0)),
     ("n", lambda: sts.family_floor("stochastic", 6, 2, 3, 4, n=0)),       # not "not enough values"
     ("positions", lambda: sts.family_floor("randomized", 6, 2, 3, 4, positions=5)),
-    ("de_max", lambda: sts.needed_de(6, 2, 3, 0.5, start=16, de_max=8)),  # not "target"
+    ("de_max", lambda: theory.needed_de(6, 2, 3, 0.5, start=16, de_max=8)),  # not "target"
 ]
 
 
@@ -126,29 +130,38 @@ def test_the_courses_functions_answer_a_bad_argument_with_a_value_error_naming_i
     assert str(error.value).startswith(argument + " must be ") and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("flags, names", [
-    (["--steps", "1000000000000000"], "--steps"),              # np.empty: a MemoryError before
-    (["--T", "100000000", "--floor"], "--T"),                   # 512 x 69 x 10^8 PE entries
-    (["--floor", "--T", "6", "--de", "4", "--json", "."], "--json"),   # a folder, refused first
-])
-def test_the_command_line_ends_a_hopeless_size_or_a_folder_as_json_in_one_line(capsys, flags, names):
+def test_theory_refuses_a_folder_as_json_in_one_line_before_it_searches(capsys):
     with pytest.raises(SystemExit) as done:
-        sts.main(flags)
+        theory.main(["--floor", "--T", "6", "--de", "4", "--json", "."])
     out, err = capsys.readouterr()
-    assert done.value.code == 2 and names in err and err.count("\n") == 1, err
+    assert done.value.code == 2 and "--json" in err and err.count("\n") == 1, err
     assert "best loss" not in out                               # nothing searched before
+
+
+@pytest.mark.parametrize("fault", [MemoryError, ValueError])
+def test_a_fault_inside_the_command_lines_is_a_traceback_not_a_users_exit_2(monkeypatch, fault):
+    """Only a user's mistake is exit 2: out of memory or NumPy's ValueError (a bug) inside the
+    run stays Python's own error, its traceback intact (they were exit 2, "lower --steps")."""
+    def broken(*args, **kwargs):
+        raise fault("inside")
+    monkeypatch.setattr(sts, "demo", broken)
+    monkeypatch.setattr(sts, "family_draws", broken)
+    with pytest.raises(fault):
+        sts.main(["--steps", "5"])
+    with pytest.raises(fault):
+        theory.main(["--floor", "--T", "6", "--de", "4"])
 
 
 def test_help_in_a_kernel_prints_and_returns_quietly_and_footers_say_what_they_average(capsys):
     assert sts.main(["--help"]) is None                         # no SystemExit(0) for a kernel
-    assert "--floor" in capsys.readouterr().out
+    assert "--steps" in capsys.readouterr().out
     sts.demo(T=6, d_e=8, steps=10)
     out = capsys.readouterr().out
     assert "mean of the last 10 steps" in out, out
-    rows = list(sts.floors([6], [2], 3, [8]))
+    rows = list(theory.floors([6], [2], 3, [8]))
     fixed_line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fixed")]
     assert "of W = c W*" in fixed_line[0] and "its table learned: " in fixed_line[0], fixed_line
-    assert rows[1]["table"] == sts.table_floor("fixed", 6, 2, 3, 8)[0]   # the line's second floor
+    assert rows[1]["table"] == theory.table_floor("fixed", 6, 2, 3, 8)[0]   # the line's second floor
 
 
 def test_run_as_a_script_numpy_takes_one_blas_thread(monkeypatch):

@@ -18,13 +18,13 @@ import torch
 import plots
 import rundirs
 import runlog
-import tables
 import sts
+import tables
+import theory
 import train_fcn
 import train_tf
 from conftest import (FCN_TINY, HERE, TINY, fewer_sequences, hang_fails, read_log,
                       signal_in_step)
-
 
 FIGURES = ("training", "length", "qtest", "weights")  # what an experiment of transformer runs gives
 
@@ -91,7 +91,7 @@ def three_seeds(tmp_path_factory):
     torch.set_num_threads(threads)
     with pytest.MonkeyPatch.context() as monkeypatch:     # its rows on 256 sequences: 3 s to 0.3 s
         fewer_sequences(monkeypatch)
-        rows = [*sts.floors([6, 8], [2], 2, [8]), *sts.floors([6], [1], 2, [8])]
+        rows = [*theory.floors([6, 8], [2], 2, [8]), *theory.floors([6], [1], 2, [8])]
     (root / "sgd" / "family_floor.json").write_text(json.dumps({"rows": rows}))
     return root
 
@@ -335,7 +335,7 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(tmp_path, one_thread, 
     train_tf.main(TINY + ["--de", "4", "8", "16", "--pe", "stochastic", "fixed", "--seed", "0", "1",
                           "--steps", "10", "--n-final", "128", "--out", str(floor)])
     fewer_sequences(monkeypatch)                            # the rows on 256 sequences
-    sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4", "8", "16", "--json",
+    theory.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "4", "8", "16", "--json",
               str(floor / "family_floor.json")])
     monkeypatch.setattr(sts, "family_draws", draws)         # plots.py's own on its own number
     # its last logged val stands in
@@ -451,7 +451,7 @@ SWEEP = dict(eps=0.3, budgets=[100], batch=64, seeds=[0], d=2,
     dict(model="fcn", T=4, steps=100, width=16, params=200, val=0.2, tried=[[8, 0.5], [16, 0.2]]),
     dict(model="fcn", T=8, steps=100, params=400, val=0.2, tried=[[16, 0.2]]),    # no width
     dict(model="transformer", T=4, steps=100, width=6, params=70, val=0.1, tried=[[6, 0.1]])])
-NEEDED = dict(eps=0.3, target=0.15, q=2, d=2, sequences=4096, seed=0, rows=[  # sts.py --needed-de
+NEEDED = dict(eps=0.3, target=0.15, q=2, d=2, sequences=4096, seed=0, rows=[  # theory.py --needed-de
     dict(T=T, de=de, floor=0.14, se=0.004, de_se=0.3, tried=[[de - 1, 0.16], [de, 0.14]])
     for T, de in ((4, 3), (8, 5), (16, 6), (32, 8))])
 # a finite cosine, no loss
@@ -677,7 +677,7 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
     assert r.stderr.splitlines()[1].startswith("plots.py: error: nothing drawn")
 
 
-# ------------------------------------------------------ the width needed (sts.py --needed-de), fits
+# ------------------------------------------------------ the width needed (theory.py --needed-de), fits
 @pytest.mark.parametrize("form, params", [("power", dict(c=2.5, k=0.4)),
                                           ("theory", dict(a=-3.0, b=2.0, q=3)),
                                           ("polylog", dict(a=1.5, p=1.8))])
@@ -877,7 +877,7 @@ def test_plots_tabulates_how_each_w_separates_its_table_trained_against_the_cons
     out = tmp_path / "rand"
     train_tf.main(TINY + ["--pe", "randomized", "--positions", "12", "--seed", "0", "1",
                           "--out", str(out)])
-    sts.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--positions", "12",
+    theory.main(["--floor", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--positions", "12",
               "--json", str(out / "table_floor.json")])
     row, = json.loads((out / "table_floor.json").read_text())["rows"]
     table = tables_of(out, capsys)
@@ -979,7 +979,7 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
 
 def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient_descent(
         three_seeds, tmp_path, capsys, one_thread):
-    """sgd/'s stochastic runs beside sts.py --dynamics at their schedule: every record's c, alpha
+    """sgd/'s stochastic runs beside theory.py --dynamics at their schedule: every record's c, alpha
     is the family's projection of its weights, t_1/2 is read from the logs; three copies under one
     parent that differ in n are a scan, drawn as t_1/2 against n."""
     for batch in (64, 128, 256):
@@ -987,7 +987,7 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
                         ignore=shutil.ignore_patterns("fixed-*"))
         for config in (tmp_path / "scan" / f"n{batch}").glob("*/config.json"):
             edit_json(config, lambda c: c.update(batch=batch))
-        sts.main(["--dynamics", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--steps", "40",
+        theory.main(["--dynamics", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--steps", "40",
                   "--anneal-at", "20", "--every", "5", "--batch", str(batch), "--json",
                   str(tmp_path / "scan" / f"n{batch}" / "family_dynamics.json")])
     run = three_seeds / "sgd" / "stochastic-de8-seed1"
@@ -1000,7 +1000,7 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
     for seed in range(3):
         log = [json.loads(x) for x in (folder / f"stochastic-de8-seed{seed}" / "log.jsonl")
                .read_text().splitlines()]
-        halves.append(sts.escape_step([r["step"] for r in log], [r["val"] for r in log],
+        halves.append(theory.escape_step([r["step"] for r in log], [r["val"] for r in log],
                                       row["floor"]))
     out = tables_of(tmp_path / "scan", capsys)
     [cells] = table_cells(out, "| scan/n64 |")

@@ -455,6 +455,7 @@ CHEAP = {  # flags appended to a README command to run it in seconds (argparse: 
                   "--sweep-width", "8", "--sweep-de", "4", "--device", "cpu"],
     "train_bool": ["--T", "8", "--s", "2", "--m-max", "32", "--seeds", "1", "--per-octave", "1"],
     "sts": ["--T", "6", "--de", "8", "--steps", "5"],
+    "theory": ["--T", "6", "--de", "8", "--steps", "5"],
     "bench": ["--repeats", "1", "--preset", "course"],
     "plots": [],
 }
@@ -487,12 +488,13 @@ def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_wha
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((HERE / name).read_bytes())
     monkeypatch.chdir(tmp_path)
-    fewer_sequences(monkeypatch)       # sts.py --floor, plots.py --table: 256 sequences, 15 s to 5 s
+    fewer_sequences(monkeypatch)       # theory.py --floor, plots.py --table: 256 sequences, 15 s to 5 s
     commands = readme_commands()
     assert {c[0] for c in commands} == {f"{k}.py" for k in CHEAP}  # every script is in the README
     for script, *flags in commands:
         module = {"train_tf": train_tf, "train_fcn": train_fcn, "train_bool": train_bool,
-                  "sts": sts, "bench": __import__("bench"), "plots": plots}[script[:-3]]
+                  "sts": sts, "theory": __import__("theory"), "bench": __import__("bench"),
+                  "plots": plots}[script[:-3]]
         # fewer runs
         flags = [{"results/course": "results/course/sgd"}.get(flag, flag) for flag in flags]
         cheap = [{"--steps": "--sweep-steps"}.get(flag, flag) if "--sweep-steps" in flags else flag

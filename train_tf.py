@@ -316,6 +316,8 @@ def records(model, optimizers, step, seconds, since, evaluated):
     cos_W = sts.cosine(W, W_star).tolist()
     cos_V = sts.cosine(V, V_star).tolist()
     norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
+    W_xe = W[:, : model.d, model.d :]  # token-to-PE block: SGD's noise, 0 on the family
+    norm_W_xe = ((W_xe * W_xe).sum((-2, -1)) ** 0.5).tolist()
     pairs = zip(W.cpu().numpy(), V.cpu().numpy())
     fits = [sts.family_fit(W_r, V_r, model.d) for W_r, V_r in pairs]
     out = []
@@ -324,7 +326,7 @@ def records(model, optimizers, step, seconds, since, evaluated):
         lr = opt.param_groups[0]["lr"]
         record = dict(step=step, train_loss=train[r], time=seconds, lr=lr, **run_losses)
         record.update(cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
-        record.update(c=fits[r][0], alpha=fits[r][1])
+        record.update(c=fits[r][0], alpha=fits[r][1], norm_W_xe=norm_W_xe[r])
         out.append(record)
     return out
 

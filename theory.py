@@ -1,0 +1,823 @@
+"""The theory beside sts.py: the floors of other constructions, the training curve, their CLIs.
+
+NumPy only; imports sts.py (keep the two files side by side). The lesson's family W = c W*,
+V = alpha V* (sts.family_floor) is where the research starts:
+  - table_floor: fixed and randomized PE's W = c M that learns its table's cross-talk;
+  - needed_de: the least d_e whose stochastic-PE floor meets a target (the FCN comparison);
+  - family_dynamics, plateau_steps: how training gets there, GD and SGD inside the family, t_1/2.
+
+    python theory.py --floor --T 200 --de 170          # the loss floors, stochastic and fixed PE
+    python theory.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor <= 0.3 d/(2q)
+    python theory.py --dynamics --T 20 --de 64 --steps 2000 --batch 256   # the curve, t_1/2
+"""
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+if __name__ == "__main__":  # run: NumPy's BLAS on one thread, before sts loads NumPy
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+
+import sts  # noqa: E402
+from sts import ARGUMENTS, check, check_args, whole  # noqa: E402
+
+
+def table_floor(
+    kind,
+    T,
+    q,
+    d,
+    d_e,
+    n=4096,
+    seed=0,
+    positions=None,
+    ridges=(None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0),
+):
+    """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in ridges (None:
+    M = I; L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can
+    reach, and its se."""
+    L, rows = positions or T, []
+    for r in ridges:
+        value, c, alpha, se = sts.scale_floor(
+            sts.family_draws(
+                kind,
+                T,
+                q,
+                d,
+                d_e,
+                n,
+                seed,
+                positions,
+                None if r is None else r * L / d_e,
+            )
+        )
+        rows.append((value, c, alpha, r, se))
+    return min(rows, key=lambda row: row[0])  # ties: the first
+
+
+# ------------------- How training gets there: gradient descent inside the family, and its plateau
+def family_gradient(draws, c, alpha):
+    """Each sequence's loss at (c, alpha) and the gradient (dL/dc, dL/dalpha) of their mean L, by
+    hand: f = alpha g, g = X sigma, sigma = sts.softmax(c S), S the scores at c = 1."""
+    X, S, target = draws
+    sigma = sts.softmax(c * S)  # the attention of W = c W*  (n, T)
+    dsigma = sigma * (
+        S - (sigma * S).sum(-1, keepdims=True)
+    )  # = d sigma_i / dc, softmax's rule
+    g, dg = np.einsum(
+        "ndt,nkt->knd", X, np.stack([sigma, dsigma], 1)
+    )  # g = X sigma, dg/dc  (n, d)
+    r = alpha * g - target  # f - STS_q                  (n, d)
+    n = len(S)  # L = 1/(2n) sum ||r||^2, so
+    return (
+        0.5 * (r * r).sum(-1),
+        alpha * (r * dg).sum() / n,
+        (r * g).sum() / n,
+    )  # each; L_c, L_a
+
+
+def family_dynamics(
+    kind,
+    T,
+    q,
+    d,
+    d_e,
+    steps,
+    lr=1.0,
+    anneal_at=None,
+    anneal_factor=1.0,
+    n=2048,
+    seed=0,
+    positions=None,
+    batch=None,
+):
+    """Gradient descent on W = c W*, V = alpha V* from zero on n fixed draws at the runs' schedule:
+    the training curve the family predicts. A GD step's part along W* is <-lr dL/dW, W*> / |W*|^2,
+    and <dL/dW, W*> = dL/dc, so  c <- c - lr dL/dc / d_e,  alpha <- alpha - lr dL/dalpha / d
+    (|W*|^2 = d_e, |V*|^2 = d). With stochastic PE the expected gradient at a family point lies in
+    the family (P's law is invariant under rotations of R^{d_e}): population GD never leaves it.
+    batch: SGD on `batch` sequences a step instead, whose noise fills W's token-to-PE block W_xe.
+    Its per-sequence gradient ~ alpha r s^T (r = f - STS_q, E r_a^2 = 2L/d, E s s^T = q/d_e I) has
+    mean 0 but, once W_xe != 0, the pull alpha^2 (q/d_e) W_xe: the scores gain x_i^T W_xe s, which
+    tilt g by u = W_xe s, so E||g||^2 gains w = E||u||^2 = (q/d_e) |W_xe|^2, a loss alpha^2 w / 2:
+        w <- w (1 - 2 lr alpha^2 q / d_e) + 2 lr^2 alpha^2 L q^2 / (batch d_e)   (-> lr L q / batch)
+    which lowers alpha's optimum G / N to G / (N + w) and so slows c, whose drive is alpha.
+    Returns (loss, c, alpha, se, w), arrays of steps + 1 (before each step, then after the last);
+    se = the n sequences' losses' std / sqrt(n)."""
+    draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions)
+    out = np.zeros((steps + 1, 5))  # rows (loss, c, alpha, se, w), all 0 at first
+    for step in range(steps + 1):
+        (c, alpha), w = out[step, 1:3], out[step, 4]
+        each, dc, dalpha = family_gradient(draws, c, alpha)
+        out[step, [0, 3]] = each.mean() + alpha**2 * w / 2, each.std(ddof=1) / n**0.5
+        if step < steps:
+            rate = sts.learning_rate(step, lr, anneal_at, anneal_factor)
+            out[step + 1, 1:3] = (
+                c - rate * dc / d_e,
+                alpha - rate * (dalpha + alpha * w) / d,
+            )
+            out[step + 1, 4] = (
+                0
+                if batch is None
+                else (
+                    w * (1 - 2 * rate * alpha**2 * q / d_e)
+                    + 2 * rate**2 * alpha**2 * out[step, 0] * q * q / (batch * d_e)
+                )
+            )
+    return out.T
+
+
+def escape_step(steps, losses, floor):
+    """t_1/2: the first of `steps` whose loss is below the midpoint of the first and `floor`."""
+    below = np.flatnonzero(np.asarray(losses) < (losses[0] + floor) / 2)
+    return int(steps[below[0]]) if below.size else None
+
+
+def plateau_steps(T, q, d, d_e, lr, floor, batch=None):
+    """t_1/2 in closed form, from the family's expected scores without cross-talk (S_i = 1 on the
+    subset, 0 off it) at a constant rate. With K = T - q, U = e^{2c}: G = E<STS_q, g> = d e^c /
+    (q e^c + K), N = E||g||^2 = d (q U + K) / (q e^c + K)^2, L = d/(2q) - alpha G + alpha^2 N / 2.
+    alpha relaxes to G / N at rate lr/T (fast next to c when d_e >> d), so
+    L = d/(2q) - G^2/(2N) = d/(2q) - (d/2) U / (q U + K), which c climbs at
+        dc/dt = (lr / d_e) d(G^2 / 2N)/dc = (lr d K / d_e) U / (q U + K)^2,   so
+        t(U) = d_e / (2 lr d K) [q^2 (U - 1) + 2 q K ln U + K^2 (1 - 1/U)]
+    at the U where L is the midpoint of d/(2q) and `floor`; plus T / lr, as alpha starts at 0
+    (alpha(t) = 1 - e^{-lr t / T} while c ~ 0) and c's climb is proportional to it. For T >> q:
+    t_1/2 ~ T / lr + d_e (T + 2q ln(T/q)) / (2 lr d), linear in d_e T / (lr d). SGD's batch
+    (family_dynamics' w at its level lr L q / batch, L ~ d/(2q), next to N ~ d / T) slows alpha
+    and so the climb 1 + lr T / (2 batch) times: the batch enters only through T / batch."""
+    K, share = T - q, 1 / (2 * q) - floor / d  # U / (q U + K) at the midpoint
+    U = max(1.0, share * K / (1 - q * share))
+    climb = q * q * (U - 1) + 2 * q * K * np.log(U) + K * K * (1 - 1 / U)
+    noise = 1 if batch is None else 1 + lr * T / (2 * batch)
+    return float(T / lr + noise * d_e / (2 * lr * d * K) * climb)
+
+
+# ------------- The SGD model without its draws' error: tokens integrated, SGD's noise measured
+def curve_draws(T, q, d, d_e, n=2048, seed=0):
+    """sts.family_draws' stochastic-PE sequences (the same n): the scores S = P^T s (n, T), the
+    subset's mask (n, T), |s|^2 (n,) and the tokens X (n, d, T), which only SGD's noise needs."""
+    rng, pe = (
+        sts.stream(seed, "data"),
+        sts.PositionalEncoding("stochastic", d_e, T, seed),
+    )
+    parts = []
+    for lo in range(0, n, 512):  # chunks, as family_draws draws them
+        b = sts.sample_batch(rng, min(512, n - lo), T, q, d, pe)
+        s = b.z_q[:, d:]  # the sum of the selected PEs    (m, d_e)
+        scores = np.einsum("mei,me->mi", b.Z[:, d:], s)
+        parts.append((scores, b.mask, (s * s).sum(-1), b.Z[:, :d]))
+    return tuple(
+        np.concatenate(part).astype("float32") for part in zip(*parts)
+    )  # 3x sooner
+
+
+def exact_gradient(draws, c, alpha, d):
+    """Each sequence's loss at W = c W*, V = alpha V* with its tokens integrated exactly, and the
+    gradient (dL/dc, dL/dalpha) of their mean. X's entries are N(0, 1) and independent of the
+    scores, so E_X ||X v||^2 = d |v|^2: the loss of f - STS_q = X v is d |v|^2 / 2, with
+    v = alpha sigma - m / q (sigma = softmax(c S), m the subset's mask)."""
+    S, mask = draws[:2]
+    sigma = sts.softmax(c * S)
+    dsigma = sigma * (S - (sigma * S).sum(-1, keepdims=True))  # d sigma / dc
+    v = alpha * sigma - mask / mask.sum(-1, keepdims=True)
+    each = d / 2 * (v * v).sum(-1)
+    dc = d * alpha * (v * dsigma).sum(-1).mean()
+    dalpha = d * (v * sigma).sum(-1).mean()
+    return each, dc, dalpha
+
+
+def token_noise(draws, c, alpha, n=512):
+    """SGD's noise in W_xe at W = c W*, V = alpha V*, from the first n draws, tokens and all:
+    (E, A, B). E = E ||dL/dW_xe||^2 of one sequence: sts.backward's gradient on the token-to-PE
+    block is u s^T with u = X da, its squared norm |u|^2 |s|^2 (2 alpha^2 L q if u were alpha r).
+    A random W_xe of norm |W_xe| costs (alpha^2 A + alpha B) |W_xe|^2 / 2: the trace of the loss'
+    Hessian in u = W_xe s, alpha^2 tr(M^2) + alpha r^T X t, times |s|^2 / (d d_e). M = sum_i
+    sigma_i x_i x_i^T - g g^T (g = X sigma), the attention-weighted tokens' covariance, is J_f / alpha;
+    t_i = sigma_i (|x_i|^2 - 2 x_i^T g + 2 |g|^2 - sum_j sigma_j |x_j|^2) the softmax's curvature.
+    With M = I and t = 0: A = q / d_e, B = 0."""
+    S, mask, s2, X = (part[:n] for part in draws)
+    d = X.shape[1]
+    sigma = sts.softmax(c * S)
+    target_weights = mask / mask.sum(-1, keepdims=True)
+    r = np.einsum(
+        "ndt,nt->nd", X, alpha * sigma - target_weights
+    )  # f - STS_q        (n, d)
+    ds = alpha * np.einsum("ndt,nd->nt", X, r)  # dL/ds_i = alpha x_i^T r
+    da = sigma * (ds - (sigma * ds).sum(-1, keepdims=True))  # through the softmax
+    u = np.einsum("ndt,nt->nd", X, da)  # the token part of dL/du
+    g = np.einsum("ndt,nt->nd", X, sigma)  # the attended token
+    M = np.einsum("ndt,nt,net->nde", X, sigma, X) - g[:, :, None] * g[:, None, :]
+    x2 = (X * X).sum(1)  # |x_i|^2         (n, T)
+    xg = np.einsum("ndt,nd->nt", X, g)
+    spread = (sigma * x2).sum(-1, keepdims=True)
+    t = sigma * (x2 - 2 * xg + 2 * (g * g).sum(-1, keepdims=True) - spread)
+    curvature = np.einsum("nd,ndt,nt->n", r, X, t)
+    E = float(((u * u).sum(-1) * s2).mean())
+    A = float(((M * M).sum((-2, -1)) * s2).mean() / d)
+    B = float((curvature * s2).mean() / d)
+    return E, A, B
+
+
+def sgd_curve(
+    T,
+    q,
+    d,
+    d_e,
+    steps,
+    lr=1.0,
+    batch=None,
+    anneal_at=None,
+    n=8192,
+    seed=0,
+    noise="full",
+):
+    """family_dynamics' SGD model on exact_gradient (tokens integrated) with SGD's noise in W_xe
+    from token_noise ("full") or from M = I ("identity", family_dynamics' own). Stochastic PE.
+    w = (q/d_e) |W_xe|^2 costs alpha^2 m w / 2 and moves as
+        w <- w (1 - 2 lr alpha^2 m q / d_e) + lr^2 (q/d_e) E / batch,
+    E = E ||dL/dW_xe||^2 of one sequence, m = E tr(M^2) / d (token_noise's; with M = I,
+    E = 2 alpha^2 L q and m = 1). Returns (loss, c, alpha, w), arrays of steps + 1."""
+    draws = curve_draws(T, q, d, d_e, n, seed)
+    out = np.zeros((steps + 1, 4))  # rows (loss, c, alpha, w), all 0 at first
+    for step in range(steps + 1):
+        c, alpha, w = out[step, 1:]
+        each, dc, dalpha = exact_gradient(draws, c, alpha, d)
+        spread, A, B = (0.0, q, 0.0) if batch is None else token_noise(draws, c, alpha)
+        A = A / d_e  # token_noise's A, B are times d_e
+        B = B / d_e
+        if noise == "identity":  # M = I: family_dynamics' account
+            spread, A, B = (
+                2 * alpha**2 * (each.mean() + alpha**2 * w / 2) * q,
+                q / d_e,
+                0.0,
+            )
+        kappa = alpha**2 * A + alpha * B  # |W_xe|^2's cost: kappa |W_xe|^2 / 2
+        size = w * d_e / q  # |W_xe|^2
+        out[step, 0] = each.mean() + kappa * size / 2
+        if step == steps:
+            break
+        rate = sts.learning_rate(step, lr, anneal_at, 1 / 3)
+        kick = 0.0 if batch is None else spread / batch
+        pull = 1 - 2 * rate * kappa
+        out[step + 1, 1] = c - rate * dc / d_e
+        out[step + 1, 2] = alpha - rate * (dalpha + (2 * alpha * A + B) * size / 2) / d
+        out[step + 1, 3] = w * pull + rate**2 * q / d_e * kick
+    return out.T
+
+
+def exact_floor(T, q, d, d_e, n=8192, seed=0):
+    """The family's floor with the tokens integrated: min over (c, alpha) of exact_gradient's
+    loss (alpha = <sigma, m/q> / |sigma|^2 by least squares; golden section on log c)."""
+    draws = curve_draws(T, q, d, d_e, n, seed)[:2]
+    S, mask = draws
+    weights = mask / mask.sum(-1, keepdims=True)
+
+    def best(log_c):
+        sigma = sts.softmax(np.exp(log_c) * S)
+        alpha = (sigma * weights).sum() / (sigma * sigma).sum()
+        v = alpha * sigma - weights
+        return d / 2 * (v * v).sum(-1).mean()
+
+    lo, hi, ratio = np.log(1e-3), np.log(1e4), (5**0.5 - 1) / 2
+    for _ in range(60):
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        lo, hi = (lo, b) if best(a) < best(b) else (a, hi)
+    return float(best((lo + hi) / 2))
+
+
+def crossing(steps, losses, level):
+    """The step where `losses` first falls below `level`, interpolated linearly between the two
+    logged steps around it (None if it never does): a t_1/2 not rounded up to the logging grid."""
+    losses = np.asarray(losses, float)
+    below = np.flatnonzero(losses < level)
+    if not below.size or below[0] == 0:
+        return None if not below.size else float(steps[0])
+    k = below[0]
+    share = (losses[k - 1] - level) / (losses[k - 1] - losses[k])
+    return float(steps[k - 1] + share * (steps[k] - steps[k - 1]))
+
+
+def model_t_half(
+    T,
+    q,
+    d,
+    d_e,
+    lr=1.0,
+    batch=None,
+    anneal_at=None,
+    seeds=4,
+    n=8192,
+    noise="full",
+    steps=None,
+):
+    """t_1/2 of sgd_curve on `seeds` independent draws of n sequences each: (mean, se, each),
+    se = their std / sqrt(seeds), the PE draws' Monte-Carlo error (the tokens are integrated).
+    Each crossing is interpolated between steps, at the midpoint of d/(2q) and exact_floor."""
+    steps = steps or int(1.5 * plateau_steps(T, q, d, d_e, lr, 0.0, batch)) + 100
+    each = []
+    for seed in range(seeds):
+        floor, crossed = exact_floor(T, q, d, d_e, n, seed), None
+        while crossed is None:  # not crossed within `steps`: twice as many
+            loss = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)[
+                0
+            ]
+            crossed = crossing(np.arange(steps + 1), loss, (loss[0] + floor) / 2)
+            steps = steps if crossed is not None else 2 * steps
+        each.append(crossed)
+    each = np.array(each, float)
+    return float(each.mean()), float(each.std(ddof=1) / seeds**0.5), each.tolist()
+
+
+def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
+    """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
+    on `seed`'s draws) and {d_e tried: scale_floor's (floor, c, alpha, se)}. Up by 3/2, down by
+    2/3, then bisection."""
+    check_args(T, q, d=d, target=target, n=n, seed=seed, start=start)
+    check(whole(de_max, start), "de_max", f"an integer >= start = {start}", de_max)
+    tried = {}
+
+    def met(d_e):  # is the floor at d_e <= target? (cached)
+        check(d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target)
+        if d_e not in tried:
+            tried[d_e] = sts.scale_floor(
+                sts.family_draws("stochastic", T, q, d, d_e, n, seed)
+            )
+        return tried[d_e][0] <= target
+
+    hi = start
+    while not met(hi):  # up until met: ceil(3 hi / 2) > hi
+        hi = -(-3 * hi // 2)
+    lo = hi
+    while lo > 1 and met(lo):  # down until not met: floor(2 lo / 3) < lo
+        hi, lo = lo, lo * 2 // 3
+    while hi - lo > 1 and not met(lo):  # bisection: lo not met, hi met
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if met(mid) else (mid, hi)
+    return (lo if met(lo) else hi), tried  # lo = 1 met: the smallest there is
+
+
+# ------------------------------------------------------------------------------- The command line
+def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
+    """--floor's rows, printed, each loss with its se: stochastic and fixed PE's family_floor (and
+    fixed's table_floor), or randomized's with Ls (L = T: fixed PE's draws, one number for both)."""
+    for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
+        kinds = (
+            ("stochastic", "fixed")
+            if L is None
+            else ("fixed",)
+            if L == T
+            else ("randomized",)
+        )
+        for kind in kinds if L is None or L >= T else ():
+            value, c, alpha, se = sts.scale_floor(
+                sts.family_draws(kind, T, q, d, d_e, n, seed, L)
+            )
+            row = dict(
+                pe=kind, T=T, q=q, d=d, de=d_e, loss=value, se=se, c=c, alpha=alpha
+            )
+            text = (
+                f"best loss {value:.4f} ± {se:.4f} (se) at c={c:.3g}, alpha={alpha:.3f}"
+                " of W = c W*, V = alpha V*"
+            )
+            if kind != "stochastic":  # a W that learns its table's cross-talk, W = c M
+                table, tc, ta, r, tse = table_floor(kind, T, q, d, d_e, n, seed, L)
+                row.update(
+                    table=table, table_se=tse, table_c=tc, table_alpha=ta, ridge=r
+                )
+                text += f"; W = c M, its table learned: {table:.4f} ± {tse:.4f}"
+            if L is not None:  # randomized PE's row (L = T: fixed PE's draws)
+                row = dict(
+                    pe="randomized",
+                    T=T,
+                    q=q,
+                    d=d,
+                    de=d_e,
+                    positions=L,
+                    family=value,
+                    family_se=se,
+                    table=table,
+                    table_se=tse,
+                    c=tc,
+                    alpha=ta,
+                    ridge=r,
+                )
+            print(
+                f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}: {text} ({n}"
+                " sequences; achievable losses, not bounds)"
+            )
+            yield row
+
+
+def widths(Ts, q, d, target, seed=0, de=8, n=4096):
+    """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
+    answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
+    for T in sorted(Ts):
+        start, (de, tried) = time.time(), needed_de(T, q, d, target, n, seed, start=de)
+        near = [k for k in tried if de / 2 <= k <= 2 * de]
+        slope = (
+            np.polyfit(np.log(near), [tried[k][0] for k in near], 1)[0]
+            if near[1:]
+            else 0
+        )
+        (floor, c, alpha, se), seconds = tried[de], round(time.time() - start, 1)
+        print(
+            f"T={T}: d_e={de}, floor {floor:.4f} ± {se:.4f} (se) <= {target:.4f}; {len(tried)}"
+            f" floors in {seconds} s",
+            flush=True,
+        )
+        yield dict(
+            T=T,
+            de=de,
+            floor=floor,
+            se=se,
+            de_se=-de * se / slope if slope < 0 else None,
+            c=c,
+            alpha=alpha,
+            seconds=seconds,
+            tried=[[k, tried[k][0]] for k in sorted(tried)],
+        )
+
+
+def dynamics(
+    T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, positions=None
+):
+    """--dynamics' rows, each printed: family_dynamics (lr, lr/3 from anneal_at; 2048 sequences) by
+    GD, then with a batch by SGD; t_1/2 against family_floor (4096 sequences, the same 2048 and
+    more), plateau_steps', the curve (step, loss, c, alpha, se, w) every `every` steps."""
+    kind = "stochastic" if positions is None else "randomized"
+    floor = sts.family_floor(kind, T, q, d, d_e, seed=seed, positions=positions)[0]
+    for n in [None] + [batch] * (batch is not None):
+        curve = family_dynamics(
+            kind,
+            T,
+            q,
+            d,
+            d_e,
+            steps,
+            lr,
+            anneal_at,
+            1 / 3,
+            seed=seed,
+            positions=positions,
+            batch=n,
+        )
+        t_half = escape_step(range(steps + 1), curve[0], floor)
+        closed = plateau_steps(T, q, d, d_e, lr, floor, n)
+        print(
+            f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)} lr={lr},"
+            f" {'S' * bool(n)}GD on W = c W*, V = alpha V*{f' (batch {n})' * bool(n)}: loss"
+            f" {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
+            f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})"
+        )
+        yield dict(
+            pe=kind,
+            positions=positions,
+            T=T,
+            q=q,
+            d=d,
+            de=d_e,
+            lr=lr,
+            steps=steps,
+            anneal_at=anneal_at,
+            anneal_factor=1 / 3,
+            batch=n,
+            floor=floor,
+            t_half=t_half,
+            t_half_closed=closed,
+            columns=["step", "loss", "c", "alpha", "se", "w"],
+            rows=np.column_stack([np.arange(steps + 1), *curve])[::every].tolist(),
+        )
+
+
+def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise):
+    """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise by `noise`; GD
+    without --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
+    the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
+    curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps."""
+    halves, curves = [], []
+    for seed in range(draws):
+        floor = exact_floor(T, q, d, d_e, n, seed)
+        curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)
+        halves.append(
+            crossing(np.arange(steps + 1), curve[0], (curve[0, 0] + floor) / 2)
+        )
+        curves.append(curve)
+    curve = np.mean(curves, 0)
+    curve[3] *= d_e / q  # w = (q / d_e) |W_xe|^2
+    found = np.array([np.nan if h is None else h for h in halves])
+    mean, se = float(found.mean()), float(found.std(ddof=1) / draws**0.5)
+    print(
+        f"T={T} q={q} d={d} d_e={d_e} lr={lr} batch={batch} noise={noise}: t_1/2 {mean:.1f}"
+        f" ± {se:.1f} (se over {draws} draws of {n} sequences)",
+        flush=True,
+    )
+    rows = np.column_stack([np.arange(steps + 1), *curve])[::every].tolist()
+    return dict(
+        T=T,
+        q=q,
+        d=d,
+        de=d_e,
+        lr=lr,
+        batch=batch,
+        anneal_at=anneal_at,
+        noise=noise,
+        steps=steps,
+        draws=draws,
+        n=n,
+        t_half=mean,
+        se=se,
+        each=halves,
+        columns=["step", "loss", "c", "alpha", "W_xe2"],
+        rows=rows,
+    )
+
+
+def parser():
+    """The command line's flags; an error is one line on stderr (no usage block), exit status 2."""
+    p = argparse.ArgumentParser(
+        prog="theory.py",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.error, add = (
+        lambda message: p.exit(2, f"theory.py: error: {message}\n"),
+        p.add_argument,
+    )
+    add(
+        "--T",
+        type=int,
+        nargs="+",
+        default=[20],
+        help="sequence length (several with --floor)",
+    )
+    add(
+        "--q",
+        type=int,
+        nargs="+",
+        default=[3],
+        help="subset size, 1 <= q <= T (several with --floor)",
+    )
+    add("--d", type=int, default=5, help="token dimension")
+    add(
+        "--de",
+        type=int,
+        nargs="+",
+        default=[64],
+        help="PE dimension d_e (several with --floor)",
+    )
+    add("--steps", type=int, default=1500, help="with --dynamics: steps of the curve")
+    add("--lr", type=float, default=1.0, help="SGD learning rate")
+    add(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the sequences and the fixed PE table",
+    )
+    add(
+        "--floor",
+        action="store_true",
+        help="print family_floor at each --T and --de, and exit",
+    )
+    add(
+        "--needed-de",
+        action="store_true",
+        help="print needed_de (target --eps d/(2q)), and exit",
+    )
+    add(
+        "--dynamics",
+        action="store_true",
+        help="print family_dynamics' curves (GD's; with --batch"
+        " SGD's too) and t_1/2 at each --T, --de (--positions: randomized PE), --q, --lr, --steps,"
+        " and exit",
+    )
+    add(
+        "--plateau",
+        action="store_true",
+        help="print t_1/2 of SGD's model with the tokens"
+        " integrated (sgd_curve; GD without --batch) at --T, --q, --de, --lr, over --draws sets"
+        " of --n sequences, and exit",
+    )
+    add(
+        "--noise",
+        choices=("full", "identity"),
+        default="full",
+        help="with --plateau: SGD's"
+        " noise in W_xe from the full per-sequence gradient, or from M = I",
+    )
+    add(
+        "--draws",
+        type=int,
+        default=4,
+        help="with --plateau: independent sets of sequences",
+    )
+    add(
+        "--every",
+        type=int,
+        default=10,
+        help="with --dynamics: --json keeps every this many steps",
+    )
+    add(
+        "--batch",
+        type=int,
+        help="with --dynamics: also the curve of SGD on this many sequences a"
+        " step (family_dynamics' batch)",
+    )
+    add(
+        "--anneal-at",
+        type=int,
+        help="with --dynamics: the step from which lr is a third [half the"
+        " --steps, as train_tf.py's]",
+    )
+    add(
+        "--eps",
+        type=float,
+        default=0.3,
+        help="--needed-de's target over d/(2q), the loss at zero",
+    )
+    add(
+        "--n",
+        type=int,
+        default=4096,
+        help="with --floor, --needed-de: sequences per floor",
+    )
+    add(
+        "--json",
+        help="with --floor, --needed-de or --dynamics: also write the rows to this file"
+        " (plots.py)",
+    )
+    add(
+        "--positions",
+        type=int,
+        nargs="+",
+        help="with --floor (or --dynamics): randomized PE with"
+        " tables of these L >= T positions instead: the floors of W = c W* and of a table-learning"
+        " W (table_floor); its curves",
+    )
+    return p
+
+
+def check_flags(args):
+    """Every flag checked before anything runs: an ArgumentError naming the flag otherwise."""
+    for T, q in itertools.product(args.T, args.q):
+        check_args(T, q, d=args.d)
+    for flag, name, v in [
+        ("--steps", "steps", args.steps),
+        ("--lr", "lr", args.lr),
+        ("--eps", "target", args.eps),
+        ("--seed", "seed", args.seed),
+        ("--n", "n", args.n),
+        *(("--de", "d_e", v) for v in args.de),
+        *(("--anneal-at", "seed", v) for v in [args.anneal_at] if v is not None),
+    ]:
+        check(
+            ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v
+        )  # the API's rules, by flag
+    check(
+        args.floor
+        or len(args.q) == 1
+        and (
+            args.dynamics
+            or args.needed_de
+            or args.plateau
+            or len(args.T) == len(args.de) == 1
+        ),
+        "--T, --q and --de",
+        "one value each without --floor",
+        (args.T, args.q, args.de),
+    )
+    chosen = args.floor + args.needed_de + args.dynamics + args.plateau
+    check(
+        chosen == 1,
+        "--floor, --needed-de, --dynamics or --plateau",
+        "given, exactly one",
+        chosen,
+    )
+    check(
+        whole(args.draws, 2), "--draws", "an integer >= 2 (an se needs two)", args.draws
+    )
+    check(whole(args.every), "--every", ARGUMENTS["steps"][0], args.every)
+    check(
+        args.batch is None or whole(args.batch),
+        "--batch",
+        ARGUMENTS["n"][0],
+        args.batch,
+    )
+    check(
+        not args.json
+        or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
+        and not os.path.isdir(args.json),
+        "--json",
+        "a file in a writable folder",
+        args.json,
+    )
+    L, T = (min, max) if args.dynamics else (max, min)  # each T, or some T
+    check(
+        not args.positions
+        or (args.floor or args.dynamics)
+        and L(args.positions) >= T(args.T),
+        "--positions",
+        "table sizes L >= --T (some --T with --floor; each with --dynamics)",
+        args.positions,
+    )
+
+
+def search(args, q, d):
+    """--needed-de's, --dynamics' or --floor's rows, each printed as it comes, then to --json with
+    the family they belong to and the sequences each row used."""
+    head = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
+    family, sequences = "W = c W*, V = alpha V*", args.n
+    if args.needed_de:
+        rows = list(widths(args.T, q, d, head["target"], args.seed, n=args.n))
+    elif args.dynamics:
+        anneal_at, sequences = (
+            args.steps // 2 if args.anneal_at is None else args.anneal_at,
+            2048,
+        )
+        rows = [
+            row
+            for T, d_e, L in itertools.product(
+                args.T, args.de, args.positions or [None]
+            )
+            for row in dynamics(
+                T,
+                q,
+                d,
+                d_e,
+                args.steps,
+                args.lr,
+                anneal_at,
+                args.every,
+                args.seed,
+                args.batch,
+                L,
+            )
+        ]
+    elif args.plateau:  # the draws' seeds: 0, 1, ..., draws - 1
+        anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
+        family = "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
+        rows = [
+            plateau(
+                T,
+                q,
+                d,
+                d_e,
+                args.lr,
+                args.batch,
+                anneal_at,
+                args.steps,
+                args.draws,
+                args.n,
+                args.every,
+                args.noise,
+            )
+            for T, d_e in itertools.product(args.T, args.de)
+        ]
+    else:
+        rows = list(
+            floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n)
+        )
+        if args.positions:  # randomized PE's tables: a W that learns M
+            family = "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(
+                dict(
+                    family=family,
+                    sequences=sequences,
+                    seed=args.seed,
+                    rows=rows,
+                    **(head if args.needed_de else {}),
+                ),
+                fh,
+                indent=None if args.dynamics or args.plateau else 2,
+            )  # curves
+
+
+def main(argv=None):
+    """The command line; exits 0 done, 2 a bad flag or an --eps no d_e reaches (one line), 130
+    Ctrl-C. Any other error (NumPy's, out of memory) is Python's traceback: nothing is lost."""
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+        check_flags(args)
+    except sts.ArgumentError as e:
+        p.exit(2, f"theory.py: error: {e}\n")
+    except (
+        SystemExit
+    ) as done:  # --help printed: return, as a kernel shows SystemExit(0) raised
+        return sys.exit(done.code) if done.code else None
+    try:
+        search(args, args.q[0], args.d)
+    except sts.ArgumentError as e:  # needed_de: no d_e <= 4096 meets --eps
+        p.exit(2, f"theory.py: error: {e}; raise --eps\n")
+    except KeyboardInterrupt:
+        p.exit(130, "theory.py: interrupted\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
