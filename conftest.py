@@ -1,5 +1,6 @@
 """Shared by the three test files (test_sts.py runs them all): tiny run flags, log readers, small
 batches. Importable without torch, so that the NumPy tests run where torch is not installed."""
+
 import contextlib
 import json
 import os
@@ -13,26 +14,70 @@ import sts
 
 HERE = Path(__file__).parent
 # a run small enough for a test: seconds, float64 so that parity checks can be tight
-TINY = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", "--batch", "64", "--steps", "20",
-        "--eval-every", "10", "--test-T", "8", "--test-q", "1", "--n-test", "64", "--n-final", "64",
-        "--dtype", "float64", "--device", "cpu"]
+TINY = [
+    "--T",
+    "6",
+    "--q",
+    "2",
+    "--d",
+    "2",
+    "--de",
+    "8",
+    "--batch",
+    "64",
+    "--steps",
+    "20",
+    "--eval-every",
+    "10",
+    "--test-T",
+    "8",
+    "--test-q",
+    "1",
+    "--n-test",
+    "64",
+    "--n-final",
+    "64",
+    "--dtype",
+    "float64",
+    "--device",
+    "cpu",
+]
 # an FCN run small enough for a test (train_fcn.py)
-FCN_TINY = ["--T", "6", "--q", "2", "--d", "2", "--batch", "64", "--steps", "150",
-            "--eval-every", "50", "--n-test", "512", "--test-q", "1", "--dtype", "float64",
-            "--device", "cpu"]
+FCN_TINY = [
+    "--T",
+    "6",
+    "--q",
+    "2",
+    "--d",
+    "2",
+    "--batch",
+    "64",
+    "--steps",
+    "150",
+    "--eval-every",
+    "50",
+    "--n-test",
+    "512",
+    "--test-q",
+    "1",
+    "--dtype",
+    "float64",
+    "--device",
+    "cpu",
+]
 
 
 def cuda_available():
     try:
         import torch
-    except ImportError:                  # the NumPy tests run without torch
+    except ImportError:  # the NumPy tests run without torch
         return False
     return torch.cuda.is_available()
 
 
 # the torch tests that run on CUDA as well where there is a device (the CPU alone runs the rest)
 CUDA = pytest.mark.skipif(not cuda_available(), reason="no CUDA device here")
-DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]   # parametrize("device", DEVICES)
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]  # parametrize("device", DEVICES)
 
 
 def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):
@@ -42,8 +87,10 @@ def random_batch(seed=0, n=4, T=6, q=2, d=3, d_e=4, kind="stochastic"):
 
 def random_weights(seed, d, d_e, scale=1.0):
     rng = np.random.default_rng(seed)
-    return (scale * rng.standard_normal((d + d_e, d + d_e)),
-            scale * rng.standard_normal((d, d + d_e)))
+    return (
+        scale * rng.standard_normal((d + d_e, d + d_e)),
+        scale * rng.standard_normal((d, d + d_e)),
+    )
 
 
 def read_log(path):
@@ -61,8 +108,11 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
     for a, b in zip(logs_a, logs_b):
         assert a["step"] == b["step"]
         for key in keys:
-            pairs = ([(a[key][k], b[key][k]) for k in a[key]] if isinstance(a[key], dict)
-                     else [(a[key], b[key])])
+            pairs = (
+                [(a[key][k], b[key][k]) for k in a[key]]
+                if isinstance(a[key], dict)
+                else [(a[key], b[key])]
+            )
             assert not isinstance(a[key], dict) or set(a[key]) == set(b[key]) != set()
             for x, y in pairs:
                 if x is None or y is None:
@@ -74,14 +124,20 @@ def assert_same_logs(logs_a, logs_b, keys, rel=1e-9):
 def signal_in_step(monkeypatch, sig, k):
     """train_tf.py's next job gets `sig` while it trains step k (taken after it), sent to the test's
     own process; an AssertionError, not a killed test run, where the job left no handler for it."""
-    import data                          # torch: imported by the tests that use it
+    import data  # torch: imported by the tests that use it
+
     get_batch = data.Streams.get_batch
 
     def signalled(streams, index, n, T, q, val=False):
         if index == k and not val:
-            assert signal.getsignal(sig) not in (signal.SIG_DFL, signal.SIG_IGN, None), sig
+            assert signal.getsignal(sig) not in (
+                signal.SIG_DFL,
+                signal.SIG_IGN,
+                None,
+            ), sig
             os.kill(os.getpid(), sig)
         return get_batch(streams, index, n, T, q, val)
+
     monkeypatch.setattr(data.Streams, "get_batch", signalled)
 
 
@@ -92,14 +148,17 @@ def fewer_sequences(monkeypatch, most=256):
 
     def fewer(kind, T, q, d, d_e, n=4096, *rest, **kwargs):
         return draws(kind, T, q, d, d_e, min(n, most), *rest, **kwargs)
+
     monkeypatch.setattr(sts, "family_draws", fewer)
 
 
 @contextlib.contextmanager
 def hang_fails(seconds=30):
     """A test that would hang (a FIFO read, a walk without end) fails instead, after `seconds`."""
+
     def fail(*_):
         raise TimeoutError(f"hung for {seconds} s")
+
     before = signal.signal(signal.SIGALRM, fail)
     signal.alarm(seconds)
     try:
@@ -113,6 +172,7 @@ def hang_fails(seconds=30):
 def one_thread():
     """Small models train several times faster on one torch thread when jobs share the 2 cores."""
     import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -123,6 +183,7 @@ def one_thread():
 def png_only(monkeypatch):
     """plots.py draws PNG alone in the tests (a PDF doubles the time); one test asks for both."""
     import plots
+
     monkeypatch.setattr(plots, "FORMATS", ("png",))
 
 
@@ -135,6 +196,7 @@ def full_disk(monkeypatch):
     import errno
     import io
     import os
+
     real = builtins.open
 
     class Full(io.FileIO):
@@ -147,11 +209,19 @@ def full_disk(monkeypatch):
 
     def fill(test):
         def opened(file, mode="r", buffering=-1, encoding=None, *args, **kwargs):
-            if isinstance(file, int) or not set("wax") & set(mode) or not test(Path(file).name):
+            if (
+                isinstance(file, int)
+                or not set("wax") & set(mode)
+                or not test(Path(file).name)
+            ):
                 return real(file, mode, buffering, encoding, *args, **kwargs)
             raw = Full(file, next(c for c in "wax" if c in mode) + "+" * ("+" in mode))
             handle = (io.BufferedRandom if "+" in mode else io.BufferedWriter)(raw)
-            return handle if "b" in mode else io.TextIOWrapper(handle, encoding or "utf-8")
+            return (
+                handle if "b" in mode else io.TextIOWrapper(handle, encoding or "utf-8")
+            )
+
         monkeypatch.setattr(builtins, "open", opened)
         monkeypatch.setattr(io, "open", opened)
+
     return fill

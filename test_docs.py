@@ -28,6 +28,7 @@ reason; any other untied number fails. A table of RESULTS.md is copied, line by 
 tables.md (`plots.py DIR --table`, regenerated here and compared with the committed file).
 The sections of UNTIED are timings, settings and history, not results, and are not read.
 """
+
 import functools
 import hashlib
 import json
@@ -42,18 +43,85 @@ import pytest
 
 from conftest import HERE
 
-TABLES = ("results/course", "results/paper", "results/paper/randomized", "results/fcn_T20")
-CODE = ("plots.py", "tables.py", "rundirs.py", "runlog.py", "sts.py", "theory.py")   # what --table runs
+TABLES = (
+    "results/course",
+    "results/paper",
+    "results/paper/randomized",
+    "results/fcn_T20",
+)
+CODE = (
+    "plots.py",
+    "tables.py",
+    "rundirs.py",
+    "runlog.py",
+    "sts.py",
+    "theory.py",
+)  # what --table runs
 DOCS = ("README.md", "RESULTS.md")
 # Sections (## and their ###) that hold no result to tie: settings, history, timings (each with its machine and date),
 # and `python sts.py`'s printout (.ci/invariant hashes it).
 UNTIED = ("Contents", "Choices where", "The NumPy reference", "Speed", "History")
 # Integers a document may print untied: the settings of the runs (lengths, widths, sizes, steps,
 # seeds, set sizes) and small counts. A result (a step count, a width found, an m50) is tied.
-SETTINGS = {*range(11), 12, 16, 20, 25, 30, 32, 35, 40, 50, 60, 64, 80, 85, 96, 100, 112, 128, 160,
-            170, 175, 200, 250, 256, 300, 320, 350, 400, 500, 512, 640, 1000, 1024, 1280, 1500, 1600,
-            2000, *range(2019, 2027), 2048, 4096, 6000, 8192, 10000, 16384, 20000, 24000, 32768, 40000, 50000, 96000,
-            100000, 240000, 384000, 768000, 129, 130, 143}   # 129-143: exit statuses
+SETTINGS = {
+    *range(11),
+    12,
+    16,
+    20,
+    25,
+    30,
+    32,
+    35,
+    40,
+    50,
+    60,
+    64,
+    80,
+    85,
+    96,
+    100,
+    112,
+    128,
+    160,
+    170,
+    175,
+    200,
+    250,
+    256,
+    300,
+    320,
+    350,
+    400,
+    500,
+    512,
+    640,
+    1000,
+    1024,
+    1280,
+    1500,
+    1600,
+    2000,
+    *range(2019, 2027),
+    2048,
+    4096,
+    6000,
+    8192,
+    10000,
+    16384,
+    20000,
+    24000,
+    32768,
+    40000,
+    50000,
+    96000,
+    100000,
+    240000,
+    384000,
+    768000,
+    129,
+    130,
+    143,
+}  # 129-143: exit statuses
 # Numbers measured or defined outside the committed files, each with where it comes from.
 ELSEWHERE = {
     "0.15": "the paper's own bound on fixed PE's OOD loss (its Figure 4 caption)",
@@ -63,22 +131,33 @@ ELSEWHERE = {
     "0.25": "the FCN sweep's target loss eps (a setting: sweep.json's eps)",
     "0.005": "the FCN convergence rule's threshold (a setting of tables.py)",
     "0.01": "Adam's learning rate (a setting)",
-    "2406.06893": "the paper's arXiv number", "2110.10090": "Edelman et al.'s arXiv number",
-    "99%": "train_bool.py's success criterion (a setting)", "95%": "the intervals' level (a setting)",
+    "2406.06893": "the paper's arXiv number",
+    "2110.10090": "Edelman et al.'s arXiv number",
+    "99%": "train_bool.py's success criterion (a setting)",
+    "95%": "the intervals' level (a setting)",
 }
-NUMBER = re.compile(r"(?<![\w.,/=-])([−-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?|[−-]?\d+(?:\.\d+)?)(%|×)?"
-                    r"(?![\w.]|,\d{3})")
+NUMBER = re.compile(
+    r"(?<![\w.,/=-])([−-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?|[−-]?\d+(?:\.\d+)?)(%|×)?"
+    r"(?![\w.]|,\d{3})"
+)
 TIE = re.compile(r"<!--(.*?)-->")
 SOURCE = re.compile(r"\{([^{}]+)\}")
-HIDDEN = re.compile(r"`[^`]*`|\]\([^)]*\)|\d{4}-\d{2}-\d{2}|[A-Za-z_]+\d+[\w.]*"   # code, links, dates, names
-                    r"|\d+(\.\d+)?(–\d+)? ?(h|min|s|ms|GB|MB)\b")                       # timings, sizes
+HIDDEN = re.compile(
+    r"`[^`]*`|\]\([^)]*\)|\d{4}-\d{2}-\d{2}|[A-Za-z_]+\d+[\w.]*"  # code, links, dates, names
+    r"|\d+(\.\d+)?(–\d+)? ?(h|min|s|ms|GB|MB)\b"
+)  # timings, sizes
 
 
 def inputs_hash(folder):
     """sha256 over the files --table reads under `folder` (no checkpoints, locks) and its code."""
     h = hashlib.sha256()
-    paths = sorted(p for p in (HERE / folder).rglob("*") if p.is_file()
-                   and p.suffix not in (".pt", ".tmp", ".png", ".pdf") and p.name not in (".lock", "tables.md"))
+    paths = sorted(
+        p
+        for p in (HERE / folder).rglob("*")
+        if p.is_file()
+        and p.suffix not in (".pt", ".tmp", ".png", ".pdf")
+        and p.name not in (".lock", "tables.md")
+    )
     for p in [*paths, *(HERE / s for s in CODE)]:
         h.update(str(p.relative_to(HERE)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
@@ -92,9 +171,17 @@ def regenerated(request):
     for folder in TABLES:
         key = f"docs/tables/{folder.replace('/', '_')}-{inputs_hash(folder)[:16]}"
         out[folder] = cache.get(key, None)
-        if out[folder] is None:        # the folders side by side: one core each
-            jobs[folder] = key, subprocess.Popen([sys.executable, "plots.py", folder, "--table"], cwd=HERE,
-                                                 env=env, stdout=subprocess.PIPE, text=True)
+        if out[folder] is None:  # the folders side by side: one core each
+            jobs[folder] = (
+                key,
+                subprocess.Popen(
+                    [sys.executable, "plots.py", folder, "--table"],
+                    cwd=HERE,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                ),
+            )
     for folder, (key, job) in jobs.items():
         out[folder] = job.communicate(timeout=600)[0]
         assert job.returncode == 0, folder
@@ -117,9 +204,11 @@ def rounds_to(v, q, token):
     0.13, not for 0.134 nor 0.135. Fewer decimals cannot vouch for it; a token without a sign may
     quote a difference's size."""
     (x, p), signs = read(token), (1,) if token[0] in "-−" else (1, -1)
-    half = 0.5 * 10.0 ** -q - 1e-12 if q < 17 else 0.0         # v's own rounding interval
+    half = 0.5 * 10.0**-q - 1e-12 if q < 17 else 0.0  # v's own rounding interval
     ends = [(s * v - half, s * v + half) for s in signs]
-    return q >= p and any(all(abs(e - x) <= 0.5 * 10.0 ** -p + 1e-12 for e in pair) for pair in ends)
+    return q >= p and any(
+        all(abs(e - x) <= 0.5 * 10.0**-p + 1e-12 for e in pair) for pair in ends
+    )
 
 
 @functools.cache
@@ -132,7 +221,7 @@ def tables_md_sections(folder):
         if line and not line.startswith("|"):
             name = line.split(": ")[0]
         elif line.startswith("|") and not previous.startswith("|"):
-            sections.setdefault(name, []).append([cells])      # a table's header
+            sections.setdefault(name, []).append([cells])  # a table's header
         elif line.startswith("|") and not line.startswith("| ---"):
             sections[name][-1].append(cells)
         previous = line
@@ -142,19 +231,31 @@ def tables_md_sections(folder):
 def cell_source(ref):
     """(value, decimals) of "FOLDER/SECTION: ROW; COLUMN[#k]" (see the module's docstring)."""
     where, rest = ref.split(": ", 1)
-    folder = max((f for f in TABLES if where.startswith(f[len("results/"):] + "/")), key=len)
+    folder = max(
+        (f for f in TABLES if where.startswith(f[len("results/") :] + "/")), key=len
+    )
     sections = tables_md_sections(folder)
-    name = where[len(folder) - len("results/") + 1:]
-    names = [s for s in sections if s == name] or [s for s in sections if s and s.startswith(name)]
-    assert len(names) == 1, f"{len(names)} sections of {folder}/tables.md are named {name!r}"
+    name = where[len(folder) - len("results/") + 1 :]
+    names = [s for s in sections if s == name] or [
+        s for s in sections if s and s.startswith(name)
+    ]
+    assert len(names) == 1, (
+        f"{len(names)} sections of {folder}/tables.md are named {name!r}"
+    )
     parts, hits = rest.split("; "), []
-    for split in range(len(parts) - 1, 0, -1):          # a column's name may hold "; " too
+    for split in range(len(parts) - 1, 0, -1):  # a column's name may hold "; " too
         row, (column, _, k) = parts[:split], "; ".join(parts[split:]).partition("#")
-        hits = [(table[0], cells) for table in sections[names[0]] for cells in table[1:]
-                if cells[:len(row)] == row and column in table[0]]
+        hits = [
+            (table[0], cells)
+            for table in sections[names[0]]
+            for cells in table[1:]
+            if cells[: len(row)] == row and column in table[0]
+        ]
         if hits:
             break
-    assert len(hits) == 1, f"{len(hits)} rows of {folder}/tables.md's {name} begin {row}, by {column}"
+    assert len(hits) == 1, (
+        f"{len(hits)} rows of {folder}/tables.md's {name} begin {row}, by {column}"
+    )
     header, cells = hits[0]
     numbers = NUMBER.findall(cells[header.index(column)])
     return read("".join(numbers[int(k or 0)]))
@@ -164,7 +265,11 @@ def json_source(ref):
     """(value, 17) of "PATH: FIELD" (see the module's docstring)."""
     path, field = ref.split(": ", 1)
     text = (HERE / "results" / path).read_text()
-    x = [json.loads(line) for line in text.splitlines()] if path.endswith(".jsonl") else json.loads(text)
+    x = (
+        [json.loads(line) for line in text.splitlines()]
+        if path.endswith(".jsonl")
+        else json.loads(text)
+    )
     for key, pick in re.findall(r"([^.\[\]]+)|\[([^\]]*)\]", field):
         if key:
             x = x[key]
@@ -172,15 +277,23 @@ def json_source(ref):
             x = x[int(pick)]
         else:
             wanted = dict(part.split("=", 1) for part in pick.split(","))
-            matches = [e for e in x if all(str(e.get(k)) == v for k, v in wanted.items())]
-            assert len(matches) == 1, f"{len(matches)} elements of {path} match [{pick}]"
+            matches = [
+                e for e in x if all(str(e.get(k)) == v for k, v in wanted.items())
+            ]
+            assert len(matches) == 1, (
+                f"{len(matches)} elements of {path} match [{pick}]"
+            )
             x = matches[0]
     assert isinstance(x, (int, float)), f"{path}: {field} is not a number: {x!r}"
     return float(x), 17
 
 
 def source(ref):
-    return json_source(ref) if ref.split(": ")[0].endswith((".json", ".jsonl")) else cell_source(ref)
+    return (
+        json_source(ref)
+        if ref.split(": ")[0].endswith((".json", ".jsonl"))
+        else cell_source(ref)
+    )
 
 
 def tie_value(anchor):
@@ -193,7 +306,11 @@ def tie_value(anchor):
     names = iter(f"v{i}" for i in range(len(refs)))
     expression = SOURCE.sub(lambda m: next(names), anchor)
     allowed = dict(ln=math.log, sqrt=math.sqrt, abs=abs, min=min, max=max)
-    return eval(expression, {"__builtins__": {}}, allowed | {f"v{i}": v for i, v in enumerate(values)}), 17
+    return eval(
+        expression,
+        {"__builtins__": {}},
+        allowed | {f"v{i}": v for i, v in enumerate(values)},
+    ), 17
 
 
 def lines(doc, text=None):
@@ -208,7 +325,15 @@ def lines(doc, text=None):
         if line.startswith(("# ", "## ")) and not code:
             untied = line.lstrip("# ").startswith(UNTIED)
         table = line.startswith("|") and doc == "RESULTS.md"
-        kind = "code" if code or fence else "untied" if untied else "copied" if table else "text"
+        kind = (
+            "code"
+            if code or fence
+            else "untied"
+            if untied
+            else "copied"
+            if table
+            else "text"
+        )
         out.append((k, line, kind))
     return out
 
@@ -216,7 +341,9 @@ def lines(doc, text=None):
 def numbers(line):
     """[(match, anchor or None)] of the numbers of a line outside inline code, links, dates and
     names (match[1]: the digits, match[2]: a "%" or "×")."""
-    text = HIDDEN.sub(lambda m: " " * len(m[0]), TIE.sub(lambda m: "@" * len(m[0]), line))
+    text = HIDDEN.sub(
+        lambda m: " " * len(m[0]), TIE.sub(lambda m: "@" * len(m[0]), line)
+    )
     anchors = {m.start(): m[1] for m in TIE.finditer(line)}
     return [(m, anchors.get(m.end())) for m in NUMBER.finditer(text)]
 
@@ -238,7 +365,9 @@ def wrong_numbers(doc, text=None):
             elif anchor is not None:
                 value, decimals = tie_value(anchor)
                 if not rounds_to(value, decimals, token):
-                    wrong.append(f"{doc}:{k}: {token} is not {value} ({anchor.strip()})")
+                    wrong.append(
+                        f"{doc}:{k}: {token} is not {value} ({anchor.strip()})"
+                    )
     return wrong
 
 
@@ -247,8 +376,11 @@ def stray_table_lines(text=None):
     committed = set()
     for folder in TABLES:
         committed |= set((HERE / folder / "tables.md").read_text().splitlines())
-    return [f"RESULTS.md:{k}: {line[:70]}" for k, line, kind in lines("RESULTS.md", text)
-            if kind == "copied" and line not in committed]
+    return [
+        f"RESULTS.md:{k}: {line[:70]}"
+        for k, line, kind in lines("RESULTS.md", text)
+        if kind == "copied" and line not in committed
+    ]
 
 
 def test_every_number_the_documents_quote_equals_its_tied_source():
@@ -258,7 +390,9 @@ def test_every_number_the_documents_quote_equals_its_tied_source():
 
 def test_every_table_of_results_md_is_copied_line_by_line_from_a_tables_md():
     stray = stray_table_lines()
-    assert not stray, f"{len(stray)} table lines no tables.md holds:\n" + "\n".join(stray)
+    assert not stray, f"{len(stray)} table lines no tables.md holds:\n" + "\n".join(
+        stray
+    )
 
 
 def moved(token, sign):
@@ -267,7 +401,7 @@ def moved(token, sign):
     decimals = len(digits.split(".")[1]) if "." in digits else 0
     large = decimals == 0 and abs(int(digits)) >= 1000
     units = 3 if token.endswith("%") else 200 if large else 1
-    value = round(float(digits) + sign * units * 10.0 ** -decimals, decimals)
+    value = round(float(digits) + sign * units * 10.0**-decimals, decimals)
     text = f"{value:,.{decimals}f}" if "," in token else f"{value:.{decimals}f}"
     return text.replace("-", "−") if "−" in token else text
 
@@ -280,14 +414,20 @@ def test_twenty_numbers_moved_by_one_unit_in_their_last_digit_are_each_caught(po
     drawn = []
     for doc in DOCS:
         for k, line, kind in lines(doc):
-            tied = [m for m, anchor in numbers(line) if anchor] if kind == "text" else []
-            table = [m for m, _ in numbers(line) if "." in m[1]] if kind == "copied" else []
-            drawn += [(doc, k, m) for m in tied + (table if pool == "every number" else [])]
+            tied = (
+                [m for m, anchor in numbers(line) if anchor] if kind == "text" else []
+            )
+            table = (
+                [m for m, _ in numbers(line) if "." in m[1]] if kind == "copied" else []
+            )
+            drawn += [
+                (doc, k, m) for m in tied + (table if pool == "every number" else [])
+            ]
     rng = random.Random(58)
     for doc, k, m in rng.sample(drawn, 20):
         text = (HERE / doc).read_text().splitlines()
         line, to = text[k - 1], moved(m[1], rng.choice((1, -1)))
-        text[k - 1] = line[:m.start(1)] + to + line[m.end(1):]
+        text[k - 1] = line[: m.start(1)] + to + line[m.end(1) :]
         changed = "\n".join(text)
         caught = wrong_numbers(doc, changed)
         caught += stray_table_lines(changed) if doc == "RESULTS.md" else []
@@ -298,7 +438,8 @@ def test_each_committed_tables_md_is_what_plots_py_table_gives_today(regenerated
     for folder, text in regenerated.items():
         committed = HERE / folder / "tables.md"
         assert committed.exists() and committed.read_text() == text, (
-            f"{committed} is stale: python plots.py {folder} --table > {folder}/tables.md")
+            f"{committed} is stale: python plots.py {folder} --table > {folder}/tables.md"
+        )
 
 
 def test_every_fcn_width_a_sweep_tried_is_the_mean_of_its_committed_runs_logs():
@@ -310,23 +451,51 @@ def test_every_fcn_width_a_sweep_tried_is_the_mean_of_its_committed_runs_logs():
         sweep = json.loads(path.read_text())
         for row in (r for r in sweep["rows"] if r["model"] == "fcn"):
             for (width, val), seeds in zip(row["tried"], row["tried_seeds"]):
-                vals = [{r["step"]: r["val"] for r in map(json.loads, (path.parent / (
-                    f"fcn-T{row['T']}-m{width}-depth{sweep['fcn_depth']}-seed{seed}") / "log.jsonl"
-                    ).read_text().splitlines())}[row["steps"]] for seed in sweep["seeds"][:seeds]]
-                assert round(sum(vals) / len(vals), 4) == val, (path, row["T"], row["steps"], width)
+                vals = [
+                    {
+                        r["step"]: r["val"]
+                        for r in map(
+                            json.loads,
+                            (
+                                path.parent
+                                / (
+                                    f"fcn-T{row['T']}-m{width}-depth{sweep['fcn_depth']}-seed{seed}"
+                                )
+                                / "log.jsonl"
+                            )
+                            .read_text()
+                            .splitlines(),
+                        )
+                    }[row["steps"]]
+                    for seed in sweep["seeds"][:seeds]
+                ]
+                assert round(sum(vals) / len(vals), 4) == val, (
+                    path,
+                    row["T"],
+                    row["steps"],
+                    width,
+                )
                 checked += 1
-    assert checked >= 90          # the six committed sweeps: 91 widths tried
+    assert checked >= 90  # the six committed sweeps: 91 widths tried
 
 
 @pytest.mark.parametrize("scale", ["course", "paper"])
 def test_fixed_pes_construction_is_one_number_in_family_floor_and_table_floor(scale):
     """table_floor.json's L = T row is fixed PE (the same draws): its construction and its W = cW*
     floor equal family_floor.json's fixed row at the training T and q, to the last bit."""
-    table = json.loads(next((HERE / "results" / scale).rglob("table_floor.json")).read_text())
-    family = json.loads((HERE / "results" / scale / "sgd" / "family_floor.json").read_text())
+    table = json.loads(
+        next((HERE / "results" / scale).rglob("table_floor.json")).read_text()
+    )
+    family = json.loads(
+        (HERE / "results" / scale / "sgd" / "family_floor.json").read_text()
+    )
     for row in [r for r in table["rows"] if r["positions"] == r["T"]]:
-        fixed, = [r for r in family["rows"] if r["pe"] == "fixed" and (r["T"], r["q"], r["de"]) ==
-                  (row["T"], row["q"], row["de"])]
+        (fixed,) = [
+            r
+            for r in family["rows"]
+            if r["pe"] == "fixed"
+            and (r["T"], r["q"], r["de"]) == (row["T"], row["q"], row["de"])
+        ]
         assert (row["table"], row["family"]) == (fixed["table"], fixed["loss"]), scale
 
 
@@ -334,27 +503,53 @@ def test_readme_gives_run_course_shs_time_as_its_committed_runs_clocked_it():
     """Lane by lane (run_course.sh's two lanes run side by side): a job's runs train together, so a
     job takes its longest run's `seconds`; FCN runs, the needed-d_e search and the AND go one after
     another. The README quotes both lanes' sums, to the minute."""
-    course, seconds = HERE / "results" / "course", lambda p: json.loads(p.read_text())["seconds"]
+    course, seconds = (
+        HERE / "results" / "course",
+        lambda p: json.loads(p.read_text())["seconds"],
+    )
 
-    def jobs(folder, keep=lambda c: True):   # transformer jobs: one per d_e and command line
+    def jobs(
+        folder, keep=lambda c: True
+    ):  # transformer jobs: one per d_e and command line
         longest = {}
         for path in (course / folder).glob("*/summary.json"):
             c = json.loads((path.parent / "config.json").read_text())
             if c["model"] == "transformer" and keep(c):
-                key = (c["de"], c.get("positions") == c["T"])        # L = T: a line of its own
+                key = (
+                    c["de"],
+                    c.get("positions") == c["T"],
+                )  # L = T: a line of its own
                 longest[key] = max(longest.get(key, 0), seconds(path))
         return sum(longest.values())
+
     fcn = lambda folder: sum(map(seconds, (course / folder).glob("fcn-*/summary.json")))  # noqa
-    randomized = lambda c: c["pe"] == "randomized"           # noqa: E731  (the others: copies)
-    lane_a = (max(seconds(p) for f in ("sgd", "query", "random_init", "adam")   # the figure set
-                  for p in (course / f).glob("*/summary.json"))
-              + jobs("floor", lambda c: c["de"] != 64) + fcn("fcn_budgets"))  # 64: a copy
-    lane_b = (jobs("de_below_T") + jobs("randomized/sgd", randomized)
-              + jobs("randomized/adam", randomized) + jobs("randomized_long/sgd") + fcn("fcn_sweep")
-              + sum(r["seconds"] for r in json.loads((course / "fcn_sweep" / "needed_de.json")
-                                                     .read_text())["rows"])
-              + seconds(course / "bool" / "summary.json")
-              + sum(jobs(point.relative_to(course)) for point in (course / "plateau").iterdir()))
+    randomized = lambda c: c["pe"] == "randomized"  # noqa: E731  (the others: copies)
+    lane_a = (
+        max(
+            seconds(p)
+            for f in ("sgd", "query", "random_init", "adam")  # the figure set
+            for p in (course / f).glob("*/summary.json")
+        )
+        + jobs("floor", lambda c: c["de"] != 64)
+        + fcn("fcn_budgets")
+    )  # 64: a copy
+    lane_b = (
+        jobs("de_below_T")
+        + jobs("randomized/sgd", randomized)
+        + jobs("randomized/adam", randomized)
+        + jobs("randomized_long/sgd")
+        + fcn("fcn_sweep")
+        + sum(
+            r["seconds"]
+            for r in json.loads((course / "fcn_sweep" / "needed_de.json").read_text())[
+                "rows"
+            ]
+        )
+        + seconds(course / "bool" / "summary.json")
+        + sum(
+            jobs(point.relative_to(course)) for point in (course / "plateau").iterdir()
+        )
+    )
     readme = (HERE / "README.md").read_text()
     for lane in (lane_a, lane_b):
         hours, minutes = divmod(round(lane / 60), 60)
@@ -362,17 +557,30 @@ def test_readme_gives_run_course_shs_time_as_its_committed_runs_clocked_it():
 
 
 def test_no_ignored_file_is_tracked():
-    r = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=HERE,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["git", "ls-files", "--cached", "--ignored", "--exclude-standard"],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+    )
     if r.returncode:
         pytest.skip("not a git checkout")
-    assert r.stdout == "", f"tracked though .gitignore excludes them: {r.stdout.split()}"
+    assert r.stdout == "", (
+        f"tracked though .gitignore excludes them: {r.stdout.split()}"
+    )
 
 
 def test_run_course_reads_a_relative_out_from_the_callers_folder(tmp_path):
-    r = subprocess.run(["bash", str(HERE / "run_course.sh"), "myout", "--list"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and f"--out {tmp_path / 'myout'}" in r.stdout.splitlines()[0], r.stdout
+    r = subprocess.run(
+        ["bash", str(HERE / "run_course.sh"), "myout", "--list"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        r.returncode == 0 and f"--out {tmp_path / 'myout'}" in r.stdout.splitlines()[0]
+    ), r.stdout
 
 
 def slug(heading):
@@ -384,15 +592,24 @@ def test_every_figure_is_described_and_every_link_resolves():
     """Each committed PNG has a line in figures/README.md and is shown or named by README.md or
     RESULTS.md; every relative link of the documents names a file that exists, and every
     RESULTS.md#anchor a heading of RESULTS.md."""
-    anchors = {slug(line.lstrip("#")) for line in (HERE / "RESULTS.md").read_text().splitlines()
-               if line.startswith("#")}
+    anchors = {
+        slug(line.lstrip("#"))
+        for line in (HERE / "RESULTS.md").read_text().splitlines()
+        if line.startswith("#")
+    }
     gallery = (HERE / "figures" / "README.md").read_text()
     shown = (HERE / "README.md").read_text() + (HERE / "RESULTS.md").read_text()
     for png in sorted((HERE / "figures").glob("*.png")):
-        assert f"[{png.name}]({png.name})" in gallery, f"figures/README.md does not describe {png.name}"
-        assert f"figures/{png.name}" in shown, f"neither README.md nor RESULTS.md shows {png.name}"
+        assert f"[{png.name}]({png.name})" in gallery, (
+            f"figures/README.md does not describe {png.name}"
+        )
+        assert f"figures/{png.name}" in shown, (
+            f"neither README.md nor RESULTS.md shows {png.name}"
+        )
     for doc in ("README.md", "RESULTS.md", "figures/README.md", "docs/run-folders.md"):
-        for target in re.findall(r"\]\(([^)#]+\.\w+)?(?:#([^)]*))?\)", (HERE / doc).read_text()):
+        for target in re.findall(
+            r"\]\(([^)#]+\.\w+)?(?:#([^)]*))?\)", (HERE / doc).read_text()
+        ):
             path, anchor = target
             if path.startswith("http"):
                 continue
@@ -407,7 +624,11 @@ def test_the_readme_reads_in_five_minutes():
     cell of its claims table over 45 words, nor a verdict over 30 once the ties are left out."""
     text = (HERE / "README.md").read_text()
     assert len(text.split()) <= 1800, len(text.split())
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "](RESULTS.md#" in line]
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ") and "](RESULTS.md#" in line
+    ]
     assert len(rows) >= 10
     for row in rows:
         cells = row.split(" | ")

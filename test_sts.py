@@ -13,6 +13,7 @@ and train_fcn.py. test_plots.py: every figure and table (plots.py, rundirs.py, t
 test_handout.py: sts.py as a course meets it. test_docs.py: the numbers README and RESULTS quote, against
 the files. Seeded, CPU only. Shared helpers: conftest.py.
 """
+
 import contextlib
 import io
 import json
@@ -28,7 +29,10 @@ import sts
 import theory
 from conftest import HERE, random_batch, random_weights
 
-matplotlib.use("Agg")  # before the notebook imports pyplot: no windows, plt.show() does nothing
+matplotlib.use(
+    "Agg"
+)  # before the notebook imports pyplot: no windows, plt.show() does nothing
+
 
 # -------------------------------------------------------------------------------------- the sampler
 def test_sampler_shapes_subset_and_target():
@@ -39,20 +43,25 @@ def test_sampler_shapes_subset_and_target():
     assert Z.shape == (n, d + d_e, T) and z_q.shape == (n, d + d_e)
     assert target.shape == (n, d) and idx.shape == (n, q) and mask.shape == (n, T)
     for k in range(n):
-        assert len(set(idx[k])) == q                                   # q distinct positions
-        assert set(np.flatnonzero(mask[k])) == set(idx[k])             # mask and indices agree
-        np.testing.assert_allclose(target[k], Z[k, :d, idx[k]].mean(0))   # mean of the selected x_i
-        np.testing.assert_allclose(z_q[k, :d], 0)                      # x_query = 0
-        np.testing.assert_allclose(z_q[k, d:], Z[k, d:, idx[k]].sum(0))   # sum of the selected p_i
+        assert len(set(idx[k])) == q  # q distinct positions
+        assert set(np.flatnonzero(mask[k])) == set(idx[k])  # mask and indices agree
+        np.testing.assert_allclose(
+            target[k], Z[k, :d, idx[k]].mean(0)
+        )  # mean of the selected x_i
+        np.testing.assert_allclose(z_q[k, :d], 0)  # x_query = 0
+        np.testing.assert_allclose(
+            z_q[k, d:], Z[k, d:, idx[k]].sum(0)
+        )  # sum of the selected p_i
 
 
 def test_each_position_is_chosen_with_frequency_q_over_T():
     n, T, q = 20_000, 10, 3
-    b = sts.sample_batch(np.random.default_rng(2), n, T, q, 1,
-                         sts.PositionalEncoding("onehot", T, T))
+    b = sts.sample_batch(
+        np.random.default_rng(2), n, T, q, 1, sts.PositionalEncoding("onehot", T, T)
+    )
     counts = b.mask.sum(0)
-    sd = np.sqrt(n * (q / T) * (1 - q / T))                           # binomial std dev: 65
-    assert np.all(np.abs(counts - n * q / T) < 6 * sd)                  # 6 sd: never flakes; seeded
+    sd = np.sqrt(n * (q / T) * (1 - q / T))  # binomial std dev: 65
+    assert np.all(np.abs(counts - n * q / T) < 6 * sd)  # 6 sd: never flakes; seeded
     assert np.all(b.mask.sum(1) == q)
 
 
@@ -67,17 +76,21 @@ def test_fixed_pe_is_one_table_reproducible_from_its_seed():
     pe = sts.PositionalEncoding("fixed", 8, 30, seed=4)
     rng = np.random.default_rng(0)
     P = pe(rng, 1, 30)
-    np.testing.assert_allclose(np.linalg.norm(P, axis=1), 1.0)        # unit columns
-    np.testing.assert_array_equal(pe(rng, 1, 20), P[:, :, :20])       # T uses the first T
-    again, other = (sts.PositionalEncoding("fixed", 8, 30, seed=s)(np.random.default_rng(1), 1, 30)
-                    for s in (4, 5))
-    np.testing.assert_array_equal(again, P)                           # same seed, same table
-    assert not np.allclose(other, P)                                  # another seed, another table
+    np.testing.assert_allclose(np.linalg.norm(P, axis=1), 1.0)  # unit columns
+    np.testing.assert_array_equal(pe(rng, 1, 20), P[:, :, :20])  # T uses the first T
+    again, other = (
+        sts.PositionalEncoding("fixed", 8, 30, seed=s)(np.random.default_rng(1), 1, 30)
+        for s in (4, 5)
+    )
+    np.testing.assert_array_equal(again, P)  # same seed, same table
+    assert not np.allclose(other, P)  # another seed, another table
     first, later = (sts.sample_batch(rng, 3, 30, 2, 2, pe) for _ in range(2))
-    np.testing.assert_array_equal(first.Z[0, 2:], first.Z[2, 2:])     # every sequence shares P,
-    np.testing.assert_array_equal(first.Z[0, 2:], later.Z[1, 2:])     # every batch too
-    np.testing.assert_array_equal(first.Z[0, 2:], P[0])               # and it is the table
-    assert not np.allclose(first.Z[0, :2], later.Z[0, :2])            # while the tokens are fresh
+    np.testing.assert_array_equal(
+        first.Z[0, 2:], first.Z[2, 2:]
+    )  # every sequence shares P,
+    np.testing.assert_array_equal(first.Z[0, 2:], later.Z[1, 2:])  # every batch too
+    np.testing.assert_array_equal(first.Z[0, 2:], P[0])  # and it is the table
+    assert not np.allclose(first.Z[0, :2], later.Z[0, :2])  # while the tokens are fresh
 
 
 def test_stochastic_pe_differs_per_sequence_and_per_call():
@@ -125,11 +138,15 @@ def test_ground_truth_direction_solves_the_task_with_onehot_pe():
     T, q, d = 10, 3, 4
     b = random_batch(seed=9, n=512, T=T, q=q, d=d, d_e=T, kind="onehot")
     W_star, V_star = sts.ground_truth(d, T)
-    assert W_star[d:, d:].trace() == T and np.abs(W_star).sum() == T   # identity, PE block only
+    assert (
+        W_star[d:, d:].trace() == T and np.abs(W_star).sum() == T
+    )  # identity, PE block only
     assert V_star[:, :d].trace() == d and np.abs(V_star).sum() == d
-    losses = [sts.loss(sts.forward(c * W_star, V_star, b.Z, b.z_q)[0], b.target)
-              for c in (0, 1, 2, 4, 8, 16)]
-    assert all(a > b for a, b in zip(losses, losses[1:]))             # falls monotonically in c
+    losses = [
+        sts.loss(sts.forward(c * W_star, V_star, b.Z, b.z_q)[0], b.target)
+        for c in (0, 1, 2, 4, 8, 16)
+    ]
+    assert all(a > b for a, b in zip(losses, losses[1:]))  # falls monotonically in c
     assert losses[-1] < 1e-3
 
 
@@ -140,8 +157,13 @@ def test_cosine_is_one_for_parallel_and_zero_for_zero():
 
 
 def test_learning_rate_schedule_anneals_at_the_given_step():
-    assert [sts.learning_rate(t, 0.6, 50, 0.5) for t in (0, 49, 50, 99)] == [0.6, 0.6, 0.3, 0.3]
-    assert sts.learning_rate(10 ** 6, 0.5) == 0.5
+    assert [sts.learning_rate(t, 0.6, 50, 0.5) for t in (0, 49, 50, 99)] == [
+        0.6,
+        0.6,
+        0.3,
+        0.3,
+    ]
+    assert sts.learning_rate(10**6, 0.5) == 0.5
 
 
 # ----------------------------------------------------------------------------------------- training
@@ -153,39 +175,52 @@ def test_numpy_sgd_learns_to_select_tokens():
     # With W = 0 attention is uniform and the best V maps the mean of all T tokens to the target,
     # leaving (d/2)(1/q - 1/T) = 0.6. Half of it is out of reach unless attention picks the subset.
     uniform_attention_floor = d / 2 * (1 / q - 1 / T)
-    assert losses[0] == pytest.approx(d / (2 * q), rel=0.2)           # starts at d/(2q) = 0.75
+    assert losses[0] == pytest.approx(d / (2 * q), rel=0.2)  # starts at d/(2q) = 0.75
     assert sts.evaluate(W, V, pe, T, q, d) < 0.5 * uniform_attention_floor
-    assert sts.cosine(W, W_star) > 0.95                                # from 0 at the zero init
+    assert sts.cosine(W, W_star) > 0.95  # from 0 at the zero init
 
 
 # --------------------------------------------------------------------------------- the family floor
 @pytest.mark.parametrize("kind", ["stochastic", "fixed"])
 def test_family_floor_is_the_models_own_loss_at_its_minimiser_and_beats_a_grid(kind):
-    T, q, d, d_e, n = 10, 2, 3, 12, 400                   # n <= 512, one chunk: the draws replay
+    T, q, d, d_e, n = 10, 2, 3, 12, 400  # n <= 512, one chunk: the draws replay
     value, c, alpha = sts.family_floor(kind, T, q, d, d_e, n=n, seed=4)
     pe = sts.PositionalEncoding(kind, d_e, T, seed=4)
     b = sts.sample_batch(sts.stream(4, "data"), n, T, q, d, pe)
     W_star, V_star = sts.ground_truth(d, d_e)
 
-    def model_loss(c, alpha):                             # the transformer, W = c W*, V = alpha V*
-        return sts.loss(sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)[0], b.target)
+    def model_loss(c, alpha):  # the transformer, W = c W*, V = alpha V*
+        return sts.loss(
+            sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)[0], b.target
+        )
+
     assert model_loss(c, alpha) == pytest.approx(value, rel=1e-9)
-    grid = min(model_loss(cc, aa) for cc in np.geomspace(0.1, 100, 60)
-               for aa in np.linspace(0.5, 2, 31))
-    assert value <= grid * (1 + 1e-6) and value < 0.9 * model_loss(0, 1)  # search finds the optimum
+    grid = min(
+        model_loss(cc, aa)
+        for cc in np.geomspace(0.1, 100, 60)
+        for aa in np.linspace(0.5, 2, 31)
+    )
+    assert value <= grid * (1 + 1e-6) and value < 0.9 * model_loss(
+        0, 1
+    )  # search finds the optimum
 
 
 @pytest.mark.parametrize("kind", ["stochastic", "fixed"])
-def test_family_loss_is_the_models_own_loss_at_c_alpha_on_the_same_draws_at_any_length(kind):
+def test_family_loss_is_the_models_own_loss_at_c_alpha_on_the_same_draws_at_any_length(
+    kind,
+):
     q, d, d_e, n, c, alpha = 2, 3, 12, 300, 2.5, 0.8
     W_star, V_star = sts.ground_truth(d, d_e)
-    for T in (10, 17):                                    # the training length and a longer one
+    for T in (10, 17):  # the training length and a longer one
         pe = sts.PositionalEncoding(kind, d_e, T, seed=6)
         b = sts.sample_batch(sts.stream(6, "data"), n, T, q, d, pe)
         own = sts.loss(sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)[0], b.target)
-        assert (sts.family_loss(kind, T, q, d, d_e, c, alpha, n=n, seed=6)
-                == pytest.approx(own, rel=1e-9))
-    assert sts.family_fit(c * W_star + 0.1, alpha * V_star, d) == pytest.approx((c + 0.1, alpha))
+        assert sts.family_loss(
+            kind, T, q, d, d_e, c, alpha, n=n, seed=6
+        ) == pytest.approx(own, rel=1e-9)
+    assert sts.family_fit(c * W_star + 0.1, alpha * V_star, d) == pytest.approx(
+        (c + 0.1, alpha)
+    )
 
 
 def test_a_random_init_and_a_fixed_table_of_one_seed_come_from_different_streams():
@@ -193,37 +228,65 @@ def test_a_random_init_and_a_fixed_table_of_one_seed_come_from_different_streams
     W0 = sts.init_weights(d, d_e, "random", seed, scale=1.0)[0]
     table = sts.PositionalEncoding("fixed", d_e, T, seed).table
     # one stream for both would make these equal
-    from_init_numbers = sts.unit_columns(W0.ravel()[:d_e * T].reshape(d_e, T))
+    from_init_numbers = sts.unit_columns(W0.ravel()[: d_e * T].reshape(d_e, T))
     assert not np.allclose(table, from_init_numbers)
     np.testing.assert_allclose(
-        table, sts.unit_columns(sts.stream(seed, "table").standard_normal((d_e, T))))
+        table, sts.unit_columns(sts.stream(seed, "table").standard_normal((d_e, T)))
+    )
 
 
 def test_family_floor_is_zero_for_orthogonal_pes():
     value, c, _ = sts.family_floor("onehot", 10, 2, 3, 10, n=256)
-    assert value < 1e-3 and c > 50                        # exact selection as c grows
+    assert value < 1e-3 and c > 50  # exact selection as c grows
 
 
 def test_a_table_of_at_most_d_e_positions_is_undone_exactly_by_its_ridge_0_family():
     # L <= d_e table rows are independent: M = (P P^T)^+ gives p_i^T M s = [i in y], an exact
     # selection, so the table's family has no floor, at every length up to L
     T, q, d, d_e, L, n = 6, 2, 3, 12, 10, 64
-    X, scores, _ = sts.family_draws("randomized", T, q, d, d_e, n=n, seed=1, positions=L, ridge=0)
+    X, scores, _ = sts.family_draws(
+        "randomized", T, q, d, d_e, n=n, seed=1, positions=L, ridge=0
+    )
     pe = sts.PositionalEncoding("randomized", d_e, L, seed=1)
     b = sts.sample_batch(sts.stream(1, "data"), n, T, q, d, pe)
     np.testing.assert_allclose(scores, b.mask, atol=1e-9)
     assert theory.table_floor("randomized", 9, q, d, d_e, n=256, positions=L)[0] < 1e-3
 
 
-def test_sts_floor_positions_writes_the_randomized_pes_two_floors_per_table_size(tmp_path):
-    theory.main(["--floor", "--T", "6", "--de", "8", "--positions", "6", "12", "--q", "2", "--d", "2",
-              "--json", str(tmp_path / "t.json")])
+def test_sts_floor_positions_writes_the_randomized_pes_two_floors_per_table_size(
+    tmp_path,
+):
+    theory.main(
+        [
+            "--floor",
+            "--T",
+            "6",
+            "--de",
+            "8",
+            "--positions",
+            "6",
+            "12",
+            "--q",
+            "2",
+            "--d",
+            "2",
+            "--json",
+            str(tmp_path / "t.json"),
+        ]
+    )
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
     assert [r["positions"] for r in rows] == [6, 12]
-    assert rows[0]["table"] < 1e-3 < 0.01 < rows[0]["family"]      # L = 6 <= d_e: exact selection
-    family = sts.family_floor("randomized", 6, 2, 2, 8, positions=12)[0]   # the same draws
+    assert (
+        rows[0]["table"] < 1e-3 < 0.01 < rows[0]["family"]
+    )  # L = 6 <= d_e: exact selection
+    family = sts.family_floor("randomized", 6, 2, 2, 8, positions=12)[
+        0
+    ]  # the same draws
     table = theory.table_floor("randomized", 6, 2, 2, 8, positions=12)[0]
-    assert (rows[1]["family"], rows[1]["table"]) == (family, table)      # each its own function's
+    assert (rows[1]["family"], rows[1]["table"]) == (
+        family,
+        table,
+    )  # each its own function's
 
 
 def test_a_long_table_learned_beats_the_ground_truth_family_and_stochastic_pes_have_no_table():
@@ -235,6 +298,7 @@ def test_a_long_table_learned_beats_the_ground_truth_family_and_stochastic_pes_h
     with pytest.raises(ValueError, match="ridge"):
         sts.family_floor("stochastic", T, q, d, d_e, n=64, ridge=0.1)
 
+
 def test_family_gradient_matches_finite_differences_and_the_models_own_gradient_projected():
     """dL/dc and dL/dalpha by hand against central differences, and against sts.backward's full
     dL/dW, dL/dV at W = c W*, V = alpha V* projected on W*, V* (the chain rule the reduction uses)."""
@@ -242,10 +306,20 @@ def test_family_gradient_matches_finite_differences_and_the_models_own_gradient_
     draws = sts.family_draws("stochastic", T, q, d, d_e, n=64, seed=2)
     each, dc, dalpha = theory.family_gradient(draws, c, alpha)
     at = lambda c, alpha: theory.family_gradient(draws, c, alpha)[0].mean()  # noqa: E731
-    assert dc == pytest.approx((at(c + h, alpha) - at(c - h, alpha)) / (2 * h), rel=1e-6)
-    assert dalpha == pytest.approx((at(c, alpha + h) - at(c, alpha - h)) / (2 * h), rel=1e-6)
-    b = sts.sample_batch(sts.stream(2, "data"), 64, T, q, d, sts.PositionalEncoding(
-        "stochastic", d_e, T, 2))                           # the same 64 sequences as the draws
+    assert dc == pytest.approx(
+        (at(c + h, alpha) - at(c - h, alpha)) / (2 * h), rel=1e-6
+    )
+    assert dalpha == pytest.approx(
+        (at(c, alpha + h) - at(c, alpha - h)) / (2 * h), rel=1e-6
+    )
+    b = sts.sample_batch(
+        sts.stream(2, "data"),
+        64,
+        T,
+        q,
+        d,
+        sts.PositionalEncoding("stochastic", d_e, T, 2),
+    )  # the same 64 sequences as the draws
     W_star, V_star = sts.ground_truth(d, d_e)
     f, cache = sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)
     dW, dV = sts.backward(c * W_star, alpha * V_star, b.z_q, f, b.target, cache)
@@ -255,48 +329,101 @@ def test_family_gradient_matches_finite_differences_and_the_models_own_gradient_
 
 
 def test_family_dynamics_ends_at_family_floors_c_alpha_where_it_converges():
-    loss, c, alpha, se, w = theory.family_dynamics("stochastic", 6, 2, 3, 3, 2000, lr=4.0, n=512)
-    assert not w.any()                                      # GD: no SGD noise
-    floor, c_best, alpha_best = sts.family_floor("stochastic", 6, 2, 3, 3, n=512)   # same draws
+    loss, c, alpha, se, w = theory.family_dynamics(
+        "stochastic", 6, 2, 3, 3, 2000, lr=4.0, n=512
+    )
+    assert not w.any()  # GD: no SGD noise
+    floor, c_best, alpha_best = sts.family_floor(
+        "stochastic", 6, 2, 3, 3, n=512
+    )  # same draws
     assert c[0] == alpha[0] == 0 and loss[0] > 2 * floor
-    assert (loss[-1], c[-1], alpha[-1]) == pytest.approx((floor, c_best, alpha_best), rel=1e-5)
+    assert (loss[-1], c[-1], alpha[-1]) == pytest.approx(
+        (floor, c_best, alpha_best), rel=1e-5
+    )
 
 
 def test_family_dynamics_is_what_sgd_at_a_large_batch_does_with_stochastic_pe():
     """sts.train's W, V (every entry free, fresh sequences each step) stay on the family and move
     as the reduction's (c, alpha): the projection of the trained weights, and the loss curve."""
     T, q, d, d_e, steps, lr, n = 6, 2, 3, 16, 60, 2.0, 4096
-    W, V, losses = sts.train(sts.PositionalEncoding("stochastic", d_e, T), T, q, d, steps, lr, n,
-                             progress=False)
-    loss, c, alpha, se, _ = theory.family_dynamics("stochastic", T, q, d, d_e, steps, lr, n=n)
-    assert (se > 0).all() and se[0] == pytest.approx(loss[0] * (2 / d / n) ** 0.5, rel=0.1)  # chi2
+    W, V, losses = sts.train(
+        sts.PositionalEncoding("stochastic", d_e, T),
+        T,
+        q,
+        d,
+        steps,
+        lr,
+        n,
+        progress=False,
+    )
+    loss, c, alpha, se, _ = theory.family_dynamics(
+        "stochastic", T, q, d, d_e, steps, lr, n=n
+    )
+    assert (se > 0).all() and se[0] == pytest.approx(
+        loss[0] * (2 / d / n) ** 0.5, rel=0.1
+    )  # chi2
     assert sts.cosine(W, sts.ground_truth(d, d_e)[0]) > 0.99
     assert sts.family_fit(W, V, d) == pytest.approx((c[-1], alpha[-1]), rel=0.01)
-    assert losses == pytest.approx(loss[:-1], abs=6 * se[:-1].max())  # sampling: n = 4096 a step
-    assert loss[steps // 2] < 0.6 * loss[0]                 # the curve falls: not a flat match
+    assert losses == pytest.approx(
+        loss[:-1], abs=6 * se[:-1].max()
+    )  # sampling: n = 4096 a step
+    assert loss[steps // 2] < 0.6 * loss[0]  # the curve falls: not a flat match
 
 
 def test_sgds_model_is_what_sgd_at_a_small_batch_does_where_gd_is_far_off():
     """At n = 16 sequences a step (T = 40: lr T / (2n) = 1.25) SGD's noise in W's token-to-PE
     block holds alpha, and so c, far below GD's; family_dynamics' batch model follows it."""
     T, q, d, d_e, steps, n = 40, 2, 3, 16, 200, 16
-    fits = np.mean([sts.family_fit(*sts.train(sts.PositionalEncoding("stochastic", d_e, T), T, q,
-                                              d, steps, 1.0, n, seed=seed, progress=False)[:2], d)
-                    for seed in range(8)], 0)           # 8 seeds' (c, alpha): se 0.007, 0.02
-    gd, sgd = (np.array(theory.family_dynamics("stochastic", T, q, d, d_e, steps, batch=b)[1:3])[:, -1]
-               for b in (None, n))
+    fits = np.mean(
+        [
+            sts.family_fit(
+                *sts.train(
+                    sts.PositionalEncoding("stochastic", d_e, T),
+                    T,
+                    q,
+                    d,
+                    steps,
+                    1.0,
+                    n,
+                    seed=seed,
+                    progress=False,
+                )[:2],
+                d,
+            )
+            for seed in range(8)
+        ],
+        0,
+    )  # 8 seeds' (c, alpha): se 0.007, 0.02
+    gd, sgd = (
+        np.array(
+            theory.family_dynamics("stochastic", T, q, d, d_e, steps, batch=b)[1:3]
+        )[:, -1]
+        for b in (None, n)
+    )
     assert (np.abs(sgd - fits) < 0.25 * np.abs(gd - fits)).all()
-    assert gd[1] > 2 * fits[1] and abs(sgd[1] - fits[1]) < 0.2       # alpha: 1.9 vs 0.52 vs 0.71
+    assert (
+        gd[1] > 2 * fits[1] and abs(sgd[1] - fits[1]) < 0.2
+    )  # alpha: 1.9 vs 0.52 vs 0.71
 
 
 def test_escape_step_and_the_closed_form_plateau():
-    assert theory.escape_step([0, 10, 20, 30], [0.8, 0.7, 0.44, 0.1], 0.1) == 20  # below 0.45
+    assert (
+        theory.escape_step([0, 10, 20, 30], [0.8, 0.7, 0.44, 0.1], 0.1) == 20
+    )  # below 0.45
     assert theory.escape_step([0, 10], [0.8, 0.7], 0.1) is None
     t = theory.plateau_steps(20, 3, 5, 64, 1.0, 0.1)
-    assert theory.plateau_steps(20, 3, 5, 128, 1.0, 0.1) - 20 == pytest.approx(2 * (t - 20))  # d_e
-    assert theory.plateau_steps(20, 3, 5, 64, 0.5, 0.1) == pytest.approx(2 * t)              # 1 / lr
-    assert theory.plateau_steps(20, 3, 5, 64, 1.0, 0.1, 40) - 20 == pytest.approx(1.25 * (t - 20))
-    loss, *_ = theory.family_dynamics("stochastic", 20, 3, 5, 64, 400)   # the reduction, within 15%
+    assert theory.plateau_steps(20, 3, 5, 128, 1.0, 0.1) - 20 == pytest.approx(
+        2 * (t - 20)
+    )  # d_e
+    assert theory.plateau_steps(20, 3, 5, 64, 0.5, 0.1) == pytest.approx(
+        2 * t
+    )  # 1 / lr
+    assert theory.plateau_steps(20, 3, 5, 64, 1.0, 0.1, 40) - 20 == pytest.approx(
+        1.25 * (t - 20)
+    )
+    loss, *_ = theory.family_dynamics(
+        "stochastic", 20, 3, 5, 64, 400
+    )  # the reduction, within 15%
     assert theory.escape_step(range(401), loss, 0.1) == pytest.approx(t, rel=0.15)
 
 
@@ -307,29 +434,50 @@ def test_the_tokens_integrated_loss_and_gradient_are_the_draws_mean_and_its_deri
     draws = theory.curve_draws(T, q, d, d_e, n=64, seed=2)
     each, dc, dalpha = theory.exact_gradient(draws, c, alpha, d)
     S, mask = (part.astype(float) for part in draws[:2])
-    X = np.random.default_rng(0).standard_normal((256, 64, d, T))         # 256 token draws each
-    drawn = [theory.family_gradient((x, S, np.einsum("ndt,nt->nd", x, mask / q)), c, alpha)[0]
-             for x in X]
-    assert each == pytest.approx(np.mean(drawn, 0), rel=0.2)             # each: se about 5%
-    assert each.mean() == pytest.approx(np.mean(drawn), rel=0.02)        # all: 16,384 draws
+    X = np.random.default_rng(0).standard_normal(
+        (256, 64, d, T)
+    )  # 256 token draws each
+    drawn = [
+        theory.family_gradient((x, S, np.einsum("ndt,nt->nd", x, mask / q)), c, alpha)[
+            0
+        ]
+        for x in X
+    ]
+    assert each == pytest.approx(np.mean(drawn, 0), rel=0.2)  # each: se about 5%
+    assert each.mean() == pytest.approx(np.mean(drawn), rel=0.02)  # all: 16,384 draws
     at = lambda c, alpha: theory.exact_gradient(draws, c, alpha, d)[0].mean()  # noqa: E731
-    assert dc == pytest.approx((at(c + h, alpha) - at(c - h, alpha)) / (2 * h), rel=1e-3)
-    assert dalpha == pytest.approx((at(c, alpha + h) - at(c, alpha - h)) / (2 * h), rel=1e-3)
+    assert dc == pytest.approx(
+        (at(c + h, alpha) - at(c - h, alpha)) / (2 * h), rel=1e-3
+    )
+    assert dalpha == pytest.approx(
+        (at(c, alpha + h) - at(c, alpha - h)) / (2 * h), rel=1e-3
+    )
 
 
 def test_token_noise_is_the_mean_square_of_sts_backwards_token_to_pe_gradient_per_sequence():
     T, q, d, d_e, c, alpha, n = 6, 3, 3, 8, 1.5, 0.9, 32
     draws = theory.curve_draws(T, q, d, d_e, n=n, seed=1)
-    b = sts.sample_batch(sts.stream(1, "data"), n, T, q, d, sts.PositionalEncoding(
-        "stochastic", d_e, T, 1))                               # the same 32 sequences
+    b = sts.sample_batch(
+        sts.stream(1, "data"),
+        n,
+        T,
+        q,
+        d,
+        sts.PositionalEncoding("stochastic", d_e, T, 1),
+    )  # the same 32 sequences
     W_star, V_star = sts.ground_truth(d, d_e)
     squares = []
-    for k in range(n):                                          # one sequence: its own gradient
-        f, cache = sts.forward(c * W_star, alpha * V_star, b.Z[k:k + 1], b.z_q[k:k + 1])
-        dW, _ = sts.backward(c * W_star, alpha * V_star, b.z_q[k:k + 1], f, b.target[k:k + 1],
-                             cache)
+    for k in range(n):  # one sequence: its own gradient
+        f, cache = sts.forward(
+            c * W_star, alpha * V_star, b.Z[k : k + 1], b.z_q[k : k + 1]
+        )
+        dW, _ = sts.backward(
+            c * W_star, alpha * V_star, b.z_q[k : k + 1], f, b.target[k : k + 1], cache
+        )
         squares.append((dW[:d, d:] ** 2).sum())
-    assert theory.token_noise(draws, c, alpha, n)[0] == pytest.approx(np.mean(squares), rel=1e-4)
+    assert theory.token_noise(draws, c, alpha, n)[0] == pytest.approx(
+        np.mean(squares), rel=1e-4
+    )
 
 
 def test_token_noise_gives_where_sgd_holds_w_xe_at_a_family_point_and_m_equal_i_does_not():
@@ -338,89 +486,193 @@ def test_token_noise_gives_where_sgd_holds_w_xe_at_a_family_point_and_m_equal_i_
     (token_noise's); at T/q = 8/3 M = I's account is far below it."""
     T, q, d, d_e, n, c, alpha = 8, 3, 3, 16, 32, 0.5, 0.5
     W_star, V_star = sts.ground_truth(d, d_e)
-    pe, rng, W, sizes = sts.PositionalEncoding("stochastic", d_e, T), sts.stream(5, "data"), c * W_star, []
-    for step in range(3000):
+    pe, rng, W, sizes = (
+        sts.PositionalEncoding("stochastic", d_e, T),
+        sts.stream(5, "data"),
+        c * W_star,
+        [],
+    )
+    for _ in range(3000):
         b = sts.sample_batch(rng, n, T, q, d, pe)
         f, cache = sts.forward(W, alpha * V_star, b.Z, b.z_q)
-        W[:d, d:] -= sts.backward(W, alpha * V_star, b.z_q, f, b.target, cache)[0][:d, d:]
+        W[:d, d:] -= sts.backward(W, alpha * V_star, b.z_q, f, b.target, cache)[0][
+            :d, d:
+        ]
         sizes.append((W[:d, d:] ** 2).sum())
-    measured = np.mean(sizes[500:])                        # settled after ~100 steps
+    measured = np.mean(sizes[500:])  # settled after ~100 steps
     draws = theory.curve_draws(T, q, d, d_e, 8192, 0)
     E, A, B = theory.token_noise(draws, c, alpha, 8192)
     loss = theory.exact_gradient(draws, c, alpha, d)[0].mean()
-    full = E / (2 * (alpha ** 2 * A + alpha * B) / d_e * n)
-    identity = 2 * alpha ** 2 * loss * q / (2 * alpha ** 2 * q / d_e * n)   # lr d_e L / n
+    full = E / (2 * (alpha**2 * A + alpha * B) / d_e * n)
+    identity = 2 * alpha**2 * loss * q / (2 * alpha**2 * q / d_e * n)  # lr d_e L / n
     assert measured == pytest.approx(full, rel=0.1) and measured > 1.3 * identity
 
 
 def test_crossing_interpolates_between_logged_steps():
     assert theory.crossing([0, 10, 20], [0.8, 0.6, 0.2], 0.5) == pytest.approx(12.5)
     assert theory.crossing([0, 10], [0.8, 0.7], 0.5) is None
-    assert theory.escape_step([0, 10, 20], [0.8, 0.6, 0.2], 0.1) == 20   # the logged step after
+    assert (
+        theory.escape_step([0, 10, 20], [0.8, 0.6, 0.2], 0.1) == 20
+    )  # the logged step after
 
 
 def test_theory_plateau_writes_t_half_with_its_se_and_the_mean_curve(tmp_path):
     out = tmp_path / "p.json"
-    theory.main(["--plateau", "--T", "6", "--q", "2", "--d", "2", "--de", "8", "--steps", "60",
-                 "--batch", "16", "--n", "128", "--draws", "2", "--every", "30", "--json",
-                 str(out)])
+    theory.main(
+        [
+            "--plateau",
+            "--T",
+            "6",
+            "--q",
+            "2",
+            "--d",
+            "2",
+            "--de",
+            "8",
+            "--steps",
+            "60",
+            "--batch",
+            "16",
+            "--n",
+            "128",
+            "--draws",
+            "2",
+            "--every",
+            "30",
+            "--json",
+            str(out),
+        ]
+    )
     row = json.loads(out.read_text())["rows"][0]
-    curves = [theory.sgd_curve(6, 2, 2, 8, 60, 1.0, 16, 30, 128, seed) for seed in (0, 1)]
-    halves = [theory.crossing(range(61), curve[0], (curve[0, 0]
-                                                    + theory.exact_floor(6, 2, 2, 8, 128, seed)) / 2)
-              for seed, curve in enumerate(curves)]
-    assert row["each"] == pytest.approx(halves) and row["t_half"] == pytest.approx(np.mean(halves))
-    assert row["se"] == pytest.approx(np.std(halves, ddof=1) / 2 ** 0.5)
-    assert row["rows"][-1][-1] == pytest.approx(np.mean([c[3, -1] for c in curves]) * 8 / 2)
+    curves = [
+        theory.sgd_curve(6, 2, 2, 8, 60, 1.0, 16, 30, 128, seed) for seed in (0, 1)
+    ]
+    halves = [
+        theory.crossing(
+            range(61),
+            curve[0],
+            (curve[0, 0] + theory.exact_floor(6, 2, 2, 8, 128, seed)) / 2,
+        )
+        for seed, curve in enumerate(curves)
+    ]
+    assert row["each"] == pytest.approx(halves) and row["t_half"] == pytest.approx(
+        np.mean(halves)
+    )
+    assert row["se"] == pytest.approx(np.std(halves, ddof=1) / 2**0.5)
+    assert row["rows"][-1][-1] == pytest.approx(
+        np.mean([c[3, -1] for c in curves]) * 8 / 2
+    )
 
 
 def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):
     out = tmp_path / "dyn.json"
-    theory.main(["--dynamics", "--T", "6", "--q", "2", "--d", "3", "--de", "4", "8", "--steps", "40",
-              "--every", "10", "--anneal-at", "20", "--batch", "16", "--json", str(out)])
+    theory.main(
+        [
+            "--dynamics",
+            "--T",
+            "6",
+            "--q",
+            "2",
+            "--d",
+            "3",
+            "--de",
+            "4",
+            "8",
+            "--steps",
+            "40",
+            "--every",
+            "10",
+            "--anneal-at",
+            "20",
+            "--batch",
+            "16",
+            "--json",
+            str(out),
+        ]
+    )
     rows = json.loads(out.read_text())["rows"]
     assert [(r["de"], r["batch"], r["anneal_at"], len(r["rows"])) for r in rows] == [
-        (4, None, 20, 5), (4, 16, 20, 5), (8, None, 20, 5), (8, 16, 20, 5)]
+        (4, None, 20, 5),
+        (4, 16, 20, 5),
+        (8, None, 20, 5),
+        (8, 16, 20, 5),
+    ]
     for row in rows[2:]:
-        curve = theory.family_dynamics("stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3, batch=row["batch"])
+        curve = theory.family_dynamics(
+            "stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3, batch=row["batch"]
+        )
         assert row["rows"][-1] == [40, *curve[:, 40]]
         assert row["t_half"] == theory.escape_step(range(41), curve[0], row["floor"])
-        assert row["t_half_closed"] == theory.plateau_steps(6, 2, 3, 8, 1.0, row["floor"], row["batch"])
+        assert row["t_half_closed"] == theory.plateau_steps(
+            6, 2, 3, 8, 1.0, row["floor"], row["batch"]
+        )
 
 
 def test_needed_de_is_the_smallest_d_e_a_scan_finds_meeting_the_target_from_any_start():
     T, q, d, n, seed = 8, 2, 2, 256, 3
-    scan = [sts.family_floor("stochastic", T, q, d, d_e, n=n, seed=seed)[0] for d_e in range(1, 13)]
-    assert all(a > b for a, b in zip(scan, scan[1:]))    # falling here: one smallest d_e per target
-    for target in (0.32, 0.2, 0.05):                     # d_e = 1 (the lowest there is), 4, 10
+    scan = [
+        sts.family_floor("stochastic", T, q, d, d_e, n=n, seed=seed)[0]
+        for d_e in range(1, 13)
+    ]
+    assert all(
+        a > b for a, b in zip(scan, scan[1:])
+    )  # falling here: one smallest d_e per target
+    for target in (0.32, 0.2, 0.05):  # d_e = 1 (the lowest there is), 4, 10
         smallest = next(k for k, f in enumerate(scan, 1) if f <= target)
-        for start in (1, 16):                            # searching up, and down
+        for start in (1, 16):  # searching up, and down
             d_e, tried = theory.needed_de(T, q, d, target, n=n, seed=seed, start=start)
             assert d_e == smallest, (target, start)
-            assert all(tried[k][0] == scan[k - 1] for k in tried if k <= 12)  # family_floor's draws
-    floor, c, alpha, se = tried[d_e]                      # se: the per-sequence losses' std / √n
+            assert all(
+                tried[k][0] == scan[k - 1] for k in tried if k <= 12
+            )  # family_floor's draws
+    floor, c, alpha, se = tried[d_e]  # se: the per-sequence losses' std / √n
     each = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
     losses = 0.5 * ((alpha * sts.family_output(each, c) - each[2]) ** 2).sum(-1)
     assert losses.mean() == pytest.approx(floor)
-    assert se == pytest.approx(losses.std(ddof=1) / n ** 0.5)
-    with pytest.raises(ValueError, match="target"):      # a target no d_e <= de_max reaches
+    assert se == pytest.approx(losses.std(ddof=1) / n**0.5)
+    with pytest.raises(ValueError, match="target"):  # a target no d_e <= de_max reaches
         theory.needed_de(T, q, d, 0.01, n=64, start=2, de_max=6)
 
 
-def test_sts_needed_de_writes_each_lengths_smallest_d_e_and_the_floors_it_tried(tmp_path):
-    theory.main(["--needed-de", "--T", "8", "6", "--q", "2", "--d", "2", "--eps", "0.3", "--json",
-              str(tmp_path / "n.json")])
+def test_sts_needed_de_writes_each_lengths_smallest_d_e_and_the_floors_it_tried(
+    tmp_path,
+):
+    theory.main(
+        [
+            "--needed-de",
+            "--T",
+            "8",
+            "6",
+            "--q",
+            "2",
+            "--d",
+            "2",
+            "--eps",
+            "0.3",
+            "--json",
+            str(tmp_path / "n.json"),
+        ]
+    )
     out = json.loads((tmp_path / "n.json").read_text())
-    assert out["target"] == pytest.approx(0.3 * 2 / 4) and [r["T"] for r in out["rows"]] == [6, 8]
+    assert out["target"] == pytest.approx(0.3 * 2 / 4) and [
+        r["T"] for r in out["rows"]
+    ] == [6, 8]
     for r in out["rows"]:
-        tried = dict(r["tried"])
-        at = lambda d_e: sts.family_floor("stochastic", r["T"], 2, 2, d_e)[0]  # noqa: E731
-        assert at(r["de"]) == r["floor"] <= out["target"] < at(r["de"] - 1)  # the least d_e, anew
+        at = lambda d_e, r=r: sts.family_floor("stochastic", r["T"], 2, 2, d_e)[0]  # noqa: E731
+        assert (
+            at(r["de"]) == r["floor"] <= out["target"] < at(r["de"] - 1)
+        )  # the least d_e, anew
         assert r["de_se"] > 0 and r["se"] > 0
 
 
-@pytest.mark.parametrize("flags, name", [(["--eps", "0"], "--eps"), (["--floor"], "--floor"),
-                                          (["--json", "no/such/folder/n.json"], "--json")])
+@pytest.mark.parametrize(
+    "flags, name",
+    [
+        (["--eps", "0"], "--eps"),
+        (["--floor"], "--floor"),
+        (["--json", "no/such/folder/n.json"], "--json"),
+    ],
+)
 def test_sts_needed_de_refuses_a_bad_flag_in_one_line(flags, name, capsys):
     with pytest.raises(SystemExit) as done:
         theory.main(["--needed-de", "--T", "6", *flags])
@@ -430,8 +682,12 @@ def test_sts_needed_de_refuses_a_bad_flag_in_one_line(flags, name, capsys):
 
 # ----------------------------------------------------------------------------- misuse of the lesson
 def test_a_pe_table_too_short_for_the_sequence_is_a_value_error():
-    with pytest.raises(ValueError, match=r"^T must be at most the PE table's 8 positions"):
-        sts.evaluate(*sts.init_weights(3, 8), sts.PositionalEncoding("fixed", 8, 8), 9, 2, 3)
+    with pytest.raises(
+        ValueError, match=r"^T must be at most the PE table's 8 positions"
+    ):
+        sts.evaluate(
+            *sts.init_weights(3, 8), sts.PositionalEncoding("fixed", 8, 8), 9, 2, 3
+        )
 
 
 # ----------------------------------------------------------------------------- the lesson notebook
@@ -460,7 +716,7 @@ def table(text, header):
     """{first column: the rest} of the number rows printed right after the line ending `header`."""
     assert header in text, f"lesson.ipynb printed no table headed {header!r}"
     rows = {}
-    for line in text[text.index(header):].splitlines()[1:]:
+    for line in text[text.index(header) :].splitlines()[1:]:
         cols = line.split()
         if not cols or not all(re.fullmatch(NUMBER, c) for c in cols):
             break
@@ -475,19 +731,26 @@ def run_notebook(path):
         nb = json.load(fh)
     namespace = {"__name__": "__main__"}
     out, cwd, folder = io.StringIO(), os.getcwd(), os.path.dirname(path)
-    sys.path.insert(0, folder)                      # the notebook imports sts.py from its folder
+    sys.path.insert(0, folder)  # the notebook imports sts.py from its folder
     os.chdir(folder)
     try:
         with contextlib.redirect_stdout(out):
             for k, cell in enumerate(nb["cells"]):
                 if cell["cell_type"] == "code":
-                    lines = [line for line in "".join(cell["source"]).splitlines()
-                             if not line.lstrip().startswith(("%", "!"))]
-                    exec(compile("\n".join(lines), f"lesson.ipynb cell {k}", "exec"), namespace)
+                    lines = [
+                        line
+                        for line in "".join(cell["source"]).splitlines()
+                        if not line.lstrip().startswith(("%", "!"))
+                    ]
+                    exec(
+                        compile("\n".join(lines), f"lesson.ipynb cell {k}", "exec"),
+                        namespace,
+                    )
     finally:
         os.chdir(cwd)
         sys.path.remove(folder)
         import matplotlib.pyplot as plt
+
         plt.close("all")
     return out.getvalue()
 
@@ -498,11 +761,15 @@ def check_stored(nb):
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert code, "lesson.ipynb has no code cells"
-    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), \
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), (
         "lesson.ipynb holds outputs: strip them (Restart & Clear Output, then save)"
-    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)",
-                        "".join("".join(c["source"]) for c in nb["cells"]))
-    assert not images, f"a Colab session holds the notebook and sts.py alone: draw {images} here"
+    )
+    images = re.findall(
+        r"!\[[^\]]*\]\(([^)]+)\)", "".join("".join(c["source"]) for c in nb["cells"])
+    )
+    assert not images, (
+        f"a Colab session holds the notebook and sts.py alone: draw {images} here"
+    )
     assert "<the raw URL" not in json.dumps(nb), "a placeholder is left in the lesson"
 
 
@@ -512,7 +779,10 @@ def check_printed(text):
     lengths = (T, 2 * T, 4 * T)
     # 1. the target is the mean of the selected tokens
     target, mean = vector(text, "target STS_q:"), vector(text, "mean of those tokens:")
-    assert len(target) == len(mean) == d and max(abs(a - b) for a, b in zip(target, mean)) < 2e-3
+    assert (
+        len(target) == len(mean) == d
+        and max(abs(a - b) for a, b in zip(target, mean)) < 2e-3
+    )
     # 2. the layer by hand is sts.forward; the loss at W = V = 0 is d/(2q), within 3 standard errors
     assert number(text, "max |by hand - sts.forward| over 4 sequences:") < 1e-12
     assert abs(number(text, "d/(2q):") - d / (2 * q)) < 1e-4
@@ -520,23 +790,34 @@ def check_printed(text):
     # 3. sts.backward matches central differences
     assert number(text, "max relative error:") < 1e-6
     # 4. SGD: the loss falls far below d/(2q); W, V turn toward W*, V*; W's PE block is diagonal
-    assert number(text, "training loss, mean of the last 100 steps:") < 0.2 * d / (2 * q)
+    assert number(text, "training loss, mean of the last 100 steps:") < 0.2 * d / (
+        2 * q
+    )
     assert number(text, "cos(W, W*):") > 0.9
     assert number(text, "cos(V, V*):") > 0.9
-    assert (number(text, "W's PE block: mean diagonal entry")
-            > 10 * number(text, "mean |off-diagonal entry|"))
+    assert number(text, "W's PE block: mean diagonal entry") > 10 * number(
+        text, "mean |off-diagonal entry|"
+    )
     # 5. length generalisation: fixed wins at T (it fits its positions), stochastic at 2T and 4T
     rows = table(text, "  fixed PE")
     assert set(lengths) <= set(rows), rows
     (s1, f1), (s2, f2), (s4, f4) = (rows[t] for t in lengths)
-    assert f1 < s1, ("the fixed-PE model should fit its training length better than the"
-                     " stochastic one")
+    assert f1 < s1, (
+        "the fixed-PE model should fit its training length better than the"
+        " stochastic one"
+    )
     assert s2 < f2 and s4 < f4, "stochastic PE should beat fixed PE at 2T and 4T"
     assert number(text, "cos(W, W*) of the fixed-PE model:") < 0.9
     # 6. cross-talk about 1/sqrt(d_e); the floor falls with d_e; the trained loss is near the floor
     #    and is its own family member's loss at every length
-    assert abs(number(text, "std of p_i^T p_j over 10,000 pairs:")
-               / number(text, "1/sqrt(d_e) =") - 1) < 0.05
+    assert (
+        abs(
+            number(text, "std of p_i^T p_j over 10,000 pairs:")
+            / number(text, "1/sqrt(d_e) =")
+            - 1
+        )
+        < 0.05
+    )
     floors = [number(text, f"predicted floor at d_e = {k:>3}:") for k in (16, 64, 256)]
     assert floors[0] > floors[1] > floors[2] > 0
     m = re.search(r"predicted floor \(best c[^)]*\):\s*(" + NUMBER + ")", text)
@@ -545,15 +826,20 @@ def check_printed(text):
     assert floor == floors[1], "the floor at the course d_e is printed twice, alike"
     trained = number(text, "trained loss (sts.evaluate, 2048 sequences):")
     assert trained == s1
-    assert abs(trained / floor - 1) < 0.2, (f"trained {trained} is not within 20%"
-                                            f" of the floor {floor}")
-    assert abs(number(text, "family loss at the trained c, alpha:") / trained - 1) < 0.05
+    assert abs(trained / floor - 1) < 0.2, (
+        f"trained {trained} is not within 20% of the floor {floor}"
+    )
+    assert (
+        abs(number(text, "family loss at the trained c, alpha:") / trained - 1) < 0.05
+    )
     family = table(text, "family at trained c, alpha")
     for t in lengths:
         assert family[t][0] == rows[t][0]
         assert abs(family[t][1] / family[t][0] - 1) < 0.1, (t, family[t])
-    rise = lambda column: family[4 * T][column] - family[T][column]     # noqa: E731
-    assert 0 < rise(2) < 0.5 * rise(1), "the retuned floor explains part of the rise, not all"
+    rise = lambda column: family[4 * T][column] - family[T][column]  # noqa: E731
+    assert 0 < rise(2) < 0.5 * rise(1), (
+        "the retuned floor explains part of the rise, not all"
+    )
     # 7. the FCN widened helps at the shortest T, not at the longest; attention is lower at every T
     sweep = table(text, "transformer D=")
     first, last = sweep[min(sweep)], sweep[max(sweep)]
@@ -561,7 +847,7 @@ def check_printed(text):
     assert all(row[-1] < min(row[:-1]) for row in sweep.values()), sweep
 
 
-@pytest.mark.slow   # about 2 min: run by `python test_sts.py --all` (CI), not by the quick suite
+@pytest.mark.slow  # about 2 min: run by `python test_sts.py --all` (CI), not by the quick suite
 def test_the_lesson_notebook_runs_top_to_bottom_and_prints_what_its_text_says():
     with open(NOTEBOOK) as fh:
         check_stored(json.load(fh))
@@ -570,8 +856,16 @@ def test_the_lesson_notebook_runs_top_to_bottom_and_prints_what_its_text_says():
     check_printed(text)
 
 
-if __name__ == "__main__":   # --all: the slow end-to-end tests too (run_course.sh, the notebook)
+if (
+    __name__ == "__main__"
+):  # --all: the slow end-to-end tests too (run_course.sh, the notebook)
     every = "--all" in sys.argv[1:]
-    os.chdir(HERE)                              # pytest.ini here names the files and options
-    sys.exit(pytest.main([*([] if every else ["-m", "not slow"]),
-                          *(a for a in sys.argv[1:] if a != "--all")]))
+    os.chdir(HERE)  # pytest.ini here names the files and options
+    sys.exit(
+        pytest.main(
+            [
+                *([] if every else ["-m", "not slow"]),
+                *(a for a in sys.argv[1:] if a != "--all"),
+            ]
+        )
+    )
