@@ -115,6 +115,12 @@ def sequence_losses(model, Z, z_q, target, attend):
     return 0.5 * ((f - target) ** 2).sum(-1)
 
 
+def batches(rng, n, T, q, d, pe):
+    """n sequences of sts.sample_batch, CHUNK at a time."""
+    for lo in range(0, n, CHUNK):
+        yield sts.sample_batch(rng, min(CHUNK, n - lo), T, q, d, pe)
+
+
 def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
     c = run["config"]
@@ -125,8 +131,7 @@ def family_pair(run, row):
     rng = np.random.default_rng(EVAL_SEED)
     n = min(c.get("n_final", EVAL_N), EVAL_N)
     out = []
-    for lo in range(0, n, CHUNK):
-        b = sts.sample_batch(rng, min(CHUNK, n - lo), c["T"], c["q"], c["d"], pe)
+    for b in batches(rng, n, c["T"], c["q"], c["d"], pe):
         scored = (b.Z, b.z_q, b.target, c["attend"])
         out.append([sequence_losses(m, *scored) for m in models])
     return np.concatenate(out, axis=1)
@@ -229,10 +234,9 @@ def theory_losses(group, row, names, n):
         T, q = task(k, c)
         rng = np.random.default_rng([EVAL_SEED, T])
         pe = sts.PositionalEncoding(c["pe"], c["de"], T)
-        chunks = []
-        for lo in range(0, n, CHUNK):
-            b = sts.sample_batch(rng, min(CHUNK, n - lo), T, T, c["d"], pe)
-            chunks.append(chunk_losses(b, q, models, tables, c["attend"]))
+        # q = T: permutations, each's first q positions its q-subset at every q
+        drawn = batches(rng, n, T, T, c["d"], pe)
+        chunks = [chunk_losses(b, q, models, tables, c["attend"]) for b in drawn]
         out[k] = np.concatenate(chunks, axis=-1)
     return out
 
@@ -314,7 +318,7 @@ FORM_WORDS = {
 
 def theory_fit(lnT, y, q):
     """a, b of d_e = a + b q ln T, least squares in ln d_e by Gauss-Newton (nan: a fit <= 0)."""
-    # d_e = a + b q ln T, residuals / d_e
+    # the start: d_e = a + b q ln T, its residuals over d_e
     b, a = np.polyfit(q * lnT, np.exp(y), 1, w=np.exp(-y))
     for _ in range(30):  # Gauss-Newton on ln d_e - ln(a + b q ln T)
         fit = a + b * q * lnT
@@ -464,11 +468,8 @@ def paired_cells(d, gap):
 def paired_rows(g, ref, groups, files, gaps):
     """g's PE minus ref's where a configuration of ref agrees but for the PE, a set a row; keeps
     each stochastic − fixed mean in gaps."""
-    same = [
-        b
-        for b in groups
-        if b[0]["config"]["pe"] == ref and pe_setting(b) == pe_setting(g)
-    ]
+    key = pe_setting(g)
+    same = [b for b in groups if b[0]["config"]["pe"] == ref and pe_setting(b) == key]
     if not same:
         return []
     base = same[0]
@@ -479,10 +480,10 @@ def paired_rows(g, ref, groups, files, gaps):
     rows = []
     for k in sets(g, "T", "q") if per else []:
         d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
-        gap = gaps.get((pe_setting(g), k)) if ref == "stochastic" else None
+        gap = gaps.get((key, k)) if ref == "stochastic" else None
         rows.append([pair, k, f"{len(d)} of {len(per)}", *paired_cells(d, gap)])
         if g[0]["config"]["pe"] == "stochastic" and d:
-            gaps[pe_setting(g), k] = mean([x for x, _ in d])
+            gaps[key, k] = mean([x for x, _ in d])
     return rows
 
 
@@ -535,11 +536,11 @@ def floor_row(g, predicted):
     trained = [x[0].mean() for x in both]
     family = [x[1].mean() for x in both]
     seeds = f"{len(both)} of {len(g)}"
-    losses = [mean_sd(trained), mean_sd(family)]
     differences = over_seeds([paired(*x) for x in both])
     ratio = fmt(mean(trained) / mean(family), "#.3g")
     floor = quoted_from(row, "loss", "se")
-    return [c["pe"], c["de"], seeds, floor, *losses, *differences, ratio]
+    losses = [floor, mean_sd(trained), mean_sd(family), *differences, ratio]
+    return [c["pe"], c["de"], seeds, *losses]
 
 
 def pe_and_de(g):
@@ -602,8 +603,8 @@ def length_row(k, g, groups, own, predicted):
     best_loss = quoted_from(at_set, key, se)
     own_share = quoted_from(mine, "share", "share_se")
     slopes = mean_sd([slope(r, k) for r in g], ".2g")
-    losses = [mean_sd(trained), own_loss, best_loss]
-    return [f"T={T}, q={q}", label(g, groups), *losses, own_share, best_share, slopes]
+    cells = [mean_sd(trained), own_loss, best_loss, own_share, best_share, slopes]
+    return [f"T={T}, q={q}", label(g, groups), *cells]
 
 
 def table_length(name, runs, predicted):
@@ -1110,12 +1111,11 @@ def plateau_cells(folder, gd, last, g):
     t_half = [gd["t_half"] if gd["batch"] is None else "-", sgd.get("t_half", "-")]
     closed = [f"{gd['t_half_closed']:.0f}", fmt(sgd.get("t_half_closed", NAN), ".0f")]
     ratios = [measured_over(halves, gd), measured_over(halves, sgd)]
-    largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
     ends = seeds[:, -1]
     c_end = f"{mean(ends[:, 1]):.3f} / {c[-1]:.3f}"
     alpha_end = f"{fmt(mean(ends[:, 2]), '.3f')} / {alpha[-1]:.3f}"
     measured = [mean_sd(halves, ".0f"), *t_half, *closed, *ratios]
-    far = f"{beyond} of {len(gap)}; {largest}"
+    far = f"{beyond} of {len(gap)}; {gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
     return [experiment, *plateau_setting(g), *measured, far, c_end, alpha_end]
 
 
