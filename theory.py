@@ -475,29 +475,26 @@ def parser():
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.error = lambda message: p.exit(2, f"theory.py: error: {message}\n")
-    add = p.add_argument
-    add(
-        "--T",
-        type=int,
-        nargs="+",
-        default=[20],
-        help="sequence length (several with --floor)",
-    )
+    add_task_flags(p.add_argument)
+    add_mode_flags(p.add_argument)
+    add_curve_flags(p.add_argument)
+    add_search_flags(p.add_argument)
+    return p
+
+
+def add_task_flags(add):
+    """The task's and the schedule's flags."""
+    several = " (several with --floor)"
+    add("--T", type=int, nargs="+", default=[20], help="sequence length" + several)
     add(
         "--q",
         type=int,
         nargs="+",
         default=[3],
-        help="subset size, 1 <= q <= T (several with --floor)",
+        help="subset size, 1 <= q <= T" + several,
     )
     add("--d", type=int, default=5, help="token dimension")
-    add(
-        "--de",
-        type=int,
-        nargs="+",
-        default=[64],
-        help="PE dimension d_e (several with --floor)",
-    )
+    add("--de", type=int, nargs="+", default=[64], help="PE dimension d_e" + several)
     add("--steps", type=int, default=1500, help="with --dynamics: steps of the curve")
     add("--lr", type=float, default=1.0, help="SGD learning rate")
     add(
@@ -506,86 +503,70 @@ def parser():
         default=0,
         help="seed of the sequences and the fixed PE table",
     )
-    add(
-        "--floor",
-        action="store_true",
-        help="print family_floor at each --T and --de, and exit",
+
+
+def add_mode_flags(add):
+    """--floor, --needed-de, --dynamics, --plateau: what to compute (exactly one)."""
+    floor = "print family_floor at each --T and --de, and exit"
+    add("--floor", action="store_true", help=floor)
+    needed = "print needed_de (target --eps d/(2q)), and exit"
+    add("--needed-de", action="store_true", help=needed)
+    dynamics = (
+        "print family_dynamics' curves (GD's; with --batch SGD's too) and t_1/2 at each"
+        " --T, --de (--positions: randomized PE), --q, --lr, --steps, and exit"
     )
-    add(
-        "--needed-de",
-        action="store_true",
-        help="print needed_de (target --eps d/(2q)), and exit",
+    add("--dynamics", action="store_true", help=dynamics)
+    plateau = (
+        "print t_1/2 of SGD's model with the tokens integrated (sgd_curve; GD without"
+        " --batch) at --T, --q, --de, --lr, over --draws sets of --n sequences, and exit"
     )
-    add(
-        "--dynamics",
-        action="store_true",
-        help="print family_dynamics' curves (GD's; with --batch SGD's too) and t_1/2"
-        " at each --T, --de (--positions: randomized PE), --q, --lr, --steps, and exit",
+    add("--plateau", action="store_true", help=plateau)
+
+
+def add_curve_flags(add):
+    """--dynamics' and --plateau's options."""
+    noise = (
+        "with --plateau: SGD's noise in W_xe from the full per-sequence gradient, or"
+        " from M = I"
     )
-    add(
-        "--plateau",
-        action="store_true",
-        help="print t_1/2 of SGD's model with the tokens integrated (sgd_curve; GD"
-        " without --batch) at --T, --q, --de, --lr, over --draws sets of --n"
-        " sequences, and exit",
+    add("--noise", choices=("full", "identity"), default="full", help=noise)
+    draws = "with --plateau: independent sets of sequences"
+    add("--draws", type=int, default=4, help=draws)
+    every = "with --dynamics: --json keeps every this many steps"
+    add("--every", type=int, default=10, help=every)
+    batch = (
+        "with --dynamics: also the curve of SGD on this many sequences a step"
+        " (family_dynamics' batch)"
     )
-    add(
-        "--noise",
-        choices=("full", "identity"),
-        default="full",
-        help="with --plateau: SGD's noise in W_xe from the full per-sequence"
-        " gradient, or from M = I",
+    add("--batch", type=int, help=batch)
+    anneal = (
+        "with --dynamics: the step from which lr is a third [half the --steps, as"
+        " train_tf.py's]"
     )
-    add(
-        "--draws",
-        type=int,
-        default=4,
-        help="with --plateau: independent sets of sequences",
-    )
-    add(
-        "--every",
-        type=int,
-        default=10,
-        help="with --dynamics: --json keeps every this many steps",
-    )
-    add(
-        "--batch",
-        type=int,
-        help="with --dynamics: also the curve of SGD on this many sequences a step"
-        " (family_dynamics' batch)",
-    )
-    add(
-        "--anneal-at",
-        type=int,
-        help="with --dynamics: the step from which lr is a third [half the --steps, as"
-        " train_tf.py's]",
-    )
-    add(
-        "--eps",
-        type=float,
-        default=0.3,
-        help="--needed-de's target over d/(2q), the loss at zero",
-    )
+    add("--anneal-at", type=int, help=anneal)
+
+
+def add_search_flags(add):
+    """--needed-de's and --floor's options, and --json."""
+    eps = "--needed-de's target over d/(2q), the loss at zero"
+    add("--eps", type=float, default=0.3, help=eps)
     add(
         "--n",
         type=int,
         default=4096,
         help="with --floor, --needed-de: sequences per floor",
     )
-    add(
-        "--json",
-        help="with --floor, --needed-de or --dynamics: also write the rows to this file"
-        " (plots.py)",
+    json_help = (
+        "with --floor, --needed-de or --dynamics: also write the rows to this file"
+        " (plots.py)"
     )
-    add(
-        "--positions",
-        type=int,
-        nargs="+",
-        help="with --floor (or --dynamics): randomized PE with tables of these L >= T"
+    add("--json", help=json_help)
+    positions = (
+        "with --floor (or --dynamics): randomized PE with tables of these L >= T"
         " positions instead: the floors of W = c W* and of a table-learning W"
-        " (table_floor); its curves",
+        " (table_floor); its curves"
     )
-    return p
+    add("--positions", type=int, nargs="+", help=positions)
 
 
 def check_flag(flag, name, value):
