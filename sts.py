@@ -167,7 +167,7 @@ def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
 def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0,
           progress=True):
     """Online SGD, a fresh batch every step. Returns W, V and every step's training loss."""
-    check_args(**locals())
+    check_args(**locals())  # each argument by its rule in ARGUMENTS
     rng = stream(seed, "data")
     W, V = init_weights(d, pe.d_e, init, seed)
     losses = np.empty(steps)
