@@ -1,106 +1,104 @@
 """Sparse token selection (STS_q) and a one-layer softmax-attention transformer, in NumPy.
 
-Wang, Wei, Hsu, Lee, "Transformers Provably Learn Sparse Token Selection While Fully-Connected Nets
-Cannot", ICML 2024. Notation (the paper's values in brackets):
-    d    token dimension [5]                 T    sequence length [200]
-    q    subset size [3]                     d_e  positional-encoding dimension [170]
-    D    d + d_e, the embedding width        n    batch size, fresh sequences every step [256]
-    X = [x_1 ... x_T] (d x T), x_i ~ N(0, I_d); y a uniform q-subset of {1..T}; the target
-    STS_q(X, y) = (1/q) sum_{i in y} x_i. P = [p_1 ... p_T] (d_e x T) positional encodings: onehot
-    (p_i = e_i), fixed (uniform on the unit sphere, drawn once), stochastic (drawn afresh for every
-    sequence) or randomized (Ruoss et al. 2023: a fixed table of L >= T such vectors, each sequence
-    using T distinct positions of it drawn afresh, in order; L = T is fixed PE, L -> oo stochastic).
-    Z = [X; P] (D x T), the query z_q = [0_d; sum_{i in y} p_i]; the model f = V Z softmax(Z^T W
-    z_q), W (D x D), V (d x D) ("attend query": [Z, z_q] for Z, the paper's Figure 1); the loss
-    L = 1/2 E ||f - STS_q||^2 (a sum over the d coordinates: torch's MSELoss is 2/d times it, the
-    plain sum 2 times it), d/(2q) at W = V = 0; the ground truth W* = [[0, 0], [0, I_{d_e}]],
-    V* = [I_d, 0].
+Wang, Wei, Hsu, Lee, "Transformers Provably Learn Sparse Token Selection While
+Fully-Connected Nets Cannot", ICML 2024. Notation (the paper's values in brackets):
+    d    token dimension [5]            T    sequence length [200]
+    q    subset size [3]                d_e  positional-encoding dimension [170]
+    D    d + d_e, the embedding width   n    batch size, fresh sequences every step [256]
+    X = [x_1 ... x_T] (d x T), x_i ~ N(0, I_d); y a uniform q-subset of {1..T}; the
+    target STS_q(X, y) = (1/q) sum_{i in y} x_i. P = [p_1 ... p_T] (d_e x T) positional
+    encodings: onehot (p_i = e_i), fixed (uniform on the unit sphere, drawn once),
+    stochastic (drawn afresh for every sequence) or randomized (Ruoss et al. 2023: a
+    fixed table of L >= T such vectors, each sequence using T distinct positions of it
+    drawn afresh, in order; L = T is fixed PE, L -> oo stochastic). Z = [X; P] (D x T),
+    the query z_q = [0_d; sum_{i in y} p_i]; the model f = V Z softmax(Z^T W z_q),
+    W (D x D), V (d x D) ("attend query": [Z, z_q] for Z, the paper's Figure 1); the
+    loss L = 1/2 E ||f - STS_q||^2 (a sum over the d coordinates: torch's MSELoss is 2/d
+    times it, the plain sum 2 times it), d/(2q) at W = V = 0; the ground truth
+    W* = [[0, 0], [0, I_{d_e}]], V* = [I_d, 0].
 
-    python sts.py                                   # SGD on STS_q; stochastic vs fixed PE at 2T, 4T
-    python sts.py --T 40 --de 128 --steps 3000      # the same demo at other settings
+    python sts.py [--T 40 --de 128 --steps 3000]   # SGD on STS_q: stochastic vs fixed PE
 
-NumPy only, read top to bottom: copy this file anywhere and run it, paste it in a notebook cell
-(then call demo()) or `%run sts.py ARGS`. A bad argument of demo, train, evaluate, family_floor
-or the command line is a one-line ValueError (ArgumentError) naming it; the inner functions trust
-them. theory.py (beside it) holds the research side: the floors of other constructions, the
-training curve's theory, and their command lines (--floor, --needed-de, --dynamics).
+NumPy only: run it, paste it in a notebook cell (then demo()) or `%run sts.py`; demo,
+train, evaluate, family_floor name a bad argument in a ValueError. theory.py: research.
 """
 import argparse
 import os
 import sys
 from collections import namedtuple
 
-if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread (set before NumPy loads), 4x
-    if "numpy" in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ:  # loaded: too late
-        print("sts.py: NumPy was imported before OPENBLAS_NUM_THREADS=1, so its BLAS keeps its"
-              " threads (about 4x slower on 2 shared cores): set it before NumPy loads",
-              file=sys.stderr)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a shared machine: a 2nd thread spins idle
+if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread, 4x faster here
+    if "numpy" in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ:  # too late
+        print("sts.py: NumPy loaded before OPENBLAS_NUM_THREADS=1: its BLAS keeps its threads"
+              " (about 4x slower): set it before NumPy loads", file=sys.stderr)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a 2nd thread spins idle
 import numpy as np  # noqa: E402
 
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
-PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")  # the encodings PositionalEncoding draws
-ATTENDS, INITS = ("tokens", "query"), ("zero", "random")  # forward's attend, init_weights' init
+PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")  # PositionalEncoding's kinds
+ATTENDS = ("tokens", "query")  # forward's attend
+INITS = ("zero", "random")  # init_weights' init
 Batch = namedtuple("Batch", "Z z_q target idx mask")  # what sample_batch returns
 
 
 def stream(seed, purpose):
-    """A seed's Generator for one purpose ("data" is default_rng(seed): [seed, 0] seeds alike)."""
+    """A seed's Generator for one purpose ("data" is default_rng(seed): [seed, 0])."""
     return np.random.default_rng([seed, PURPOSES.index(purpose)])
 
 
-# ---------------------------------------------------------------------------------------- The task
+# ------------------------------------------------------------------------------ The task
 def unit_columns(G):
-    """Each column (axis -2) to unit norm: a Gaussian column so scaled is uniform on the sphere."""
+    """Each column (axis -2) to unit norm: Gaussian columns become uniform on the sphere."""
     return G / ((G * G).sum(-2, keepdims=True)) ** 0.5
 
 
 class PositionalEncoding:
-    """p_1 ... p_T in R^{d_e}. fixed and randomized draw one table of L = max_len positions from the
-    seed's table stream (fixed uses its first T); onehot's is the identity (d_e >= L)."""
+    """p_1 ... p_T in R^{d_e}: a table of L = max_len (fixed, randomized) or none."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
-        self.kind, self.d_e, self.table = kind, d_e, None   # stochastic: nothing to keep
+        self.kind = kind
+        self.d_e = d_e
+        self.table = None
         if kind == "onehot":
             self.table = np.eye(d_e, max_len)
         elif kind in ("fixed", "randomized"):
-            self.table = unit_columns(stream(seed, "table").standard_normal((d_e, max_len)))
+            G = stream(seed, "table").standard_normal((d_e, max_len))  # drawn once
+            self.table = unit_columns(G)
 
     def __call__(self, rng, n, T, dtype="float64"):
         """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
         if self.kind == "stochastic":
             return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
-        if self.kind == "randomized":                # T of the L positions, uniform, in order
-            pick = np.sort(np.argsort(rng.random((n, self.table.shape[1])), -1)[:, :T], -1)
+        if self.kind == "randomized":  # T of the L positions, uniform, in order
+            order = np.argsort(rng.random((n, self.table.shape[1])), -1)
+            pick = np.sort(order[:, :T], -1)
             return self.table[:, pick].transpose(1, 0, 2).astype(dtype, copy=False)
         return self.table[None, :, :T].astype(dtype, copy=False)
 
 
 def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
-    """n fresh sequences: tokens x_i ~ N(0, I_d), a uniform q-subset y of {1..T}, the target.
-    Returns Batch(Z (n, D, T), z_q (n, D), target (n, d), idx (n, q) the subset, mask (n, T))."""
-    X = rng.standard_normal((n, d, T), dtype=dtype)             # x_i ~ N(0, I_d)
-    idx = np.argsort(rng.random((n, T)), axis=-1)[:, :q]        # a uniform permutation's first q
+    """n fresh sequences: Z (n, D, T), z_q (n, D), target (n, d), y as idx and mask."""
+    X = rng.standard_normal((n, d, T), dtype=dtype)  # x_i ~ N(0, I_d)
+    idx = np.argsort(rng.random((n, T)), axis=-1)[:, :q]  # a uniform permutation's first q
     mask = np.zeros((n, T), dtype=X.dtype)
-    np.put_along_axis(mask, idx, 1.0, axis=-1)                  # the subset as a 0/1 mask
-    P = np.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))
-    Z, z_q = embed(X, P, mask)
-    return Batch(Z, z_q, sts_target(X, mask), idx, mask)
+    np.put_along_axis(mask, idx, 1.0, axis=-1)
+    P = np.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))  # a shared table: a view
+    return Batch(*embed(X, P, mask), sts_target(X, mask), idx, mask)  # Z, z_q, target
 
 
 def sts_target(X, mask):
-    """STS_q(X, y) = (1/q) sum_{i in y} x_i, with y given as a 0/1 mask over the T positions."""
+    """STS_q(X, y) = (1/q) sum_{i in y} x_i, with y given as a 0/1 mask over positions."""
     return (X * mask[:, None, :]).sum(-1) / mask.sum(-1, keepdims=True)
 
 
 def embed(X, P, mask):
     """Z = [X; P] (n, D, T) and the query z_q = [0_d; sum_{i in y} p_i] (n, D)."""
-    s = (P * mask[:, None, :]).sum(-1)                           # sum of the selected PEs, (n, d_e)
+    s = (P * mask[:, None, :]).sum(-1)  # the selected PEs' sum (n, d_e)
     z_q = np.concatenate([np.zeros_like(X[:, :, 0]), s], axis=-1)  # [0_d; s]
     return np.concatenate([X, P], axis=-2), z_q
 
 
-# ------------------------------------ The model: the loss, the forward pass and its backward pass
+# ---------------------------- The model: the loss, the forward pass and its backward pass
 def softmax(a):
     """Softmax over the last axis, shifted by the max so that exp never overflows."""
     e = np.exp(a - a.max(axis=-1, keepdims=True))
@@ -113,64 +111,70 @@ def loss(f, target):
 
 
 def forward(W, V, Z, z_q, attend="tokens"):
-    """f = V C softmax(C^T W z_q) with C = Z (attend "tokens") or C = [Z, z_q] (attend "query").
-    W (D, D), V (d, D), Z (n, D, T), z_q (n, D). Returns f (n, d) and what `backward` needs."""
-    C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)  # keys = values
-    u = z_q @ W.T                                   # u = W z_q                       (n, D)
-    a = np.einsum("ndt,nd->nt", C, u)               # a_i = c_i^T W z_q, the scores   (n, T)
-    s = softmax(a)                                  # attention weights, sum_i s_i = 1
-    h = np.einsum("ndt,nt->nd", C, s)               # h = C s, the attended embedding (n, D)
-    f = h @ V.T                                     # f = V h                         (n, d)
+    """f = V C softmax(C^T W z_q), C = Z (attend "tokens") or [Z, z_q]; and a cache."""
+    C = Z if attend == "tokens" else np.concatenate([Z, z_q[:, :, None]], axis=-1)
+    u = z_q @ W.T                        # u = W z_q                          (n, D)
+    a = np.einsum("ndt,nd->nt", C, u)    # a_i = c_i^T W z_q, the scores      (n, T)
+    s = softmax(a)                       # attention weights, sum_i s_i = 1
+    h = np.einsum("ndt,nt->nd", C, s)    # h = C s, the attended embedding    (n, D)
+    f = h @ V.T                          # f = V h                            (n, d)
     return f, (C, u, s, h)
 
 
 def backward(W, V, z_q, f, target, cache):
-    """dL/dW and dL/dV by hand, each line the chain rule through one line of `forward`."""
+    """dL/dW and dL/dV by hand, each line the chain rule through one line of forward."""
     C, u, s, h = cache
-    df = (f - target) / f.shape[0]                  # dL/df, from L = 1/(2n) sum ||f - STS_q||^2
-    dV = df.T @ h                                   # f = V h      =>  dL/dV = sum_n df h^T
-    dh = df @ V                                     #              =>  dL/dh = V^T df
-    ds = np.einsum("ndt,nd->nt", C, dh)             # h = C s      =>  dL/ds_i = c_i^T dh
-    da = s * (ds - (s * ds).sum(-1, keepdims=True)) # s = softmax(a): da = s * (ds - <s, ds>)
-    du = np.einsum("ndt,nt->nd", C, da)             # a = C^T u    =>  dL/du = C da
-    dW = du.T @ z_q                                 # u = W z_q    =>  dL/dW = sum_n du z_q^T
+    df = (f - target) / f.shape[0]       # dL/df, from L = 1/(2n) sum ||f - STS_q||^2
+    dV = df.T @ h                        # f = V h      =>  dL/dV = sum_n df h^T
+    dh = df @ V                          #              =>  dL/dh = V^T df
+    ds = np.einsum("ndt,nd->nt", C, dh)  # h = C s      =>  dL/ds_i = c_i^T dh
+    da = s * (ds - (s * ds).sum(-1, keepdims=True))  # s = softmax(a): s (ds - <s, ds>)
+    du = np.einsum("ndt,nt->nd", C, da)  # a = C^T u    =>  dL/du = C da
+    dW = du.T @ z_q                      # u = W z_q    =>  dL/dW = sum_n du z_q^T
     return dW, dV
 
 
-# -------------------------------------------------------- Ground truth, initialisation, online SGD
+# ------------------------------------------ Ground truth, initialisation, online SGD
 def ground_truth(d, d_e):
-    """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only) and V* = [I_d, 0] (token block only)."""
+    """W* = [[0, 0], [0, I_{d_e}]] (PE-to-PE block only), V* = [I_d, 0] (tokens only)."""
     W_star = np.zeros((d + d_e, d + d_e))
     W_star[d:, d:] = np.eye(d_e)
     return W_star, np.eye(d, d + d_e)
 
 
 def cosine(A, B):
-    """<A, B>_F / (||A||_F ||B||_F) over the last two axes; 0 where A is zero (the zero init)."""
-    norms = ((A * A).sum((-2, -1)) * (B * B).sum((-2, -1))) ** 0.5
+    """<A, B>_F / (||A||_F ||B||_F) over the last two axes; 0 where A is 0 (zero init)."""
+    AA = (A * A).sum((-2, -1))
+    norms = (AA * (B * B).sum((-2, -1))) ** 0.5
     return (A * B).sum((-2, -1)) / (norms + (norms == 0))
 
 
 def init_weights(d, d_e, init="zero", seed=0, scale=0.01):
-    """W (D, D) and V (d, D): zeros (the theorems) or N(0, scale^2) entries (the paper's Fig. 3)."""
-    D, rng = d + d_e, stream(seed, "init")
+    """W (D, D), V (d, D): zeros (the theorems) or N(0, scale^2) (the paper's Fig. 3)."""
+    D = d + d_e
     if init == "zero":
         return np.zeros((D, D)), np.zeros((d, D))
-    return scale * rng.standard_normal((D, D)), scale * rng.standard_normal((d, D))
+    rng = stream(seed, "init")
+    W = scale * rng.standard_normal((D, D))
+    return W, scale * rng.standard_normal((d, D))
 
 
 def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
-    """The paper's schedule: lr until `anneal_at`, then lr * anneal_factor (1 -> 1/3 at 50,000)."""
+    """The paper's schedule: lr until anneal_at, then lr * anneal_factor (1/3 at 50,000)."""
     return lr * anneal_factor if anneal_at is not None and step >= anneal_at else lr
 
 
-def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0, progress=True):
-    """Online SGD, a fresh batch every step. Returns W, V and the training loss of every step."""
-    check_args(T, q, d=d, pe=pe, steps=steps, lr=lr, n=n, attend=attend, init=init, seed=seed)
-    rng, (W, V), losses = stream(seed, "data"), init_weights(d, pe.d_e, init, seed), np.empty(steps)
+def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0,
+          progress=True):
+    """Online SGD, a fresh batch every step. Returns W, V and every step's training loss."""
+    check_args(**locals())  # each argument by its rule in ARGUMENTS
+    rng = stream(seed, "data")
+    W, V = init_weights(d, pe.d_e, init, seed)
+    losses = np.empty(steps)
     for step in range(steps):
-        if progress and ((step + 1) % 100 == 0 or step + 1 == steps):   # stderr: not the printout
-            print(f"\r{pe.kind}: {step + 1}/{steps}", end="\n"[step + 1 < steps:], file=sys.stderr)
+        if progress and ((step + 1) % 100 == 0 or step + 1 == steps):  # not the printout
+            end = "\n" if step + 1 == steps else ""
+            print(f"\r{pe.kind}: {step + 1}/{steps}", end=end, file=sys.stderr)
         b = sample_batch(rng, n, T, q, d, pe)
         f, cache = forward(W, V, b.Z, b.z_q, attend)
         losses[step] = loss(f, b.target)
@@ -180,191 +184,197 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
 
 
 def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
-    """The loss on n fresh sequences of length T drawn from `seed` (the same set for all models)."""
-    check_args(T, q, d=d, pe=pe, n=n, attend=attend, seed=seed)
+    """The loss on n fresh sequences of length T from `seed` (the same for all models)."""
+    check_args(**locals())
     b = sample_batch(np.random.default_rng(seed), n, T, q, d, pe)
     return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
 
 
-# -------------------- The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
+# -------- The loss floor of random PEs: the ground-truth family W = c W*, V = alpha V*
 def table_metric(d_e, P, ridge=None):
-    """M = (P P^T + ridge I)^+ of a table P (d_e, L), through which W's PE block can undo the
-    table's cross-talk (p_i^T M p_j = [i = j] at ridge 0, L <= d_e); I where ridge is None."""
-    return np.eye(d_e) if ridge is None else np.linalg.pinv(P @ P.T + ridge * np.eye(d_e))
+    """M = (P P^T + ridge I)^+: W's PE block undoing table P's cross-talk (I: no ridge)."""
+    if ridge is None:
+        return np.eye(d_e)
+    return np.linalg.pinv(P @ P.T + ridge * np.eye(d_e))  # ridge 0, L <= d_e: exact
 
 
 def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None):
-    """n sequences as the family sees them, output alpha X softmax(c S): X (n, d, T), the scores
-    S_i = p_i^T M s (n, T) at c = 1 (s = sum_{j in y} p_j; M = table_metric(d_e, P_L, ridge)), the
-    target. positions: randomized PE's table size L (default T)."""
-    rng, pe = stream(seed, "data"), PositionalEncoding(kind, d_e, positions or T, seed)
-    M, chunks = table_metric(d_e, pe.table, ridge), []                  # M (d_e, d_e)
-    for lo in range(0, n, 512):                      # chunks: P at n = 4096, T = 200 would not fit
+    """n sequences as the family sees them: X, scores S_i = p_i^T M s at c = 1, target."""
+    rng = stream(seed, "data")
+    pe = PositionalEncoding(kind, d_e, positions or T, seed)
+    M = table_metric(d_e, pe.table, ridge)  # (d_e, d_e)
+    chunks = []
+    for lo in range(0, n, 512):  # chunks: P at n = 4096, T = 200 would not fit
         b = sample_batch(rng, min(512, n - lo), T, q, d, pe)
-        scores = np.einsum("mei,me->mi", b.Z[:, d:], b.z_q[:, d:] @ M)  # p_i^T M s   (m, T)
-        chunks.append((b.Z[:, :d], scores, b.target))                  # X, scores, target
+        Ms = b.z_q[:, d:] @ M  # M s  (m, d_e)
+        scores = np.einsum("mei,me->mi", b.Z[:, d:], Ms)  # p_i^T M s  (m, T)
+        chunks.append((b.Z[:, :d], scores, b.target))
     return tuple(np.concatenate(part) for part in zip(*chunks))
 
 
 def family_output(draws, c):
     """X softmax(c P^T s): the family's output at alpha = 1."""
-    X, scores, _ = draws
-    return np.einsum("ndt,nt->nd", X, softmax(c * scores))
+    return np.einsum("ndt,nt->nd", draws[0], softmax(c * draws[1]))  # draws: X, scores
 
 
 def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ridge=None):
-    """The loss of W = c W*, V = alpha V* (with a ridge, W = c M) at any T, q, d_e on n draws."""
+    """The loss of W = c W*, V = alpha V* (with a ridge, W = c M) on n draws."""
     draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
-def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None, ridge=None):
-    """min over (c, alpha) of family_loss on the same n sequences, (loss, c, alpha): the floor a
-    model of the ground-truth direction cannot beat; with a ridge, W = c [[0, 0], [0, M]]'s."""
-    check_args(T, q, d=d, d_e=d_e, n=n, seed=seed, kind=kind, c_max=c_max)
-    check(positions is None or whole(positions, T), "positions", f"an integer >= T = {T}",
-          positions)
-    check(ridge is None or kind != "stochastic", "ridge", "None with stochastic PE, which has no"
-          " table", ridge)
-    return scale_floor(family_draws(kind, T, q, d, d_e, n, seed, positions, ridge), c_max)[:3]
+def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None,
+                 ridge=None):
+    """(loss, c, alpha): the least family_loss on n sequences, the floor of W*'s line."""
+    check_args(**locals())
+    long_enough = positions is None or whole(positions, T)
+    check(long_enough, "positions", f"an integer >= T = {T}", positions)
+    has_table = ridge is None or kind != "stochastic"
+    check(has_table, "ridge", "None with stochastic PE, which has no table", ridge)
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
+    return scale_floor(draws, c_max)[:3]
+
+
+def golden_min(f, lo, hi):
+    """The argmin of a unimodal f on [lo, hi]: 60 steps of golden-section search."""
+    ratio = (5 ** 0.5 - 1) / 2
+    for _ in range(60):
+        a = hi - ratio * (hi - lo)
+        b = lo + ratio * (hi - lo)
+        lo, hi = (lo, b) if f(a) < f(b) else (a, hi)  # keep the side of the least
+    return (lo + hi) / 2
 
 
 def scale_floor(draws, c_max=1e4):
-    """(loss, c, alpha, se): min over (c, alpha) of the family's loss on `draws` and its Monte-Carlo
-    standard error. The best alpha at c is E<g, y> / E||g||^2 (least squares, g = family_output);
-    c from a golden-section search over log c."""
-    def best(log_c):
+    """(loss, c, alpha, se): the family's least loss on `draws`, its Monte-Carlo se."""
+    def best(log_c):  # the loss at c = e^log_c and alpha by least squares
         g = family_output(draws, np.exp(log_c))
-        alpha = (g * draws[2]).sum() / (g * g).sum()                    # the least-squares alpha
+        alpha = (g * draws[2]).sum() / (g * g).sum()
         return loss(alpha * g, draws[2]), alpha
-    lo, hi, ratio = np.log(1e-3), np.log(c_max), (5 ** 0.5 - 1) / 2
-    for _ in range(60):                              # golden section on log c (loss unimodal in c)
-        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        lo, hi = (lo, b) if best(a)[0] < best(b)[0] else (a, hi)
-    value, alpha = best((lo + hi) / 2)
-    c, alpha = float(np.exp((lo + hi) / 2)), float(alpha)
-    each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # each sequence's loss
-    return float(value), c, alpha, float(each.std(ddof=1) / len(each) ** 0.5)  # se: std / sqrt(n)
+    log_c = golden_min(lambda x: best(x)[0], np.log(1e-3), np.log(c_max))  # unimodal
+    value, alpha = best(log_c)
+    c = float(np.exp(log_c))
+    each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # per sequence
+    return float(value), c, float(alpha), float(each.std(ddof=1) / len(each) ** 0.5)
 
 
 def family_fit(W, V, d):
-    """(c, alpha), the projection of trained W, V on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
+    """(c, alpha), trained W, V projected on the family: <W, W*>/|W*|^2, <V, V*>/|V*|^2."""
     W_star, V_star = ground_truth(d, W.shape[-1] - d)
-    return float((W * W_star).sum() / W_star.sum()), float((V * V_star).sum() / V_star.sum())
+    c = (W * W_star).sum() / W_star.sum()
+    return float(c), float((V * V_star).sum() / V_star.sum())
 
 
-# ------------- The door: the arguments of demo, train, evaluate, family_floor, needed_de, the CLI
+# ---------------------------- The door: the arguments of the course's functions, the CLI
 class ArgumentError(ValueError):
     """A caller's or a user's bad argument, told apart from a ValueError of NumPy (a bug)."""
 
 
 def check(ok, argument, accepts, got):
-    """A typo stops at once: ArgumentError("q must be ... (got -1)"), never a silent other run."""
+    """A typo stops at once: ArgumentError("q must be ... (got -1)"), never another run."""
     if not ok:
         raise ArgumentError(f"{argument} must be {accepts} (got {got!r})")
 
 
-# an int >= low, not 2.0 or True; a finite number > low (NaN fails `<`)
-whole = lambda v, low=1: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
-real = lambda v, low=0.0: (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
-                           and low < v < np.inf)
-ARGUMENTS = {  # the course's functions' arguments by name: what each accepts, its test
-    **dict.fromkeys("T d d_e n steps start".split(), ("a positive integer", whole)),
-    "seed": ("an integer >= 0", lambda v: whole(v, 0)),
-    **dict.fromkeys("lr target".split(), ("a positive finite number", real)),
-    **{k: (f"one of {v}", v.__contains__) for k, v in
-       dict(kind=PE_KINDS, init=INITS, attend=ATTENDS).items()},
-    "c_max": ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3)),
-    "pe": ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding)),
-}
+def whole(value, low=1):  # an integer >= low, not 2.0 nor True
+    integer = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    return integer and value >= low
+
+
+def real(value, low=0.0):  # a finite number > low (NaN fails `<`), not True
+    number = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+    return number and low < value < np.inf
+
+
+ARGUMENTS = {}  # each checked argument's name: (what it accepts, its test)
+for name in ("T", "d", "d_e", "n", "steps", "start"):
+    ARGUMENTS[name] = ("a positive integer", whole)
+ARGUMENTS["seed"] = ("an integer >= 0", lambda v: whole(v, 0))
+ARGUMENTS["lr"] = ARGUMENTS["target"] = ("a positive finite number", real)
+for name, values in (("kind", PE_KINDS), ("init", INITS), ("attend", ATTENDS)):
+    ARGUMENTS[name] = (f"one of {values}", values.__contains__)
+ARGUMENTS["c_max"] = ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3))
+ARGUMENTS["pe"] = ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding))
 
 
 def check_args(T, q, **named):
-    """The arguments of demo, train, evaluate, family_floor, needed_de and the command line, each by
-    ARGUMENTS' rule of its name; q against T, T against pe's table. Nothing inside checks again."""
+    """Each argument by its rule in ARGUMENTS, q against T, T against pe's table."""
     for name, value in dict(T=T, **named).items():
-        check(ARGUMENTS[name][1](value), name, ARGUMENTS[name][0], value)
+        if name in ARGUMENTS:
+            accepts, test = ARGUMENTS[name]
+            check(test(value), name, accepts, value)
     check(whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
-    L = T if getattr(named.get("pe"), "table", None) is None else named["pe"].table.shape[1]
+    pe = named.get("pe")
+    L = T if pe is None or pe.table is None else pe.table.shape[1]
     check(T <= L, "T", f"at most the PE table's {L} positions", T)
 
 
-# ---------------------------------------------------------------------------------------- The demo
+# -------------------------------------------------------------------------- The demo
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
-    """Train with stochastic and with fixed PE; report loss, cosines and loss at longer lengths."""
-    check_args(T, q, d=d, d_e=d_e, steps=steps, lr=lr, seed=seed)
-    (W_star, V_star), tests, rows = ground_truth(d, d_e), (T, 2 * T, 4 * T), []
-    print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256, lr={lr}."
-          f" Loss at W=V=0 is d/(2q) = {d / (2 * q):.3f}.")
+    """Train with stochastic and fixed PE; report loss, cosines, loss at longer T."""
+    check_args(**locals())
+    W_star, V_star = ground_truth(d, d_e)
+    tests = (T, 2 * T, 4 * T)  # the lengths evaluated
+    print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256,"
+          f" lr={lr}. Loss at W=V=0 is d/(2q) = {d / (2 * q):.3f}.")
+    rows = []
     for kind in ("stochastic", "fixed"):
         pe = PositionalEncoding(kind, d_e, max_len=max(tests), seed=seed)
         W, V, losses = train(pe, T, q, d, steps, lr, seed=seed)
-        rows.append((kind, losses[-100:].mean(), cosine(W, W_star), cosine(V, V_star),
-                     *(evaluate(W, V, pe, t, q, d) for t in tests)))
-    print(f"\n{'PE':<11}{'train loss':>11}{'cos(W,W*)':>11}{'cos(V,V*)':>11}"
-          + "".join(f"{'loss T=' + str(t):>13}" for t in tests))
-    for kind, *values in rows:                       # train loss and cosines, then the lengths
-        print(f"{kind:<11}" + "".join(f"{v:>{11 + 2 * (k > 2)}.4f}" for k, v in enumerate(values)))
+        fit = (losses[-100:].mean(), cosine(W, W_star), cosine(V, V_star))
+        lengths = tuple(evaluate(W, V, pe, t, q, d) for t in tests)
+        rows.append((kind, *fit, *lengths))
+    header = "".join(f"{'loss T=' + str(t):>13}" for t in tests)
+    print(f"\n{'PE':<11}{'train loss':>11}{'cos(W,W*)':>11}{'cos(V,V*)':>11}{header}")
+    for kind, *values in rows:  # train loss and cosines, then the lengths
+        cells = "".join(f"{v:>{11 + 2 * (k > 2)}.4f}" for k, v in enumerate(values))
+        print(f"{kind:<11}{cells}")
     print(f"(train loss: mean of the last {min(100, steps)} steps;"
           " the others: 2048 fresh sequences of each length)")
     return rows
 
 
-
-# ------------------------------------------------------------------------------- The command line
+# ------------------------------------------------------------------ The command line
 def parser():
-    """The demo's flags; an error is one line on stderr (no usage block), exit status 2."""
+    """The demo's flags; an error is one line on stderr (no usage block), status 2."""
     p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.error = lambda message: p.exit(2, f"sts.py: error: {message}\n")
     p.add_argument("--T", type=int, default=20, help="training sequence length")
     p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T")
     p.add_argument("--d", type=int, default=5, help="token dimension")
-    p.add_argument("--de", type=int, default=64, help="PE dimension d_e")
+    p.add_argument("--de", dest="d_e", type=int, default=64, help="PE dimension d_e")
     p.add_argument("--steps", type=int, default=1500, help="SGD steps per run")
     p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data, the fixed table, the init")
+    p.add_argument("--seed", type=int, default=0, help="seed of data, table and init")
     return p
 
 
-def check_flags(args):
-    """Every flag by the rule of the argument it sets, named by the flag, before anything runs."""
-    check_args(args.T, args.q, d=args.d)             # T, q, d: the flag is the argument's name
-    flags = [("--de", "d_e", args.de), ("--steps", "steps", args.steps), ("--lr", "lr", args.lr),
-             ("--seed", "seed", args.seed)]
-    for flag, name, value in flags:
-        accepts, test = ARGUMENTS[name]
-        check(test(value), flag, accepts, value)
-
-
 def main(argv=None):
-    """The demo's command line; exits 0 done, 1 a loss diverged, 2 a bad flag, 130 Ctrl-C."""
+    """The demo's command line: exits 0, 1 a loss diverged, 2 a bad flag, 130 Ctrl-C."""
     p = parser()
     try:
         args = p.parse_args(argv)
-    except SystemExit as done:      # --help printed: return, as a kernel shows SystemExit(0) raised
+    except SystemExit as done:  # --help printed: return, as a kernel shows SystemExit(0)
         return sys.exit(done.code) if done.code else None
     try:
-        check_flags(args)
-    except ArgumentError as e:                       # a user's flag: one line, status 2
-        p.exit(2, f"sts.py: error: {e}\n")
-    named = dict(d=args.d, d_e=args.de, steps=args.steps, lr=args.lr, seed=args.seed)
-    start = args.d / (2 * args.q)                    # the loss at W = V = 0
-    try:
-        rows = demo(args.T, args.q, **named)
+        rows = demo(**vars(args))  # the flags are demo's arguments, checked before it runs
+    except ArgumentError as e:  # a user's flag, named as typed (--de sets d_e): status 2
+        p.exit(2, "sts.py: error: --" + str(e).replace("d_e", "de", 1) + "\n")
     except KeyboardInterrupt:
         p.exit(130, "sts.py: interrupted\n")
-    worst = [row[1] for row in rows if not row[1] < 100 * start]   # NaN fails `<` too
+    start = args.d / (2 * args.q)  # the loss at W = V = 0
+    worst = [row[1] for row in rows if not row[1] < 100 * start]  # NaN fails `<` too
     if worst:
-        p.exit(1, f"sts.py: stopped: train loss {worst[0]} is NaN or diverging (start"
-                  f" {start:.3g}); lower --lr\n")
+        p.exit(1, f"sts.py: stopped: train loss {worst[0]} is NaN or diverging"
+                  f" (start {start:.3g}); lower --lr\n")
 
 
-# `python sts.py ARGS` or `%run sts.py ARGS` (argv[0] is this file): run main. A cell pasted into a
-# kernel (Jupyter, Colab, VS Code) has no __file__ and the launcher's argv: define, and say so.
+# python or %run (argv[0] is this file): main. A pasted cell has a kernel's argv: say so.
 if __name__ == "__main__":
-    if globals().get("__file__") and os.path.basename(sys.argv[0]) == os.path.basename(__file__):
+    here = os.path.basename(globals().get("__file__") or "")  # "" in a pasted cell
+    if here and os.path.basename(sys.argv[0]) == here:
         main(sys.argv[1:])
     else:
-        print("sts.py is defined: call demo() (stochastic against fixed PE, about 40 s on 2 cores),"
-              " or main(['--help']) for the command line")
+        print("sts.py is defined: call demo() (stochastic against fixed PE, about 40 s on"
+              " 2 cores), or main(['--help']) for the command line")

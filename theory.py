@@ -25,36 +25,19 @@ import numpy as np  # noqa: E402
 import sts  # noqa: E402
 from sts import ARGUMENTS, check, check_args, whole  # noqa: E402
 
+RIDGES = (None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # table_floor's r: ridge = r L / d_e
 
-def table_floor(
-    kind,
-    T,
-    q,
-    d,
-    d_e,
-    n=4096,
-    seed=0,
-    positions=None,
-    ridges=(None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0),
-):
+
+def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridges=RIDGES):
     """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in ridges (None:
     M = I; L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can
     reach, and its se."""
-    L, rows = positions or T, []
+    L = positions or T
+    rows = []
     for r in ridges:
-        value, c, alpha, se = sts.scale_floor(
-            sts.family_draws(
-                kind,
-                T,
-                q,
-                d,
-                d_e,
-                n,
-                seed,
-                positions,
-                None if r is None else r * L / d_e,
-            )
-        )
+        ridge = None if r is None else r * L / d_e
+        draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
+        value, c, alpha, se = sts.scale_floor(draws)
         rows.append((value, c, alpha, r, se))
     return min(rows, key=lambda row: row[0])  # ties: the first
 
@@ -65,19 +48,15 @@ def family_gradient(draws, c, alpha):
     hand: f = alpha g, g = X sigma, sigma = sts.softmax(c S), S the scores at c = 1."""
     X, S, target = draws
     sigma = sts.softmax(c * S)  # the attention of W = c W*  (n, T)
-    dsigma = sigma * (
-        S - (sigma * S).sum(-1, keepdims=True)
-    )  # = d sigma_i / dc, softmax's rule
-    g, dg = np.einsum(
-        "ndt,nkt->knd", X, np.stack([sigma, dsigma], 1)
-    )  # g = X sigma, dg/dc  (n, d)
-    r = alpha * g - target  # f - STS_q                  (n, d)
+    dsigma = sigma * (S - (sigma * S).sum(-1, keepdims=True))  # d sigma_i / dc
+    both = np.stack([sigma, dsigma], 1)  # (n, 2, T)
+    g, dg = np.einsum("ndt,nkt->knd", X, both)  # g = X sigma and dg/dc  (n, d)
+    r = alpha * g - target  # f - STS_q  (n, d)
     n = len(S)  # L = 1/(2n) sum ||r||^2, so
-    return (
-        0.5 * (r * r).sum(-1),
-        alpha * (r * dg).sum() / n,
-        (r * g).sum() / n,
-    )  # each; L_c, L_a
+    each = 0.5 * (r * r).sum(-1)
+    dc = alpha * (r * dg).sum() / n
+    dalpha = (r * g).sum() / n
+    return each, dc, dalpha
 
 
 def family_dynamics(
@@ -111,23 +90,20 @@ def family_dynamics(
     draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions)
     out = np.zeros((steps + 1, 5))  # rows (loss, c, alpha, se, w), all 0 at first
     for step in range(steps + 1):
-        (c, alpha), w = out[step, 1:3], out[step, 4]
+        c, alpha = out[step, 1:3]
+        w = out[step, 4]
         each, dc, dalpha = family_gradient(draws, c, alpha)
-        out[step, [0, 3]] = each.mean() + alpha**2 * w / 2, each.std(ddof=1) / n**0.5
-        if step < steps:
-            rate = sts.learning_rate(step, lr, anneal_at, anneal_factor)
-            out[step + 1, 1:3] = (
-                c - rate * dc / d_e,
-                alpha - rate * (dalpha + alpha * w) / d,
-            )
-            out[step + 1, 4] = (
-                0
-                if batch is None
-                else (
-                    w * (1 - 2 * rate * alpha**2 * q / d_e)
-                    + 2 * rate**2 * alpha**2 * out[step, 0] * q * q / (batch * d_e)
-                )
-            )
+        out[step, 0] = each.mean() + alpha**2 * w / 2
+        out[step, 3] = each.std(ddof=1) / n**0.5
+        if step == steps:
+            break
+        rate = sts.learning_rate(step, lr, anneal_at, anneal_factor)
+        out[step + 1, 1] = c - rate * dc / d_e
+        out[step + 1, 2] = alpha - rate * (dalpha + alpha * w) / d
+        if batch is not None:  # w: the pull back to 0, and SGD's kick
+            pull = w * (1 - 2 * rate * alpha**2 * q / d_e)
+            kick = 2 * rate**2 * alpha**2 * out[step, 0] * q * q / (batch * d_e)
+            out[step + 1, 4] = pull + kick
     return out.T
 
 
@@ -150,9 +126,12 @@ def plateau_steps(T, q, d, d_e, lr, floor, batch=None):
     t_1/2 ~ T / lr + d_e (T + 2q ln(T/q)) / (2 lr d), linear in d_e T / (lr d). SGD's batch
     (family_dynamics' w at its level lr L q / batch, L ~ d/(2q), next to N ~ d / T) slows alpha
     and so the climb 1 + lr T / (2 batch) times: the batch enters only through T / batch."""
-    K, share = T - q, 1 / (2 * q) - floor / d  # U / (q U + K) at the midpoint
+    K = T - q
+    share = 1 / (2 * q) - floor / d  # U / (q U + K) at the midpoint
     U = max(1.0, share * K / (1 - q * share))
-    climb = q * q * (U - 1) + 2 * q * K * np.log(U) + K * K * (1 - 1 / U)
+    climb = q * q * (U - 1)  # the bracket of t(U), term by term
+    climb += 2 * q * K * np.log(U)
+    climb += K * K * (1 - 1 / U)
     noise = 1 if batch is None else 1 + lr * T / (2 * batch)
     return float(T / lr + noise * d_e / (2 * lr * d * K) * climb)
 
@@ -161,16 +140,15 @@ def plateau_steps(T, q, d, d_e, lr, floor, batch=None):
 def curve_draws(T, q, d, d_e, n=2048, seed=0):
     """sts.family_draws' stochastic-PE sequences (the same n): the scores S = P^T s (n, T), the
     subset's mask (n, T), |s|^2 (n,) and the tokens X (n, d, T), which only SGD's noise needs."""
-    rng, pe = (
-        sts.stream(seed, "data"),
-        sts.PositionalEncoding("stochastic", d_e, T, seed),
-    )
+    rng = sts.stream(seed, "data")
+    pe = sts.PositionalEncoding("stochastic", d_e, T, seed)
     parts = []
     for lo in range(0, n, 512):  # chunks, as family_draws draws them
         b = sts.sample_batch(rng, min(512, n - lo), T, q, d, pe)
         s = b.z_q[:, d:]  # the sum of the selected PEs    (m, d_e)
         scores = np.einsum("mei,me->mi", b.Z[:, d:], s)
-        parts.append((scores, b.mask, (s * s).sum(-1), b.Z[:, :d]))
+        s2 = (s * s).sum(-1)  # |s|^2
+        parts.append((scores, b.mask, s2, b.Z[:, :d]))
     return tuple(
         np.concatenate(part).astype("float32") for part in zip(*parts)
     )  # 3x sooner
@@ -204,21 +182,22 @@ def token_noise(draws, c, alpha, n=512):
     d = X.shape[1]
     sigma = sts.softmax(c * S)
     target_weights = mask / mask.sum(-1, keepdims=True)
-    r = np.einsum(
-        "ndt,nt->nd", X, alpha * sigma - target_weights
-    )  # f - STS_q        (n, d)
+    r = np.einsum("ndt,nt->nd", X, alpha * sigma - target_weights)  # f - STS_q  (n, d)
     ds = alpha * np.einsum("ndt,nd->nt", X, r)  # dL/ds_i = alpha x_i^T r
     da = sigma * (ds - (sigma * ds).sum(-1, keepdims=True))  # through the softmax
     u = np.einsum("ndt,nt->nd", X, da)  # the token part of dL/du
     g = np.einsum("ndt,nt->nd", X, sigma)  # the attended token
-    M = np.einsum("ndt,nt,net->nde", X, sigma, X) - g[:, :, None] * g[:, None, :]
-    x2 = (X * X).sum(1)  # |x_i|^2         (n, T)
+    outer = g[:, :, None] * g[:, None, :]  # g g^T
+    M = np.einsum("ndt,nt,net->nde", X, sigma, X) - outer
+    x2 = (X * X).sum(1)  # |x_i|^2  (n, T)
     xg = np.einsum("ndt,nd->nt", X, g)
+    g2 = (g * g).sum(-1, keepdims=True)
     spread = (sigma * x2).sum(-1, keepdims=True)
-    t = sigma * (x2 - 2 * xg + 2 * (g * g).sum(-1, keepdims=True) - spread)
+    t = sigma * (x2 - 2 * xg + 2 * g2 - spread)
     curvature = np.einsum("nd,ndt,nt->n", r, X, t)
     E = float(((u * u).sum(-1) * s2).mean())
-    A = float(((M * M).sum((-2, -1)) * s2).mean() / d)
+    M2 = (M * M).sum((-2, -1))  # tr(M^2)
+    A = float((M2 * s2).mean() / d)
     B = float((curvature * s2).mean() / d)
     return E, A, B
 
@@ -247,15 +226,15 @@ def sgd_curve(
     for step in range(steps + 1):
         c, alpha, w = out[step, 1:]
         each, dc, dalpha = exact_gradient(draws, c, alpha, d)
-        spread, A, B = (0.0, q, 0.0) if batch is None else token_noise(draws, c, alpha)
+        spread, A, B = 0.0, q, 0.0  # GD: no noise
+        if batch is not None:
+            spread, A, B = token_noise(draws, c, alpha)
         A = A / d_e  # token_noise's A, B are times d_e
         B = B / d_e
         if noise == "identity":  # M = I: family_dynamics' account
-            spread, A, B = (
-                2 * alpha**2 * (each.mean() + alpha**2 * w / 2) * q,
-                q / d_e,
-                0.0,
-            )
+            spread = 2 * alpha**2 * (each.mean() + alpha**2 * w / 2) * q
+            A = q / d_e
+            B = 0.0
         kappa = alpha**2 * A + alpha * B  # |W_xe|^2's cost: kappa |W_xe|^2 / 2
         size = w * d_e / q  # |W_xe|^2
         out[step, 0] = each.mean() + kappa * size / 2
@@ -272,22 +251,18 @@ def sgd_curve(
 
 def exact_floor(T, q, d, d_e, n=8192, seed=0):
     """The family's floor with the tokens integrated: min over (c, alpha) of exact_gradient's
-    loss (alpha = <sigma, m/q> / |sigma|^2 by least squares; golden section on log c)."""
-    draws = curve_draws(T, q, d, d_e, n, seed)[:2]
-    S, mask = draws
+    loss (alpha = <sigma, m/q> / |sigma|^2 by least squares; sts.golden_min on log c)."""
+    S, mask = curve_draws(T, q, d, d_e, n, seed)[:2]
     weights = mask / mask.sum(-1, keepdims=True)
 
-    def best(log_c):
+    def loss_at(log_c):
         sigma = sts.softmax(np.exp(log_c) * S)
         alpha = (sigma * weights).sum() / (sigma * sigma).sum()
         v = alpha * sigma - weights
         return d / 2 * (v * v).sum(-1).mean()
 
-    lo, hi, ratio = np.log(1e-3), np.log(1e4), (5**0.5 - 1) / 2
-    for _ in range(60):
-        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        lo, hi = (lo, b) if best(a) < best(b) else (a, hi)
-    return float(best((lo + hi) / 2))
+    log_c = sts.golden_min(loss_at, np.log(1e-3), np.log(1e4))
+    return float(loss_at(log_c))
 
 
 def crossing(steps, losses, level):
@@ -321,16 +296,18 @@ def model_t_half(
     steps = steps or int(1.5 * plateau_steps(T, q, d, d_e, lr, 0.0, batch)) + 100
     each = []
     for seed in range(seeds):
-        floor, crossed = exact_floor(T, q, d, d_e, n, seed), None
+        floor = exact_floor(T, q, d, d_e, n, seed)
+        crossed = None
         while crossed is None:  # not crossed within `steps`: twice as many
-            loss = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)[
-                0
-            ]
-            crossed = crossing(np.arange(steps + 1), loss, (loss[0] + floor) / 2)
-            steps = steps if crossed is not None else 2 * steps
+            curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)
+            level = (curve[0, 0] + floor) / 2
+            crossed = crossing(np.arange(steps + 1), curve[0], level)
+            if crossed is None:
+                steps = 2 * steps
         each.append(crossed)
     each = np.array(each, float)
-    return float(each.mean()), float(each.std(ddof=1) / seeds**0.5), each.tolist()
+    se = each.std(ddof=1) / seeds**0.5
+    return float(each.mean()), float(se), each.tolist()
 
 
 def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
@@ -344,9 +321,8 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     def met(d_e):  # is the floor at d_e <= target? (cached)
         check(d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target)
         if d_e not in tried:
-            tried[d_e] = sts.scale_floor(
-                sts.family_draws("stochastic", T, q, d, d_e, n, seed)
-            )
+            draws = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
+            tried[d_e] = sts.scale_floor(draws)
         return tried[d_e][0] <= target
 
     hi = start
@@ -366,24 +342,23 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
     """--floor's rows, printed, each loss with its se: stochastic and fixed PE's family_floor (and
     fixed's table_floor), or randomized's with Ls (L = T: fixed PE's draws, one number for both)."""
     for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
-        kinds = (
-            ("stochastic", "fixed")
-            if L is None
-            else ("fixed",)
-            if L == T
-            else ("randomized",)
-        )
-        for kind in kinds if L is None or L >= T else ():
-            value, c, alpha, se = sts.scale_floor(
-                sts.family_draws(kind, T, q, d, d_e, n, seed, L)
-            )
-            row = dict(
-                pe=kind, T=T, q=q, d=d, de=d_e, loss=value, se=se, c=c, alpha=alpha
-            )
+        if L is None:
+            kinds = ("stochastic", "fixed")
+        elif L == T:  # a table of T positions: fixed PE
+            kinds = ("fixed",)
+        elif L > T:
+            kinds = ("randomized",)
+        else:  # a table shorter than T: no row
+            kinds = ()
+        for kind in kinds:
+            draws = sts.family_draws(kind, T, q, d, d_e, n, seed, L)
+            value, c, alpha, se = sts.scale_floor(draws)
+            row = dict(pe=kind, T=T, q=q, d=d, de=d_e)
+            row.update(loss=value, se=se, c=c, alpha=alpha)
             text = (
                 f"best loss {value:.4f} ± {se:.4f} (se) at c={c:.3g}, alpha={alpha:.3f}"
-                " of W = c W*, V = alpha V*"
             )
+            text += " of W = c W*, V = alpha V*"
             if kind != "stochastic":  # a W that learns its table's cross-talk, W = c M
                 table, tc, ta, r, tse = table_floor(kind, T, q, d, d_e, n, seed, L)
                 row.update(
@@ -391,25 +366,11 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
                 )
                 text += f"; W = c M, its table learned: {table:.4f} ± {tse:.4f}"
             if L is not None:  # randomized PE's row (L = T: fixed PE's draws)
-                row = dict(
-                    pe="randomized",
-                    T=T,
-                    q=q,
-                    d=d,
-                    de=d_e,
-                    positions=L,
-                    family=value,
-                    family_se=se,
-                    table=table,
-                    table_se=tse,
-                    c=tc,
-                    alpha=ta,
-                    ridge=r,
-                )
-            print(
-                f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}: {text} ({n}"
-                " sequences; achievable losses, not bounds)"
-            )
+                row = dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L)
+                row.update(family=value, family_se=se, table=table, table_se=tse)
+                row.update(c=tc, alpha=ta, ridge=r)
+            where = f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}"
+            print(f"{where}: {text} ({n} sequences; achievable losses, not bounds)")
             yield row
 
 
@@ -417,30 +378,25 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
     """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
     answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
     for T in sorted(Ts):
-        start, (de, tried) = time.time(), needed_de(T, q, d, target, n, seed, start=de)
+        start = time.time()
+        de, tried = needed_de(T, q, d, target, n, seed, start=de)
         near = [k for k in tried if de / 2 <= k <= 2 * de]
-        slope = (
-            np.polyfit(np.log(near), [tried[k][0] for k in near], 1)[0]
-            if near[1:]
-            else 0
-        )
-        (floor, c, alpha, se), seconds = tried[de], round(time.time() - start, 1)
+        slope = 0
+        if near[1:]:
+            near_floors = [tried[k][0] for k in near]
+            slope = np.polyfit(np.log(near), near_floors, 1)[0]
+        floor, c, alpha, se = tried[de]
+        seconds = round(time.time() - start, 1)
         print(
             f"T={T}: d_e={de}, floor {floor:.4f} ± {se:.4f} (se) <= {target:.4f}; {len(tried)}"
             f" floors in {seconds} s",
             flush=True,
         )
-        yield dict(
-            T=T,
-            de=de,
-            floor=floor,
-            se=se,
-            de_se=-de * se / slope if slope < 0 else None,
-            c=c,
-            alpha=alpha,
-            seconds=seconds,
-            tried=[[k, tried[k][0]] for k in sorted(tried)],
-        )
+        de_se = -de * se / slope if slope < 0 else None
+        row = dict(T=T, de=de, floor=floor, se=se, de_se=de_se)
+        row.update(c=c, alpha=alpha, seconds=seconds)
+        row["tried"] = [[k, tried[k][0]] for k in sorted(tried)]
+        yield row
 
 
 def dynamics(
@@ -451,47 +407,32 @@ def dynamics(
     more), plateau_steps', the curve (step, loss, c, alpha, se, w) every `every` steps."""
     kind = "stochastic" if positions is None else "randomized"
     floor = sts.family_floor(kind, T, q, d, d_e, seed=seed, positions=positions)[0]
-    for n in [None] + [batch] * (batch is not None):
+    batches = [None] if batch is None else [None, batch]  # GD, then SGD
+    for n in batches:
+        schedule = (steps, lr, anneal_at, 1 / 3)
         curve = family_dynamics(
-            kind,
-            T,
-            q,
-            d,
-            d_e,
-            steps,
-            lr,
-            anneal_at,
-            1 / 3,
-            seed=seed,
-            positions=positions,
-            batch=n,
+            kind, T, q, d, d_e, *schedule, seed=seed, positions=positions, batch=n
         )
         t_half = escape_step(range(steps + 1), curve[0], floor)
         closed = plateau_steps(T, q, d, d_e, lr, floor, n)
+        where = (
+            f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)}"
+        )
+        how = f"{'S' * bool(n)}GD on W = c W*, V = alpha V*{f' (batch {n})' * bool(n)}"
+        end = f"c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps} steps"
         print(
-            f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)} lr={lr},"
-            f" {'S' * bool(n)}GD on W = c W*, V = alpha V*{f' (batch {n})' * bool(n)}: loss"
-            f" {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps}"
-            f" steps; t_1/2 {t_half} (closed form {closed:.0f}; floor {floor:.4f})"
+            f"{where} lr={lr}, {how}: loss {curve[0, -1]:.4f}, {end}; t_1/2 {t_half}"
+            f" (closed form {closed:.0f}; floor {floor:.4f})"
         )
-        yield dict(
-            pe=kind,
-            positions=positions,
-            T=T,
-            q=q,
-            d=d,
-            de=d_e,
-            lr=lr,
-            steps=steps,
-            anneal_at=anneal_at,
-            anneal_factor=1 / 3,
-            batch=n,
-            floor=floor,
-            t_half=t_half,
-            t_half_closed=closed,
-            columns=["step", "loss", "c", "alpha", "se", "w"],
-            rows=np.column_stack([np.arange(steps + 1), *curve])[::every].tolist(),
+        row = dict(pe=kind, positions=positions, T=T, q=q, d=d, de=d_e)
+        row.update(
+            lr=lr, steps=steps, anneal_at=anneal_at, anneal_factor=1 / 3, batch=n
         )
+        row.update(floor=floor, t_half=t_half, t_half_closed=closed)
+        row["columns"] = ["step", "loss", "c", "alpha", "se", "w"]
+        table = np.column_stack([np.arange(steps + 1), *curve])
+        row["rows"] = table[::every].tolist()
+        yield row
 
 
 def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise):
@@ -499,77 +440,61 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise):
     without --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
     the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
     curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps."""
-    halves, curves = [], []
+    halves = []
+    curves = []
     for seed in range(draws):
         floor = exact_floor(T, q, d, d_e, n, seed)
         curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)
-        halves.append(
-            crossing(np.arange(steps + 1), curve[0], (curve[0, 0] + floor) / 2)
-        )
+        level = (curve[0, 0] + floor) / 2
+        halves.append(crossing(np.arange(steps + 1), curve[0], level))
         curves.append(curve)
     curve = np.mean(curves, 0)
     curve[3] *= d_e / q  # w = (q / d_e) |W_xe|^2
     found = np.array([np.nan if h is None else h for h in halves])
-    mean, se = float(found.mean()), float(found.std(ddof=1) / draws**0.5)
+    mean = float(found.mean())
+    se = float(found.std(ddof=1) / draws**0.5)
     print(
         f"T={T} q={q} d={d} d_e={d_e} lr={lr} batch={batch} noise={noise}: t_1/2 {mean:.1f}"
         f" ± {se:.1f} (se over {draws} draws of {n} sequences)",
         flush=True,
     )
-    rows = np.column_stack([np.arange(steps + 1), *curve])[::every].tolist()
-    return dict(
-        T=T,
-        q=q,
-        d=d,
-        de=d_e,
-        lr=lr,
-        batch=batch,
-        anneal_at=anneal_at,
-        noise=noise,
-        steps=steps,
-        draws=draws,
-        n=n,
-        t_half=mean,
-        se=se,
-        each=halves,
-        columns=["step", "loss", "c", "alpha", "W_xe2"],
-        rows=rows,
-    )
+    row = dict(T=T, q=q, d=d, de=d_e, lr=lr, batch=batch)
+    row.update(anneal_at=anneal_at, noise=noise, steps=steps, draws=draws, n=n)
+    row.update(t_half=mean, se=se, each=halves)
+    row["columns"] = ["step", "loss", "c", "alpha", "W_xe2"]
+    table = np.column_stack([np.arange(steps + 1), *curve])
+    row["rows"] = table[::every].tolist()
+    return row
 
 
 def parser():
-    """The command line's flags; an error is one line on stderr (no usage block), exit status 2."""
+    """The command line's flags; an error is one line on stderr (no usage block), exit 2."""
     p = argparse.ArgumentParser(
         prog="theory.py",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.error, add = (
-        lambda message: p.exit(2, f"theory.py: error: {message}\n"),
-        p.add_argument,
-    )
-    add(
-        "--T",
-        type=int,
-        nargs="+",
-        default=[20],
-        help="sequence length (several with --floor)",
-    )
+    p.error = lambda message: p.exit(2, f"theory.py: error: {message}\n")
+    add_task_flags(p.add_argument)
+    add_mode_flags(p.add_argument)
+    add_curve_flags(p.add_argument)
+    add_search_flags(p.add_argument)
+    return p
+
+
+def add_task_flags(add):
+    """The task's and the schedule's flags."""
+    several = " (several with --floor)"
+    add("--T", type=int, nargs="+", default=[20], help="sequence length" + several)
     add(
         "--q",
         type=int,
         nargs="+",
         default=[3],
-        help="subset size, 1 <= q <= T (several with --floor)",
+        help="subset size, 1 <= q <= T" + several,
     )
     add("--d", type=int, default=5, help="token dimension")
-    add(
-        "--de",
-        type=int,
-        nargs="+",
-        default=[64],
-        help="PE dimension d_e (several with --floor)",
-    )
+    add("--de", type=int, nargs="+", default=[64], help="PE dimension d_e" + several)
     add("--steps", type=int, default=1500, help="with --dynamics: steps of the curve")
     add("--lr", type=float, default=1.0, help="SGD learning rate")
     add(
@@ -578,205 +503,146 @@ def parser():
         default=0,
         help="seed of the sequences and the fixed PE table",
     )
-    add(
-        "--floor",
-        action="store_true",
-        help="print family_floor at each --T and --de, and exit",
+
+
+def add_mode_flags(add):
+    """--floor, --needed-de, --dynamics, --plateau: what to compute (exactly one)."""
+    floor = "print family_floor at each --T and --de, and exit"
+    add("--floor", action="store_true", help=floor)
+    needed = "print needed_de (target --eps d/(2q)), and exit"
+    add("--needed-de", action="store_true", help=needed)
+    dynamics = (
+        "print family_dynamics' curves (GD's; with --batch SGD's too) and t_1/2 at each"
+        " --T, --de (--positions: randomized PE), --q, --lr, --steps, and exit"
     )
-    add(
-        "--needed-de",
-        action="store_true",
-        help="print needed_de (target --eps d/(2q)), and exit",
+    add("--dynamics", action="store_true", help=dynamics)
+    plateau = (
+        "print t_1/2 of SGD's model with the tokens integrated (sgd_curve; GD without"
+        " --batch) at --T, --q, --de, --lr, over --draws sets of --n sequences, and exit"
     )
-    add(
-        "--dynamics",
-        action="store_true",
-        help="print family_dynamics' curves (GD's; with --batch"
-        " SGD's too) and t_1/2 at each --T, --de (--positions: randomized PE), --q, --lr, --steps,"
-        " and exit",
+    add("--plateau", action="store_true", help=plateau)
+
+
+def add_curve_flags(add):
+    """--dynamics' and --plateau's options."""
+    noise = (
+        "with --plateau: SGD's noise in W_xe from the full per-sequence gradient, or"
+        " from M = I"
     )
-    add(
-        "--plateau",
-        action="store_true",
-        help="print t_1/2 of SGD's model with the tokens"
-        " integrated (sgd_curve; GD without --batch) at --T, --q, --de, --lr, over --draws sets"
-        " of --n sequences, and exit",
+    add("--noise", choices=("full", "identity"), default="full", help=noise)
+    draws = "with --plateau: independent sets of sequences"
+    add("--draws", type=int, default=4, help=draws)
+    every = "with --dynamics: --json keeps every this many steps"
+    add("--every", type=int, default=10, help=every)
+    batch = (
+        "with --dynamics: also the curve of SGD on this many sequences a step"
+        " (family_dynamics' batch)"
     )
-    add(
-        "--noise",
-        choices=("full", "identity"),
-        default="full",
-        help="with --plateau: SGD's"
-        " noise in W_xe from the full per-sequence gradient, or from M = I",
+    add("--batch", type=int, help=batch)
+    anneal = (
+        "with --dynamics: the step from which lr is a third [half the --steps, as"
+        " train_tf.py's]"
     )
-    add(
-        "--draws",
-        type=int,
-        default=4,
-        help="with --plateau: independent sets of sequences",
-    )
-    add(
-        "--every",
-        type=int,
-        default=10,
-        help="with --dynamics: --json keeps every this many steps",
-    )
-    add(
-        "--batch",
-        type=int,
-        help="with --dynamics: also the curve of SGD on this many sequences a"
-        " step (family_dynamics' batch)",
-    )
-    add(
-        "--anneal-at",
-        type=int,
-        help="with --dynamics: the step from which lr is a third [half the"
-        " --steps, as train_tf.py's]",
-    )
-    add(
-        "--eps",
-        type=float,
-        default=0.3,
-        help="--needed-de's target over d/(2q), the loss at zero",
-    )
+    add("--anneal-at", type=int, help=anneal)
+
+
+def add_search_flags(add):
+    """--needed-de's and --floor's options, and --json."""
+    eps = "--needed-de's target over d/(2q), the loss at zero"
+    add("--eps", type=float, default=0.3, help=eps)
     add(
         "--n",
         type=int,
         default=4096,
         help="with --floor, --needed-de: sequences per floor",
     )
-    add(
-        "--json",
-        help="with --floor, --needed-de or --dynamics: also write the rows to this file"
-        " (plots.py)",
+    json_help = (
+        "with --floor, --needed-de or --dynamics: also write the rows to this file"
+        " (plots.py)"
     )
-    add(
-        "--positions",
-        type=int,
-        nargs="+",
-        help="with --floor (or --dynamics): randomized PE with"
-        " tables of these L >= T positions instead: the floors of W = c W* and of a table-learning"
-        " W (table_floor); its curves",
+    add("--json", help=json_help)
+    positions = (
+        "with --floor (or --dynamics): randomized PE with tables of these L >= T"
+        " positions instead: the floors of W = c W* and of a table-learning W"
+        " (table_floor); its curves"
     )
-    return p
+    add("--positions", type=int, nargs="+", help=positions)
+
+
+def check_flag(flag, name, value):
+    """A flag by the rule of the argument `name` it sets (sts.ARGUMENTS)."""
+    accepts, test = ARGUMENTS[name]
+    check(test(value), flag, accepts, value)
 
 
 def check_flags(args):
-    """Every flag checked before anything runs: an ArgumentError naming the flag otherwise."""
+    """Every flag checked before anything runs: otherwise an ArgumentError naming it."""
     for T, q in itertools.product(args.T, args.q):
         check_args(T, q, d=args.d)
-    for flag, name, v in [
-        ("--steps", "steps", args.steps),
-        ("--lr", "lr", args.lr),
-        ("--eps", "target", args.eps),
-        ("--seed", "seed", args.seed),
-        ("--n", "n", args.n),
-        *(("--de", "d_e", v) for v in args.de),
-        *(("--anneal-at", "seed", v) for v in [args.anneal_at] if v is not None),
-    ]:
-        check(
-            ARGUMENTS[name][1](v), flag, ARGUMENTS[name][0], v
-        )  # the API's rules, by flag
-    check(
-        args.floor
-        or len(args.q) == 1
-        and (
-            args.dynamics
-            or args.needed_de
-            or args.plateau
-            or len(args.T) == len(args.de) == 1
-        ),
-        "--T, --q and --de",
-        "one value each without --floor",
-        (args.T, args.q, args.de),
-    )
+    check_flag("--steps", "steps", args.steps)
+    check_flag("--lr", "lr", args.lr)
+    check_flag("--eps", "target", args.eps)
+    check_flag("--seed", "seed", args.seed)
+    check_flag("--n", "n", args.n)
+    for d_e in args.de:
+        check_flag("--de", "d_e", d_e)
+    if args.anneal_at is not None:
+        check_flag("--anneal-at", "seed", args.anneal_at)
+    searches = args.dynamics or args.needed_de or args.plateau
+    single = len(args.T) == len(args.de) == 1
+    lists = args.floor or len(args.q) == 1 and (searches or single)
+    values = (args.T, args.q, args.de)
+    check(lists, "--T, --q and --de", "one value each without --floor", values)
     chosen = args.floor + args.needed_de + args.dynamics + args.plateau
-    check(
-        chosen == 1,
-        "--floor, --needed-de, --dynamics or --plateau",
-        "given, exactly one",
-        chosen,
-    )
+    modes = "--floor, --needed-de, --dynamics or --plateau"
+    check(chosen == 1, modes, "given, exactly one", chosen)
     check(
         whole(args.draws, 2), "--draws", "an integer >= 2 (an se needs two)", args.draws
     )
     check(whole(args.every), "--every", ARGUMENTS["steps"][0], args.every)
-    check(
-        args.batch is None or whole(args.batch),
-        "--batch",
-        ARGUMENTS["n"][0],
-        args.batch,
-    )
-    check(
-        not args.json
-        or os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK)
-        and not os.path.isdir(args.json),
-        "--json",
-        "a file in a writable folder",
-        args.json,
-    )
-    L, T = (min, max) if args.dynamics else (max, min)  # each T, or some T
-    check(
-        not args.positions
-        or (args.floor or args.dynamics)
-        and L(args.positions) >= T(args.T),
-        "--positions",
-        "table sizes L >= --T (some --T with --floor; each with --dynamics)",
-        args.positions,
-    )
+    batch = args.batch is None or whole(args.batch)
+    check(batch, "--batch", ARGUMENTS["n"][0], args.batch)
+    if args.json:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        writable = os.access(folder, os.W_OK) and not os.path.isdir(args.json)
+        check(writable, "--json", "a file in a writable folder", args.json)
+    if args.positions:
+        check_positions(args)
+
+
+def check_positions(args):
+    """--positions: table sizes L >= T, each with --dynamics, some with --floor."""
+    if args.dynamics:
+        fits = min(args.positions) >= max(args.T)
+    else:
+        fits = args.floor and max(args.positions) >= min(args.T)
+    accepts = "table sizes L >= --T (some --T with --floor; each with --dynamics)"
+    check(fits, "--positions", accepts, args.positions)
 
 
 def search(args, q, d):
     """--needed-de's, --dynamics' or --floor's rows, each printed as it comes, then to --json with
     the family they belong to and the sequences each row used."""
-    head = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=args.eps * d / (2 * q))
-    family, sequences = "W = c W*, V = alpha V*", args.n
+    target = args.eps * d / (2 * q)  # --eps times the loss at zero
+    head = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=target)
+    family = "W = c W*, V = alpha V*"
+    sequences = args.n
+    anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
     if args.needed_de:
-        rows = list(widths(args.T, q, d, head["target"], args.seed, n=args.n))
+        rows = list(widths(args.T, q, d, target, args.seed, n=args.n))
     elif args.dynamics:
-        anneal_at, sequences = (
-            args.steps // 2 if args.anneal_at is None else args.anneal_at,
-            2048,
-        )
-        rows = [
-            row
-            for T, d_e, L in itertools.product(
-                args.T, args.de, args.positions or [None]
-            )
-            for row in dynamics(
-                T,
-                q,
-                d,
-                d_e,
-                args.steps,
-                args.lr,
-                anneal_at,
-                args.every,
-                args.seed,
-                args.batch,
-                L,
-            )
-        ]
+        sequences = 2048
+        rows = []
+        for T, d_e, L in itertools.product(args.T, args.de, args.positions or [None]):
+            schedule = (args.steps, args.lr, anneal_at, args.every)
+            rows += dynamics(T, q, d, d_e, *schedule, args.seed, args.batch, L)
     elif args.plateau:  # the draws' seeds: 0, 1, ..., draws - 1
-        anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
         family = "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
-        rows = [
-            plateau(
-                T,
-                q,
-                d,
-                d_e,
-                args.lr,
-                args.batch,
-                anneal_at,
-                args.steps,
-                args.draws,
-                args.n,
-                args.every,
-                args.noise,
-            )
-            for T, d_e in itertools.product(args.T, args.de)
-        ]
+        rows = []
+        for T, d_e in itertools.product(args.T, args.de):
+            schedule = (args.lr, args.batch, anneal_at, args.steps)
+            sets = (args.draws, args.n, args.every, args.noise)
+            rows.append(plateau(T, q, d, d_e, *schedule, *sets))
     else:
         rows = list(
             floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n)
@@ -784,18 +650,20 @@ def search(args, q, d):
         if args.positions:  # randomized PE's tables: a W that learns M
             family = "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(
-                dict(
-                    family=family,
-                    sequences=sequences,
-                    seed=args.seed,
-                    rows=rows,
-                    **(head if args.needed_de else {}),
-                ),
-                fh,
-                indent=None if args.dynamics or args.plateau else 2,
-            )  # curves
+        write_json(
+            args,
+            dict(family=family, sequences=sequences, seed=args.seed, rows=rows),
+            head,
+        )
+
+
+def write_json(args, found, head):
+    """--json: the rows with what they belong to (--needed-de: its target too)."""
+    if args.needed_de:
+        found.update(head)
+    curves = args.dynamics or args.plateau  # one line a row
+    with open(args.json, "w") as fh:
+        json.dump(found, fh, indent=None if curves else 2)
 
 
 def main(argv=None):
@@ -809,7 +677,7 @@ def main(argv=None):
         p.exit(2, f"theory.py: error: {e}\n")
     except (
         SystemExit
-    ) as done:  # --help printed: return, as a kernel shows SystemExit(0) raised
+    ) as done:  # --help printed: return, as a kernel shows SystemExit(0)
         return sys.exit(done.code) if done.code else None
     try:
         search(args, args.q[0], args.d)
