@@ -856,8 +856,12 @@ def test_a_job_killed_right_after_any_write_resumes_to_the_uninterrupted_jobs_fi
     for folder, case in report["cases"].items():
         sigkill = folder.startswith("SIGKILL")
         half = sigkill and "inside_torch_save" in folder  # a checkpoint's .tmp, cut
+        # a SIGTERM taken as the last job closes as finished (its summaries, the 3rd and 4th)
+        # ends with 0: nothing is left to resume (issue 56)
+        last_close = folder in ("SIGTERM-summary-3", "SIGTERM-summary-4")
+        expected = 0 if last_close else 143
         if (
-            case["killed"] != (-signal.SIGKILL if sigkill else 143)
+            case["killed"] != (-signal.SIGKILL if sigkill else expected)
             or case["resumed"] != 0
             or not sigkill
             and case["no_summary"]  # SIGTERM: every run says so
