@@ -299,31 +299,35 @@ def test_bool_command_writes_the_table_and_the_fits(tmp_path, one_thread):
     ]
 
 
+# a small sparse-AND grid: two T, three seeds, two points
+BOOL_JOB = [
+    "--model",
+    "transformer",
+    "--s",
+    "2",
+    "--T",
+    "8",
+    "16",
+    "--seeds",
+    "3",
+    "--points",
+    "2",
+    "--m-max",
+    "64",
+    "--per-octave",
+    "1",
+    "--device",
+    "cpu",
+]
+
+
 def test_bool_terminated_grid_resumes_from_its_checkpoint_to_the_same_table(
     tmp_path, one_thread, monkeypatch, capsys
 ):
     """SIGTERM in the 4th training: the checkpoint taken as it ends keeps the four, exit 143;
     --resume with other flags is refused in one line; with its own it trains only the rest, to the
     same log and table as a grid never stopped."""
-    job = [
-        "--model",
-        "transformer",
-        "--s",
-        "2",
-        "--T",
-        "8",
-        "16",
-        "--seeds",
-        "3",
-        "--points",
-        "2",
-        "--m-max",
-        "64",
-        "--per-octave",
-        "1",
-        "--device",
-        "cpu",
-    ]
+    job = list(BOOL_JOB)
     train_bool.main(job + ["--out", str(tmp_path / "whole")])
     train_one, trained = train_bool.train_one, []
 
@@ -1191,25 +1195,6 @@ def test_bool_resume_replays_a_copied_log_and_trains_only_what_it_lacks(
 
 
 # ------------------------------------------------------------- issue 56: train_bool.py's one shape
-BOOL_JOB = [
-    "--model",
-    "transformer",
-    "--s",
-    "2",
-    "--T",
-    "8",
-    "16",
-    "--seeds",
-    "3",
-    "--points",
-    "2",
-    "--m-max",
-    "64",
-    "--per-octave",
-    "1",
-    "--device",
-    "cpu",
-]
 
 
 def cut_grid(monkeypatch, out, after=3):
