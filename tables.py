@@ -108,33 +108,25 @@ def pe_of(c):
     return sts.PositionalEncoding(c["pe"], c["de"], positions, c["seed"])
 
 
-def sequence_losses(model, Z, z_q, target, attend):
-    """Each sequence's loss 1/2 |f - target|^2 under model (W, V)."""
-    W, V = model
-    f = sts.forward(W, V, Z, z_q, attend)[0]
-    return 0.5 * ((f - target) ** 2).sum(-1)
-
-
-def batches(rng, n, T, q, d, pe):
-    """n sequences of sts.sample_batch, CHUNK at a time."""
+def pair_losses(models, rng, n, T, q, pe, c):
+    """Each sequence's loss 1/2 |f - target|^2 (2, n) under the two models (W, V), on n
+    sequences of sts.sample_batch from rng, CHUNK at a time."""
+    out = []
     for lo in range(0, n, CHUNK):
-        yield sts.sample_batch(rng, min(CHUNK, n - lo), T, q, d, pe)
+        b = sts.sample_batch(rng, min(CHUNK, n - lo), T, q, c["d"], pe)
+        fs = [sts.forward(W, V, b.Z, b.z_q, c["attend"])[0] for W, V in models]
+        out.append([0.5 * ((f - b.target) ** 2).sum(-1) for f in fs])
+    return np.concatenate(out, axis=1)
 
 
 def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
     c = run["config"]
-    pe = pe_of(c)
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     family = (row["c"] * W_star, row["alpha"] * V_star)
-    models = [weights(run), family]
     rng = np.random.default_rng(EVAL_SEED)
     n = min(c.get("n_final", EVAL_N), EVAL_N)
-    out = []
-    for b in batches(rng, n, c["T"], c["q"], c["d"], pe):
-        scored = (b.Z, b.z_q, b.target, c["attend"])
-        out.append([sequence_losses(m, *scored) for m in models])
-    return np.concatenate(out, axis=1)
+    return pair_losses([weights(run), family], rng, n, c["T"], c["q"], pe_of(c), c)
 
 
 def run_names(group):
@@ -204,40 +196,21 @@ def metric(row, d_e, P):
     return sts.table_metric(d_e, P, ridge)
 
 
-def chunk_losses(b, q, models, tables, attend):
-    """(seed, model, sequence) losses of a batch b of T-permutations at its q-subsets: each seed's
-    trained and own model on its table (stochastic: the batch's P, shared by the seeds)."""
-    d = len(b.target[0])
-    T = b.Z.shape[-1]
-    X = b.Z[:, :d]
-    drawn = b.Z[:, d:]
-    mask = np.zeros(b.idx.shape)
-    np.put_along_axis(mask, b.idx[:, :q], 1.0, axis=-1)
-    target = sts.sts_target(X, mask)
-    losses = []
-    for pair, table in zip(models, tables):
-        P = drawn if table is None else np.broadcast_to(table[:, :T], drawn.shape)
-        Z, z_q = sts.embed(X, P, mask)
-        losses.append([sequence_losses(m, Z, z_q, target, attend) for m in pair])
-    return np.array(losses)
-
-
 def theory_losses(group, row, names, n):
     """{set: (seed, model, sequence) losses}, model 0 the trained run, 1 its own family, on n
-    sequences of the set's T; each sequence's first q positions of one permutation are its
-    q-subset at every q, so a q-set is nested in the training set's sequences."""
+    sequences of the set's T, each seed on its own table; the sequences of every seed and q
+    draw the same numbers (a uniform permutation's first q positions are its q-subset), so
+    a q-set is nested in the training set's sequences and the seeds share stochastic PE's P."""
     c = group[0]["config"]
-    models = [own_model(r, row) for r in group]
-    tables = [pe_of(r["config"]).table for r in group]
     out = {}
     for k in names:
         T, q = task(k, c)
-        rng = np.random.default_rng([EVAL_SEED, T])
-        pe = sts.PositionalEncoding(c["pe"], c["de"], T)
-        # q = T: permutations, each's first q positions its q-subset at every q
-        drawn = batches(rng, n, T, T, c["d"], pe)
-        chunks = [chunk_losses(b, q, models, tables, c["attend"]) for b in drawn]
-        out[k] = np.concatenate(chunks, axis=-1)
+        seeds = []
+        for r in group:
+            rng = np.random.default_rng([EVAL_SEED, T])
+            models = own_model(r, row)
+            seeds.append(pair_losses(models, rng, n, T, q, pe_of(r["config"]), c))
+        out[k] = np.array(seeds)
     return out
 
 
