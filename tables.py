@@ -12,7 +12,6 @@ from rundirs import (
     FLOOR,
     NAN,
     PER_SEED,
-    PREDICTED,
     Report,
     configurations,
     describe,
@@ -93,8 +92,7 @@ def slope(run, name):
     """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
     last = run["log"][-1]["step"]
     first = last - min(WINDOW, last / 2)
-    logged = [r for r in run["log"] if finite(r.get(name))]
-    recent = [r for r in logged if r["step"] >= first]
+    recent = [r for r in run["log"] if r["step"] >= first and finite(r.get(name))]
     if len(recent) <= 2:
         return NAN
     steps = [r["step"] for r in recent]
@@ -196,22 +194,19 @@ def metric(row, d_e, P):
     return sts.table_metric(d_e, P, ridge)
 
 
-def theory_losses(group, row, names, n):
-    """{set: (seed, model, sequence) losses}, model 0 the trained run, 1 its own family, on n
-    sequences of the set's T, each seed on its own table; the sequences of every seed and q
-    draw the same numbers (a uniform permutation's first q positions are its q-subset), so
-    a q-set is nested in the training set's sequences and the seeds share stochastic PE's P."""
+def seeds_mean(group, row, k, n):
+    """(model, sequence) losses at set k, the seeds' mean: model 0 the trained run, 1 its own
+    family, each seed on its own table; every seed's sequences at every q draw the same
+    numbers (a uniform permutation's first q positions are its q-subset), so a q-set is
+    nested in the training set's sequences and the seeds share stochastic PE's P."""
     c = group[0]["config"]
-    out = {}
-    for k in names:
-        T, q = task(k, c)
-        seeds = []
-        for r in group:
-            rng = np.random.default_rng([EVAL_SEED, T])
-            models = own_model(r, row)
-            seeds.append(pair_losses(models, rng, n, T, q, pe_of(r["config"]), c))
-        out[k] = np.array(seeds)
-    return out
+    T, q = task(k, c)
+    seeds = []
+    for r in group:
+        rng = np.random.default_rng([EVAL_SEED, T])
+        models = own_model(r, row)
+        seeds.append(pair_losses(models, rng, n, T, q, pe_of(r["config"]), c))
+    return np.mean(seeds, 0)
 
 
 def share_of_rise(at_set, at_val, paired_sets):
@@ -234,15 +229,12 @@ def share_of_rise(at_set, at_val, paired_sets):
 def theory_rows(g, predicted, n):
     """THEORY's rows of a configuration: one a set."""
     c = g[0]["config"]
-    row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})
+    row = best(predicted, dict(c, pe="fixed"), "val")
     if c["pe"] == "fixed" and "table_c" not in row:
         return []
-    names = theory_sets(g)
-    losses = theory_losses(g, row, names, n)
-    each = {k: x.mean(0) for k, x in losses.items()}  # seeds' mean
+    each = {k: seeds_mean(g, row, k, n) for k in theory_sets(g)}
     rows = []
-    for k in names:
-        trained, own = each[k]
+    for k, (trained, own) in each.items():
         cell = dict(runs=list(run_names(g)), set=k, n=n)
         cell["trained"] = float(trained.mean())
         cell["own"] = float(own.mean())
@@ -447,8 +439,11 @@ def paired_rows(g, ref, groups, files, gaps):
         return []
     base = same[0]
     seeds = {r["config"]["seed"]: files[r["path"]] for r in base}
-    mine = [r for r in g if r["config"]["seed"] in seeds]
-    per = [(files[r["path"]], seeds[r["config"]["seed"]]) for r in mine]
+    per = [
+        (files[r["path"]], seeds[r["config"]["seed"]])
+        for r in g
+        if r["config"]["seed"] in seeds
+    ]
     pair = f"{label(g, groups)} − {label(base, groups)}"
     rows = []
     for k in sets(g, "T", "q") if per else []:
@@ -501,7 +496,7 @@ def quoted_from(row, key, se):
 def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = g[0]["config"]
-    row = predicted.get(tuple(c[k] for k in PREDICTED), {})
+    row = best(predicted, c, "val")
     both = []
     if finite(row.get("c")) and finite(row.get("alpha")):
         pairs = [Report().attempt(family_pair, run, row) for run in g]
