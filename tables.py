@@ -262,7 +262,7 @@ def theory(folder, runs, predicted, n):
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
 def power_law(T, c, k, **_):
-    return c * np.asarray(T, float) ** k
+    return c * T**k
 
 
 def theory_width(T, a, b, q, **_):
@@ -282,26 +282,16 @@ FORM_WORDS = {
 
 
 def theory_fit(lnT, y, q):
-    """a, b of d_e = a + b q ln T, least squares in ln d_e by Gauss-Newton (nan: a fit <= 0)."""
+    """(a, b) of d_e = a + b q ln T, least squares in ln d_e by Gauss-Newton (nan: a fit <= 0)."""
     # the start: d_e = a + b q ln T, its residuals over d_e
-    b, a = np.polyfit(q * lnT, np.exp(y), 1, w=np.exp(-y))
+    ab = np.polyfit(q * lnT, np.exp(y), 1, w=np.exp(-y))[::-1]
     for _ in range(30):  # Gauss-Newton on ln d_e - ln(a + b q ln T)
-        fit = a + b * q * lnT
+        fit = ab[0] + ab[1] * q * lnT
         if not (fit > 0).all():
             return NAN, NAN
         jacobian = np.stack([1 / fit, q * lnT / fit], 1)
-        residuals = y - np.log(fit)
-        step = np.linalg.lstsq(jacobian, residuals, rcond=None)[0]
-        a = a + step[0]
-        b = b + step[1]
-    return a, b
-
-
-def rms(name, params, lnT, y):
-    """The root mean square of a fit's residuals in ln d_e."""
-    with np.errstate(invalid="ignore", divide="ignore"):  # a fit <= 0 somewhere: nan
-        fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
-    return float(np.sqrt(np.mean((fitted - y) ** 2)))
+        ab = ab + np.linalg.lstsq(jacobian, y - np.log(fit), rcond=None)[0]
+    return ab
 
 
 def width_fits(Ts, des, q):
@@ -309,8 +299,8 @@ def width_fits(Ts, des, q):
     with rms, the root mean square of its residuals; None with fewer than 3 points."""
     if len(Ts) < 3:
         return None
-    lnT = np.log(np.asarray(Ts, float))
-    y = np.log(np.asarray(des, float))
+    lnT = np.log(Ts)
+    y = np.log(des)
     k, lnc = np.polyfit(lnT, y, 1)  # ln d_e = ln c + k ln T
     p, lna = np.polyfit(np.log(lnT), y, 1)  # ln d_e = ln a + p ln ln T
     a, b = theory_fit(lnT, y, q)
@@ -321,8 +311,12 @@ def width_fits(Ts, des, q):
     )
     out = {}
     for name, params in fits.items():
-        floats = {key: float(v) for key, v in params.items()}
-        out[name] = dict(floats, rms=rms(name, params, lnT, y))
+        with np.errstate(
+            invalid="ignore", divide="ignore"
+        ):  # a fit <= 0 somewhere: nan
+            fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
+        rms = np.sqrt(np.mean((fitted - y) ** 2))
+        out[name] = {key: float(v) for key, v in dict(params, rms=rms).items()}
     return out
 
 
@@ -561,11 +555,10 @@ def length_row(k, g, groups, own, predicted):
     key = "loss" if stochastic else "table"
     se = "se" if stochastic else "table_se"
     rise = mean(trained) - mean(value(r["end"], "val") for r in g)
-    known = all(finite(x.get(key)) and finite(x.get(se)) for x in (at_set, at_val))
     best_share = "-"
-    if k != "val" and rise and known:
-        share = (at_set[key] - at_val[key]) / rise
-        share_se = math.hypot(at_set[se], at_val[se]) / abs(rise)
+    if rise:  # 0 at the training set
+        share = (value(at_set, key) - value(at_val, key)) / rise
+        share_se = math.hypot(value(at_set, se), value(at_val, se)) / abs(rise)
         best_share = quoted(share, share_se)
     own_loss = quoted_from(mine, "own", "own_se")
     best_loss = quoted_from(at_set, key, se)
@@ -710,9 +703,7 @@ def interval(row):
     """A critical.json row's "m50 [lo, hi]" ('?': beyond the scan; '-': no row)."""
     if row is None:
         return "-"
-    m50 = scanned(row["m50"])
-    lo = scanned(row["lo"])
-    hi = scanned(row["hi"])
+    m50, lo, hi = [scanned(row[k]) for k in ("m50", "lo", "hi")]
     return f"{m50} [{lo}, {hi}]"
 
 
@@ -841,9 +832,8 @@ def last_quarter(path, row, eps):
     width = row["width"]
     below = []
     settled = "-"
-    tried = []
-    if row["model"] == "fcn":
-        tried = [w for w, _ in row["tried"] if w < (width or math.inf)]
+    fcn = row["model"] == "fcn"
+    tried = [w for w, _ in row["tried"] if fcn and w < (width or math.inf)]
     for m in sorted(tried, reverse=True):
         a, b, end = quarter_vals(path, row, m)
         moved = f"m = {m}: {fmt(a)} → {fmt(b)}"
