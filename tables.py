@@ -492,7 +492,7 @@ def floor_row(g, predicted):
     c = g[0]["config"]
     row = best(predicted, c, "val")
     both = []
-    if finite(row.get("c")) and finite(row.get("alpha")):
+    if row:  # FLOOR's row of the configuration
         pairs = [Report().attempt(family_pair, run, row) for run in g]
         both = [x for x in pairs if x is not None]
     trained = [x[0].mean() for x in both]
@@ -505,14 +505,10 @@ def floor_row(g, predicted):
     return [c["pe"], c["de"], seeds, *losses]
 
 
-def pe_and_de(g):
-    return g[0]["config"]["pe"], g[0]["config"]["de"]
-
-
 def table_floor(name, runs, predicted):
     """Trained models against the family W = c W*, V = alpha V* at FLOOR's best c, alpha."""
-    groups = sorted(configurations(runs), key=pe_and_de)
-    rows = [floor_row(g, predicted) for g in groups]
+    rows = [floor_row(g, predicted) for g in configurations(runs)]
+    rows.sort(key=lambda row: row[:2])  # by pe, then d_e
     caption = (
         f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
         f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
@@ -756,9 +752,8 @@ def needed_row(r, d):
     return [r["T"], de, d + r["de"], floor, tried, r.get("seconds", "-")]
 
 
-def table_needed(path, summary, sweep):
-    """needed_de.json (theory.py --needed-de) per T, the trained sweep.json beside it, and the fits."""
-    s = summary
+def table_needed(path, s, sweep):
+    """needed_de.json (theory.py --needed-de) s per T, the trained sweep.json beside it, and the fits."""
     trained = trained_de(sweep, s["d"]) if sweep else {}
     caption = (
         f"{path.parent.name}: the smallest d_e whose floor of W = c W*, V = α V* (stochastic"
