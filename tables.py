@@ -136,8 +136,7 @@ def own_rows(folder):
     path = folder / THEORY
     if not path.exists():
         return {}
-    rows = read(path)["rows"]
-    return {(tuple(r["runs"]), r["set"]): r for r in rows}
+    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]}
 
 
 def best(predicted, c, k):
@@ -810,15 +809,6 @@ def quarter_vals(path, row, m):
     return a, b, end
 
 
-def settled_word(a, b, eps):
-    """Whether a width moving from a to b settled above eps, or is below it."""
-    if not finite(a - b):
-        return "-"
-    if b <= eps:
-        return "no (below the target)"
-    return "yes" if abs(a - b) < SETTLED else "no"
-
-
 def last_quarter(path, row, eps):
     """The FCN widths below a row's answer, the largest down while each reached eps trained on: the
     seeds' mean val at 3/4 of their longest training ("at" it, if past the budget) and at its end;
@@ -835,9 +825,13 @@ def last_quarter(path, row, eps):
         if end > row["steps"]:
             moved += f" at {end}"
         below.append(moved)
-        settled = settled_word(a, b, eps)
-        if settled != "no (below the target)":
+        if not finite(a - b):
+            settled = "-"
             break
+        if b > eps:
+            settled = "yes" if abs(a - b) < SETTLED else "no"
+            break
+        settled = "no (below the target)"
         width = m
     return ["; ".join(below) or "-", settled, width]
 
