@@ -170,26 +170,26 @@ def family_curves(groups, predicted):
 
 
 def own_model(run, row):
-    """The run's trained (W, V) and its own family's: stochastic PE's W = c W*, V = alpha V* at the
-    run's sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
+    """The run's own family's (W, V): stochastic PE's W = c W*, V = alpha V* at the run's
+    sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
     c = run["config"]
-    W, V = weights(run)
     d = c["d"]
     W_star, V_star = sts.ground_truth(d, c["de"])
     if c["pe"] == "stochastic":
-        c_fit, alpha_fit = sts.family_fit(W, V, d)
-        return (W, V), (c_fit * W_star, alpha_fit * V_star)
+        c_fit, alpha_fit = sts.family_fit(*weights(run), d)
+        return c_fit * W_star, alpha_fit * V_star
     P = pe_of(c).table[:, : c["T"]]
     W_own = row["table_c"] * W_star
-    W_own[d:, d:] = row["table_c"] * metric(row, c["de"], P)
-    return (W, V), (W_own, row["table_alpha"] * V_star)
+    W_own[d:, d:] = row["table_c"] * metric(row, P)
+    return W_own, row["table_alpha"] * V_star
 
 
-def metric(row, d_e, P):
+def metric(row, P):
     """sts.table_metric's M on the table P (d_e x L) at the row's ridge, scaled by L / d_e."""
+    d_e, L = P.shape
     ridge = row["ridge"]
     if ridge is not None:
-        ridge = ridge * P.shape[1] / d_e
+        ridge = ridge * L / d_e
     return sts.table_metric(d_e, P, ridge)
 
 
@@ -203,7 +203,7 @@ def seeds_mean(group, row, k, n):
     seeds = []
     for r in group:
         rng = np.random.default_rng([EVAL_SEED, T])
-        models = own_model(r, row)
+        models = [weights(r), own_model(r, row)]
         seeds.append(pair_losses(models, rng, n, T, q, pe_of(r["config"]), c))
     return np.mean(seeds, 0)
 
@@ -629,7 +629,7 @@ def selection_rows(g, groups, row):
     c = g[0]["config"]
     d = c["d"]
     tables = [pe_of(r["config"]).table for r in g]
-    built = [row["c"] * metric(row, c["de"], P) for P in tables]
+    built = [row["c"] * metric(row, P) for P in tables]
     trained = [weights(r)[0][d:, d:] for r in g]
     ridge = f"c M, ridge {row['ridge']}"
     rows = []
