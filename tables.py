@@ -12,7 +12,6 @@ from rundirs import (
     FLOOR,
     NAN,
     PER_SEED,
-    PREDICTED,
     Report,
     configurations,
     describe,
@@ -93,8 +92,7 @@ def slope(run, name):
     """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
     last = run["log"][-1]["step"]
     first = last - min(WINDOW, last / 2)
-    logged = [r for r in run["log"] if finite(r.get(name))]
-    recent = [r for r in logged if r["step"] >= first]
+    recent = [r for r in run["log"] if r["step"] >= first and finite(r.get(name))]
     if len(recent) <= 2:
         return NAN
     steps = [r["step"] for r in recent]
@@ -108,33 +106,25 @@ def pe_of(c):
     return sts.PositionalEncoding(c["pe"], c["de"], positions, c["seed"])
 
 
-def sequence_losses(model, Z, z_q, target, attend):
-    """Each sequence's loss 1/2 |f - target|^2 under model (W, V)."""
-    W, V = model
-    f = sts.forward(W, V, Z, z_q, attend)[0]
-    return 0.5 * ((f - target) ** 2).sum(-1)
-
-
-def batches(rng, n, T, q, d, pe):
-    """n sequences of sts.sample_batch, CHUNK at a time."""
+def pair_losses(models, rng, n, T, q, pe, c):
+    """Each sequence's loss 1/2 |f - target|^2 (2, n) under the two models (W, V), on n
+    sequences of sts.sample_batch from rng, CHUNK at a time."""
+    out = []
     for lo in range(0, n, CHUNK):
-        yield sts.sample_batch(rng, min(CHUNK, n - lo), T, q, d, pe)
+        b = sts.sample_batch(rng, min(CHUNK, n - lo), T, q, c["d"], pe)
+        fs = [sts.forward(W, V, b.Z, b.z_q, c["attend"])[0] for W, V in models]
+        out.append([0.5 * ((f - b.target) ** 2).sum(-1) for f in fs])
+    return np.concatenate(out, axis=1)
 
 
 def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
     c = run["config"]
-    pe = pe_of(c)
     W_star, V_star = sts.ground_truth(c["d"], c["de"])
     family = (row["c"] * W_star, row["alpha"] * V_star)
-    models = [weights(run), family]
     rng = np.random.default_rng(EVAL_SEED)
     n = min(c.get("n_final", EVAL_N), EVAL_N)
-    out = []
-    for b in batches(rng, n, c["T"], c["q"], c["d"], pe):
-        scored = (b.Z, b.z_q, b.target, c["attend"])
-        out.append([sequence_losses(m, *scored) for m in models])
-    return np.concatenate(out, axis=1)
+    return pair_losses([weights(run), family], rng, n, c["T"], c["q"], pe_of(c), c)
 
 
 def run_names(group):
@@ -146,8 +136,7 @@ def own_rows(folder):
     path = folder / THEORY
     if not path.exists():
         return {}
-    rows = read(path)["rows"]
-    return {(tuple(r["runs"]), r["set"]): r for r in rows}
+    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]}
 
 
 def best(predicted, c, k):
@@ -181,64 +170,42 @@ def family_curves(groups, predicted):
 
 
 def own_model(run, row):
-    """The run's trained (W, V) and its own family's: stochastic PE's W = c W*, V = alpha V* at the
-    run's sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
+    """The run's own family's (W, V): stochastic PE's W = c W*, V = alpha V* at the run's
+    sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
     c = run["config"]
-    W, V = weights(run)
     d = c["d"]
     W_star, V_star = sts.ground_truth(d, c["de"])
     if c["pe"] == "stochastic":
-        c_fit, alpha_fit = sts.family_fit(W, V, d)
-        return (W, V), (c_fit * W_star, alpha_fit * V_star)
+        c_fit, alpha_fit = sts.family_fit(*weights(run), d)
+        return c_fit * W_star, alpha_fit * V_star
     P = pe_of(c).table[:, : c["T"]]
     W_own = row["table_c"] * W_star
-    W_own[d:, d:] = row["table_c"] * metric(row, c["de"], P)
-    return (W, V), (W_own, row["table_alpha"] * V_star)
+    W_own[d:, d:] = row["table_c"] * metric(row, P)
+    return W_own, row["table_alpha"] * V_star
 
 
-def metric(row, d_e, P):
+def metric(row, P):
     """sts.table_metric's M on the table P (d_e x L) at the row's ridge, scaled by L / d_e."""
+    d_e, L = P.shape
     ridge = row["ridge"]
     if ridge is not None:
-        ridge = ridge * P.shape[1] / d_e
+        ridge = ridge * L / d_e
     return sts.table_metric(d_e, P, ridge)
 
 
-def chunk_losses(b, q, models, tables, attend):
-    """(seed, model, sequence) losses of a batch b of T-permutations at its q-subsets: each seed's
-    trained and own model on its table (stochastic: the batch's P, shared by the seeds)."""
-    d = len(b.target[0])
-    T = b.Z.shape[-1]
-    X = b.Z[:, :d]
-    drawn = b.Z[:, d:]
-    mask = np.zeros(b.idx.shape)
-    np.put_along_axis(mask, b.idx[:, :q], 1.0, axis=-1)
-    target = sts.sts_target(X, mask)
-    losses = []
-    for pair, table in zip(models, tables):
-        P = drawn if table is None else np.broadcast_to(table[:, :T], drawn.shape)
-        Z, z_q = sts.embed(X, P, mask)
-        losses.append([sequence_losses(m, Z, z_q, target, attend) for m in pair])
-    return np.array(losses)
-
-
-def theory_losses(group, row, names, n):
-    """{set: (seed, model, sequence) losses}, model 0 the trained run, 1 its own family, on n
-    sequences of the set's T; each sequence's first q positions of one permutation are its
-    q-subset at every q, so a q-set is nested in the training set's sequences."""
+def seeds_mean(group, row, k, n):
+    """(model, sequence) losses at set k, the seeds' mean: model 0 the trained run, 1 its own
+    family, each seed on its own table; every seed's sequences at every q draw the same
+    numbers (a uniform permutation's first q positions are its q-subset), so a q-set is
+    nested in the training set's sequences and the seeds share stochastic PE's P."""
     c = group[0]["config"]
-    models = [own_model(r, row) for r in group]
-    tables = [pe_of(r["config"]).table for r in group]
-    out = {}
-    for k in names:
-        T, q = task(k, c)
+    T, q = task(k, c)
+    seeds = []
+    for r in group:
         rng = np.random.default_rng([EVAL_SEED, T])
-        pe = sts.PositionalEncoding(c["pe"], c["de"], T)
-        # q = T: permutations, each's first q positions its q-subset at every q
-        drawn = batches(rng, n, T, T, c["d"], pe)
-        chunks = [chunk_losses(b, q, models, tables, c["attend"]) for b in drawn]
-        out[k] = np.concatenate(chunks, axis=-1)
-    return out
+        models = [weights(r), own_model(r, row)]
+        seeds.append(pair_losses(models, rng, n, T, q, pe_of(r["config"]), c))
+    return np.mean(seeds, 0)
 
 
 def share_of_rise(at_set, at_val, paired_sets):
@@ -261,15 +228,12 @@ def share_of_rise(at_set, at_val, paired_sets):
 def theory_rows(g, predicted, n):
     """THEORY's rows of a configuration: one a set."""
     c = g[0]["config"]
-    row = predicted.get(("fixed", c["T"], c["q"], c["d"], c["de"]), {})
+    row = best(predicted, dict(c, pe="fixed"), "val")
     if c["pe"] == "fixed" and "table_c" not in row:
         return []
-    names = theory_sets(g)
-    losses = theory_losses(g, row, names, n)
-    each = {k: x.mean(0) for k, x in losses.items()}  # seeds' mean
+    each = {k: seeds_mean(g, row, k, n) for k in theory_sets(g)}
     rows = []
-    for k in names:
-        trained, own = each[k]
+    for k, (trained, own) in each.items():
         cell = dict(runs=list(run_names(g)), set=k, n=n)
         cell["trained"] = float(trained.mean())
         cell["own"] = float(own.mean())
@@ -297,7 +261,7 @@ def theory(folder, runs, predicted, n):
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
 def power_law(T, c, k, **_):
-    return c * np.asarray(T, float) ** k
+    return c * T**k
 
 
 def theory_width(T, a, b, q, **_):
@@ -317,26 +281,16 @@ FORM_WORDS = {
 
 
 def theory_fit(lnT, y, q):
-    """a, b of d_e = a + b q ln T, least squares in ln d_e by Gauss-Newton (nan: a fit <= 0)."""
+    """(a, b) of d_e = a + b q ln T, least squares in ln d_e by Gauss-Newton (nan: a fit <= 0)."""
     # the start: d_e = a + b q ln T, its residuals over d_e
-    b, a = np.polyfit(q * lnT, np.exp(y), 1, w=np.exp(-y))
+    ab = np.polyfit(q * lnT, np.exp(y), 1, w=np.exp(-y))[::-1]
     for _ in range(30):  # Gauss-Newton on ln d_e - ln(a + b q ln T)
-        fit = a + b * q * lnT
+        fit = ab[0] + ab[1] * q * lnT
         if not (fit > 0).all():
             return NAN, NAN
         jacobian = np.stack([1 / fit, q * lnT / fit], 1)
-        residuals = y - np.log(fit)
-        step = np.linalg.lstsq(jacobian, residuals, rcond=None)[0]
-        a = a + step[0]
-        b = b + step[1]
-    return a, b
-
-
-def rms(name, params, lnT, y):
-    """The root mean square of a fit's residuals in ln d_e."""
-    with np.errstate(invalid="ignore", divide="ignore"):  # a fit <= 0 somewhere: nan
-        fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
-    return float(np.sqrt(np.mean((fitted - y) ** 2)))
+        ab = ab + np.linalg.lstsq(jacobian, y - np.log(fit), rcond=None)[0]
+    return ab
 
 
 def width_fits(Ts, des, q):
@@ -344,8 +298,8 @@ def width_fits(Ts, des, q):
     with rms, the root mean square of its residuals; None with fewer than 3 points."""
     if len(Ts) < 3:
         return None
-    lnT = np.log(np.asarray(Ts, float))
-    y = np.log(np.asarray(des, float))
+    lnT = np.log(Ts)
+    y = np.log(des)
     k, lnc = np.polyfit(lnT, y, 1)  # ln d_e = ln c + k ln T
     p, lna = np.polyfit(np.log(lnT), y, 1)  # ln d_e = ln a + p ln ln T
     a, b = theory_fit(lnT, y, q)
@@ -356,8 +310,12 @@ def width_fits(Ts, des, q):
     )
     out = {}
     for name, params in fits.items():
-        floats = {key: float(v) for key, v in params.items()}
-        out[name] = dict(floats, rms=rms(name, params, lnT, y))
+        with np.errstate(
+            invalid="ignore", divide="ignore"
+        ):  # a fit <= 0 somewhere: nan
+            fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
+        rms = np.sqrt(np.mean((fitted - y) ** 2))
+        out[name] = {key: float(v) for key, v in dict(params, rms=rms).items()}
     return out
 
 
@@ -474,8 +432,11 @@ def paired_rows(g, ref, groups, files, gaps):
         return []
     base = same[0]
     seeds = {r["config"]["seed"]: files[r["path"]] for r in base}
-    mine = [r for r in g if r["config"]["seed"] in seeds]
-    per = [(files[r["path"]], seeds[r["config"]["seed"]]) for r in mine]
+    per = [
+        (files[r["path"]], seeds[r["config"]["seed"]])
+        for r in g
+        if r["config"]["seed"] in seeds
+    ]
     pair = f"{label(g, groups)} − {label(base, groups)}"
     rows = []
     for k in sets(g, "T", "q") if per else []:
@@ -528,9 +489,9 @@ def quoted_from(row, key, se):
 def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = g[0]["config"]
-    row = predicted.get(tuple(c[k] for k in PREDICTED), {})
+    row = best(predicted, c, "val")
     both = []
-    if finite(row.get("c")) and finite(row.get("alpha")):
+    if row:  # FLOOR's row of the configuration
         pairs = [Report().attempt(family_pair, run, row) for run in g]
         both = [x for x in pairs if x is not None]
     trained = [x[0].mean() for x in both]
@@ -543,14 +504,10 @@ def floor_row(g, predicted):
     return [c["pe"], c["de"], seeds, *losses]
 
 
-def pe_and_de(g):
-    return g[0]["config"]["pe"], g[0]["config"]["de"]
-
-
 def table_floor(name, runs, predicted):
     """Trained models against the family W = c W*, V = alpha V* at FLOOR's best c, alpha."""
-    groups = sorted(configurations(runs), key=pe_and_de)
-    rows = [floor_row(g, predicted) for g in groups]
+    rows = [floor_row(g, predicted) for g in configurations(runs)]
+    rows.sort(key=lambda row: row[:2])  # by pe, then d_e
     caption = (
         f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
         f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
@@ -593,11 +550,10 @@ def length_row(k, g, groups, own, predicted):
     key = "loss" if stochastic else "table"
     se = "se" if stochastic else "table_se"
     rise = mean(trained) - mean(value(r["end"], "val") for r in g)
-    known = all(finite(x.get(key)) and finite(x.get(se)) for x in (at_set, at_val))
     best_share = "-"
-    if k != "val" and rise and known:
-        share = (at_set[key] - at_val[key]) / rise
-        share_se = math.hypot(at_set[se], at_val[se]) / abs(rise)
+    if rise:  # 0 at the training set
+        share = (value(at_set, key) - value(at_val, key)) / rise
+        share_se = math.hypot(value(at_set, se), value(at_val, se)) / abs(rise)
         best_share = quoted(share, share_se)
     own_loss = quoted_from(mine, "own", "own_se")
     best_loss = quoted_from(at_set, key, se)
@@ -673,7 +629,7 @@ def selection_rows(g, groups, row):
     c = g[0]["config"]
     d = c["d"]
     tables = [pe_of(r["config"]).table for r in g]
-    built = [row["c"] * metric(row, c["de"], P) for P in tables]
+    built = [row["c"] * metric(row, P) for P in tables]
     trained = [weights(r)[0][d:, d:] for r in g]
     ridge = f"c M, ridge {row['ridge']}"
     rows = []
@@ -742,9 +698,7 @@ def interval(row):
     """A critical.json row's "m50 [lo, hi]" ('?': beyond the scan; '-': no row)."""
     if row is None:
         return "-"
-    m50 = scanned(row["m50"])
-    lo = scanned(row["lo"])
-    hi = scanned(row["hi"])
+    m50, lo, hi = [scanned(row[k]) for k in ("m50", "lo", "hi")]
     return f"{m50} [{lo}, {hi}]"
 
 
@@ -797,9 +751,8 @@ def needed_row(r, d):
     return [r["T"], de, d + r["de"], floor, tried, r.get("seconds", "-")]
 
 
-def table_needed(path, summary, sweep):
-    """needed_de.json (theory.py --needed-de) per T, the trained sweep.json beside it, and the fits."""
-    s = summary
+def table_needed(path, s, sweep):
+    """needed_de.json (theory.py --needed-de) s per T, the trained sweep.json beside it, and the fits."""
     trained = trained_de(sweep, s["d"]) if sweep else {}
     caption = (
         f"{path.parent.name}: the smallest d_e whose floor of W = c W*, V = α V* (stochastic"
@@ -856,15 +809,6 @@ def quarter_vals(path, row, m):
     return a, b, end
 
 
-def settled_word(a, b, eps):
-    """Whether a width moving from a to b settled above eps, or is below it."""
-    if not finite(a - b):
-        return "-"
-    if b <= eps:
-        return "no (below the target)"
-    return "yes" if abs(a - b) < SETTLED else "no"
-
-
 def last_quarter(path, row, eps):
     """The FCN widths below a row's answer, the largest down while each reached eps trained on: the
     seeds' mean val at 3/4 of their longest training ("at" it, if past the budget) and at its end;
@@ -873,18 +817,21 @@ def last_quarter(path, row, eps):
     width = row["width"]
     below = []
     settled = "-"
-    tried = []
-    if row["model"] == "fcn":
-        tried = [w for w, _ in row["tried"] if w < (width or math.inf)]
+    fcn = row["model"] == "fcn"
+    tried = [w for w, _ in row["tried"] if fcn and w < (width or math.inf)]
     for m in sorted(tried, reverse=True):
         a, b, end = quarter_vals(path, row, m)
         moved = f"m = {m}: {fmt(a)} → {fmt(b)}"
         if end > row["steps"]:
             moved += f" at {end}"
         below.append(moved)
-        settled = settled_word(a, b, eps)
-        if settled != "no (below the target)":
+        if not finite(a - b):
+            settled = "-"
             break
+        if b > eps:
+            settled = "yes" if abs(a - b) < SETTLED else "no"
+            break
+        settled = "no (below the target)"
         width = m
     return ["; ".join(below) or "-", settled, width]
 
