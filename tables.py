@@ -1115,26 +1115,44 @@ def w_xe_squared(run):
     return float((W[:d, d:] ** 2).sum())
 
 
+def val_set_se(model, n_test):
+    """The steps by which a validation set of n_test sequences, common to the seeds, moves their
+    crossing: the sd over sequences of l(t_1/2) - l(0)/2 at the model's (c, alpha) there (tokens
+    drawn, W_xe left out), over sqrt(n_test), over the model curve's slope at t_1/2."""
+    rows = np.array(model["rows"])
+    t_half = model["t_half"]
+    c = np.interp(t_half, rows[:, 0], rows[:, 2])
+    alpha = np.interp(t_half, rows[:, 0], rows[:, 3])
+    slopes = np.diff(rows[:, 1]) / np.diff(rows[:, 0])
+    slope = np.interp(t_half, rows[1:, 0], slopes)
+    setting = [model[k] for k in ("T", "q", "d", "de")]
+    draws = sts.family_draws("stochastic", *setting)
+    target = draws[2]
+    r = alpha * sts.family_output(draws, c) - target  # f - STS_q
+    moved = 0.5 * (r * r).sum(-1) - 0.25 * (target * target).sum(-1)
+    return float(moved.std() / math.sqrt(n_test) / abs(slope))
+
+
 def plateau_row(folder, gd, g):
     """One row of table_plateau_model: a configuration's measured t_1/2 against PLATEAU's model."""
     cfg = g[0]["config"]
     model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]
     logged = nan_if_none(escape(gd, g)[0])
     halves = nan_if_none([interpolated(run, gd["floor"]) for run in g])
+    seeds_se = np.std(halves, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
+    val_se = val_set_se(model, cfg["n_test"])
+    measured_se = math.hypot(seeds_se, val_se) / mean(halves)
     ratio = mean(halves) / model["t_half"]
-    ratio_se = ratio * model["se"] / model["t_half"]
+    ratio_se = ratio * math.hypot(model["se"] / model["t_half"], measured_se)
     ends = [w_xe_squared(run) for run in g]
-    at_end = model["rows"][-1][-1] if model["steps"] == cfg["steps"] else NAN
+    end = g[0]["summary"]["step"]  # the final weights' step, the same for every seed
+    rows = np.array(model["rows"])
+    at_end = np.interp(end, rows[:, 0], rows[:, -1]) if end <= rows[-1, 0] else NAN
     t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
     measured = [mean_sd(logged, ".0f"), mean_sd(halves, ".1f"), t_half]
+    ratio_cells = [f"{ratio:.3f} ± {ratio_se:.3f}", f"{val_se:.1f}"]
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
-    return [
-        folder,
-        *plateau_setting(g),
-        *measured,
-        f"{ratio:.3f} ± {ratio_se:.3f}",
-        w_xe,
-    ]
+    return [folder, *plateau_setting(g), *measured, *ratio_cells, end, w_xe]
 
 
 def table_plateau_model(experiments):
@@ -1150,9 +1168,14 @@ def table_plateau_model(experiments):
         f" {DYNAMICS}'s floor) and interpolated (between the two logged steps around it,"
         " theory.crossing), over the seeds mean ± s; the model's t½ (theory.sgd_curve: exact"
         " in the tokens, SGD's noise in W_xe from the full per-sequence gradient) ± its se over"
-        " independent draws of the positions; measured (interpolated) over the model, ± the"
-        " model's se alone; ‖W_xe‖², the trained W's token-to-PE block, at the last step: the"
-        " seeds' mean ± s / the model's."
+        " independent draws of the positions; measured (interpolated) over the model ± its se:"
+        " the model's se, the seeds' (s/√seeds; one seed: none) and the validation set's in"
+        " quadrature. The seeds share one validation set of n_test sequences, whose error moves"
+        " all their crossings alike: its se (steps) is the sd over sequences of l(t½) − l(0)/2"
+        " at the model's c, α at t½ (tokens drawn, W_xe left out), over √n_test, over the"
+        " model curve's slope there. ‖W_xe‖², the trained W's token-to-PE block, at the step of"
+        " the runs' final weights: the seeds' mean ± s / the model's there ('-': the model's"
+        " curve stops before it)."
     )
     header = [
         "experiment",
@@ -1160,7 +1183,9 @@ def table_plateau_model(experiments):
         "t½ logged",
         "t½ interpolated",
         "t½ model ± se",
-        "interpolated / model",
-        "‖W_xe‖² at end: measured / model",
+        "interpolated / model ± se",
+        "validation set's se",
+        "final step",
+        "‖W_xe‖² there: measured / model",
     ]
     return markdown(caption, header, rows)

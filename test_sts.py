@@ -599,7 +599,7 @@ def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):
     ]
     for row in rows[2:]:
         curve = theory.family_dynamics(
-            "stochastic", 6, 2, 3, 8, 40, 1.0, 20, 1 / 3, batch=row["batch"]
+            "stochastic", 6, 2, 3, 8, 40, 1.0, 20, batch=row["batch"]
         )
         assert row["rows"][-1] == [40, *curve[:, 40]]
         assert row["t_half"] == theory.escape_step(range(41), curve[0], row["floor"])

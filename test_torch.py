@@ -375,6 +375,20 @@ def test_randomized_pe_with_L_equal_to_T_trains_exactly_as_fixed_pe(tmp_path):
             )
 
 
+def test_the_logged_norm_W_xe_is_the_saved_weights_token_to_pe_block_norm(tmp_path):
+    """norm_W_xe, W's token-to-PE block W[:d, d:] (theory.token_noise's W_xe), in every record;
+    at the last step, the final weights' Frobenius norm; zero at the zero init."""
+    train_tf.main(TINY + ["--pe", "stochastic", "--seed", "1", "--out", str(tmp_path)])
+    run = tmp_path / "stochastic-de8-seed1"
+    records = read_log(run)
+    d = 2  # TINY's --d
+    with np.load(run / "weights_final.npz") as weights:
+        W_xe = weights["W"][:d, d:]
+    assert records[0]["norm_W_xe"] == 0 and records[-1]["step"] == 20
+    assert records[-1]["norm_W_xe"] == pytest.approx(np.linalg.norm(W_xe), rel=1e-6)
+    assert np.linalg.norm(W_xe) > 0  # SGD's noise filled it: not a match of zeros
+
+
 FIG_TINY = TINY + ["--figure-set", "--n-final", "128"]
 
 

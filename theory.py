@@ -68,25 +68,19 @@ def family_dynamics(
     steps,
     lr=1.0,
     anneal_at=None,
-    anneal_factor=1.0,
     n=2048,
     seed=0,
     positions=None,
     batch=None,
 ):
-    """Gradient descent on W = c W*, V = alpha V* from zero on n fixed draws at the runs' schedule:
-    the training curve the family predicts. A GD step's part along W* is <-lr dL/dW, W*> / |W*|^2,
-    and <dL/dW, W*> = dL/dc, so  c <- c - lr dL/dc / d_e,  alpha <- alpha - lr dL/dalpha / d
-    (|W*|^2 = d_e, |V*|^2 = d). With stochastic PE the expected gradient at a family point lies in
-    the family (P's law is invariant under rotations of R^{d_e}): population GD never leaves it.
-    batch: SGD on `batch` sequences a step instead, whose noise fills W's token-to-PE block W_xe.
-    Its per-sequence gradient ~ alpha r s^T (r = f - STS_q, E r_a^2 = 2L/d, E s s^T = q/d_e I) has
-    mean 0 but, once W_xe != 0, the pull alpha^2 (q/d_e) W_xe: the scores gain x_i^T W_xe s, which
-    tilt g by u = W_xe s, so E||g||^2 gains w = E||u||^2 = (q/d_e) |W_xe|^2, a loss alpha^2 w / 2:
+    """Gradient descent on W = c W*, V = alpha V* from zero on n fixed draws, lr then lr/3 from
+    anneal_at. A GD step's part along W* is <-lr dL/dW, W*> / |W*|^2, <dL/dW, W*> = dL/dc: so
+    c <- c - lr dL/dc / d_e, alpha <- alpha - lr dL/dalpha / d. With stochastic PE the expected
+    gradient at a family point lies in the family (P's law is invariant under rotations of
+    R^{d_e}). batch: SGD's model, its noise in W's token-to-PE block W_xe (M = I: per sequence
+    alpha r s^T, pull alpha^2 q/d_e), w = (q/d_e) |W_xe|^2, which lowers alpha's optimum to G/(N + w):
         w <- w (1 - 2 lr alpha^2 q / d_e) + 2 lr^2 alpha^2 L q^2 / (batch d_e)   (-> lr L q / batch)
-    which lowers alpha's optimum G / N to G / (N + w) and so slows c, whose drive is alpha.
-    Returns (loss, c, alpha, se, w), arrays of steps + 1 (before each step, then after the last);
-    se = the n sequences' losses' std / sqrt(n)."""
+    Returns (loss, c, alpha, se, w), arrays of steps + 1; se = the losses' std / sqrt(n)."""
     draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions)
     out = np.zeros((steps + 1, 5))  # rows (loss, c, alpha, se, w), all 0 at first
     for step in range(steps + 1):
@@ -97,7 +91,7 @@ def family_dynamics(
         out[step, 3] = each.std(ddof=1) / n**0.5
         if step == steps:
             break
-        rate = sts.learning_rate(step, lr, anneal_at, anneal_factor)
+        rate = sts.learning_rate(step, lr, anneal_at, 1 / 3)
         out[step + 1, 1] = c - rate * dc / d_e
         out[step + 1, 2] = alpha - rate * (dalpha + alpha * w) / d
         if batch is not None:  # w: the pull back to 0, and SGD's kick
@@ -202,31 +196,20 @@ def token_noise(draws, c, alpha, n=512):
     return E, A, B
 
 
-def sgd_curve(
-    T,
-    q,
-    d,
-    d_e,
-    steps,
-    lr=1.0,
-    batch=None,
-    anneal_at=None,
-    n=8192,
-    seed=0,
-    noise="full",
-):
+def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise="full"):
     """family_dynamics' SGD model on exact_gradient (tokens integrated) with SGD's noise in W_xe
     from token_noise ("full") or from M = I ("identity", family_dynamics' own). Stochastic PE.
     w = (q/d_e) |W_xe|^2 costs alpha^2 m w / 2 and moves as
         w <- w (1 - 2 lr alpha^2 m q / d_e) + lr^2 (q/d_e) E / batch,
     E = E ||dL/dW_xe||^2 of one sequence, m = E tr(M^2) / d (token_noise's; with M = I,
-    E = 2 alpha^2 L q and m = 1). Returns (loss, c, alpha, w), arrays of steps + 1."""
+    E = 2 alpha^2 L q and m = 1). GD (no batch): w stays 0. Returns (loss, c, alpha, w)."""
     draws = curve_draws(T, q, d, d_e, n, seed)
     out = np.zeros((steps + 1, 4))  # rows (loss, c, alpha, w), all 0 at first
     for step in range(steps + 1):
         c, alpha, w = out[step, 1:]
         each, dc, dalpha = exact_gradient(draws, c, alpha, d)
-        spread, A, B = 0.0, q, 0.0  # GD: no noise
+        size = w * d_e / q  # |W_xe|^2
+        spread, A, B = 0.0, 0.0, 0.0  # GD: no noise, and w = 0 costs nothing
         if batch is not None:
             spread, A, B = token_noise(draws, c, alpha)
         A = A / d_e  # token_noise's A, B are times d_e
@@ -236,16 +219,14 @@ def sgd_curve(
             A = q / d_e
             B = 0.0
         kappa = alpha**2 * A + alpha * B  # |W_xe|^2's cost: kappa |W_xe|^2 / 2
-        size = w * d_e / q  # |W_xe|^2
         out[step, 0] = each.mean() + kappa * size / 2
         if step == steps:
             break
         rate = sts.learning_rate(step, lr, anneal_at, 1 / 3)
         kick = 0.0 if batch is None else spread / batch
-        pull = 1 - 2 * rate * kappa
         out[step + 1, 1] = c - rate * dc / d_e
         out[step + 1, 2] = alpha - rate * (dalpha + (2 * alpha * A + B) * size / 2) / d
-        out[step + 1, 3] = w * pull + rate**2 * q / d_e * kick
+        out[step + 1, 3] = w * (1 - 2 * rate * kappa) + rate**2 * q / d_e * kick
     return out.T
 
 
@@ -409,7 +390,7 @@ def dynamics(
     floor = sts.family_floor(kind, T, q, d, d_e, seed=seed, positions=positions)[0]
     batches = [None] if batch is None else [None, batch]  # GD, then SGD
     for n in batches:
-        schedule = (steps, lr, anneal_at, 1 / 3)
+        schedule = (steps, lr, anneal_at)
         curve = family_dynamics(
             kind, T, q, d, d_e, *schedule, seed=seed, positions=positions, batch=n
         )

@@ -1,0 +1,12 @@
+import sys, json, glob
+sys.path.insert(0, "/work/wt-th57")
+import numpy as np, theory
+out, name = sys.argv[1], sys.argv[2]
+floor = json.load(open(f"/work/wt-th57/results/course/plateau/{name}/family_dynamics.json"))["rows"][-1]["floor"]
+hs = []
+for run in sorted(glob.glob(out + "/stochastic*")):
+    log = [json.loads(l) for l in open(run + "/log.jsonl")]
+    st = [r["step"] for r in log]; v = [r["val"] for r in log]
+    h = theory.crossing(st, v, (v[0] + floor) / 2); hs.append(h)
+    print(run.split("/")[-1], round(h, 2))
+hs = np.array(hs); print(f"mean {hs.mean():.2f} s {hs.std(ddof=1):.2f} se {hs.std(ddof=1)/len(hs)**.5:.2f}")
