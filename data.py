@@ -122,7 +122,7 @@ def parts(specs, d_e, longest, device, dtype):
     stochastic PE."""
     shared = {}
     for r, s in enumerate(specs):
-        shared.setdefault((s["seed"], s["pe"], s["positions"]), []).append(r)
+        shared.setdefault((s["seed"], s["pe"], s.get("positions")), []).append(r)
     out = []
     for (seed, kind, L), runs in shared.items():
         table = None
@@ -167,8 +167,8 @@ class Streams:
     def __init__(self, parts, d, d_e, device, dtype, threads=1):
         self.parts = parts
         self.d, self.d_e, self.device, self.dtype = d, d_e, device, dtype
-        self.threads = threads if device.type == "cpu" else 1
-        self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(threads)
         # each part's PE rows: a fresh 35 MB tensor costs ~15 ms of page faults
         self.buffers = [None] * len(parts)
 
@@ -205,7 +205,7 @@ class Streams:
         def work(chunk):
             return self.draw_chunk(index, *chunk, T, q, val, start)
 
-        drawn = self.map(work, chunks)
+        drawn = list(self.pool.map(work, chunks))  # a thread a chunk
         out = []
         for k, (_, _, table, runs) in enumerate(self.parts):
             pieces = zip(*[chunk[k] for chunk in drawn])
@@ -227,12 +227,6 @@ class Streams:
                 self.buffers[k] = torch.empty(
                     size, dtype=self.dtype, device=self.device
                 )
-
-    def map(self, work, chunks):
-        """[work(chunk) for chunk in chunks], a thread a chunk if there are several."""
-        if self.pool and len(chunks) > 1:
-            return list(self.pool.map(work, chunks))
-        return [work(chunk) for chunk in chunks]
 
     def draw_chunk(self, index, lo, hi, T, q, val, start):
         """Sequences lo..hi: each part's (X, idx, target, r), its PE rows drawn into its
