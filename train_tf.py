@@ -163,7 +163,7 @@ FIGURE_SET["query"] = [dict(pe=pe, attend="query") for pe in BOTH]  # as the pap
 FIGURE_SET["random_init"] = [dict(pe="stochastic", init="random", init_scale=0.1)]
 FIGURE_SET["adam"] = [dict(pe=pe, optimizer="adam") for pe in BOTH]  # Figure 5
 # --evaluate scores runs that agree on these together
-SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")
+SHARED = "T q d de test_T test_q dtype".split()
 
 
 # ------------------------------------------------------------ the model, in plain autograd PyTorch
@@ -291,9 +291,11 @@ def evaluate(model, streams, args, n):
     return out
 
 
-def finals(model, streams, args, n):
-    """Per run: summary.json's final losses on n sequences per set with their Monte-Carlo standard
-    errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired differences)."""
+def finals(model, streams, args):
+    """Per run: summary.json's final losses on --n-final sequences per set with their Monte-Carlo
+    standard errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired
+    differences)."""
+    n = args.n_final
     evaluated = evaluate(model, streams, args, n)
     out = []
     for r in range(len(model.W)):
@@ -331,7 +333,7 @@ def train(args, d_e, device):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
         loop(args, specs, model, optimizers, streams, job, bar)
-        finished = finals(model, streams, args, args.n_final)
+        finished = finals(model, streams, args)
         files = [
             (numbers, {"final_losses.npz": arrays}) for numbers, arrays in finished
         ]
@@ -407,7 +409,7 @@ def log(args, model, optimizers, streams, job, step):
 # ---------------------------------------------------------------------------- runs and their flags
 def run_specs(args, d_e):
     """The runs of one d_e: each its config.json's settings (every one resolved) and its "dir"."""
-    dropped = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
+    dropped = "pe positions seed de force out resume figure_set".split()
     base = {k: v for k, v in asdict(args).items() if k not in dropped}
     grid = []  # (folder, settings, seed)
     if args.figure_set:
@@ -454,7 +456,7 @@ def rescore(args, device):
                 W.copy_(torch.as_tensor(saved_W))
                 V.copy_(torch.as_tensor(saved_V))
         streams = new_streams(run_args, specs, shared["de"], device)
-        return finals(model, streams, run_args, args.n_final)
+        return finals(model, streams, run_args)
 
     rundirs.rescore(args.evaluate, SHARED, score, args.n_final)
 
