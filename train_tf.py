@@ -208,10 +208,10 @@ class Model(nn.Module):
         self.V = nn.ParameterList([weights(V) for _, V in inits])
         # each run's training loss summed since the last record: a checkpoint keeps it
         self.register_buffer("loss_sum", weights([0.0] * len(specs)))
-        self.fused = None
-        if args.step == "fused":
-            query = [a == "query" for a in self.attend]
-            self.fused = fused.FusedStep(query, args.threads)
+        query = [a == "query" for a in self.attend]  # the runs that attend [Z z_q]
+        self.fused = (
+            fused.FusedStep(query, args.threads) if args.step == "fused" else None
+        )
 
     def stacked(self):
         """Every run's W (R, D, D) and V (R, d, D)."""
@@ -484,13 +484,15 @@ def check(args, longest):
     sizes += [("test-q", "T", q, args.T) for q in args.test_q]
     sizes += [("test-T", "q", args.q, T) for T in args.test_T]
     for name, other, q, T in sizes:
-        got = f"(got q={q}, T={T}, --{other})"
         message = (
-            f"--{name} must satisfy 1 <= q <= T {got}: pick a smaller q or a longer T"
+            f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): "
+            "pick a smaller q or a longer T"
         )
         require(q <= T, message)
-    got = f"(got {args.n_final} < {args.n_test})"
-    message = f"--n-final must be >= --n-test {got}: raise --n-final or lower --n-test"
+    message = (
+        f"--n-final must be >= --n-test (got {args.n_final} < {args.n_test}): "
+        "raise --n-final or lower --n-test"
+    )
     require(args.n_final >= args.n_test or args.evaluate, message)
     require(
         not (args.resume and args.force),
