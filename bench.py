@@ -34,7 +34,7 @@ from runlog import flag
 class Args:
     device: str = flag("cpu", "where to time the steps", choices=("cpu", "cuda"))
     repeats: int = flag(
-        15, "timed rounds (after 2 untimed warm-up rounds)", type=runlog.number(int, 0)
+        15, "timed rounds (after 2 untimed warm-up rounds)", type=runlog.POSITIVE
     )
     preset: str = flag(
         "paper", "the scale: train_tf.py's preset", choices=("paper", "course")

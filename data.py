@@ -75,13 +75,11 @@ def draw_tokens(gen, token_words, lo, hi, T, q, d, dtype):
     """Tokens X (c, d, T) ~ N(0, I_d), a uniform q-subset idx (c, q) and target (c, d)
     of sequences lo..hi of batch `token_words` (sts.sample_batch's draws)."""
     Xs, idxs = [], []
+    options = dict(generator=gen, device=gen.device)
     for _, c, drawn in seeded(gen, token_words, lo, hi):
-        options = dict(generator=gen, device=gen.device)
-        X = torch.randn(drawn, d, T, dtype=dtype, **options)[:c]
+        Xs.append(torch.randn(drawn, d, T, dtype=dtype, **options)[:c])
         uniform = torch.rand(drawn, T, dtype=torch.float32, **options)[:c]
-        Xs.append(X)
-        subset = uniform.argsort(-1)[:, :q]  # the first q of a uniform order
-        idxs.append(subset)
+        idxs.append(uniform.argsort(-1)[:, :q])  # the first q of a uniform order
     X = torch.cat(Xs)
     idx = torch.cat(idxs)
     chosen = X.gather(2, idx[:, None, :].expand(-1, d, -1))
@@ -108,8 +106,8 @@ def draw_positions(gen, pe_words, lo, hi, T, L):
     uniform and in increasing order (sts.PositionalEncoding("randomized")'s draw), from
     the PE stream."""
     positions = []
+    options = dict(generator=gen, device=gen.device, dtype=torch.float32)
     for _, c, drawn in seeded(gen, pe_words, lo, hi):
-        options = dict(generator=gen, device=gen.device, dtype=torch.float32)
         uniform = torch.rand(drawn, L, **options)[:c]
         first = uniform.argsort(-1)[:, :T]  # the first T of a uniform order, in order
         positions.append(first.sort(-1).values)
@@ -122,7 +120,7 @@ def parts(specs, d_e, longest, device, dtype):
     stochastic PE."""
     shared = {}
     for r, s in enumerate(specs):
-        shared.setdefault((s["seed"], s["pe"], s["positions"]), []).append(r)
+        shared.setdefault((s["seed"], s["pe"], s.get("positions")), []).append(r)
     out = []
     for (seed, kind, L), runs in shared.items():
         table = None
@@ -167,8 +165,8 @@ class Streams:
     def __init__(self, parts, d, d_e, device, dtype, threads=1):
         self.parts = parts
         self.d, self.d_e, self.device, self.dtype = d, d_e, device, dtype
-        self.threads = threads if device.type == "cpu" else 1
-        self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(threads)
         # each part's PE rows: a fresh 35 MB tensor costs ~15 ms of page faults
         self.buffers = [None] * len(parts)
 
@@ -202,10 +200,10 @@ class Streams:
         n = chunks[-1][1] - start
         self.reserve(n, T)
 
-        def work(chunk):
+        def work(chunk):  # a thread a chunk
             return self.draw_chunk(index, *chunk, T, q, val, start)
 
-        drawn = self.map(work, chunks)
+        drawn = list(self.pool.map(work, chunks))
         out = []
         for k, (_, _, table, runs) in enumerate(self.parts):
             pieces = zip(*[chunk[k] for chunk in drawn])
@@ -227,12 +225,6 @@ class Streams:
                 self.buffers[k] = torch.empty(
                     size, dtype=self.dtype, device=self.device
                 )
-
-    def map(self, work, chunks):
-        """[work(chunk) for chunk in chunks], a thread a chunk if there are several."""
-        if self.pool and len(chunks) > 1:
-            return list(self.pool.map(work, chunks))
-        return [work(chunk) for chunk in chunks]
 
     def draw_chunk(self, index, lo, hi, T, q, val, start):
         """Sequences lo..hi: each part's (X, idx, target, r), its PE rows drawn into its

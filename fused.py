@@ -52,7 +52,7 @@ def chunk_forward(G, r, X, idx, W, V, query):
     return f, (p_y, sm, sm_q, vz, vq)
 
 
-def fused_chunk(G, r, X, idx, target, W, V, query, n):
+def fused_chunk(G, r, X, idx, W, V, query, target, n):
     """FusedStep's work on a chunk: the chunk's loss sum (R,) and its backward pass by
     hand: dW[:, :, d:] (R, D, e) and dV (R, d, D) of L = 1/(2n) sum ||f - y||^2."""
     f, (p_y, sm, sm_q, vz, vq) = chunk_forward(G, r, X, idx, W, V, query)
@@ -85,22 +85,29 @@ class FusedStep:
     def __init__(self, query, threads=1):
         self.query = list(query)
         self.threads = threads
-        self.pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        self.pool = ThreadPoolExecutor(threads)
 
     def each_thread(self, chunks, work):
         """work(share) on each thread's share of the chunks; their results."""
         ways = min(self.threads, len(chunks))
         shares = [chunks[k :: self.threads] for k in range(ways)]
-        if len(shares) > 1:
-            return list(self.pool.map(work, shares))
-        return [work(shares[0])]
+        return list(self.pool.map(work, shares))
 
-    def rows(self, part, lo, hi, device):
-        """A part's draws of sequences lo..hi, its runs' indices and attentions."""
-        runs = on_device(part.runs, torch.long, device)
-        query = tuple(self.query[k] for k in part.runs)
-        draws = (part.G, part.r, part.X, part.idx, part.target)
-        return [x[lo:hi] for x in draws], runs, query
+    def pieces(self, batch, share, W, V):
+        """Each part of each chunk lo..hi of a share: (lo, hi, the part's runs, chunk_forward's
+        inputs, the target)."""
+        for lo, hi in share:
+            for part in batch.parts:
+                runs = on_device(part.runs, torch.long, W.device)
+                query = tuple(self.query[k] for k in part.runs)
+                draws = [x[lo:hi] for x in (part.G, part.r, part.X, part.idx)]
+                yield (
+                    lo,
+                    hi,
+                    runs,
+                    (*draws, W[runs], V[runs], query),
+                    part.target[lo:hi],
+                )
 
     def __call__(self, W, V, batch):
         """W (R, D, D), V (R, d, D): each run's mean loss on the batch (R,), and its
@@ -108,17 +115,15 @@ class FusedStep:
         d = V.shape[1]
 
         @torch.no_grad()  # grad mode is per thread: no graph of the hand-made step
-        def work(chunks):  # one thread's chunks, its own sums
+        def work(share):  # one thread's chunks, its own sums
             losses = torch.zeros_like(W[:, 0, 0])
             dW = torch.zeros_like(W)
             dV = torch.zeros_like(V)
-            for lo, hi in chunks:
-                for part in batch.parts:
-                    (G, r, X, idx, y), runs, query = self.rows(part, lo, hi, W.device)
-                    out = fused_chunk(G, r, X, idx, y, W[runs], V[runs], query, batch.n)
-                    losses[runs] += out[0]
-                    dW[runs, :, d:] += out[1]
-                    dV[runs] += out[2]
+            for _, _, runs, inputs, target in self.pieces(batch, share, W, V):
+                out = fused_chunk(*inputs, target, batch.n)
+                losses[runs] += out[0]
+                dW[runs, :, d:] += out[1]
+                dV[runs] += out[2]
             return losses, dW, dV
 
         shares = self.each_thread(batch.chunks, work)
@@ -130,13 +135,10 @@ class FusedStep:
         out = torch.empty(batch.n, W.shape[0], dtype=W.dtype, device=W.device)
 
         @torch.no_grad()
-        def work(chunks):
-            for lo, hi in chunks:
-                for part in batch.parts:
-                    (G, r, X, idx, y), runs, query = self.rows(part, lo, hi, W.device)
-                    f = chunk_forward(G, r, X, idx, W[runs], V[runs], query)[0]
-                    err = f - y[:, None]
-                    out[lo:hi, runs] = 0.5 * (err * err).sum(2)
+        def work(share):
+            for lo, hi, runs, inputs, target in self.pieces(batch, share, W, V):
+                err = chunk_forward(*inputs)[0] - target[:, None]
+                out[lo:hi, runs] = 0.5 * (err * err).sum(2)
 
         self.each_thread(batch.chunks, work)
         return out

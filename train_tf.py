@@ -26,7 +26,7 @@ import fused
 import rundirs
 import runlog
 import sts
-from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
+from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
 
 # ------------------------------------------------------------------------------------- the config
 # --step's default, the faster bench.py measured: fused on the 2-core CPU ; autograd
@@ -162,9 +162,8 @@ FIGURE_SET["query"] = [dict(pe=pe, attend="query") for pe in BOTH]  # as the pap
 # Figure 3
 FIGURE_SET["random_init"] = [dict(pe="stochastic", init="random", init_scale=0.1)]
 FIGURE_SET["adam"] = [dict(pe=pe, optimizer="adam") for pe in BOTH]  # Figure 5
-RUN_KEYS = "pe positions seed attend init init_scale optimizer lr anneal_at anneal_factor".split()
 # --evaluate scores runs that agree on these together
-SHARED = ("T", "q", "d", "de", "test_T", "test_q", "dtype")
+SHARED = "T q d de test_T test_q dtype".split()
 
 
 # ------------------------------------------------------------ the model, in plain autograd PyTorch
@@ -198,7 +197,6 @@ class Model(nn.Module):
 
     def __init__(self, args, d_e, specs, device):
         super().__init__()
-        self.d, self.d_e = args.d, d_e
         self.attend = [s["attend"] for s in specs]
         dtype = getattr(torch, args.dtype)
         inits = [
@@ -210,11 +208,10 @@ class Model(nn.Module):
         self.V = nn.ParameterList([weights(V) for _, V in inits])
         # each run's training loss summed since the last record: a checkpoint keeps it
         self.register_buffer("loss_sum", weights([0.0] * len(specs)))
-        self.fused = None
-        if args.step == "fused":
-            query = [a == "query" for a in self.attend]
-            threads = args.threads if device.type == "cpu" else 1
-            self.fused = fused.FusedStep(query, threads)
+        query = [a == "query" for a in self.attend]  # the runs that attend [Z z_q]
+        self.fused = (
+            fused.FusedStep(query, args.threads) if args.step == "fused" else None
+        )
 
     def stacked(self):
         """Every run's W (R, D, D) and V (R, d, D)."""
@@ -230,14 +227,14 @@ class Model(nn.Module):
         """Each sequence's loss under each run (n, R)."""
         if self.fused:
             return self.fused.losses(*self.stacked(), batch)
-        losses = {}
+        losses = [None] * len(self.W)
         for part in batch.parts:
             P = (part.G * part.r[..., None]).mT  # p_i = g_i / |g_i|    (n, d_e, T)
             Z, z_q = embed(part.X, P, part.idx)
             for r in part.runs:
                 f = forward(self.W[r], self.V[r], Z, z_q, self.attend[r])
                 losses[r] = loss(f, part.target)
-        return torch.stack([losses[r] for r in sorted(losses)], 1)
+        return torch.stack(losses, 1)
 
     def weights(self, r):
         """Run r's weights, for its .npz."""
@@ -256,24 +253,16 @@ def configure_optimizers(model, specs):
 
 
 def checkpoint(model, optimizers):
-    """What a job's checkpoint keeps and --resume loads."""
+    """What a job's checkpoint keeps and --resume loads: the weights, the loss sums, each optimiser."""
     return dict(
-        W=[W.detach() for W in model.W],
-        V=[V.detach() for V in model.V],
-        loss_sum=model.loss_sum,
-        optimizers=[opt.state_dict() for opt in optimizers],
+        model=model.state_dict(), optimizers=[o.state_dict() for o in optimizers]
     )
 
 
-@torch.no_grad()
 def load_checkpoint(model, optimizers, state):
-    for W, W_saved in zip(model.W, state["W"]):
-        W.copy_(W_saved)
-    for V, V_saved in zip(model.V, state["V"]):
-        V.copy_(V_saved)
+    model.load_state_dict(state["model"])
     for opt, saved in zip(optimizers, state["optimizers"]):
         opt.load_state_dict(saved)
-    model.loss_sum.copy_(state["loss_sum"])
 
 
 # ------------------------------------------------------------------------------------ the batches
@@ -302,38 +291,11 @@ def evaluate(model, streams, args, n):
     return out
 
 
-@torch.no_grad()
-def records(model, optimizers, step, seconds, since, evaluated):
-    """Each run's log record at `step`: its losses (train: the mean of the `since` steps since the
-    last record) and its weights against the ground truth and on the family W = c W*, V = alpha V*.
-    """
-    train = (model.loss_sum / since).tolist() if since else [None] * len(optimizers)
-    losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
-    W, V = model.stacked()
-    W_star, V_star = (
-        torch.as_tensor(M).to(W) for M in sts.ground_truth(model.d, model.d_e)
-    )
-    cos_W = sts.cosine(W, W_star).tolist()
-    cos_V = sts.cosine(V, V_star).tolist()
-    norm_W = ((W * W).sum((-2, -1)) ** 0.5).tolist()
-    W_xe = W[:, : model.d, model.d :]  # token-to-PE block: SGD's noise, 0 on the family
-    norm_W_xe = ((W_xe * W_xe).sum((-2, -1)) ** 0.5).tolist()
-    pairs = zip(W.cpu().numpy(), V.cpu().numpy())
-    fits = [sts.family_fit(W_r, V_r, model.d) for W_r, V_r in pairs]
-    out = []
-    for r, opt in enumerate(optimizers):
-        run_losses = runlog.nest([(name, x[r]) for name, x in losses])
-        lr = opt.param_groups[0]["lr"]
-        record = dict(step=step, train_loss=train[r], time=seconds, lr=lr, **run_losses)
-        record.update(cos_W=cos_W[r], cos_V=cos_V[r], norm_W=norm_W[r])
-        record.update(c=fits[r][0], alpha=fits[r][1], norm_W_xe=norm_W_xe[r])
-        out.append(record)
-    return out
-
-
-def finals(model, streams, args, n):
-    """Per run: summary.json's final losses on n sequences per set with their Monte-Carlo standard
-    errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired differences)."""
+def finals(model, streams, args):
+    """Per run: summary.json's final losses on --n-final sequences per set with their Monte-Carlo
+    standard errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired
+    differences)."""
+    n = args.n_final
     evaluated = evaluate(model, streams, args, n)
     out = []
     for r in range(len(model.W)):
@@ -354,7 +316,7 @@ def train(args, d_e, device):
     model = Model(args, d_e, specs, device)
     optimizers = configure_optimizers(model, specs)
     streams = new_streams(args, specs, d_e, device)
-    job = new_job(args, specs, d_e, device)
+    job = new_job(args, specs, d_e)
     if job.finished():
         return print(
             f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume"
@@ -371,7 +333,7 @@ def train(args, d_e, device):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
         loop(args, specs, model, optimizers, streams, job, bar)
-        finished = finals(model, streams, args, args.n_final)
+        finished = finals(model, streams, args)
         files = [
             (numbers, {"final_losses.npz": arrays}) for numbers, arrays in finished
         ]
@@ -403,14 +365,42 @@ def loop(args, specs, model, optimizers, streams, job, bar):
         bar.update()
 
 
+@torch.no_grad()
 def log(args, model, optimizers, streams, job, step):
-    """Each run's record at `step` into its log; a diverging run stops alone."""
+    """Each run's record at `step` into its log: its losses (train: the mean since the last record)
+    and its weights against the ground truth and on the family W = c W*, V = alpha V*; a diverging
+    run stops alone."""
     last = max((record["step"] for record in job.records if record), default=step)
+    train = (
+        (model.loss_sum / (step - last)).tolist()
+        if step > last
+        else [None] * len(optimizers)
+    )
     evaluated = evaluate(model, streams, args, args.n_test)
+    losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
     seconds = round(time.time() - job.t0, 3)
-    start_loss = args.d / (2 * args.q)  # the loss at W = V = 0, divergence's yardstick
-    new = records(model, optimizers, step, seconds, step - last, evaluated)
-    for r, record in enumerate(new):
+    d = args.d
+    W, V = model.stacked()
+    W_star, V_star = (
+        torch.as_tensor(M).to(W) for M in sts.ground_truth(d, W.shape[-1] - d)
+    )
+    W_xe = W[:, :d, d:]  # token-to-PE block: SGD's noise, 0 on the family
+    pairs = zip(W.cpu().numpy(), V.cpu().numpy())
+    c, alpha = zip(*[sts.family_fit(W_r, V_r, d) for W_r, V_r in pairs])
+    columns = dict(
+        cos_W=sts.cosine(W, W_star).tolist(),
+        cos_V=sts.cosine(V, V_star).tolist(),
+        norm_W=((W * W).sum((-2, -1)) ** 0.5).tolist(),
+        c=c,
+        alpha=alpha,
+        norm_W_xe=((W_xe * W_xe).sum((-2, -1)) ** 0.5).tolist(),
+    )
+    start_loss = d / (2 * args.q)  # the loss at W = V = 0, divergence's yardstick
+    for r, opt in enumerate(optimizers):
+        lr = opt.param_groups[0]["lr"]
+        record = dict(step=step, train_loss=train[r], time=seconds, lr=lr)
+        record.update(runlog.nest([(name, x[r]) for name, x in losses]))
+        record.update({k: v[r] for k, v in columns.items()})
         if job.status[r] == "running":
             job.log(r, record, start_loss)
     model.loss_sum.zero_()
@@ -418,48 +408,38 @@ def log(args, model, optimizers, streams, job, step):
 
 # ---------------------------------------------------------------------------- runs and their flags
 def run_specs(args, d_e):
-    """The runs of one d_e: each a dict of RUN_KEYS and its directory."""
-    options = (
-        "attend",
-        "init",
-        "init_scale",
-        "optimizer",
-        "anneal_at",
-        "anneal_factor",
-    )
-    base = {k: getattr(args, k) for k in options}
-    base["positions"] = None
+    """The runs of one d_e: each its config.json's settings (every one resolved) and its "dir"."""
+    dropped = "pe positions seed de force out resume figure_set".split()
+    base = {k: v for k, v in asdict(args).items() if k not in dropped}
     grid = []  # (folder, settings, seed)
     if args.figure_set:
         plain = dict(optimizer="sgd", attend="tokens", init="zero")
         for seed in args.seed:
             for folder, changes in FIGURE_SET.items():
-                grid += [(folder, base | plain | change, seed) for change in changes]
+                grid += [
+                    (folder, plain | change | dict(positions=None), seed)
+                    for change in changes
+                ]
     for pe in [] if args.figure_set else args.pe:
         for L in args.positions if pe == "randomized" else [None]:
-            grid += [("", dict(base, pe=pe, positions=L), seed) for seed in args.seed]
+            grid += [("", dict(pe=pe, positions=L), seed) for seed in args.seed]
     specs = []
-    for folder, spec, seed in grid:
-        lr = args.lr or DEFAULT_LR[spec["optimizer"]]
-        name = runlog.run_name(dict(spec, model="transformer", de=d_e, seed=seed))
-        specs.append(dict(spec, seed=seed, lr=lr, dir=Path(args.out) / folder / name))
+    for folder, settings, seed in grid:
+        spec = base | settings | dict(seed=seed, de=d_e, model="transformer")
+        spec["lr"] = args.lr or DEFAULT_LR[spec["optimizer"]]
+        spec["dir"] = Path(args.out) / folder / runlog.run_name(spec)
+        specs.append(spec)
     return specs
 
 
-def new_job(args, specs, d_e, device):
-    """The runs' runlog.Job: their folders, config.json (every resolved setting), checkpoint."""
-    dropped = ("pe", "positions", "seed", "de", "force", "out", "resume", "figure_set")
-    keep = {k: v for k, v in asdict(args).items() if k not in dropped}
-    configs = []
-    for s in specs:
-        run = {k: s[k] for k in RUN_KEYS}
-        configs.append(
-            dict(keep, **run, de=d_e, device=str(device), model="transformer")
-        )
-    dirs = [s["dir"] for s in specs]
+def new_job(args, specs, d_e):
+    """The runs' runlog.Job: their folders, config.json, the job's checkpoint."""
+    configs = [{k: v for k, v in spec.items() if k != "dir"} for spec in specs]
+    dirs = [spec["dir"] for spec in specs]
     file = runlog.job_file(args.out, f"de{d_e}", dirs)
-    every = args.checkpoint_every
-    return runlog.Job(dirs, configs, file, args.resume, args.force, every)
+    return runlog.Job(
+        dirs, configs, file, args.resume, args.force, args.checkpoint_every
+    )
 
 
 def rescore(args, device):
@@ -467,10 +447,7 @@ def rescore(args, device):
 
     def score(group):  # runs that agree on SHARED: side by side
         shared = {k: group[0]["config"][k] for k in SHARED}
-        specs = [
-            dict(run["config"], positions=run["config"].get("positions"))
-            for run in group
-        ]
+        specs = [run["config"] for run in group]
         run_args = replace(args, **shared)
         model = Model(run_args, shared["de"], specs, device)
         with torch.no_grad():
@@ -479,7 +456,7 @@ def rescore(args, device):
                 W.copy_(torch.as_tensor(saved_W))
                 V.copy_(torch.as_tensor(saved_V))
         streams = new_streams(run_args, specs, shared["de"], device)
-        return finals(model, streams, run_args, args.n_final)
+        return finals(model, streams, run_args)
 
     rundirs.rescore(args.evaluate, SHARED, score, args.n_final)
 
@@ -506,50 +483,52 @@ def check(args, longest):
     sizes = [("q", "T", args.q, args.T)]
     sizes += [("test-q", "T", q, args.T) for q in args.test_q]
     sizes += [("test-T", "q", args.q, T) for T in args.test_T]
-    rules = []  # (holds, the message if not)
     for name, other, q, T in sizes:
-        got = f"(got q={q}, T={T}, --{other})"
         message = (
-            f"--{name} must satisfy 1 <= q <= T {got}: pick a smaller q or a longer T"
+            f"--{name} must satisfy 1 <= q <= T (got q={q}, T={T}, --{other}): "
+            "pick a smaller q or a longer T"
         )
-        rules.append((q <= T, message))
-    got = f"(got {args.n_final} < {args.n_test})"
-    message = f"--n-final must be >= --n-test {got}: raise --n-final or lower --n-test"
-    rules.append((args.n_final >= args.n_test or args.evaluate, message))
-    message = "--resume and --force exclude each other; pick one"
-    rules.append((not (args.resume and args.force), message))
+        require(q <= T, message)
+    message = (
+        f"--n-final must be >= --n-test (got {args.n_final} < {args.n_test}): "
+        "raise --n-final or lower --n-test"
+    )
+    require(args.n_final >= args.n_test or args.evaluate, message)
+    require(
+        not (args.resume and args.force),
+        "--resume and --force exclude each other; pick one",
+    )
     randomized = "randomized" in args.pe and not args.figure_set
     message = "--positions sets randomized PE's table; add --pe randomized or drop it"
-    rules.append((args.positions is None or randomized, message))
+    require(args.positions is None or randomized, message)
     L = min(args.positions or [longest])
     message = (
         f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
         f"--test-T; got {L}); raise --positions or drop the longer --test-T"
     )
-    rules.append((L >= longest, message))
+    require(L >= longest, message)
     onehot = "onehot" in args.pe and not args.figure_set
-    for d_e in args.de:
+    for d_e in args.de if onehot else []:
         message = (
             f"--de: onehot PE needs d_e >= the largest length {longest} (got d_e={d_e}); "
             "raise --de or use --pe fixed/stochastic"
         )
-        rules.append((not onehot or d_e >= longest, message))
-    runlog.check(rules)
+        require(d_e >= longest, message)
 
 
 def main(argv=None):
     def body():
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
-        args = replace(args, step=args.step or STEP[device.type])
-        # on a CPU, --step fused computes on its own threads; autograd on torch's
-        if device.type == "cpu":
-            torch.set_num_threads(1 if args.step == "fused" else args.threads)
+        step = args.step or STEP[device.type]
+        args = replace(args, step=step, device=str(device))  # config.json's
+        # --step fused computes on its own threads; autograd on torch's
+        torch.set_num_threads(1 if args.step == "fused" else args.threads)
         if args.evaluate:
             return rescore(args, device)
         with runlog.lock(args.out):
             for d_e in args.de:  # under the lock: no other writer comes between
-                new_job(args, run_specs(args, d_e), d_e, device).check()
+                new_job(args, run_specs(args, d_e), d_e).check()
             for d_e in args.de:
                 train(args, d_e, device)
 
