@@ -237,12 +237,9 @@ def below(folder, names):
 def run_dirs(path, found):
     """The run directories at or below path, but those below a folder of SUMMARIES' (found):
     a sweep's runs, which its figure draws."""
-    marks = ["config.json", "log.jsonl"]
-    if not found and any((path / mark).is_file() for mark in marks):
-        return [path]
     searches = {f.parent for f in found}
-    runs = {f.parent for f in below(path, marks) if not searches & set(f.parents)}
-    return sorted(runs)
+    marks = below(path, ["config.json", "log.jsonl"])
+    return sorted({f.parent for f in marks if not searches & set(f.parents)})
 
 
 def find_experiments(paths, report):

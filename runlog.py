@@ -57,7 +57,7 @@ class Unusable(ValueError):
 class Interrupted(KeyboardInterrupt):
     """A signal of SIGNALS, taken as Ctrl-C is: `signum` says which, for summaries and exit code."""
 
-    def __init__(self, signum=signal.SIGINT):
+    def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
 
@@ -185,14 +185,6 @@ def own(name, checkpoint):
     )
 
 
-def check_folder(out):
-    """--out names a folder, or a path whose nearest existing part is a folder."""
-    for part in [Path(out), *Path(out).parents]:
-        if part.exists():
-            require(part.is_dir(), f"--out: {part} is a file; name a folder")
-            return
-
-
 @contextlib.contextmanager
 def lock(*outs):
     """One writer per folder: an exclusive lock on each distinct real folder's .lock while the block
@@ -203,7 +195,9 @@ def lock(*outs):
     with contextlib.ExitStack() as held:
         for out in dict.fromkeys(map(os.path.realpath, outs)):
             path = Path(out) / ".lock"
-            check_folder(out)
+            # --out names a folder, or a path whose nearest existing part is one
+            part = next(p for p in [path.parent, *path.parent.parents] if p.exists())
+            require(part.is_dir(), f"--out: {part} is a file; name a folder")
             path.parent.mkdir(parents=True, exist_ok=True)
             while True:
                 handle = held.enter_context(open(path, "a"))
@@ -585,7 +579,6 @@ def divergence(losses, start_loss):
     bad = next((x for x in losses if not math.isfinite(x)), max(losses, default=0.0))
     if not math.isfinite(bad) or bad > DIVERGED * start_loss:
         return f"loss {bad} is NaN or diverging (start {start_loss:.3g}); lower --lr"
-    return None
 
 
 def closing_line(path, status, step, rec):
@@ -713,7 +706,7 @@ def fail(program, error):
     sys.exit(2)
 
 
-def take(signum, frame=None):
+def take(signum, frame):
     raise Interrupted(signum)
 
 
