@@ -1,18 +1,19 @@
-"""The run API of every training script: run folders, flags, one checkpoint format, exit codes.
+"""The run API of every training script: run folders, flags, checkpoints, exit codes.
 
-A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
-evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
-terminated or failed; its step; its last record and final numbers) and the script's arrays (.npz):
-OWN names them all. A script deletes only those (and its checkpoint and temporaries), only with
---force, and refuses a fresh run in a folder holding anything else. A Job is the runs one process
-trains together: one lock on --out, one checkpoint file holding the whole job (each run's config
-and log as checkpointed, the trainer's state), renamed into place. Exit status (run_command): 0
-finished (a signal that came as the last job finished too), 1 a run diverged, 2 a user's mistake
-(one line naming the flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129
-SIGHUP, each with the command that goes on. Rare faults (a full disk, out of memory, a hand-edited
-file) end in Python's traceback, and lose nothing: files are written whole or not at all, the last
-checkpoint is intact.
-It knows nothing of the models; it imports torch only for a checkpoint or a device.
+A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON
+record per evaluation, flushed as written), summary.json (how the run ended: finished,
+diverged, interrupted, terminated or failed; its step; its last record and final
+numbers) and the script's arrays (.npz): OWN names them all. A script deletes only those
+(and its checkpoint and temporaries), only with --force, and refuses a fresh run in a
+folder holding anything else. A Job is the runs one process trains together: one lock on
+--out, one checkpoint file holding the whole job (each run's config and log as
+checkpointed, the trainer's state), renamed into place. Exit status (run_command): 0
+finished (a signal that came as the last job finished too), 1 a run diverged, 2 a user's
+mistake (one line naming the flag and the fix, before anything is written), 130 Ctrl-C,
+143 SIGTERM, 129 SIGHUP, each with the command that goes on. Rare faults (a full disk,
+out of memory, a hand-edited file) end in Python's traceback, and lose nothing: files
+are written whole or not at all, the last checkpoint is intact. It knows nothing of the
+models; it imports torch only for a checkpoint or a device.
 """
 
 import argparse
@@ -316,8 +317,10 @@ class Job:
         """One run directory, at the door (see check)."""
         for name in OWN:
             regular(path / name)
-        names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
-        foreign = [name for name in names if not own(name, self.file.name)]
+        # glob: none where path is no folder
+        foreign = sorted(
+            p.name for p in path.glob("*") if not own(p.name, self.file.name)
+        )
         require(
             self.resume or not foreign,
             f"--out: {path} holds files a run does not write"
