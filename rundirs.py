@@ -106,10 +106,10 @@ def load_npz(data):
     return {k: x.astype(float) for k, x in arrays.items()}
 
 
-def npz(run, name, fix=None):
+def npz(run, name):
     """The arrays of a run's `name`.npz, in float64; Skip if missing or unreadable."""
     path = run["path"] / f"{name}.npz"
-    return read(path, load_npz, fix or fix_for(run["path"]))
+    return read(path, load_npz, fix_for(run["path"]))
 
 
 def weights(run, when="final"):
@@ -128,7 +128,7 @@ def final_losses(run):
     path = run["path"] / "final_losses.npz"
     if not path.exists():  # a FIFO exists: read() refuses it
         return {}
-    arrays = npz(run, "final_losses", EVALUATE)
+    arrays = read(path, load_npz, EVALUATE)
     n = run["summary"].get("n_final")
     sizes = {len(x) for x in arrays.values()} - {n}
     found = max(sizes, default=0)
@@ -271,16 +271,15 @@ def keep_real(same, report):
     (runlog.run_name), the others reported; none there: none kept."""
     real = [r for r in same if r["path"].name == runlog.run_name(r["config"])]
     copies = ", ".join(str(r["path"]) for r in same if r not in real)
+    name = runlog.run_name(same[0]["config"])
+    why = (
+        f"the same configuration and seed, none named {name}; all left out: keep"
+        " the real one alone"
+    )
     if real:
         why = (
             f"the same configuration and seed as {real[0]['path']}; left out, so that"
             " the seed counts once"
-        )
-    else:
-        name = runlog.run_name(same[0]["config"])
-        why = (
-            f"the same configuration and seed, none named {name}; all left out: keep"
-            " the real one alone"
         )
     report.say("skipped", f"{copies}: {why}")
     return real
@@ -309,10 +308,12 @@ def load_all(experiments, report, dynamics=True):
         runs = [report.attempt(load_run, d, report, then=then, at=d) for d in dirs]
         runs = unique([run for run in runs if run], report)
         predicted = pairs = None
-        if runs and (folder / FLOOR).exists():
-            predicted = report.attempt(load_prediction, folder, runs, at=folder / FLOOR)
-        if dynamics and runs and (folder / DYNAMICS).exists():
-            pairs = report.attempt(load_dynamics, folder, runs, at=folder / DYNAMICS)
+        floor = folder / FLOOR
+        if runs and floor.exists():
+            predicted = report.attempt(load_prediction, floor, runs, at=floor)
+        curves = folder / DYNAMICS
+        if dynamics and runs and curves.exists():
+            pairs = report.attempt(load_dynamics, curves, runs, at=curves)
         same = [f for f in experiments if f.name == folder.name]
         relative = folder.relative_to(os.path.commonpath(same)).as_posix()
         name = folder.name if relative == "." else relative  # "." for a lone folder
@@ -351,9 +352,8 @@ def tested(configs):
     return at
 
 
-def load_prediction(folder, runs):
+def load_prediction(path, runs):
     """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets; Skip if none at a run's."""
-    path = folder / FLOOR
     rows = read(path)["rows"]
     tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
     trained = {floor_key(c, 4) for c in tf}
@@ -376,11 +376,10 @@ def predicts(row, config):
     return plain and same and batch and row["steps"] <= config["steps"]
 
 
-def load_dynamics(folder, runs):
-    """[(rows, group)]: each configuration of plain SGD and its rows of family_dynamics.json
+def load_dynamics(path, runs):
+    """[(rows, group)]: each configuration of plain SGD and its rows of DYNAMICS at path
     (sts.py --dynamics), the population's GD (batch None) first, then SGD's at its batch
     (a row without positions: None); Skip if none."""
-    path = folder / DYNAMICS
     rows = read(path)["rows"]
     pairs = []
     for group in configurations(runs):

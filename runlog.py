@@ -244,6 +244,13 @@ def write(path, contents):
     return write_bytes(path, contents.encode())
 
 
+def kept(path):
+    """A run's log as it is, its last line cut by a kill left out; none: empty."""
+    log = path / "log.jsonl"
+    data = log.read_bytes() if log.exists() else b""
+    return data[: data.rfind(b"\n") + 1]
+
+
 def compared(old, new):
     """The settings in which two configs differ (those that may change on a resume left out)."""
     free = "checkpoint_every threads evaluate".split()
@@ -394,7 +401,7 @@ class Job:
         if resumed:
             self.restore(load)
         elif self.resume:
-            self.logs = [self.kept(path) for path in self.dirs]
+            self.logs = [kept(path) for path in self.dirs]
             print(
                 f"--resume: no checkpoint {self.file}: starting afresh"
                 + " from the records of its log" * any(self.logs),
@@ -443,13 +450,6 @@ class Job:
         self.logs = saved["logs"]
         self.t0 -= saved["seconds"]
         self.saved = time.time()
-
-    @staticmethod
-    def kept(path):
-        """A run's log as it is, its last line cut by a kill left out; none: empty."""
-        log = path / "log.jsonl"
-        data = log.read_bytes() if log.exists() else b""
-        return data[: data.rfind(b"\n") + 1]
 
     def remove(self, path, names):
         """The files `names` of path (a fresh job's), and every temporary of the scripts' files."""
