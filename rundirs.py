@@ -368,8 +368,8 @@ def load_prediction(path, runs):
 
 
 def predicts(row, config):
-    """Whether a DYNAMICS row is the config's: a PLAIN config of its SCHEDULE, no longer than it
-    trained, GD (batch None) or SGD at its batch."""
+    """Whether a DYNAMICS row is the config's: the config PLAIN, the row of its SCHEDULE, no
+    longer than it trained, GD (batch None) or SGD at its batch."""
     plain = all(config.get(k) == v for k, v in PLAIN.items())
     same = all(row.get(k) == config.get(k) for k in SCHEDULE)
     batch = row["batch"] in (None, config["batch"])
