@@ -22,19 +22,20 @@ NEEDS = {
     "fcn": "T q d width seed batch optimizer lr".split(),
 }
 # those of them that are integers
-WHOLE = ("T", "q", "d", "de", "width", "seed", "batch")
+WHOLE = "T q d de width seed batch".split()
 # made by train_fcn.py, train_bool.py, sts.py
-SUMMARIES = ("sweep.json", "critical.json", "needed_de.json")
+SUMMARIES = "sweep.json critical.json needed_de.json".split()
 # the settings legends name, in this order
 VARYING = "pe positions T width depth de optimizer attend init".split()
 # the keys seeds may differ in ("compile": a flag since removed, in the configs of the paper's
 # seed 0; n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
 PER_SEED = "seed threads device compile checkpoint_every n_final evaluate".split()
 FLOOR = "family_floor.json"  # sts.py --floor
-PREDICTED = ("pe", "T", "q", "d", "de")  # its rows' keys
+PREDICTED = "pe T q d de".split()  # its rows' keys
 DYNAMICS = "family_dynamics.json"  # sts.py --dynamics: the curves of a run's SCHEDULE
-SCHEDULE = ("pe", "positions", "T", "q", "d", "de", "lr", "anneal_at")
-PLAIN = dict(optimizer="sgd", init="zero", attend="tokens")  # the runs it predicts
+SCHEDULE = "pe positions T q d de lr anneal_at".split()
+# the runs it predicts: plain SGD, the rate annealed by 1/3
+PLAIN = dict(optimizer="sgd", init="zero", attend="tokens", anneal_factor=1 / 3)
 NAN = float("nan")
 # how legends show a setting; others as key=value
 LEGEND = {"pe": "{} PE", "positions": "L={}"}
@@ -64,17 +65,11 @@ class Report(list):
         try:
             return job(*args)
         except caught as e:
-            self.say("skipped", f"{skip_of(e, at)}{then}")
+            why = f"{at}: {type(e).__name__}: {e} (a malformed file?)"
+            self.say("skipped", f"{e if isinstance(e, Skip) else why}{then}")
 
     def draw(self, *job, **kw):  # a figure or table: counted if drawn
         self.drawn += bool(self.attempt(*job, **kw))
-
-
-def skip_of(error, at):
-    """A Skip's message, or a damaged file's error named at `at`."""
-    if isinstance(error, Skip):
-        return str(error)
-    return f"{at}: {type(error).__name__}: {error} (a malformed file?)"
 
 
 def read(path, parse=json.loads, fix=LEFT_OUT):
@@ -84,11 +79,10 @@ def read(path, parse=json.loads, fix=LEFT_OUT):
     data = runlog.read(path, bytes, fix)  # Unusable (Skip) if missing or irregular
     try:
         return parse(data)
+    except json.JSONDecodeError:
+        raise Skip(f"{path}: not valid JSON; {fix}") from None
     except UNPARSABLE as e:
-        why = f"cannot be read ({type(e).__name__})"
-        if isinstance(e, json.JSONDecodeError):
-            why = "not valid JSON"
-        raise Skip(f"{path}: {why}; {fix}") from None
+        raise Skip(f"{path}: cannot be read ({type(e).__name__}); {fix}") from None
 
 
 def fix_for(run):
@@ -97,15 +91,13 @@ def fix_for(run):
     that nothing resumable is lost."""
     if not (run / "config.json").exists() and not (run / "log.jsonl").exists():
         return f"{run} holds no run: name a run folder"
-    checkpoints = []
     for folder in (run, run.parent, run.parent.parent):
-        checkpoints += sorted(folder.glob("checkpoint-*.pt"))
-    if not checkpoints:
-        return "rerun the run with --force"
-    return (
-        f"{checkpoints[0]} (its job's checkpoint) restores it: rerun the command that"
-        " made it with --resume"
-    )
+        for checkpoint in sorted(folder.glob("checkpoint-*.pt")):
+            return (
+                f"{checkpoint} (its job's checkpoint) restores it: rerun the command that"
+                " made it with --resume"
+            )
+    return "rerun the run with --force"
 
 
 def load_npz(data):
@@ -114,10 +106,10 @@ def load_npz(data):
     return {k: x.astype(float) for k, x in arrays.items()}
 
 
-def npz(run, name, fix=None):
+def npz(run, name):
     """The arrays of a run's `name`.npz, in float64; Skip if missing or unreadable."""
     path = run["path"] / f"{name}.npz"
-    return read(path, load_npz, fix or fix_for(run["path"]))
+    return read(path, load_npz, fix_for(run["path"]))
 
 
 def weights(run, when="final"):
@@ -136,7 +128,7 @@ def final_losses(run):
     path = run["path"] / "final_losses.npz"
     if not path.exists():  # a FIFO exists: read() refuses it
         return {}
-    arrays = npz(run, "final_losses", EVALUATE)
+    arrays = read(path, load_npz, EVALUATE)
     n = run["summary"].get("n_final")
     sizes = {len(x) for x in arrays.values()} - {n}
     found = max(sizes, default=0)
@@ -147,10 +139,6 @@ def final_losses(run):
         Skip,
     )
     return {set_name(k): x for k, x in arrays.items()}
-
-
-def lines_of(data):
-    return data.decode().splitlines()
 
 
 def record_of(line):
@@ -166,7 +154,8 @@ def read_log(path, report, fix=LEFT_OUT):
     """The records of a log.jsonl, flat(); a line cut mid-record (a run killed mid-write, a log
     still being written) or that is no record is left out with a warning."""
     records, bad = [], []
-    for i, line in enumerate(read(path, lines_of, fix), 1):
+    lines = read(path, bytes.decode, fix).splitlines()
+    for i, line in enumerate(lines, 1):
         record = record_of(line)
         if record is not None:
             records.append(record)
@@ -209,10 +198,9 @@ def load_run(path, report):
     summary = {}  # none: still running
     if (path / "summary.json").exists():
         summary = read(path / "summary.json", fix=fix)
-    step = summary.get("step")
     require(
         summary.get("status") != "diverged",  # its curve would run off the axes
-        f"{path / 'summary.json'}: the run diverged at step {step}",
+        f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}",
         Skip,
     )
     losses = [x for record in log for k, x in record.items() if is_loss(k)]
@@ -249,12 +237,9 @@ def below(folder, names):
 def run_dirs(path, found):
     """The run directories at or below path, but those below a folder of SUMMARIES' (found):
     a sweep's runs, which its figure draws."""
-    marks = ("config.json", "log.jsonl")
-    if not found and any((path / mark).is_file() for mark in marks):
-        return [path]
     searches = {f.parent for f in found}
-    runs = {f.parent for f in below(path, marks) if not searches & set(f.parents)}
-    return sorted(runs)
+    marks = below(path, ["config.json", "log.jsonl"])
+    return sorted({f.parent for f in marks if not searches & set(f.parents)})
 
 
 def find_experiments(paths, report):
@@ -286,16 +271,15 @@ def keep_real(same, report):
     (runlog.run_name), the others reported; none there: none kept."""
     real = [r for r in same if r["path"].name == runlog.run_name(r["config"])]
     copies = ", ".join(str(r["path"]) for r in same if r not in real)
+    name = runlog.run_name(same[0]["config"])
+    why = (
+        f"the same configuration and seed, none named {name}; all left out: keep"
+        " the real one alone"
+    )
     if real:
         why = (
             f"the same configuration and seed as {real[0]['path']}; left out, so that"
             " the seed counts once"
-        )
-    else:
-        name = runlog.run_name(same[0]["config"])
-        why = (
-            f"the same configuration and seed, none named {name}; all left out: keep"
-            " the real one alone"
         )
     report.say("skipped", f"{copies}: {why}")
     return real
@@ -314,26 +298,22 @@ def unique(runs, report):
     return sum(copies.values(), [])
 
 
-def load_runs(dirs, report):
-    """The runs of dirs that can be drawn; each that cannot is reported."""
-    then = "; the run is left out (of its configuration's mean too)"
-    runs = [report.attempt(load_run, d, report, then=then, at=d) for d in dirs]
-    return [run for run in runs if run]
-
-
 def load_all(experiments, report, dynamics=True):
     """Each experiment's (folder, name, runs, FLOOR's rows for them, DYNAMICS' pairs
     (dynamics)); its name its folder's, or below the common folder of those of that name
     (randomized/sgd)."""
     loaded = []
+    then = "; the run is left out (of its configuration's mean too)"
     for folder, dirs in sorted(experiments.items()):
-        runs = unique(load_runs(dirs, report), report)
-        predicted = {}
-        if runs and (folder / FLOOR).exists():
-            predicted = report.attempt(load_prediction, folder, runs, at=folder / FLOOR)
-        pairs = None
-        if dynamics and runs and (folder / DYNAMICS).exists():
-            pairs = report.attempt(load_dynamics, folder, runs, at=folder / DYNAMICS)
+        runs = [report.attempt(load_run, d, report, then=then, at=d) for d in dirs]
+        runs = unique([run for run in runs if run], report)
+        predicted = pairs = None
+        floor = folder / FLOOR
+        if runs and floor.exists():
+            predicted = report.attempt(load_prediction, floor, runs, at=floor)
+        curves = folder / DYNAMICS
+        if dynamics and runs and curves.exists():
+            pairs = report.attempt(load_dynamics, curves, runs, at=curves)
         same = [f for f in experiments if f.name == folder.name]
         relative = folder.relative_to(os.path.commonpath(same)).as_posix()
         name = folder.name if relative == "." else relative  # "." for a lone folder
@@ -372,9 +352,8 @@ def tested(configs):
     return at
 
 
-def load_prediction(folder, runs):
+def load_prediction(path, runs):
     """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets; Skip if none at a run's."""
-    path = folder / FLOOR
     rows = read(path)["rows"]
     tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
     trained = {floor_key(c, 4) for c in tf}
@@ -388,37 +367,24 @@ def load_prediction(folder, runs):
     return {floor_key(r): r for r in rows if floor_key(r, 4) in at}
 
 
-def schedule(x):
-    return tuple(x.get(k) for k in SCHEDULE)
-
-
-def plain_sgd(config):
-    """Whether DYNAMICS predicts runs of this config: PLAIN, the rate annealed by 1/3."""
-    plain = all(config.get(k) == v for k, v in PLAIN.items())
-    return plain and config.get("anneal_factor") == 1 / 3
-
-
 def predicts(row, config):
-    """Whether a DYNAMICS row is the config's: its SCHEDULE, no longer than it trained, GD
-    (batch None) or SGD at its batch."""
-    same = schedule(row) == schedule(config)
-    return (
-        same
-        and row["steps"] <= config["steps"]
-        and row["batch"] in (None, config["batch"])
-    )
+    """Whether a DYNAMICS row is the config's: the config PLAIN, the row of its SCHEDULE, no
+    longer than it trained, GD (batch None) or SGD at its batch."""
+    plain = all(config.get(k) == v for k, v in PLAIN.items())
+    same = all(row.get(k) == config.get(k) for k in SCHEDULE)
+    batch = row["batch"] in (None, config["batch"])
+    return plain and same and batch and row["steps"] <= config["steps"]
 
 
-def load_dynamics(folder, runs):
-    """[(rows, group)]: each configuration of plain SGD and its rows of family_dynamics.json
+def load_dynamics(path, runs):
+    """[(rows, group)]: each configuration of plain SGD and its rows of DYNAMICS at path
     (sts.py --dynamics), the population's GD (batch None) first, then SGD's at its batch
     (a row without positions: None); Skip if none."""
-    path = folder / DYNAMICS
     rows = read(path)["rows"]
     pairs = []
     for group in configurations(runs):
         config = group[0]["config"]
-        mine = [r for r in rows if predicts(r, config)] if plain_sgd(config) else []
+        mine = [r for r in rows if predicts(r, config)]
         if mine:
             pairs.append(
                 (sorted(mine, key=lambda row: row["batch"] is not None), group)
@@ -585,12 +551,13 @@ def rescore(paths, shared, score, n):
         if (parent.parent / ".lock").exists():  # a figure set's --out
             folders.append(parent.parent)
     with runlog.lock(*folders):
-        written = []
+        scored = []  # every run's numbers, before any file is written
         for group in groups.values():
-            for run, (final, arrays) in zip(group, score(group)):
-                written.append((run["path"], dict(run["summary"], **final), arrays))
+            scored += zip(group, score(group))
         with runlog.held():  # signals wait for every run's two files
-            for path, summary, arrays in written:
+            for run, (final, arrays) in scored:
+                path = run["path"]
+                summary = dict(run["summary"], **final)
                 runlog.write_npz(path / "final_losses.npz", arrays)
                 runlog.write_json(path / "summary.json", summary)
                 print(

@@ -1,21 +1,24 @@
-"""The run API of every training script: run folders, flags, one checkpoint format, exit codes.
+"""The run API of every training script: run folders, flags, checkpoints, exit codes.
 
-A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON record per
-evaluation, flushed as written), summary.json (how the run ended: finished, diverged, interrupted,
-terminated or failed; its step; its last record and final numbers) and the script's arrays (.npz):
-OWN names them all. A script deletes only those (and its checkpoint and temporaries), only with
---force, and refuses a fresh run in a folder holding anything else. A Job is the runs one process
-trains together: one lock on --out, one checkpoint file holding the whole job (each run's config
-and log as checkpointed, the trainer's state), renamed into place. Exit status (run_command): 0
-finished (a signal that came as the last job finished too), 1 a run diverged, 2 a user's mistake
-(one line naming the flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM, 129
-SIGHUP, each with the command that goes on. Rare faults (a full disk, out of memory, a hand-edited file) end in Python's
-traceback, and lose nothing: files are written whole or not at all, the last checkpoint is intact.
-It knows nothing of the models; it imports torch only for a checkpoint or a device.
+A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON
+record per evaluation, flushed as written), summary.json (how the run ended: finished,
+diverged, interrupted, terminated or failed; its step; its last record and final
+numbers) and the script's arrays (.npz): OWN names them all. A script deletes only those
+(and its checkpoint and temporaries), only with --force, and refuses a fresh run in a
+folder holding anything else. A Job is the runs one process trains together: one lock on
+--out, one checkpoint file holding the whole job (each run's config and log as
+checkpointed, the trainer's state), renamed into place. Exit status (run_command): 0
+finished (a signal that came as the last job finished too), 1 a run diverged, 2 a user's
+mistake (one line naming the flag and the fix, before anything is written), 130 Ctrl-C,
+143 SIGTERM, 129 SIGHUP, each with the command that goes on. Rare faults (a full disk,
+out of memory, a hand-edited file) end in Python's traceback, and lose nothing: files
+are written whole or not at all, the last checkpoint is intact. It knows nothing of the
+models; it imports torch only for a checkpoint or a device.
 """
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import json
@@ -23,29 +26,20 @@ import math
 import os
 import shlex
 import signal
-import stat
 import sys
 import threading
 import time
 from pathlib import Path
 
+# the files a run directory holds
 OWN = (
-    "config.json",
-    "log.jsonl",
-    "summary.json",
-    "weights_init.npz",
-    "weights_final.npz",
-    "final_losses.npz",
-    "critical.json",
-    "critical.csv",
-)  # the files a run directory holds
-DIVERGED = (
-    100.0  # a loss this many times the starting loss d/(2q) means the run has diverged
-)
-GROUPS = (
-    "test_T",
-    "test_q",
-)  # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
+    "config.json log.jsonl summary.json weights_init.npz weights_final.npz"
+    " final_losses.npz critical.json critical.csv"
+).split()
+# a loss this many times the starting loss d/(2q) means the run has diverged
+DIVERGED = 100.0
+# a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
+GROUPS = ("test_T", "test_q")
 SIGNALS = (
     signal.SIGINT,
     signal.SIGTERM,
@@ -64,7 +58,7 @@ class Unusable(ValueError):
 class Interrupted(KeyboardInterrupt):
     """A signal of SIGNALS, taken as Ctrl-C is: `signum` says which, for summaries and exit code."""
 
-    def __init__(self, signum=signal.SIGINT):
+    def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
 
@@ -129,11 +123,8 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
     FIFO, whose read would hang) is Unusable, naming path and then `fix`. A file that cannot be
     read or parsed (cut, hand-edited) raises the reader's or the parser's own error."""
     path = Path(path)
-    try:
-        mode = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        raise Unusable(f"{path}: missing; {fix}") from None
-    require(stat.S_ISREG(mode), f"{path}: not a regular file; {fix}")
+    require(path.exists(), f"{path}: missing; {fix}")
+    require(path.is_file(), f"{path}: not a regular file; {fix}")
     return parse(path.read_bytes())
 
 
@@ -175,12 +166,15 @@ def run_state(path):
 
 
 def finished(path):
-    return run_state(path).split(" at step")[0] == "finished"
+    return run_state(path).startswith("finished")
 
 
 def regular(path):
-    """Whether path is a regular file (a FIFO's read would hang; a folder's would fail)."""
-    return stat.S_ISREG(Path(path).stat().st_mode)
+    """A file of ours, where there is one, is a regular file (a FIFO's read would hang)."""
+    require(
+        path.is_file() or not path.exists(),
+        f"{path}: not a regular file (a FIFO?); move it away, or give another --out",
+    )
 
 
 def own(name, checkpoint):
@@ -192,14 +186,6 @@ def own(name, checkpoint):
     )
 
 
-def check_folder(out):
-    """--out names a folder, or a path whose nearest existing part is a folder."""
-    for part in [Path(out), *Path(out).parents]:
-        if part.exists():
-            require(part.is_dir(), f"--out: {part} is a file; name a folder")
-            return
-
-
 @contextlib.contextmanager
 def lock(*outs):
     """One writer per folder: an exclusive lock on each distinct real folder's .lock while the block
@@ -208,9 +194,11 @@ def lock(*outs):
     import fcntl
 
     with contextlib.ExitStack() as held:
-        for out in dict.fromkeys(os.path.realpath(out) for out in outs):
+        for out in dict.fromkeys(map(os.path.realpath, outs)):
             path = Path(out) / ".lock"
-            check_folder(out)
+            # --out names a folder, or a path whose nearest existing part is one
+            part = next(p for p in [path.parent, *path.parent.parents] if p.exists())
+            require(part.is_dir(), f"--out: {part} is a file; name a folder")
             path.parent.mkdir(parents=True, exist_ok=True)
             while True:
                 handle = held.enter_context(open(path, "a"))
@@ -256,9 +244,16 @@ def write(path, contents):
     return write_bytes(path, contents.encode())
 
 
+def kept(path):
+    """A run's log as it is, its last line cut by a kill left out; none: empty."""
+    log = path / "log.jsonl"
+    data = log.read_bytes() if log.exists() else b""
+    return data[: data.rfind(b"\n") + 1]
+
+
 def compared(old, new):
     """The settings in which two configs differ (those that may change on a resume left out)."""
-    free = ("checkpoint_every", "threads", "evaluate")
+    free = "checkpoint_every threads evaluate".split()
     return [k for k in new if k not in free and old.get(k) != new[k]]
 
 
@@ -286,7 +281,7 @@ class Job:
     adds finals[r]'s to them and writes them as one transaction (see close)."""
 
     def __init__(self, dirs, configs, file, resume=False, force=False, every=300.0):
-        self.dirs = [Path(path) for path in dirs]
+        self.dirs = list(map(Path, dirs))
         self.configs = json.loads(json.dumps(configs))  # as config.json holds them
         self.file = Path(file)
         self.resume = resume
@@ -298,19 +293,14 @@ class Job:
         self.step = 0
         self.caught = None
         self.hold = False
-        self.opened = False
-        self.closed = False
-        self.saved = None
+        self.opened = False  # open, and not yet closed
+        self.saved = -math.inf
 
     def check(self):
         """At the door: a fresh run's directory holds no run (unless --force) and nothing the
         scripts did not write; a --resume has its checkpoint, or its runs finished with these
         flags; another job's checkpoint is named, never lost; no file of ours is a FIFO."""
-        require(
-            not self.file.exists() or regular(self.file),
-            f"{self.file}: not a regular file"
-            " (a FIFO?); move it away, or give another --out",
-        )
+        regular(self.file)
         if self.resume and not self.file.exists() and not self.finished():
             self.check_others()
         for path, config in zip(self.dirs, self.configs):
@@ -323,7 +313,7 @@ class Job:
         family = self.file.name.rsplit("-", 1)[0] + "-*.pt"
         for other in self.file.parent.glob(family):
             runs = "?"
-            if regular(other):
+            if other.is_file():
                 runs = ", ".join(torch.load(other, weights_only=False).get("dirs", "?"))
             raise Unusable(
                 f"--resume: {other} holds the checkpoint of other runs ({runs});"
@@ -332,20 +322,19 @@ class Job:
 
     def check_dir(self, path, config):
         """One run directory, at the door (see check)."""
-        names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
-        for name in filter(lambda name: name in OWN, names):
-            require(
-                regular(path / name),
-                f"{path / name}: not a regular file (a FIFO?); move"
-                " it away, or give another --out",
-            )
-        foreign = [name for name in names if not own(name, self.file.name)]
+        for name in OWN:
+            regular(path / name)
+        # glob: none where path is no folder
+        foreign = sorted(
+            p.name for p in path.glob("*") if not own(p.name, self.file.name)
+        )
         require(
             self.resume or not foreign,
             f"--out: {path} holds files a run does not write"
             f" ({', '.join(foreign[:3])}); give a new or empty folder",
         )
-        held = (path / "log.jsonl").exists() and (path / "log.jsonl").stat().st_size > 0
+        log = path / "log.jsonl"
+        held = log.exists() and log.stat().st_size > 0
         if self.resume and held and not self.file.exists():
             self.check_finished(path, config)
         go_on = (
@@ -412,7 +401,7 @@ class Job:
         if resumed:
             self.restore(load)
         elif self.resume:
-            self.logs = [self.kept(path) for path in self.dirs]
+            self.logs = [kept(path) for path in self.dirs]
             print(
                 f"--resume: no checkpoint {self.file}: starting afresh"
                 + " from the records of its log" * any(self.logs),
@@ -423,9 +412,8 @@ class Job:
         for path in self.dirs:
             path.mkdir(parents=True, exist_ok=True)
             self.remove(path, [] if self.resume else OWN)
-        self.remove(
-            self.file.parent, [] if resumed else [self.file.name]
-        )  # an old job's state
+        # an old job's state
+        self.remove(self.file.parent, [] if resumed else [self.file.name])
         for path, config, log in zip(self.dirs, self.configs, self.logs):
             write_json(path / "config.json", config)
             write_bytes(path / "log.jsonl", log)
@@ -463,18 +451,11 @@ class Job:
         self.t0 -= saved["seconds"]
         self.saved = time.time()
 
-    @staticmethod
-    def kept(path):
-        """A run's log as it is, its last line cut by a kill left out; none: empty."""
-        log = path / "log.jsonl"
-        data = log.read_bytes() if log.exists() else b""
-        return data[: data.rfind(b"\n") + 1]
-
     def remove(self, path, names):
         """The files `names` of path (a fresh job's), and every temporary of the scripts' files."""
         for old in path.iterdir():
-            temporary = old.name.startswith(".") and old.name.endswith(".tmp")
-            if (old.name in names or temporary) and own(old.name, self.file.name):
+            temporary = old.name.endswith(".tmp") and own(old.name, self.file.name)
+            if old.name in names or temporary:
                 old.unlink()
 
     def log(self, r, record, start_loss):
@@ -496,7 +477,7 @@ class Job:
         """The job's checkpoint at `step` with state() (the trainer's), if due (--checkpoint-every),
         forced, or a signal came: then raises Interrupted once it is written."""
         self.step = step
-        due = self.saved is None or time.time() - self.saved > self.every
+        due = time.time() - self.saved > self.every
         if not (force or self.caught or due):
             return
         import torch
@@ -542,7 +523,7 @@ class Job:
         if self.caught and status == "finished":
             raise Interrupted(self.caught)
         self.hold = True
-        self.closed = True
+        self.opened = False
         for r, path in enumerate(self.dirs):
             numbers, files = self.ending(r, status)
             more_numbers, more_files = finals[r] if finals else ({}, {})
@@ -573,7 +554,7 @@ class Job:
 
     def __exit__(self, kind, error, trace):
         try:
-            if self.opened and not self.closed:
+            if self.opened:
                 self.close(ended_by(error), self.step)
         finally:
             for s, handler in self.before.items():
@@ -601,51 +582,39 @@ def divergence(losses, start_loss):
     bad = next((x for x in losses if not math.isfinite(x)), max(losses, default=0.0))
     if not math.isfinite(bad) or bad > DIVERGED * start_loss:
         return f"loss {bad} is NaN or diverging (start {start_loss:.3g}); lower --lr"
-    return None
 
 
 def closing_line(path, status, step, rec):
     """A run's last line: how it ended, and its final numbers with their standard errors and set
     size (those the README quotes), else its last evaluation."""
-    sets = lambda r: [(k, x) for k, x in flat(r).items() if k == "val" or "=" in k]  # noqa: E731
     text = f"{path}: {status}" + ("" if step is None else f" at step {step}")
-    if "final" in rec:
-        se, n = dict(sets(rec["final_se"])), rec["n_final"]
-        return (
-            text
-            + f"; final loss on {n} sequences per set (± its standard error): "
-            + ", ".join(
-                f"{name} {x:.4f} ± {se[name]:.4f}" for name, x in sets(rec["final"])
-            )
-        )
+    if "final" in rec:  # nest()'s sets alone
+        se = flat(rec["final_se"])
+        losses = [f"{k} {x:.4f} ± {se[k]:.4f}" for k, x in flat(rec["final"]).items()]
+        n = rec["n_final"]
+        text += f"; final loss on {n} sequences per set (± its standard error): "
+        return text + ", ".join(losses)
     if "step" not in rec:
         return text + ("; no evaluation was made" if step is not None else "")
-    return (
-        text
-        + f"; last evaluated at step {rec['step']}: "
-        + ", ".join(f"{name} {x:.4f}" for name, x in sets(rec) if x is not None)
-        + (f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else "")
-    )
+    sets = {k: x for k, x in flat(rec).items() if k == "val" or "=" in k}
+    losses = [f"{k} {x:.4f}" for k, x in sets.items() if x is not None]
+    cos = f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""
+    return text + f"; last evaluated at step {rec['step']}: " + ", ".join(losses) + cos
 
 
 # ------------------------------------------------------------------------------------------ flags
 def flag(default, help, **options):
-    """A field of a script's dataclass: its default, --help line and argparse options."""
+    """A field of a script's dataclass: its default (a list copied for each instance), --help
+    line and argparse options."""
     meta = dict(help=help, **options)
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    return dataclasses.field(default_factory=lambda: copy.copy(default), metadata=meta)
 
 
 def number(kind, low, words=None):
-    """An argparse type=: a finite `kind` above low, e.g. number(int, 0) a positive integer."""
-    words = words or " ".join(
-        [
-            "a",
-            "positive" if low == 0 else f"> {low}",
-            "integer" if kind is int else "finite number",
-        ]
-    )
+    """An argparse type=: a finite `kind` above low, e.g. number(int, 0) a positive integer; `words`
+    name it where low is not 0."""
+    kind_name = "integer" if kind is int else "finite number"
+    words = words or f"a positive {kind_name}"
 
     def parse(text):
         with contextlib.suppress(ValueError):  # not a `kind` at all: the same line
@@ -694,15 +663,12 @@ def parser(program, description, presets):
             else shown_default(first)
         )
         if first is False:
-            options.setdefault("action", "store_true")
+            options["action"] = "store_true"
         elif isinstance(first, list):
             options.setdefault("nargs", "+")
-        help_text = options.pop("help") + (
-            "" if first is None or first is False else f" [{shown}]"
-        )
-        p.add_argument(
-            "--" + f.name.replace("_", "-"), default=None, help=help_text, **options
-        )
+        if first is not None and first is not False:
+            options["help"] += f" [{shown}]"
+        p.add_argument(f"--{f.name.replace('_', '-')}", default=None, **options)
     return p
 
 
@@ -743,7 +709,7 @@ def fail(program, error):
     sys.exit(2)
 
 
-def take(signum, frame=None):
+def take(signum, frame):
     raise Interrupted(signum)
 
 
