@@ -76,6 +76,8 @@ plt.rcParams.update(
         "figure.dpi": 150,
         "savefig.bbox": "tight",
         "figure.constrained_layout.use": True,
+        "image.cmap": "RdBu_r",
+        "image.interpolation": "nearest",
     }
 )
 # One colour per meaning in every figure: a PE kind or a model; several configurations of one
@@ -108,16 +110,11 @@ def curve(ax, group, groups, name, f=lambda y: y, **kw):
     band(ax, steps, seeds, color(group, groups), f, **kw)
 
 
-def meaning(group):
-    """What a configuration's colour says: its PE, else its model."""
-    config = group[0]["config"]
-    return config.get("pe") or config.get("model")
-
-
 def color(group, groups):
     """Its PE's (its model's) colour where each configuration has its own, else one of
     OTHERS."""
-    keys = [meaning(g) for g in groups]
+    configs = [g[0]["config"] for g in groups]
+    keys = [c.get("pe") or c["model"] for c in configs]
     i = [id(g) for g in groups].index(id(group))
     own = len(set(keys) & set(COLORS)) == len(keys)
     return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
@@ -126,6 +123,18 @@ def color(group, groups):
 def x_ticks(ax, xs, labels=None):  # ticks at the values drawn alone, no minor ones
     ax.set_xticks(xs, labels or [str(int(x)) for x in xs])
     ax.minorticks_off()
+
+
+def legend_key(ax, style, text, **kw):
+    """A legend entry for what several lines share, drawn nowhere."""
+    ax.plot([], [], style, label=text, **kw)
+
+
+def panels(n, width=1.0, height=1.2, **kw):
+    """A figure of n panels in a row, each width x height PANELs; its axes."""
+    size = (n * width * PANEL[0], height * PANEL[1])
+    fig, axes = plt.subplots(1, n, figsize=size, squeeze=False, **kw)
+    return fig, axes[0]
 
 
 def bars(ax, points, **kw):
@@ -145,7 +154,7 @@ def save(fig, out, name, title):
         for handle, text in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(text, handle)
     if entries:
-        ncols = max(1, min(len(entries), round(width / 2.3)))
+        ncols = min(len(entries), round(width / 2.3))
         fig.legend(
             entries.values(), entries.keys(), loc="outside lower center", ncols=ncols
         )
@@ -177,13 +186,12 @@ def logged(runs, names, what, figure):
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), the cosines."""
     groups, _ = logged(runs, ["train_loss"], "training loss", f"{name}_training")
-    size = (3 * PANEL[0], 1.2 * PANEL[1])
-    fig, (ax_loss, ax_inv, ax_cos) = plt.subplots(1, 3, figsize=size)
+    fig, (ax_loss, ax_inv, ax_cos) = panels(3)
     for g in groups:
         curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
         curve(ax_inv, g, groups, "train_loss", lambda y: 1 / y)
-        for key, ls in (("cos_W", "-"), ("cos_V", "--")):
-            curve(ax_cos, g, groups, key, ls=ls)
+        curve(ax_cos, g, groups, "cos_W")
+        curve(ax_cos, g, groups, "cos_V", ls="--")
     c = runs[0]["config"]
     start = c["d"] / (2 * c["q"])
     ax_loss.axhline(
@@ -195,8 +203,8 @@ def figure_training(runs, out, name):
     top = max(ax_loss.get_ylim()[1], start) * 1.5  # the reference off the edge
     ax_loss.set_ylim(top=top)
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
-    ax_cos.plot([], [], "k-", label="cos(W, W*)")
-    ax_cos.plot([], [], "k--", label="cos(V, V*)")
+    legend_key(ax_cos, "k-", "cos(W, W*)")
+    legend_key(ax_cos, "k--", "cos(V, V*)")
     bottom = min(0, ax_cos.get_ylim()[0])
     ax_cos.set(
         xlabel="step",
@@ -213,8 +221,8 @@ FAMILY_LINES = (
     "W = cW*, V = αV* at the trained c, α (seeds' mean)",
 )
 FIXED_LINES = (
-    "fixed PE's table learned: best W = cM (sts.py; not drawn at 0)",
-    "that W = cM at the training q's c, α (sts.py)",
+    "fixed PE's table learned: best W = cM (theory.py; not drawn at 0)",
+    "that W = cM at the training q's c, α (theory.py)",
 )
 
 
@@ -229,24 +237,23 @@ def family_lines(ax, group, groups, key, curves):
             ax.axhline(y, color=color(group, groups), ls=ls, lw=0.9, label=text)
 
 
-def figure_tests(runs, out, name, group, suffix, curves=None):
+def figure_tests(runs, out, name, group, suffix, curves):
     """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and the
     family's."""
     keys = sets(runs, group)
     groups, names = logged(runs, keys, "validation loss", f"{name}_{suffix}")
-    size = (len(names) * PANEL[0] * 0.8, 1.2 * PANEL[1])
-    fig, axes = plt.subplots(1, len(names), figsize=size, sharey=True, squeeze=False)
+    fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
     trained = f"q={c['q']}"
     if c["model"] == "transformer":
-        trained = f"T={c['T']}, q={c['q']}"
-    for ax, key in zip(axes[0], names):
+        trained = f"T={c['T']}, {trained}"
+    for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            family_lines(ax, g, groups, key, curves or {})
+            family_lines(ax, g, groups, key, curves)
         title = f"val ({trained}, as trained)" if key == "val" else f"test {key}"
         ax.set(xlabel="step", yscale="log", title=title)
-    axes[0][0].set_ylabel(f"validation loss {LOSS}")
+    axes[0].set_ylabel(f"validation loss {LOSS}")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
 
 
@@ -286,36 +293,25 @@ def figure_weights(runs, out, name, report):
     return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
 
 
-def colorbar(ax, image, ticks):
-    """The image's colour scale beside ax, labelled at ticks."""
-    bar = ax.figure.colorbar(image, ax=ax, shrink=0.8)
-    bar.set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
-
-
 def heat(ax, M, d, title, symlog):
     """W, its token | PE borders, its own colour scale: for a trained W symmetric-log, linear
     up to its largest entry off the PE diagonal, which would otherwise wash the rest out."""
     vmax = np.abs(M).max() or 1.0  # an all-zero init: a scale all the same
-    off = vmax
+    norm = Normalize(-vmax, vmax)
+    ticks = [-vmax, 0, vmax]
     if symlog:
         pe_diagonal = np.diag(np.r_[np.zeros(d), np.diag(M)[d:]])
-        off = np.abs(M - pe_diagonal).max()
-    rest = min(max(off, vmax / 1e3), vmax)  # the largest entry off the PE diagonal
-    norm = Normalize(-vmax, vmax)
-    if symlog:
+        off = np.abs(M - pe_diagonal).max()  # the largest entry off the PE diagonal
+        rest = min(max(off, vmax / 1e3), vmax)
         norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax)
-    image = ax.imshow(
-        M, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest"
-    )
+        ticks = sorted({-vmax, -rest, 0, rest, vmax})
+    image = ax.imshow(M, norm=norm, aspect="auto")
     blocks = [(d - 1) / 2, (d + M.shape[1] - 1) / 2]  # the middle of the x and p blocks
     for line, set_ticks in ((ax.axvline, ax.set_xticks), (ax.axhline, ax.set_yticks)):
         line(d - 0.5, color="k", lw=0.6)
         set_ticks(blocks, ["x", "p"])
     ax.set_title(title + " (symlog)" * symlog + " (all 0)" * (not M.any()))
-    ticks = sorted({-vmax, 0, vmax})
-    if symlog:
-        ticks = sorted({-vmax, -rest, 0, rest, vmax})
-    colorbar(ax, image, ticks)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8, ticks=ticks, format="{x:.2g}")
 
 
 def token_block_and_rest(axes, V, d, title):
@@ -323,18 +319,13 @@ def token_block_and_rest(axes, V, d, title):
     vmax = np.abs(V).max() or 1.0
     blocks = (V[:, :d], V[:, d:])
     for ax, block, name, aspect in zip(axes, blocks, "xp", ("equal", "auto")):
-        image = ax.imshow(
-            block,
-            cmap="RdBu_r",
-            norm=Normalize(-vmax, vmax),
-            aspect=aspect,
-            interpolation="nearest",
-        )
+        image = ax.imshow(block, norm=Normalize(-vmax, vmax), aspect=aspect)
         ax.set_xticks([(block.shape[1] - 1) / 2], [name])
         ax.set_yticks([])
     axes[0].set_title("token block", loc="left")
     axes[1].set_title(title + " (all 0)" * (not V.any()))
-    colorbar(axes[1], image, [-vmax, 0, vmax])  # the PE block's, the last drawn
+    ticks = [-vmax, 0, vmax]  # the PE block's, beside it
+    ax.figure.colorbar(image, ax=axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
 
 
 def floor_text(de, mean, n):
@@ -354,15 +345,13 @@ def predicted_line(ax, guess, low, col):
     ax.loglog(x, shown, "--", color=col, lw=0.8)
     for marker, at in (("s", y >= low), ("v", y < low)):
         ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
-    return list(y)
 
 
-def floor_lines(ax, pe, points, guess, low):
-    """A PE's floors against d_e: trained ({d_e: seeds' floors}), the seeds' mean, solid,
-    with a band; predicted (predicted_line); below `low` a triangle at `low`. The floors
-    drawn."""
+def floor_lines(ax, pe, points, low):
+    """A PE's trained floors against d_e ({d_e: seeds' floors}): the seeds' mean, solid, with
+    a band; below `low` a triangle at `low`."""
     de = np.array(sorted(points), float)
-    col = COLORS.get(pe, "k")
+    col = COLORS[pe]
     seeds = [points[x] for x in sorted(points)]
     mean = np.array([np.mean(f) for f in seeds])
     n = max(map(len, seeds))
@@ -376,9 +365,6 @@ def floor_lines(ax, pe, points, guess, low):
         lowest = np.maximum(list(map(min, seeds)), low)
         highest = np.maximum(list(map(max, seeds)), low)
         ax.fill_between(de, lowest, highest, color=col, alpha=0.2)
-    if not guess:
-        return list(mean)
-    return list(mean) + predicted_line(ax, guess, low, col)
 
 
 def floors_by_pe(runs):
@@ -412,18 +398,6 @@ def floor_bottom(by_pe, guess):
     return min(positive or trained) / 3
 
 
-def d_e_ticks(ax, by_pe, guess):
-    """Ticks at the d_e values themselves, no minor labels."""
-    ticks = set()
-    for points in by_pe.values():
-        ticks |= {int(x) for x in points}
-    for rows in guess.values():
-        ticks |= {x for x, _ in rows}
-    ticks = sorted(ticks)
-    ax.set_xticks(ticks, [str(x) for x in ticks])
-    ax.set_xticks([], minor=True)
-
-
 def figure_floor(runs, out, name, predicted):
     """The loss floor against d_e, trained and predicted; what lies below a third of the
     random PEs' lowest (onehot's ~0) is drawn at that height, so that it does not stretch
@@ -436,29 +410,22 @@ def figure_floor(runs, out, name, predicted):
     T = runs[0]["config"]["T"]
     guess = {pe: predicted_floors(predicted, pe, T) for pe in by_pe}
     low = floor_bottom(by_pe, guess)
-    fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.5 * PANEL[1]))
-    shown = []
+    fig, (ax,) = panels(1, 1.8, 1.5)
     for pe in sorted(by_pe):
-        shown += floor_lines(ax, pe, by_pe[pe], guess[pe], low)
-    guessed = any(guess.values())
-    if guessed:  # one legend entry for every PE's prediction
-        ax.plot(
-            [],
-            [],
-            "ks--",
-            label="best of W = cW*, V = αV* (predicted)",
-            mfc="none",
-            ms=4,
-            lw=0.8,
-        )
-    if min(shown) < low:
-        ax.plot([], [], "kv", label=f"below {low:.2g}: drawn at the bottom", ms=5)
-    d_e_ticks(ax, by_pe, guess)
+        floor_lines(ax, pe, by_pe[pe], low)
+        if guess[pe]:
+            predicted_line(ax, guess[pe], low, COLORS[pe])
+    title = "loss floor against d_e"
+    if any(guess.values()):  # one legend entry for every PE's prediction
+        text = "best of W = cW*, V = αV* (predicted)"
+        legend_key(ax, "ks--", text, mfc="none", ms=4, lw=0.8)
+        title += ": trained (solid) vs predicted (dashed)"
+    if any(low in line.get_ydata() for line in ax.lines):  # what lies below: at low
+        legend_key(ax, "kv", f"below {low:.2g}: drawn at the bottom", ms=5)
+    d_e = np.concatenate([line.get_xdata() for line in ax.lines])
+    x_ticks(ax, np.unique(d_e))
     final = all("final" in r["summary"] for r in runs)
     ylabel = "final validation loss" + ("" if final else " (some: last logged)")
-    title = "loss floor against d_e"
-    if guessed:
-        title += ": trained (solid) vs predicted (dashed)"
     ax.set(
         xlabel="PE dimension d_e", ylim=(low / 1.4, None), ylabel=ylabel, title=title
     )
@@ -466,44 +433,36 @@ def figure_floor(runs, out, name, predicted):
     return save(fig, out, f"{name}_floor", caption)
 
 
-def largest_tried(row):
-    return max(width for width, _ in row["tried"])
-
-
 def separation_lines(axes, summary, model, budget):
     """A model's width and parameters against T at one budget (the largest solid), and the
     T it reached nowhere (the largest width tried)."""
-    budgets = summary["budgets"]
     rows = [r for r in summary["rows"] if (r["model"], r["steps"]) == (model, budget)]
     done = [r for r in rows if r["width"] is not None]
     slope = summary["loglog_slope"][model][str(budget)]
-    ls = ("-", "--", ":", "-.")[min(budgets[::-1].index(budget), 3)]
+    larger = summary["budgets"][::-1].index(budget)  # budgets: the largest last
+    ls = ("-", "--", ":", "-.")[min(larger, 3)]
     text = f"{model}, {budget:,} steps"
     if slope is not None:
         text += f" (slope {slope:.2f})"
+    T = [r["T"] for r in done]
     for ax, key in zip(axes, ("width", "params")) if done else ():
-        T, y = np.array([(r["T"], r[key]) for r in done], float).T
-        ax.loglog(T, y, "o", ls=ls, color=COLORS[model], label=text)
-    failed = [
-        (r["T"], largest_tried(r)) for r in rows if r["width"] is None and r["tried"]
-    ]
-    if failed:
-        T, width = np.array(failed, float).T
-        axes[0].loglog(
-            T,
-            width,
-            "^",
-            mfc="none",
-            color=COLORS[model],
-            label=f"{model}: not reached (largest tried)",
+        ax.loglog(
+            T, [r[key] for r in done], "o", ls=ls, color=COLORS[model], label=text
         )
+    failed = f"{model}: not reached (largest tried)"
+    for r in rows:
+        if r["width"] is None and r["tried"]:
+            widest = max(width for width, _ in r["tried"])
+            axes[0].loglog(
+                r["T"], widest, "^", mfc="none", color=COLORS[model], label=failed
+            )
 
 
 def settled_slopes(summary):
     """Each model's slope where the two largest budgets agree, and over which T."""
     parts = []
     for model, at in summary["loglog_slope"].items():
-        settled = at.get("settled") or {}
+        settled = at.get("settled", {})
         if settled.get("slope") is not None:
             parts.append(f"{model} {settled['slope']:.2f} over T = {settled['T']}")
     return ", ".join(parts)
@@ -513,31 +472,23 @@ def figure_separation(summary, out, name):
     """Ours: the smallest width (and parameters) reaching the target loss against T, FCN vs
     ours, a line per training budget (the largest solid); beside the FCN that represents
     the target."""
-    fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.3, PANEL[1] * 1.5))
+    fig, axes = panels(2, 1.3, 1.5)
     budgets = summary["budgets"]
     for model, budget in itertools.product(("fcn", "transformer"), budgets):
         separation_lines(axes, summary, model, budget)
     Ts = np.array(sorted({r["T"] for r in summary["rows"]}), float)
+    represents = "2·T·d: an FCN that represents the target (slope 1)"
     axes[0].loglog(
-        Ts,
-        2 * Ts * summary["d"],
-        color="gray",
-        ls="-.",
-        lw=0.9,
-        label="2·T·d: an FCN that represents the target (slope 1)",
+        Ts, 2 * Ts * summary["d"], "-.", color="gray", lw=0.9, label=represents
     )
     for ax in axes:
         x_ticks(ax, Ts)
+        ax.set_xlabel("sequence length T")
     axes[0].set(
-        xlabel="sequence length T",
         ylabel="width (FCN m; transformer d + d_e)",
         title=f"width to reach loss ≤ {summary['eps']:.3g}",
     )
-    axes[1].set(
-        xlabel="sequence length T",
-        ylabel="parameters",
-        title="parameters at that width",
-    )
+    axes[1].set(ylabel="parameters", title="parameters at that width")
     steps = "/".join(map(str, budgets))
     title = (
         f"{steps} steps × {summary['batch']} sequences, seeds {summary['seeds']};"
@@ -549,10 +500,13 @@ def figure_separation(summary, out, name):
     return save(fig, out, f"{name}_separation", title + partial(summary))
 
 
-def unbounded(
-    row,
-):  # a critical.json row whose m50 lies beyond the scan: a bound unknown
-    return None in (row["m50"], row["lo"], row["hi"])
+def bounds(row):
+    return [row["m50"], row["lo"], row["hi"]]
+
+
+def unbounded(row):
+    """Whether a critical.json row's m50 lies beyond the scan: a bound unknown."""
+    return None in bounds(row)
 
 
 def hparams_text(config):
@@ -567,27 +521,21 @@ def hparams_text(config):
 def figure_critical(summary, out, name):
     """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, its two fits
     and whether they separate; a colour per model, a marker per s."""
-    fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
-    config, rows = summary["config"], summary["rows"]
-    known = []
-    for r in rows:
-        known += [x for x in (r["m50"], r["lo"], r["hi"]) if x is not None]
+    fig, (ax,) = panels(1, 2, 1.6)
+    config = summary["config"]
+    rows = summary["rows"]
+    known = [x for x in np.ravel([bounds(r) for r in rows]) if x is not None]
     scale = known or config["grid"]
     ylim = (min(scale) / 1.5, max(scale) * 2.5)  # room for the arrows
     ss = sorted({r["s"] for r in rows})
     for model, s, mine, fit in by_model_and_s(summary):
         mark = "os^Dv"[ss.index(s) % 5]
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], mark, ylim)
-    ax.plot([], [], "k-", label="fit a + b ln T", lw=0.8)
-    ax.plot([], [], "k:", label="fit c T^k", lw=0.8)
+    legend_key(ax, "k-", "fit a + b ln T", lw=0.8)
+    legend_key(ax, "k:", "fit c T^k", lw=0.8)
     if any(map(unbounded, rows)):
-        ax.plot(
-            [],
-            [],
-            "ko",
-            label="open: m50 beyond the scan, the one bound known",
-            mfc="none",
-        )
+        open_key = "open: m50 beyond the scan, the one bound known"
+        legend_key(ax, "ko", open_key, mfc="none")
     ax.set_xscale("log")
     x_ticks(ax, sorted({r["T"] for r in rows}))
     ax.set(
@@ -624,7 +572,7 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
             f"{fit['better']} fits better" if fit["separated"] else "fits not separated"
         )
         text += f": {verdict} (Δχ² {fit['delta_chi2']:.1f})"
-    points = [(r["T"], r["m50"], r["lo"], r["hi"]) for r in rows if not unbounded(r)]
+    points = [(r["T"], *bounds(r)) for r in rows if not unbounded(r)]
     bounded = np.array(points, float).reshape(-1, 4)
     bars(ax, bounded, fmt=mark, color=col, ms=4, label=text)
     for r in rows:
@@ -645,8 +593,8 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
 
 def fit_label(form, fit):
     """A width fit's legend: its form, its parameters, its rms."""
-    shown = {k: v for k, v in fit.items() if k not in ("q", "rms")}
-    parameters = ", ".join(f"{k} = {v:.3g}" for k, v in shown.items())
+    shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
+    parameters = ", ".join(shown)
     return f"fit, {FORM_WORDS[form]}:\n{parameters}; rms {fit['rms']:.3f}"
 
 
@@ -677,36 +625,26 @@ def needed_trained(ax, sweep, d):
             ax.plot([t, t], [failed, reached], color=cyan, lw=1)
     if trained:
         steps = max(sweep["budgets"])
-        ax.plot(
-            [],
-            [],
-            "s-",
-            label=f"transformer trained {steps:,} steps: {TRAINED_DE}",
-            ms=4,
-            color=cyan,
-        )
+        text = f"transformer trained {steps:,} steps: {TRAINED_DE}"
+        legend_key(ax, "s-", text, ms=4, color=cyan)
     return [t for t, _ in trained]
 
 
-def figure_needed(summary, out, name, sweep=None):
+def figure_needed(s, out, name, sweep):
     """The d_e whose predicted floor reaches the target against T, its fits, and a
     sweep.json's trained transformer: its first d_e that did, a bar down to the largest
     that did not."""
-    fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
-    s, rows, blue = summary, summary["rows"], COLORS["stochastic"]
-    T, de = np.array([(r["T"], r["de"]) for r in rows], float).T
+    fig, (ax,) = panels(1, 2, 1.6)
+    T, de = np.array([(r["T"], r["de"]) for r in s["rows"]], float).T
     ax.set(xscale="log", yscale="log")
-    se = [r["de_se"] if finite(r["de_se"]) else 0 for r in rows]
-    ax.errorbar(T, de, yerr=se, fmt="none", capsize=2, color=blue)
-    ax.plot(
-        T,
-        de,
-        "o",
-        ms=4,
-        color=blue,
-        label="stochastic PE, predicted: the least d_e"
-        " whose floor\n≤ the target (bar: ± the d_e of 1 se of the floor)",
+    se = [r["de_se"] if finite(r["de_se"]) else 0 for r in s["rows"]]
+    text = (
+        "stochastic PE, predicted: the least d_e whose floor\n≤ the target (bar: ± the"
+        " d_e of 1 se of the floor)"
     )
+    blue = COLORS["stochastic"]
+    ax.errorbar(T, de, se, fmt="none", capsize=2, color=blue)
+    ax.plot(T, de, "o", ms=4, color=blue, label=text)
     needed_fits(ax, T, de, s["q"])
     trained = needed_trained(ax, sweep, s["d"])
     ys = ax.get_ylim()
@@ -721,7 +659,7 @@ def figure_needed(summary, out, name, sweep=None):
     title = (
         f"q = {s['q']}, d = {s['d']}, target {s['eps']}·d/(2q); predicted: the floor"
         f" of W = cW*, V = αV*, stochastic PE, {s.get('sequences')} sequences of seed"
-        f" {s.get('seed')} (sts.py --needed-de); fits: least squares in ln d_e, rms: of"
+        f" {s.get('seed')} (theory.py --needed-de); fits: least squares in ln d_e, rms: of"
         " its residuals"
     )
     return save(fig, out, f"{name}_needed_de", title)
@@ -729,9 +667,9 @@ def figure_needed(summary, out, name, sweep=None):
 
 # each PE in figure_positions: its marker, line style and legend entry
 POSITIONS = {
-    "randomized": ("o", "-", "randomized PE, L positions"),
-    "fixed": ("x", "", "fixed PE (L = T)"),
-    "stochastic": ("s", "", "stochastic PE (L → ∞)"),
+    "randomized": dict(marker="o", ls="-", label="randomized PE, L positions"),
+    "fixed": dict(marker="x", ls="", label="fixed PE (L = T)"),
+    "stochastic": dict(marker="s", ls="", label="stochastic PE (L → ∞)"),
 }
 
 
@@ -741,48 +679,41 @@ def position_points(groups, pe, at, key):
     points = []
     for g in groups:
         config = g[0]["config"]
-        if config["pe"] == pe:
+        y = [value(r["end"], key) for r in g]
+        if config["pe"] == pe and np.isfinite(y).all():
             L = at.get(pe, config.get("positions"))
-            points.append((L, [value(r["end"], key) for r in g]))
-    finite_ones = [(x, y) for x, y in sorted(points) if np.isfinite(y).all()]
-    return [(x, np.mean(y), min(y), max(y)) for x, y in finite_ones]
-
-
-def position_bars(ax, points, pe, marker, ls, text):
-    """A PE's points of position_points, if any, in its colour and POSITIONS' style."""
-    if points:
-        style = dict(marker=marker, ls=ls, ms=3.5, lw=1, label=text)
-        bars(ax, points, color=COLORS[pe], **style)
+            points.append((L, np.mean(y), min(y), max(y)))
+    return sorted(points)
 
 
 def table_floor_lines(ax, path, T):
     """table_floor.json's two constructions for randomized PE at length T, against L."""
     rows = [r for r in read(path)["rows"] if r["T"] == T and r["pe"] == "randomized"]
-    points = np.array(
-        sorted((r["positions"], r["table"], r["family"]) for r in rows), float
-    )
-    L = points[:, 0]
-    ax.plot(L, points[:, 1], "k--", lw=0.9, label="best of a W that learns its table")
-    ax.plot(L, points[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*")
+    points = sorted((r["positions"], r["table"], r["family"]) for r in rows)
+    L, table, family = np.array(points, float).T
+    ax.plot(L, table, "k--", lw=0.9, label="best of a W that learns its table")
+    ax.plot(L, family, "k:", lw=0.9, label="best of W = cW*, V = αV*")
 
 
 def figure_positions(runs, out, name):
     """The final loss against the size L of randomized PE's table, a panel per length (its
     PE's colour, fixed PE at L = T, stochastic at L = ∞); in distribution,
     table_floor.json's."""
-    groups, c = configurations(runs), runs[0]["config"]
+    groups = configurations(runs)
+    c = runs[0]["config"]
     randomized = [g for g in groups if g[0]["config"]["pe"] == "randomized"]
     Ls = sorted(g[0]["config"]["positions"] for g in randomized)
     at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}  # L -> ∞ at 4 L_max
     names = sets(runs, "T")
-    size = (len(names) * PANEL[0], 1.2 * PANEL[1])
-    fig, axes = plt.subplots(1, len(names), figsize=size)
+    fig, axes = panels(len(names))
     prediction = runs[0]["path"].parent / "table_floor.json"
     ticks = [c["T"], *Ls, at["stochastic"]]
-    labels = [*map(str, [c["T"], *Ls]), "∞"]
-    for key, ax in zip(names, np.atleast_1d(axes)):
+    labels = [*map(str, ticks[:-1]), "∞"]
+    for key, ax in zip(names, axes):
         for pe, style in POSITIONS.items():
-            position_bars(ax, position_points(groups, pe, at, key), pe, *style)
+            points = position_points(groups, pe, at, key)
+            if points:
+                bars(ax, points, color=COLORS[pe], ms=3.5, lw=1, **style)
         if key == "val" and prediction.exists():
             table_floor_lines(ax, prediction, c["T"])
         title = f"val (T={c['T']}, as trained)" if key == "val" else key
@@ -794,12 +725,12 @@ def figure_positions(runs, out, name):
         x_ticks(ax, ticks, labels)
     caption = (
         describe(c, groups) + "; final losses on common sets; dashed, dotted:"
-        " sts.table_floor's constructions at the training T"
+        " theory.table_floor's constructions at the training T"
     )
     return save(fig, out, f"{name}_positions", caption)
 
 
-def dynamics_lines(axes, mine, group, col):
+def dynamics_lines(axes, mine, col):
     """The family's curves (val, c, α) of a configuration: GD's dashed, SGD's model
     dotted."""
     for row in mine:
@@ -812,22 +743,16 @@ def dynamics_lines(axes, mine, group, col):
 def figure_dynamics(name, pairs, out):
     """The logged val, c and α with theory.family_dynamics' over: GD's dashed, SGD's model
     dotted."""
-    fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
+    fig, axes = panels(3)
     groups = [g for _, g in pairs]
     for mine, g in pairs:
         _, steps, seeds, _ = escape(mine[-1], g)
         col = color(g, groups)
-        for k, ax in enumerate(axes):
-            band(
-                ax,
-                steps,
-                seeds[:, :, k],
-                col,
-                label=label(g, groups) if k == 0 else None,
-            )
-        dynamics_lines(axes, mine, g, col)
-    axes[0].plot([], [], "k--", label="W = cW*, V = αV* by GD (sts.family_dynamics)")
-    axes[0].plot([], [], "k:", label="the same by SGD's model at the runs' n")
+        for k, ax in enumerate(axes):  # one legend entry: save() keeps the first
+            band(ax, steps, seeds[:, :, k], col, label=label(g, groups))
+        dynamics_lines(axes, mine, col)
+    legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
+    legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
     axes[0].set(
         yscale="log", xlabel="step", ylabel=f"validation loss {LOSS}", title="val"
     )
@@ -872,31 +797,19 @@ def plateau_panel(ax, line, k):
     trained seeds'."""
     x = [p[0] for p in line]
     for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
+        rows = [p[1][i] for p in line]
+        steps = [r["t_half"] for r in rows]
+        ax.plot(x, steps, "k" + ls, label=f"{text} (theory.family_dynamics)")
+        closed = [r["t_half_closed"] for r in rows]
         ax.plot(
             x,
-            [p[1][i]["t_half"] for p in line],
-            "k" + ls,
-            label=f"{text} (sts.family_dynamics)",
-        )
-        ax.plot(
-            x,
-            [p[1][i]["t_half_closed"] for p in line],
+            closed,
             ls,
             color="gray",
-            label=f"{text}: closed form (sts.plateau_steps)",
+            label=f"{text}: closed form (theory.plateau_steps)",
         )
-    for xi, _, h in line:
-        if h:
-            mean = np.mean(h)
-            ax.errorbar(
-                xi,
-                mean,
-                [[mean - min(h)], [max(h) - mean]],
-                fmt="o",
-                color=COLORS["stochastic"],
-                ms=3,
-                capsize=2,
-            )
+    trained = [(xi, np.mean(h), min(h), max(h)) for xi, _, h in line if h]
+    bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
     x_ticks(ax, x, [f"{v:g}" for v in x])
 
@@ -906,25 +819,18 @@ def figure_plateau(name, members, out):
     predicted."""
     points = plateau_points(members)
     base = {k: most_common([c[k] for c, *_ in points]) for k in SCANNED}
-    panels = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
+    varied = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
     runlog.require(
-        panels,
+        varied,
         f"{name}: its runs differ in none of {', '.join(SCANNED)}; {name} not drawn",
         Skip,
     )
-    size = (len(panels) * PANEL[0], 1.2 * PANEL[1])
-    fig, axes = plt.subplots(1, len(panels), figsize=size, sharey=True, squeeze=False)
-    for ax, k in zip(axes[0], panels):
+    fig, axes = panels(len(varied), sharey=True)
+    for ax, k in zip(axes, varied):
         plateau_panel(ax, plateau_line(points, base, k), k)
-    axes[0][0].plot(
-        [],
-        [],
-        "o",
-        label="trained (seeds: mean, lowest to highest)",
-        color=COLORS["stochastic"],
-        ms=3,
-    )
-    axes[0][0].set_ylabel("t½ (steps)")
+    text = "trained (seeds: mean, lowest to highest)"
+    legend_key(axes[0], "o", text, color=COLORS["stochastic"], ms=3)
+    axes[0].set_ylabel("t½ (steps)")
     title = (
         f"the plateau around T={base['T']}, d_e={base['de']}, lr={base['lr']},"
         f" q={base['q']}, n={base['batch']}: stochastic PE, SGD from zero"
@@ -933,36 +839,32 @@ def figure_plateau(name, members, out):
 
 
 def transformer_figures(tf, out, name, report, predicted):
-    """The jobs of Figures 1-4 of transformer runs of one d_e, and the floor figure where
-    FLOOR predicts 3 d_e or more at their T."""
+    """Figures 1-4 of transformer runs of one d_e, and the floor figure (the trained d_e
+    against these) where FLOOR predicts 3 d_e or more at their T."""
     curves = family_curves(configurations(tf), predicted)
-    jobs = [(figure_training, tf, out, name)]
+    report.draw(figure_training, tf, out, name)
     for group, suffix in (("T", "length"), ("q", "qtest")):
         if sets(tf, group) != ["val"]:  # some set of that group logged
-            jobs.append((figure_tests, tf, out, name, group, suffix, curves))
-    jobs.append((figure_weights, tf, out, name, report))
+            report.draw(figure_tests, tf, out, name, group, suffix, curves)
+    report.draw(figure_weights, tf, out, name, report)
     T = tf[0]["config"]["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
-        jobs.append(
-            (figure_floor, tf, out, name, predicted)
-        )  # the trained d_e against these
-    return jobs
+        report.draw(figure_floor, tf, out, name, predicted)
 
 
 def draw(name, runs, out, report, predicted):
     """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
-    jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
+    if fcn:
+        report.draw(figure_tests, fcn, out, name, "q", "fcn_training", {})
     tables_sizes = {r["config"].get("positions") for r in tf} - {None}
     if len(tables_sizes) >= 2:
-        jobs.append((figure_positions, tf, out, name))
+        report.draw(figure_positions, tf, out, name)
     elif len({r["config"]["de"] for r in tf}) >= 3:
-        jobs.append((figure_floor, tf, out, name, predicted))
+        report.draw(figure_floor, tf, out, name, predicted)
     elif tf:
-        jobs += transformer_figures(tf, out, name, report, predicted)
-    for job in jobs:
-        report.draw(*job)
+        transformer_figures(tf, out, name, report, predicted)
 
 
 def draw_summary(path, summary, sweep, out):
@@ -1031,13 +933,6 @@ def draw_all(experiments, summaries, out, report):
     draw_summaries(summaries, out, report)
 
 
-def write_theory(experiments, report, n):
-    """--theory: THEORY beside the runs of each folder with a family_floor.json, alone."""
-    for folder, _, runs, predicted, _ in load_all(experiments, report, dynamics=False):
-        if runs and predicted:
-            report.draw(theory, folder, runs, predicted, n)
-
-
 def parser():
     p = runlog.Parser("plots.py", __doc__.split("\n")[0])  # an error: one line, exit 2
     p.add_argument(
@@ -1078,12 +973,18 @@ def main(argv=None):
     if not args.table and out.exists() and not out.is_dir():  # before anything is read
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
-    if args.theory:
-        write_theory(experiments, report, args.theory)
+    if (
+        args.theory
+    ):  # THEORY beside the runs of each folder with a family_floor.json, alone
+        loaded = load_all(experiments, report, dynamics=False)
+        for folder, _, runs, predicted, _ in loaded:
+            if runs and predicted:
+                report.draw(theory, folder, runs, predicted, args.theory)
     else:
         figures = None if args.table else (out, tuple(args.formats))
         draw_all(experiments, summaries, figures, report)
-    print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
+    for line in report:
+        print(line, file=sys.stderr)
     if not report.drawn:
         what = "printed" if args.table else "drawn"
         why = " (every run and summary was skipped, see above)" if report else ""
