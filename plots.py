@@ -265,12 +265,12 @@ def both_weights(run):
 def figure_weights(runs, out, name, report):
     """Figure 3: W and V at init and at the end, a row per configuration (two at most)."""
     groups = configurations(runs)
+    then = f"; not in {name}_weights"
     rows = []
     for g in groups[:2]:
-        then = f"; not in {name}_weights"
         pair = report.attempt(both_weights, g[0], then=then, at=g[0]["path"])
         if pair:
-            rows.append((g[0], pair))
+            rows.append((g[0]["config"], pair))
     if not rows:
         return None
     # W at init and end; V (d x D, far wider than tall) as its token block, square, beside
@@ -279,8 +279,7 @@ def figure_weights(runs, out, name, report):
     fig, axes = plt.subplots(
         len(rows), 6, figsize=size, squeeze=False, width_ratios=widths
     )
-    for row, (run, pair) in zip(axes, rows):
-        c = run["config"]
+    for row, (c, pair) in zip(axes, rows):
         what = f"{c['pe']} PE, seed {c['seed']}"
         for k, when in enumerate(("init", "end")):
             W, V = pair[k]
@@ -328,15 +327,6 @@ def token_block_and_rest(axes, V, d, title):
     ax.figure.colorbar(image, ax=axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
 
 
-def floor_text(de, mean, n):
-    """A PE's legend: its slope against d_e, or its one floor; its seeds."""
-    many = f", {n} seeds" if n > 1 else ""
-    if len(de) == 1:
-        return f"d_e={int(de[0])}{many}: {mean[0]:.2g}"
-    slope = np.polyfit(np.log(de), np.log(mean), 1)[0]
-    return f"slope {slope:.2f}{many}"
-
-
 def predicted_line(ax, guess, low, col):
     """A PE's predicted floors [(d_e, loss)], dashed, open squares; below `low` a triangle
     at `low`."""
@@ -356,7 +346,11 @@ def floor_lines(ax, pe, points, low):
     mean = np.array([np.mean(f) for f in seeds])
     n = max(map(len, seeds))
     under = mean < low
-    text = floor_text(de, mean, n)
+    many = f", {n} seeds" if n > 1 else ""
+    text = f"d_e={int(de[0])}{many}: {mean[0]:.2g}"  # its one floor, else its slope
+    if len(de) > 1:
+        slope = np.polyfit(np.log(de), np.log(mean), 1)[0]
+        text = f"slope {slope:.2f}{many}"
     ax.loglog(
         de, np.where(under, np.nan, mean), "o-", color=col, label=f"{pe} PE ({text})"
     )
@@ -458,16 +452,6 @@ def separation_lines(axes, summary, model, budget):
             )
 
 
-def settled_slopes(summary):
-    """Each model's slope where the two largest budgets agree, and over which T."""
-    parts = []
-    for model, at in summary["loglog_slope"].items():
-        settled = at.get("settled", {})
-        if settled.get("slope") is not None:
-            parts.append(f"{model} {settled['slope']:.2f} over T = {settled['T']}")
-    return ", ".join(parts)
-
-
 def figure_separation(summary, out, name):
     """Ours: the smallest width (and parameters) reaching the target loss against T, FCN vs
     ours, a line per training budget (the largest solid); beside the FCN that represents
@@ -494,9 +478,13 @@ def figure_separation(summary, out, name):
         f"{steps} steps × {summary['batch']} sequences, seeds {summary['seeds']};"
         " slope: least squares, log width on log T"
     )
-    settled = settled_slopes(summary)
+    settled = []  # each model's slope where the two largest budgets agree, over which T
+    for model, at in summary["loglog_slope"].items():
+        both = at.get("settled", {})
+        if both.get("slope") is not None:
+            settled.append(f"{model} {both['slope']:.2f} over T = {both['T']}")
     if settled:
-        title += f"; where the two largest budgets agree: {settled}"
+        title += f"; where the two largest budgets agree: {', '.join(settled)}"
     return save(fig, out, f"{name}_separation", title + partial(summary))
 
 
@@ -515,7 +503,7 @@ def hparams_text(config):
     for model, hparams in config.get("hparams", {}).items():
         settings = ", ".join(f"{k} {v}" for k, v in hparams.items())
         parts.append(f"{model}: {settings}")
-    return "; ".join(parts)
+    return parts
 
 
 def figure_critical(summary, out, name):
@@ -545,13 +533,10 @@ def figure_critical(summary, out, name):
         ylim=ylim,
         title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50",
     )
-    hp = hparams_text(config)
     seeds = len(config.get("seeds", [])) or "?"
-    title = f"{seeds} seeds per grid m, held-out set {config.get('n_test', '?')}"
-    if hp:
-        title += f"; {hp}"
-    title += "; fits weighted by the intervals" + partial(summary)
-    return save(fig, out, f"{name}_critical", title)
+    held_out = f"{seeds} seeds per grid m, held-out set {config.get('n_test', '?')}"
+    parts = [held_out, *hparams_text(config), "fits weighted by the intervals"]
+    return save(fig, out, f"{name}_critical", "; ".join(parts) + partial(summary))
 
 
 def fit_lines(ax, T, fit, ylim, col):
@@ -591,20 +576,16 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
         fit_lines(ax, T, fit, ylim, col)
 
 
-def fit_label(form, fit):
-    """A width fit's legend: its form, its parameters, its rms."""
-    shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
-    parameters = ", ".join(shown)
-    return f"fit, {FORM_WORDS[form]}:\n{parameters}; rms {fit['rms']:.3f}"
-
-
 def needed_fits(ax, T, de, q):
-    """The fits of the needed d_e against T, black: solid, dashed, dotted."""
+    """The fits of the needed d_e against T, black: solid, dashed, dotted; in the legend
+    each its form, its parameters, its rms."""
     fits = width_fits(T, de, q) or {}
     grid = np.geomspace(T.min(), T.max(), 200)
     for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):
         y = WIDTH_FORMS[form](grid, **fit)
-        ax.plot(grid, y, ls, color="k", lw=0.8, label=fit_label(form, fit))
+        shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
+        text = f"fit, {FORM_WORDS[form]}:\n{', '.join(shown)}; rms {fit['rms']:.3f}"
+        ax.plot(grid, y, ls, color="k", lw=0.8, label=text)
 
 
 TRAINED_DE = (
@@ -686,23 +667,13 @@ def position_points(groups, pe, at, key):
     return sorted(points)
 
 
-def table_floor_lines(ax, path, T):
-    """table_floor.json's two constructions for randomized PE at length T, against L."""
-    rows = [r for r in read(path)["rows"] if r["T"] == T and r["pe"] == "randomized"]
-    points = sorted((r["positions"], r["table"], r["family"]) for r in rows)
-    L, table, family = np.array(points, float).T
-    ax.plot(L, table, "k--", lw=0.9, label="best of a W that learns its table")
-    ax.plot(L, family, "k:", lw=0.9, label="best of W = cW*, V = αV*")
-
-
 def figure_positions(runs, out, name):
     """The final loss against the size L of randomized PE's table, a panel per length (its
     PE's colour, fixed PE at L = T, stochastic at L = ∞); in distribution,
     table_floor.json's."""
     groups = configurations(runs)
     c = runs[0]["config"]
-    randomized = [g for g in groups if g[0]["config"]["pe"] == "randomized"]
-    Ls = sorted(g[0]["config"]["positions"] for g in randomized)
+    Ls = sorted({r["config"].get("positions") for r in runs} - {None})
     at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}  # L -> ∞ at 4 L_max
     names = sets(runs, "T")
     fig, axes = panels(len(names))
@@ -714,30 +685,24 @@ def figure_positions(runs, out, name):
             points = position_points(groups, pe, at, key)
             if points:
                 bars(ax, points, color=COLORS[pe], ms=3.5, lw=1, **style)
-        if key == "val" and prediction.exists():
-            table_floor_lines(ax, prediction, c["T"])
         title = f"val (T={c['T']}, as trained)" if key == "val" else key
-        ylabel = f"final loss {LOSS}" * (key == "val")
-        ax.set(
-            xscale="log", xlabel="positions in the table, L", ylabel=ylabel, title=title
-        )
+        ax.set(xscale="log", xlabel="positions in the table, L", title=title)
         ax.margins(y=0.12)
         x_ticks(ax, ticks, labels)
+    axes[0].set_ylabel(f"final loss {LOSS}")
+    if prediction.exists():  # in distribution (val): randomized PE's constructions at T
+        rows = [r for r in read(prediction)["rows"] if r["pe"] == "randomized"]
+        points = [
+            (r["positions"], r["table"], r["family"]) for r in rows if r["T"] == c["T"]
+        ]
+        L, table, family = np.array(sorted(points), float).T
+        axes[0].plot(L, table, "k--", lw=0.9, label="best of a W that learns its table")
+        axes[0].plot(L, family, "k:", lw=0.9, label="best of W = cW*, V = αV*")
     caption = (
         describe(c, groups) + "; final losses on common sets; dashed, dotted:"
         " theory.table_floor's constructions at the training T"
     )
     return save(fig, out, f"{name}_positions", caption)
-
-
-def dynamics_lines(axes, mine, col):
-    """The family's curves (val, c, α) of a configuration: GD's dashed, SGD's model
-    dotted."""
-    for row in mine:
-        kept = np.array(row["rows"], float).T  # every few steps
-        ls = "--" if row["batch"] is None else ":"
-        for k, ax in enumerate(axes):
-            ax.plot(kept[0], kept[k + 1], color=col, lw=0.9, ls=ls)
 
 
 def figure_dynamics(name, pairs, out):
@@ -748,20 +713,23 @@ def figure_dynamics(name, pairs, out):
     for mine, g in pairs:
         _, steps, seeds, _ = escape(mine[-1], g)
         col = color(g, groups)
-        for k, ax in enumerate(axes):  # one legend entry: save() keeps the first
+        for k, ax in enumerate(
+            axes
+        ):  # (val, c, α); one legend entry: save() keeps the first
             band(ax, steps, seeds[:, :, k], col, label=label(g, groups))
-        dynamics_lines(axes, mine, col)
+            for row in mine:  # the family's: GD's dashed, SGD's model dotted
+                kept = np.array(row["rows"], float).T  # every few steps
+                ls = "--" if row["batch"] is None else ":"
+                ax.plot(kept[0], kept[k + 1], color=col, lw=0.9, ls=ls)
     legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
     legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
-    axes[0].set(
-        yscale="log", xlabel="step", ylabel=f"validation loss {LOSS}", title="val"
-    )
-    axes[1].set(xlabel="step", ylabel="c = ⟨W, W*⟩ / d_e", title="c")
-    axes[2].set(xlabel="step", ylabel="α = ⟨V, V*⟩ / d", title="α (where logged)")
+    axes[0].set(yscale="log", ylabel=f"validation loss {LOSS}", title="val")
+    axes[1].set(ylabel="c = ⟨W, W*⟩ / d_e", title="c")
+    axes[2].set(ylabel="α = ⟨V, V*⟩ / d", title="α (where logged)")
     plateau = pairs[0][0][0]["t_half"] or 10
     for ax in axes:
         ax.set_xscale("symlog", linthresh=max(10, plateau))  # linear over the plateau
-        ax.set_xlim(left=0)
+        ax.set(xlabel="step", xlim=(0, None))
     return save(
         fig, out, f"{name}_dynamics", describe(pairs[0][1][0]["config"], groups)
     )
@@ -773,14 +741,6 @@ SCANNED = ("T", "de", "lr", "q", "batch")
 
 def most_common(values):
     return max(set(values), key=values.count)
-
-
-def plateau_points(members):
-    """[(config, the family's rows, each seed's t_1/2)] of a scan's configurations."""
-    points = []
-    for _, pairs in members:
-        points += [(g[0]["config"], mine, escape(mine[-1], g)[0]) for mine, g in pairs]
-    return points
 
 
 def plateau_line(points, base, k):
@@ -817,7 +777,9 @@ def plateau_panel(ax, line, k):
 def figure_plateau(name, members, out):
     """t_1/2 against each setting a scan varies from its most common point, trained,
     predicted."""
-    points = plateau_points(members)
+    points = []  # (config, the family's rows, each seed's t_1/2) of each configuration
+    for _, pairs in members:
+        points += [(g[0]["config"], mine, escape(mine[-1], g)[0]) for mine, g in pairs]
     base = {k: most_common([c[k] for c, *_ in points]) for k in SCANNED}
     varied = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
     runlog.require(
@@ -838,9 +800,23 @@ def figure_plateau(name, members, out):
     return save(fig, out, name, title)
 
 
-def transformer_figures(tf, out, name, report, predicted):
-    """Figures 1-4 of transformer runs of one d_e, and the floor figure (the trained d_e
-    against these) where FLOOR predicts 3 d_e or more at their T."""
+def draw(name, runs, out, report, predicted):
+    """Every figure an experiment's runs allow; one that cannot be drawn is reported. Of
+    transformer runs of one d_e Figures 1-4, and the floor figure (the trained d_e against
+    these) where FLOOR predicts 3 d_e or more at their T."""
+    tf = [r for r in runs if r["config"]["model"] == "transformer"]
+    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
+    if fcn:
+        report.draw(figure_tests, fcn, out, name, "q", "fcn_training", {})
+    tables_sizes = {r["config"].get("positions") for r in tf} - {None}
+    if len(tables_sizes) >= 2:
+        report.draw(figure_positions, tf, out, name)
+        return
+    if len({r["config"]["de"] for r in tf}) >= 3:
+        report.draw(figure_floor, tf, out, name, predicted)
+        return
+    if not tf:
+        return
     curves = family_curves(configurations(tf), predicted)
     report.draw(figure_training, tf, out, name)
     for group, suffix in (("T", "length"), ("q", "qtest")):
@@ -850,21 +826,6 @@ def transformer_figures(tf, out, name, report, predicted):
     T = tf[0]["config"]["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
         report.draw(figure_floor, tf, out, name, predicted)
-
-
-def draw(name, runs, out, report, predicted):
-    """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
-    tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
-    if fcn:
-        report.draw(figure_tests, fcn, out, name, "q", "fcn_training", {})
-    tables_sizes = {r["config"].get("positions") for r in tf} - {None}
-    if len(tables_sizes) >= 2:
-        report.draw(figure_positions, tf, out, name)
-    elif len({r["config"]["de"] for r in tf}) >= 3:
-        report.draw(figure_floor, tf, out, name, predicted)
-    elif tf:
-        transformer_figures(tf, out, name, report, predicted)
 
 
 def draw_summary(path, summary, sweep, out):
@@ -905,30 +866,24 @@ def draw_all(experiments, summaries, out, report):
         out[0].mkdir(parents=True, exist_ok=True)
     loaded = load_all(experiments, report)
     scans = scans_of(loaded)
-    for folder, name, runs, predicted, _ in loaded:
-        if (
-            runs and folder.parent in scans
-        ):  # a scan's points: its table and figure alone
-            continue
+    # a scan's points: its table and figure alone
+    alone = [x for x in loaded if x[0].parent not in scans]
+    for _, name, runs, predicted, _ in alone:
         if runs and out is None:
             tabulate(name, runs, report, predicted)
         elif runs:
             draw(name.replace("/", "_"), runs, out, report, predicted)
-    for folder, name, _, _, pairs in loaded:  # DYNAMICS: the curves but a scan's
-        if not pairs or folder.parent in scans:
-            continue
-        if out is None:
+    for _, name, _, _, pairs in alone:  # DYNAMICS: the curves
+        if pairs and out is None:
             report.draw(table_dynamics, name, pairs)
-        else:
+        elif pairs:
             report.draw(figure_dynamics, name.replace("/", "_"), pairs, out)
     for parent, members in scans.items() if out else ():  # a scan's t_1/2
         report.draw(figure_plateau, parent.name, members, out)
-    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, _, _, _, p in loaded if p]
+    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
     if out is None and dynamics:
         report.draw(table_plateau, dynamics)
-    if out is None and any(
-        (p[0][1][0]["path"].parent / PLATEAU).exists() for _, p in dynamics
-    ):
+    if out is None and any((f / PLATEAU).exists() for f, *_, p in loaded if p):
         report.draw(table_plateau_model, dynamics)
     draw_summaries(summaries, out, report)
 
@@ -973,15 +928,14 @@ def main(argv=None):
     if not args.table and out.exists() and not out.is_dir():  # before anything is read
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
-    if (
-        args.theory
-    ):  # THEORY beside the runs of each folder with a family_floor.json, alone
+    if args.theory:
+        # THEORY beside the runs of each folder with a family_floor.json, alone
         loaded = load_all(experiments, report, dynamics=False)
         for folder, _, runs, predicted, _ in loaded:
             if runs and predicted:
                 report.draw(theory, folder, runs, predicted, args.theory)
     else:
-        figures = None if args.table else (out, tuple(args.formats))
+        figures = None if args.table else (out, args.formats)
         draw_all(experiments, summaries, figures, report)
     for line in report:
         print(line, file=sys.stderr)
