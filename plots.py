@@ -121,7 +121,7 @@ def color(group, groups):
 
 
 def x_ticks(ax, xs, labels=None):  # ticks at the values drawn alone, no minor ones
-    ax.set_xticks(xs, labels or [str(int(x)) for x in xs])
+    ax.set_xticks(xs, labels or [f"{x:g}" for x in xs])
     ax.minorticks_off()
 
 
@@ -539,15 +539,6 @@ def figure_critical(summary, out, name):
     return save(fig, out, f"{name}_critical", "; ".join(parts) + partial(summary))
 
 
-def fit_lines(ax, T, fit, ylim, col):
-    """A critical.json fit's two forms over T, within ylim."""
-    log_form = fit["log"]["a"] + fit["log"]["b"] * np.log(T)
-    power_form = fit["power"]["c"] * T ** fit["power"]["k"]
-    for y, ls in ((log_form, "-"), (power_form, ":")):
-        inside = (y > ylim[0]) & (y < ylim[1])
-        ax.plot(T, np.where(inside, y, np.nan), ls, color=col, lw=0.8)
-
-
 def critical_points(ax, rows, fit, text, col, mark, ylim):
     """One (model, s): m50 with its interval where both bounds are known, its fits there (the
     T they were fitted to) within ylim; where one bound is known, an open marker and an
@@ -571,9 +562,12 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
                 arrowprops=dict(arrowstyle="->", color=col),
             )
             ax.semilogx(r["T"], bound, mark, mfc="none", color=col)
-    if fit:
+    if fit:  # its two forms within ylim
         T = np.geomspace(bounded[:, 0].min(), bounded[:, 0].max(), 200)
-        fit_lines(ax, T, fit, ylim, col)
+        log_form = fit["log"]["a"] + fit["log"]["b"] * np.log(T)
+        power_form = fit["power"]["c"] * T ** fit["power"]["k"]
+        for y, ls in ((log_form, "-"), (power_form, ":")):
+            ax.plot(T, np.ma.masked_outside(y, *ylim), ls, color=col, lw=0.8)
 
 
 def needed_fits(ax, T, de, q):
@@ -617,7 +611,9 @@ def figure_needed(s, out, name, sweep):
     that did not."""
     fig, (ax,) = panels(1, 2, 1.6)
     T, de = np.array([(r["T"], r["de"]) for r in s["rows"]], float).T
-    ax.set(xscale="log", yscale="log")
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)  # a tick at each power of 2
+    ax.yaxis.set_major_formatter("{x:g}")
     se = [r["de_se"] if finite(r["de_se"]) else 0 for r in s["rows"]]
     text = (
         "stochastic PE, predicted: the least d_e whose floor\n≤ the target (bar: ± the"
@@ -628,9 +624,6 @@ def figure_needed(s, out, name, sweep):
     ax.plot(T, de, "o", ms=4, color=blue, label=text)
     needed_fits(ax, T, de, s["q"])
     trained = needed_trained(ax, sweep, s["d"])
-    ys = ax.get_ylim()
-    powers = [2**k for k in range(1, 14) if ys[0] <= 2**k <= ys[1]]
-    ax.set_yticks(powers, [str(t) for t in powers])
     x_ticks(ax, sorted({*T.astype(int), *trained}))
     ax.set(
         xlabel="sequence length T",
@@ -771,7 +764,7 @@ def plateau_panel(ax, line, k):
     trained = [(xi, np.mean(h), min(h), max(h)) for xi, _, h in line if h]
     bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
-    x_ticks(ax, x, [f"{v:g}" for v in x])
+    x_ticks(ax, x)
 
 
 def figure_plateau(name, members, out):
