@@ -14,7 +14,7 @@ one, or when nothing is drawn; 0 after a warning alone (a log's cut last line). 
 (a full disk, a read-only --out, a hand-edited summary) is Python's traceback; a figure is
 written whole or not at all."""
 
-import itertools
+import statistics
 import sys
 import textwrap
 from collections import defaultdict
@@ -72,7 +72,7 @@ plt.rcParams.update(
         "font.size": 8,
         "axes.titlesize": 8,
         "legend.fontsize": 7,
-        "lines.linewidth": 1.2,
+        "lines.linewidth": 1.0,
         "figure.dpi": 150,
         "savefig.bbox": "tight",
         "figure.constrained_layout.use": True,
@@ -100,8 +100,7 @@ def band(ax, x, y, col, f=lambda y: y, **kw):
     """y (a row per seed) against x: the seeds' mean, a band from lowest to highest; f on
     each."""
     ax.plot(x, f(y.mean(0)), color=col, **kw)
-    if len(y) > 1:
-        ax.fill_between(x, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
+    ax.fill_between(x, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
 
 
 def curve(ax, group, groups, name, f=lambda y: y, **kw):
@@ -154,7 +153,7 @@ def save(fig, out, name, title):
         for handle, text in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(text, handle)
     if entries:
-        ncols = min(len(entries), round(width / 2.3))
+        ncols = round(width / 2.3)  # a legend's columns: at most its entries
         fig.legend(
             entries.values(), entries.keys(), loc="outside lower center", ncols=ncols
         )
@@ -194,9 +193,7 @@ def figure_training(runs, out, name):
         curve(ax_cos, g, groups, "cos_V", ls="--")
     c = runs[0]["config"]
     start = c["d"] / (2 * c["q"])
-    ax_loss.axhline(
-        start, color="gray", lw=0.8, ls=":", label="d/(2q), the loss at W=V=0"
-    )
+    ax_loss.axhline(start, color="gray", ls=":", label="d/(2q), the loss at W=V=0")
     ax_loss.set(
         yscale="log", xlabel="step", ylabel=f"training loss {LOSS}", title="loss"
     )
@@ -234,14 +231,14 @@ def family_lines(ax, group, groups, key, curves):
     texts = FIXED_LINES if fixed else FAMILY_LINES
     for y, ls, text in zip((best, own), ("--", ":"), texts):
         if y is not None and y > 1e-9:  # 0 has no place on the log axis
-            ax.axhline(y, color=color(group, groups), ls=ls, lw=0.9, label=text)
+            ax.axhline(y, color=color(group, groups), ls=ls, label=text)
 
 
 def figure_tests(runs, out, name, group, suffix, curves):
     """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and the
     family's."""
-    keys = sets(runs, group)
-    groups, names = logged(runs, keys, "validation loss", f"{name}_{suffix}")
+    names = sets(runs, group)
+    groups, names = logged(runs, names, "validation loss", f"{name}_{suffix}")
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
     trained = f"q={c['q']}"
@@ -286,9 +283,7 @@ def figure_weights(runs, out, name, report):
             heat(row[k], W, c["d"], f"W at {when}, {what}", symlog=when == "end")
             V_axes = row[2 + 2 * k : 4 + 2 * k]
             token_block_and_rest(V_axes, V, c["d"], f"V at {when}, {what}")
-    one = ""
-    if max(map(len, groups)) > 1:
-        one = "; one run per configuration, its lowest seed"
+    one = "; one run per configuration, its lowest seed" * (max(map(len, groups)) > 1)
     return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
 
 
@@ -299,9 +294,9 @@ def heat(ax, M, d, title, symlog):
     norm = Normalize(-vmax, vmax)
     ticks = [-vmax, 0, vmax]
     if symlog:
-        pe_diagonal = np.diag(np.r_[np.zeros(d), np.diag(M)[d:]])
-        off = np.abs(M - pe_diagonal).max()  # the largest entry off the PE diagonal
-        rest = min(max(off, vmax / 1e3), vmax)
+        off = np.abs(M)  # its entries off the PE diagonal
+        np.fill_diagonal(off[d:, d:], 0)
+        rest = max(off.max(), vmax / 1e3)
         norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax)
         ticks = sorted({-vmax, -rest, 0, rest, vmax})
     image = ax.imshow(M, norm=norm, aspect="auto")
@@ -332,7 +327,7 @@ def predicted_line(ax, guess, low, col):
     at `low`."""
     x, y = np.array(guess, float).T
     shown = np.maximum(y, low)
-    ax.loglog(x, shown, "--", color=col, lw=0.8)
+    ax.loglog(x, shown, "--", color=col)
     for marker, at in (("s", y >= low), ("v", y < low)):
         ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
 
@@ -412,7 +407,7 @@ def figure_floor(runs, out, name, predicted):
     title = "loss floor against d_e"
     if any(guess.values()):  # one legend entry for every PE's prediction
         text = "best of W = cW*, V = αV* (predicted)"
-        legend_key(ax, "ks--", text, mfc="none", ms=4, lw=0.8)
+        legend_key(ax, "ks--", text, mfc="none", ms=4)
         title += ": trained (solid) vs predicted (dashed)"
     if any(low in line.get_ydata() for line in ax.lines):  # what lies below: at low
         legend_key(ax, "kv", f"below {low:.2g}: drawn at the bottom", ms=5)
@@ -458,13 +453,12 @@ def figure_separation(summary, out, name):
     the target."""
     fig, axes = panels(2, 1.3, 1.5)
     budgets = summary["budgets"]
-    for model, budget in itertools.product(("fcn", "transformer"), budgets):
-        separation_lines(axes, summary, model, budget)
+    for model in ("fcn", "transformer"):
+        for budget in budgets:
+            separation_lines(axes, summary, model, budget)
     Ts = np.array(sorted({r["T"] for r in summary["rows"]}), float)
     represents = "2·T·d: an FCN that represents the target (slope 1)"
-    axes[0].loglog(
-        Ts, 2 * Ts * summary["d"], "-.", color="gray", lw=0.9, label=represents
-    )
+    axes[0].loglog(Ts, 2 * Ts * summary["d"], "-.", color="gray", label=represents)
     for ax in axes:
         x_ticks(ax, Ts)
         ax.set_xlabel("sequence length T")
@@ -519,8 +513,8 @@ def figure_critical(summary, out, name):
     for model, s, mine, fit in by_model_and_s(summary):
         mark = "os^Dv"[ss.index(s) % 5]
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], mark, ylim)
-    legend_key(ax, "k-", "fit a + b ln T", lw=0.8)
-    legend_key(ax, "k:", "fit c T^k", lw=0.8)
+    legend_key(ax, "k-", "fit a + b ln T")
+    legend_key(ax, "k:", "fit c T^k")
     if any(map(unbounded, rows)):
         open_key = "open: m50 beyond the scan, the one bound known"
         legend_key(ax, "ko", open_key, mfc="none")
@@ -549,8 +543,7 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
         )
         text += f": {verdict} (Δχ² {fit['delta_chi2']:.1f})"
     points = [(r["T"], *bounds(r)) for r in rows if not unbounded(r)]
-    bounded = np.array(points, float).reshape(-1, 4)
-    bars(ax, bounded, fmt=mark, color=col, ms=4, label=text)
+    bars(ax, points, fmt=mark, color=col, ms=4, label=text)
     for r in rows:
         bound = r["lo"] or r["hi"]
         if unbounded(r) and bound is not None:
@@ -562,12 +555,13 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
                 arrowprops=dict(arrowstyle="->", color=col),
             )
             ax.semilogx(r["T"], bound, mark, mfc="none", color=col)
-    if fit:  # its two forms within ylim
-        T = np.geomspace(bounded[:, 0].min(), bounded[:, 0].max(), 200)
+    if fit:  # its two forms within ylim, over the T it was fitted to
+        Ts = [p[0] for p in points]
+        T = np.geomspace(min(Ts), max(Ts), 200)
         log_form = fit["log"]["a"] + fit["log"]["b"] * np.log(T)
         power_form = fit["power"]["c"] * T ** fit["power"]["k"]
         for y, ls in ((log_form, "-"), (power_form, ":")):
-            ax.plot(T, np.ma.masked_outside(y, *ylim), ls, color=col, lw=0.8)
+            ax.plot(T, np.ma.masked_outside(y, *ylim), ls, color=col)
 
 
 def needed_fits(ax, T, de, q):
@@ -579,7 +573,7 @@ def needed_fits(ax, T, de, q):
         y = WIDTH_FORMS[form](grid, **fit)
         shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
         text = f"fit, {FORM_WORDS[form]}:\n{', '.join(shown)}; rms {fit['rms']:.3f}"
-        ax.plot(grid, y, ls, color="k", lw=0.8, label=text)
+        ax.plot(grid, y, ls, color="k", label=text)
 
 
 TRAINED_DE = (
@@ -597,7 +591,7 @@ def needed_trained(ax, sweep, d):
         mfc = "none" if reached is None else None
         ax.plot(t, reached or failed, "s", ms=4, color=cyan, mfc=mfc)
         if reached and failed:
-            ax.plot([t, t], [failed, reached], color=cyan, lw=1)
+            ax.vlines(t, failed, reached, color=cyan)
     if trained:
         steps = max(sweep["budgets"])
         text = f"transformer trained {steps:,} steps: {TRAINED_DE}"
@@ -677,7 +671,7 @@ def figure_positions(runs, out, name):
         for pe, style in POSITIONS.items():
             points = position_points(groups, pe, at, key)
             if points:
-                bars(ax, points, color=COLORS[pe], ms=3.5, lw=1, **style)
+                bars(ax, points, color=COLORS[pe], ms=3.5, **style)
         title = f"val (T={c['T']}, as trained)" if key == "val" else key
         ax.set(xscale="log", xlabel="positions in the table, L", title=title)
         ax.margins(y=0.12)
@@ -689,8 +683,8 @@ def figure_positions(runs, out, name):
             (r["positions"], r["table"], r["family"]) for r in rows if r["T"] == c["T"]
         ]
         L, table, family = np.array(sorted(points), float).T
-        axes[0].plot(L, table, "k--", lw=0.9, label="best of a W that learns its table")
-        axes[0].plot(L, family, "k:", lw=0.9, label="best of W = cW*, V = αV*")
+        axes[0].plot(L, table, "k--", label="best of a W that learns its table")
+        axes[0].plot(L, family, "k:", label="best of W = cW*, V = αV*")
     caption = (
         describe(c, groups) + "; final losses on common sets; dashed, dotted:"
         " theory.table_floor's constructions at the training T"
@@ -713,7 +707,7 @@ def figure_dynamics(name, pairs, out):
             for row in mine:  # the family's: GD's dashed, SGD's model dotted
                 kept = np.array(row["rows"], float).T  # every few steps
                 ls = "--" if row["batch"] is None else ":"
-                ax.plot(kept[0], kept[k + 1], color=col, lw=0.9, ls=ls)
+                ax.plot(kept[0], kept[k + 1], color=col, ls=ls)
     legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
     legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
     axes[0].set(yscale="log", ylabel=f"validation loss {LOSS}", title="val")
@@ -723,31 +717,21 @@ def figure_dynamics(name, pairs, out):
     for ax in axes:
         ax.set_xscale("symlog", linthresh=max(10, plateau))  # linear over the plateau
         ax.set(xlabel="step", xlim=(0, None))
-    return save(
-        fig, out, f"{name}_dynamics", describe(pairs[0][1][0]["config"], groups)
-    )
+    return save(fig, out, f"{name}_dynamics", describe(groups[0][0]["config"], groups))
 
 
 # figure_plateau's panels: the settings a scan varies
 SCANNED = ("T", "de", "lr", "q", "batch")
 
 
-def most_common(values):
-    return max(set(values), key=values.count)
-
-
-def plateau_line(points, base, k):
-    """[(value, rows, seeds' t_1/2)] of the points at base but in setting k, by its value."""
-    line = []
+def plateau_panel(ax, points, base, k):
+    """t_1/2 against setting k, the points at base in the others: the family's (GD, SGD's
+    model; each closed form) and the trained seeds'."""
+    line = []  # (value, the family's rows, the seeds' t_1/2), by value
     for c, mine, halves in points:
         if all(c[j] == base[j] for j in SCANNED if j != k):
             line.append((c[k], mine, [h for h in halves if h is not None]))
-    return sorted(line)
-
-
-def plateau_panel(ax, line, k):
-    """t_1/2 against setting k: the family's (GD, SGD's model; each closed form) and the
-    trained seeds'."""
+    line.sort()
     x = [p[0] for p in line]
     for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
         rows = [p[1][i] for p in line]
@@ -773,7 +757,7 @@ def figure_plateau(name, members, out):
     points = []  # (config, the family's rows, each seed's t_1/2) of each configuration
     for _, pairs in members:
         points += [(g[0]["config"], mine, escape(mine[-1], g)[0]) for mine, g in pairs]
-    base = {k: most_common([c[k] for c, *_ in points]) for k in SCANNED}
+    base = {k: statistics.mode([c[k] for c, *_ in points]) for k in SCANNED}
     varied = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
     runlog.require(
         varied,
@@ -782,7 +766,7 @@ def figure_plateau(name, members, out):
     )
     fig, axes = panels(len(varied), sharey=True)
     for ax, k in zip(axes, varied):
-        plateau_panel(ax, plateau_line(points, base, k), k)
+        plateau_panel(ax, points, base, k)
     text = "trained (seeds: mean, lowest to highest)"
     legend_key(axes[0], "o", text, color=COLORS["stochastic"], ms=3)
     axes[0].set_ylabel("t½ (steps)")
