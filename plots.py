@@ -114,7 +114,7 @@ def color(group, groups):
     OTHERS."""
     configs = [g[0]["config"] for g in groups]
     keys = [c.get("pe") or c["model"] for c in configs]
-    i = [id(g) for g in groups].index(id(group))
+    i = groups.index(group)
     own = len(set(keys) & set(COLORS)) == len(keys)
     return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
 
@@ -158,6 +158,7 @@ def save(fig, out, name, title):
             entries.values(), entries.keys(), loc="outside lower center", ncols=ncols
         )
     folder, formats = out  # main's --out and --formats
+    folder.mkdir(parents=True, exist_ok=True)  # read-only: Python's traceback
     for ext in formats:
         path = folder / f"{name}.{ext}"
         runlog.write_atomic(
@@ -168,18 +169,19 @@ def save(fig, out, name, title):
     return True
 
 
-def logged_finite(groups, name):
-    return any(np.isfinite(spread(g, name)[1]).any() for g in groups)
-
-
 def logged(runs, names, what, figure):
     """The runs' configurations and those of `names` logged finite; Skip if none, naming
     `what`."""
     groups = configurations(runs)
-    names = [n for n in names if logged_finite(groups, n)]
+    finite_names = []
+    for n in names:
+        if any(np.isfinite(spread(g, n)[1]).any() for g in groups):
+            finite_names.append(n)
     folder = runs[0]["path"].parent
-    runlog.require(names, f"{folder}: no finite {what}; {figure} not drawn", Skip)
-    return groups, names
+    runlog.require(
+        finite_names, f"{folder}: no finite {what}; {figure} not drawn", Skip
+    )
+    return groups, finite_names
 
 
 def figure_training(runs, out, name):
@@ -223,22 +225,11 @@ FIXED_LINES = (
 )
 
 
-def family_lines(ax, group, groups, key, curves):
-    """A configuration's family at set `key`: its best, dashed; at its own c, α, dotted."""
-    mine = curves.get(group[0]["path"], {})
-    own, best = mine.get(key, (None, None))
-    fixed = group[0]["config"].get("pe") == "fixed"
-    texts = FIXED_LINES if fixed else FAMILY_LINES
-    for y, ls, text in zip((best, own), ("--", ":"), texts):
-        if y is not None and y > 1e-9:  # 0 has no place on the log axis
-            ax.axhline(y, color=color(group, groups), ls=ls, label=text)
-
-
 def figure_tests(runs, out, name, group, suffix, curves):
-    """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and the
-    family's."""
-    names = sets(runs, group)
-    groups, names = logged(runs, names, "validation loss", f"{name}_{suffix}")
+    """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and each
+    configuration's family there: its best, dashed; at its own c, α, dotted."""
+    what = "validation loss"
+    groups, names = logged(runs, sets(runs, group), what, f"{name}_{suffix}")
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
     trained = f"q={c['q']}"
@@ -247,7 +238,12 @@ def figure_tests(runs, out, name, group, suffix, curves):
     for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            family_lines(ax, g, groups, key, curves)
+            own, best = curves.get(g[0]["path"], {}).get(key, (None, None))
+            fixed = g[0]["config"].get("pe") == "fixed"
+            texts = FIXED_LINES if fixed else FAMILY_LINES
+            for y, ls, text in zip((best, own), ("--", ":"), texts):
+                if y is not None and y > 1e-9:  # 0 has no place on the log axis
+                    ax.axhline(y, color=color(g, groups), ls=ls, label=text)
         title = f"val ({trained}, as trained)" if key == "val" else f"test {key}"
         ax.set(xlabel="step", yscale="log", title=title)
     axes[0].set_ylabel(f"validation loss {LOSS}")
@@ -262,9 +258,9 @@ def both_weights(run):
 def figure_weights(runs, out, name, report):
     """Figure 3: W and V at init and at the end, a row per configuration (two at most)."""
     groups = configurations(runs)
-    then = f"; not in {name}_weights"
     rows = []
     for g in groups[:2]:
+        then = f"; not in {name}_weights"
         pair = report.attempt(both_weights, g[0], then=then, at=g[0]["path"])
         if pair:
             rows.append((g[0]["config"], pair))
@@ -491,15 +487,6 @@ def unbounded(row):
     return None in bounds(row)
 
 
-def hparams_text(config):
-    """critical.json's hyper-parameters, a model's after its name."""
-    parts = []
-    for model, hparams in config.get("hparams", {}).items():
-        settings = ", ".join(f"{k} {v}" for k, v in hparams.items())
-        parts.append(f"{model}: {settings}")
-    return parts
-
-
 def figure_critical(summary, out, name):
     """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, its two fits
     and whether they separate; a colour per model, a marker per s."""
@@ -528,8 +515,11 @@ def figure_critical(summary, out, name):
         title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50",
     )
     seeds = len(config.get("seeds", [])) or "?"
-    held_out = f"{seeds} seeds per grid m, held-out set {config.get('n_test', '?')}"
-    parts = [held_out, *hparams_text(config), "fits weighted by the intervals"]
+    parts = [f"{seeds} seeds per grid m, held-out set {config.get('n_test', '?')}"]
+    for model, hparams in config.get("hparams", {}).items():  # a model's after its name
+        settings = ", ".join(f"{k} {v}" for k, v in hparams.items())
+        parts.append(f"{model}: {settings}")
+    parts.append("fits weighted by the intervals")
     return save(fig, out, f"{name}_critical", "; ".join(parts) + partial(summary))
 
 
@@ -700,9 +690,7 @@ def figure_dynamics(name, pairs, out):
     for mine, g in pairs:
         _, steps, seeds, _ = escape(mine[-1], g)
         col = color(g, groups)
-        for k, ax in enumerate(
-            axes
-        ):  # (val, c, α); one legend entry: save() keeps the first
+        for k, ax in enumerate(axes):  # val, c, α; save() keeps one legend entry
             band(ax, steps, seeds[:, :, k], col, label=label(g, groups))
             for row in mine:  # the family's: GD's dashed, SGD's model dotted
                 kept = np.array(row["rows"], float).T  # every few steps
@@ -808,17 +796,17 @@ def draw(name, runs, out, report, predicted):
 def draw_summary(path, summary, sweep, out):
     """The figure (out=None: the table) of a summary; a needed_de.json's with a
     sweep.json's."""
-    name, table_only = path.parent.name, out is None
-    if path.name == "needed_de.json" and table_only:
-        return table_needed(path, summary, sweep)
+    name = path.parent.name
+    if out is None:  # the table
+        if path.name == "needed_de.json":
+            return table_needed(path, summary, sweep)
+        if path.name == "sweep.json":
+            return table_sweep(path, summary)
+        return table_critical(path, summary)
     if path.name == "needed_de.json":
         return figure_needed(summary, out, name, sweep)
-    if path.name == "sweep.json" and table_only:
-        return table_sweep(path, summary)
     if path.name == "sweep.json":
         return figure_separation(summary, out, name)
-    if table_only:
-        return table_critical(path, summary)
     return figure_critical(summary, out, name)
 
 
@@ -839,8 +827,6 @@ def draw_summaries(summaries, out, report):
 def draw_all(experiments, summaries, out, report):
     """Every figure (out=None: table) of the experiments and summaries; out: (folder,
     formats)."""
-    if out and (experiments or summaries):  # a read-only --out: Python's traceback
-        out[0].mkdir(parents=True, exist_ok=True)
     loaded = load_all(experiments, report)
     scans = scans_of(loaded)
     # a scan's points: its table and figure alone
@@ -891,7 +877,7 @@ def parser():
     p.add_argument(
         "--formats",
         nargs="+",
-        default=list(FORMATS),
+        default=FORMATS,
         choices=("png", "pdf", "svg"),
         help="file formats of each figure (default png pdf; PDF takes half the time)",
     )
