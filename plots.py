@@ -103,10 +103,10 @@ def band(ax, x, y, col, f=lambda y: y, **kw):
     ax.fill_between(x, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
 
 
-def curve(ax, group, groups, name, f=lambda y: y, **kw):
+def curve(ax, group, groups, name, **kw):
     """`name` against the step, the group's seeds as band() draws them."""
     steps, seeds = spread(group, name)
-    band(ax, steps, seeds, color(group, groups), f, **kw)
+    band(ax, steps, seeds, color(group, groups), **kw)
 
 
 def color(group, groups):
@@ -190,7 +190,7 @@ def figure_training(runs, out, name):
     fig, (ax_loss, ax_inv, ax_cos) = panels(3)
     for g in groups:
         curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
-        curve(ax_inv, g, groups, "train_loss", lambda y: 1 / y)
+        curve(ax_inv, g, groups, "train_loss", f=lambda y: 1 / y)
         curve(ax_cos, g, groups, "cos_W")
         curve(ax_cos, g, groups, "cos_V", ls="--")
     c = runs[0]["config"]
@@ -239,7 +239,7 @@ def figure_tests(runs, out, name, group, suffix, curves):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
             own, best = curves.get(g[0]["path"], {}).get(key, (None, None))
-            fixed = g[0]["config"].get("pe") == "fixed"
+            fixed = g[0]["config"].get("pe") == "fixed"  # FCN: no PE
             texts = FIXED_LINES if fixed else FAMILY_LINES
             for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if y is not None and y > 1e-9:  # 0 has no place on the log axis
@@ -296,7 +296,7 @@ def heat(ax, M, d, title, symlog):
         norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax)
         ticks = sorted({-vmax, -rest, 0, rest, vmax})
     image = ax.imshow(M, norm=norm, aspect="auto")
-    blocks = [(d - 1) / 2, (d + M.shape[1] - 1) / 2]  # the middle of the x and p blocks
+    blocks = [(d - 1) / 2, (d + len(M) - 1) / 2]  # the middle of the x and p blocks
     for line, set_ticks in ((ax.axvline, ax.set_xticks), (ax.axhline, ax.set_yticks)):
         line(d - 0.5, color="k", lw=0.6)
         set_ticks(blocks, ["x", "p"])
@@ -318,19 +318,10 @@ def token_block_and_rest(axes, V, d, title):
     ax.figure.colorbar(image, ax=axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
 
 
-def predicted_line(ax, guess, low, col):
-    """A PE's predicted floors [(d_e, loss)], dashed, open squares; below `low` a triangle
-    at `low`."""
-    x, y = np.array(guess, float).T
-    shown = np.maximum(y, low)
-    ax.loglog(x, shown, "--", color=col)
-    for marker, at in (("s", y >= low), ("v", y < low)):
-        ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
-
-
-def floor_lines(ax, pe, points, low):
-    """A PE's trained floors against d_e ({d_e: seeds' floors}): the seeds' mean, solid, with
-    a band; below `low` a triangle at `low`."""
+def floor_lines(ax, pe, points, guess, low):
+    """A PE's floors against d_e: trained ({d_e: seeds' floors}), the seeds' mean, solid,
+    with a band; predicted ([(d_e, loss)]), dashed, open squares; below `low` a triangle at
+    `low`."""
     de = np.array(sorted(points), float)
     col = COLORS[pe]
     seeds = [points[x] for x in sorted(points)]
@@ -350,6 +341,12 @@ def floor_lines(ax, pe, points, low):
         lowest = np.maximum(list(map(min, seeds)), low)
         highest = np.maximum(list(map(max, seeds)), low)
         ax.fill_between(de, lowest, highest, color=col, alpha=0.2)
+    if guess:
+        x, y = np.array(guess, float).T
+        shown = np.maximum(y, low)
+        ax.loglog(x, shown, "--", color=col)
+        for marker, at in (("s", y >= low), ("v", y < low)):
+            ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
 
 
 def floors_by_pe(runs):
@@ -397,9 +394,7 @@ def figure_floor(runs, out, name, predicted):
     low = floor_bottom(by_pe, guess)
     fig, (ax,) = panels(1, 1.8, 1.5)
     for pe in sorted(by_pe):
-        floor_lines(ax, pe, by_pe[pe], low)
-        if guess[pe]:
-            predicted_line(ax, guess[pe], low, COLORS[pe])
+        floor_lines(ax, pe, by_pe[pe], guess[pe], low)
     title = "loss floor against d_e"
     if any(guess.values()):  # one legend entry for every PE's prediction
         text = "best of W = cW*, V = αV* (predicted)"
@@ -698,13 +693,13 @@ def figure_dynamics(name, pairs, out):
                 ax.plot(kept[0], kept[k + 1], color=col, ls=ls)
     legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
     legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
-    axes[0].set(yscale="log", ylabel=f"validation loss {LOSS}", title="val")
-    axes[1].set(ylabel="c = ⟨W, W*⟩ / d_e", title="c")
-    axes[2].set(ylabel="α = ⟨V, V*⟩ / d", title="α (where logged)")
+    ylabels = (f"validation loss {LOSS}", "c = ⟨W, W*⟩ / d_e", "α = ⟨V, V*⟩ / d")
+    titles = ("val", "c", "α (where logged)")
     plateau = pairs[0][0][0]["t_half"] or 10
-    for ax in axes:
+    for ax, ylabel, title in zip(axes, ylabels, titles):
         ax.set_xscale("symlog", linthresh=max(10, plateau))  # linear over the plateau
-        ax.set(xlabel="step", xlim=(0, None))
+        ax.set(xlabel="step", xlim=(0, None), ylabel=ylabel, title=title)
+    axes[0].set_yscale("log")
     return save(fig, out, f"{name}_dynamics", describe(groups[0][0]["config"], groups))
 
 
