@@ -30,7 +30,6 @@ from rundirs import (
     configurations,
     describe,
     find_experiments,
-    finite,
     label,
     load_all,
     load_summary,
@@ -160,9 +159,9 @@ def save(fig, out, name, title):
     folder, formats = out  # main's --out and --formats
     folder.mkdir(parents=True, exist_ok=True)  # read-only: Python's traceback
     for ext in formats:
-        path = folder / f"{name}.{ext}"
         runlog.write_atomic(
-            path, lambda handle, ext=ext: fig.savefig(handle, format=ext)
+            folder / f"{name}.{ext}",
+            lambda handle, ext=ext: fig.savefig(handle, format=ext),
         )
     plt.close(fig)
     print(f"wrote {folder / name}.{' and .'.join(formats)}")
@@ -228,8 +227,9 @@ FIXED_LINES = (
 def figure_tests(runs, out, name, group, suffix, curves):
     """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and each
     configuration's family there: its best, dashed; at its own c, α, dotted."""
-    what = "validation loss"
-    groups, names = logged(runs, sets(runs, group), what, f"{name}_{suffix}")
+    groups, names = logged(
+        runs, sets(runs, group), "validation loss", f"{name}_{suffix}"
+    )
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
     trained = f"q={c['q']}"
@@ -260,7 +260,7 @@ def figure_weights(runs, out, name, report):
     groups = configurations(runs)
     rows = []
     for g in groups[:2]:
-        then = f"; not in {name}_weights"
+        then = f"; not in {name}_weights"  # what a damaged run leaves out
         pair = report.attempt(both_weights, g[0], then=then, at=g[0]["path"])
         if pair:
             rows.append((g[0]["config"], pair))
@@ -349,17 +349,6 @@ def floor_lines(ax, pe, points, guess, low):
             ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
 
 
-def floors_by_pe(runs):
-    """{pe: {d_e: each seed's final val}}, else the last logged; a null or zero loss, which a
-    log axis cannot show, left out."""
-    by_pe = defaultdict(lambda: defaultdict(list))
-    for run in runs:
-        floor = value(run["end"], "val")
-        if floor > 0:
-            by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    return by_pe
-
-
 def predicted_floors(predicted, pe, T):
     """[(d_e, loss)] of FLOOR's rows of a PE at length T, by d_e."""
     return sorted(
@@ -384,7 +373,11 @@ def figure_floor(runs, out, name, predicted):
     """The loss floor against d_e, trained and predicted; what lies below a third of the
     random PEs' lowest (onehot's ~0) is drawn at that height, so that it does not stretch
     the axis."""
-    by_pe = floors_by_pe(runs)
+    by_pe = defaultdict(lambda: defaultdict(list))  # {pe: {d_e: each seed's floor}}
+    for run in runs:
+        floor = value(run["end"], "val")  # its final val, else the last logged
+        if floor > 0:  # a null or zero loss: no place on the log axis
+            by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
     folder = runs[0]["path"].parent
     runlog.require(
         by_pe, f"{folder}: no positive final loss; {name}_floor not drawn", Skip
@@ -397,8 +390,7 @@ def figure_floor(runs, out, name, predicted):
         floor_lines(ax, pe, by_pe[pe], guess[pe], low)
     title = "loss floor against d_e"
     if any(guess.values()):  # one legend entry for every PE's prediction
-        text = "best of W = cW*, V = αV* (predicted)"
-        legend_key(ax, "ks--", text, mfc="none", ms=4)
+        legend_key(ax, "ks--", "best of W = cW*, V = αV* (predicted)", mfc="none", ms=4)
         title += ": trained (solid) vs predicted (dashed)"
     if any(low in line.get_ydata() for line in ax.lines):  # what lies below: at low
         legend_key(ax, "kv", f"below {low:.2g}: drawn at the bottom", ms=5)
@@ -419,7 +411,7 @@ def separation_lines(axes, summary, model, budget):
     rows = [r for r in summary["rows"] if (r["model"], r["steps"]) == (model, budget)]
     done = [r for r in rows if r["width"] is not None]
     slope = summary["loglog_slope"][model][str(budget)]
-    larger = summary["budgets"][::-1].index(budget)  # budgets: the largest last
+    larger = sum(b > budget for b in summary["budgets"])
     ls = ("-", "--", ":", "-.")[min(larger, 3)]
     text = f"{model}, {budget:,} steps"
     if slope is not None:
@@ -498,8 +490,9 @@ def figure_critical(summary, out, name):
     legend_key(ax, "k-", "fit a + b ln T")
     legend_key(ax, "k:", "fit c T^k")
     if any(map(unbounded, rows)):
-        open_key = "open: m50 beyond the scan, the one bound known"
-        legend_key(ax, "ko", open_key, mfc="none")
+        legend_key(
+            ax, "ko", "open: m50 beyond the scan, the one bound known", mfc="none"
+        )
     ax.set_xscale("log")
     x_ticks(ax, sorted({r["T"] for r in rows}))
     ax.set(
@@ -549,18 +542,6 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
             ax.plot(T, np.ma.masked_outside(y, *ylim), ls, color=col)
 
 
-def needed_fits(ax, T, de, q):
-    """The fits of the needed d_e against T, black: solid, dashed, dotted; in the legend
-    each its form, its parameters, its rms."""
-    fits = width_fits(T, de, q) or {}
-    grid = np.geomspace(T.min(), T.max(), 200)
-    for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):
-        y = WIDTH_FORMS[form](grid, **fit)
-        shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
-        text = f"fit, {FORM_WORDS[form]}:\n{', '.join(shown)}; rms {fit['rms']:.3f}"
-        ax.plot(grid, y, ls, color="k", label=text)
-
-
 TRAINED_DE = (
     "the first d_e\nof its grid reaching the target; bar: down to\nthe largest"
     " below that did not; open: none did"
@@ -578,8 +559,7 @@ def needed_trained(ax, sweep, d):
         if reached and failed:
             ax.vlines(t, failed, reached, color=cyan)
     if trained:
-        steps = max(sweep["budgets"])
-        text = f"transformer trained {steps:,} steps: {TRAINED_DE}"
+        text = f"transformer trained {max(sweep['budgets']):,} steps: {TRAINED_DE}"
         legend_key(ax, "s-", text, ms=4, color=cyan)
     return [t for t, _ in trained]
 
@@ -590,10 +570,9 @@ def figure_needed(s, out, name, sweep):
     that did not."""
     fig, (ax,) = panels(1, 2, 1.6)
     T, de = np.array([(r["T"], r["de"]) for r in s["rows"]], float).T
-    ax.set_xscale("log")
     ax.set_yscale("log", base=2)  # a tick at each power of 2
     ax.yaxis.set_major_formatter("{x:g}")
-    se = [r["de_se"] if finite(r["de_se"]) else 0 for r in s["rows"]]
+    se = [r["de_se"] or 0 for r in s["rows"]]  # None: the floor's slope unknown
     text = (
         "stochastic PE, predicted: the least d_e whose floor\n≤ the target (bar: ± the"
         " d_e of 1 se of the floor)"
@@ -601,14 +580,21 @@ def figure_needed(s, out, name, sweep):
     blue = COLORS["stochastic"]
     ax.errorbar(T, de, se, fmt="none", capsize=2, color=blue)
     ax.plot(T, de, "o", ms=4, color=blue, label=text)
-    needed_fits(ax, T, de, s["q"])
+    fits = width_fits(T, de, s["q"]) or {}
+    grid = np.geomspace(T.min(), T.max(), 200)
+    for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):  # black
+        y = WIDTH_FORMS[form](grid, **fit)
+        shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
+        text = f"fit, {FORM_WORDS[form]}:\n{', '.join(shown)}; rms {fit['rms']:.3f}"
+        ax.plot(grid, y, ls, color="k", label=text)
     trained = needed_trained(ax, sweep, s["d"])
-    x_ticks(ax, sorted({*T.astype(int), *trained}))
     ax.set(
+        xscale="log",
         xlabel="sequence length T",
         ylabel="PE dimension d_e\n(trained: width D − d)",
         title=f"d_e to reach loss ≤ {s['target']:.3g}",
     )
+    x_ticks(ax, sorted({*T.astype(int), *trained}))
     title = (
         f"q = {s['q']}, d = {s['d']}, target {s['eps']}·d/(2q); predicted: the floor"
         f" of W = cW*, V = αV*, stochastic PE, {s.get('sequences')} sequences of seed"
@@ -750,8 +736,8 @@ def figure_plateau(name, members, out):
     fig, axes = panels(len(varied), sharey=True)
     for ax, k in zip(axes, varied):
         plateau_panel(ax, points, base, k)
-    text = "trained (seeds: mean, lowest to highest)"
-    legend_key(axes[0], "o", text, color=COLORS["stochastic"], ms=3)
+    trained = "trained (seeds: mean, lowest to highest)"
+    legend_key(axes[0], "o", trained, color=COLORS["stochastic"], ms=3)
     axes[0].set_ylabel("t½ (steps)")
     title = (
         f"the plateau around T={base['T']}, d_e={base['de']}, lr={base['lr']},"
@@ -765,7 +751,7 @@ def draw(name, runs, out, report, predicted):
     transformer runs of one d_e Figures 1-4, and the floor figure (the trained d_e against
     these) where FLOOR predicts 3 d_e or more at their T."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
+    fcn = [r for r in runs if r not in tf]
     if fcn:
         report.draw(figure_tests, fcn, out, name, "q", "fcn_training", {})
     tables_sizes = {r["config"].get("positions") for r in tf} - {None}
@@ -841,8 +827,8 @@ def draw_all(experiments, summaries, out, report):
     dynamics = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
     if out is None and dynamics:
         report.draw(table_plateau, dynamics)
-    if out is None and any((f / PLATEAU).exists() for f, *_, p in loaded if p):
-        report.draw(table_plateau_model, dynamics)
+        if any((f / PLATEAU).exists() for f, *_, p in loaded if p):
+            report.draw(table_plateau_model, dynamics)
     draw_summaries(summaries, out, report)
 
 
@@ -888,8 +874,9 @@ def main(argv=None):
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
         # THEORY beside the runs of each folder with a family_floor.json, alone
-        loaded = load_all(experiments, report, dynamics=False)
-        for folder, _, runs, predicted, _ in loaded:
+        for folder, _, runs, predicted, _ in load_all(
+            experiments, report, dynamics=False
+        ):
             if runs and predicted:
                 report.draw(theory, folder, runs, predicted, args.theory)
     else:
