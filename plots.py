@@ -151,10 +151,12 @@ def save(fig, out, name, title):
     for ax in fig.axes:
         for handle, text in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(text, handle)
-    if entries:
-        ncols = round(width / 2.3)  # a legend's columns: at most its entries
+    if entries:  # columns by the width; no more than the entries
         fig.legend(
-            entries.values(), entries.keys(), loc="outside lower center", ncols=ncols
+            entries.values(),
+            entries.keys(),
+            loc="outside lower center",
+            ncols=round(width / 2.3),
         )
     folder, formats = out  # main's --out and --formats
     folder.mkdir(parents=True, exist_ok=True)  # read-only: Python's traceback
@@ -232,7 +234,7 @@ def figure_tests(runs, out, name, group, suffix, curves):
     )
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
-    trained = f"q={c['q']}"
+    trained = f"q={c['q']}"  # the transformer's at its T too
     if c["model"] == "transformer":
         trained = f"T={c['T']}, {trained}"
     for ax, key in zip(axes, names):
@@ -242,7 +244,7 @@ def figure_tests(runs, out, name, group, suffix, curves):
             fixed = g[0]["config"].get("pe") == "fixed"  # FCN: no PE
             texts = FIXED_LINES if fixed else FAMILY_LINES
             for y, ls, text in zip((best, own), ("--", ":"), texts):
-                if y is not None and y > 1e-9:  # 0 has no place on the log axis
+                if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
                     ax.axhline(y, color=color(g, groups), ls=ls, label=text)
         title = f"val ({trained}, as trained)" if key == "val" else f"test {key}"
         ax.set(xlabel="step", yscale="log", title=title)
@@ -275,47 +277,44 @@ def figure_weights(runs, out, name, report):
     for row, (c, pair) in zip(axes, rows):
         what = f"{c['pe']} PE, seed {c['seed']}"
         for k, when in enumerate(("init", "end")):
-            W, V = pair[k]
-            heat(row[k], W, c["d"], f"W at {when}, {what}", symlog=when == "end")
-            V_axes = row[2 + 2 * k : 4 + 2 * k]
-            token_block_and_rest(V_axes, V, c["d"], f"V at {when}, {what}")
+            V_axes = row[2 + 2 * k : 4 + 2 * k]  # its token block, its PE block
+            title = f"at {when}, {what}"
+            weights_at(row[k], V_axes, *pair[k], c["d"], title, symlog=when == "end")
     one = "; one run per configuration, its lowest seed" * (max(map(len, groups)) > 1)
     return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
 
 
-def heat(ax, M, d, title, symlog):
-    """W, its token | PE borders, its own colour scale: for a trained W symmetric-log, linear
-    up to its largest entry off the PE diagonal, which would otherwise wash the rest out."""
-    vmax = np.abs(M).max() or 1.0  # an all-zero init: a scale all the same
+def weights_at(ax, V_axes, W, V, d, title, symlog):
+    """W and V at one time. W: its token | PE borders, its own colour scale, symmetric-log
+    for a trained W: linear up to its largest entry off the PE diagonal, which would
+    otherwise wash the rest out. V (d x D): one colour scale, its token block (d x d)
+    square, its PE block beside."""
+    vmax = np.abs(W).max() or 1.0  # an all-zero init: a scale all the same
     norm = Normalize(-vmax, vmax)
     ticks = [-vmax, 0, vmax]
     if symlog:
-        off = np.abs(M)  # its entries off the PE diagonal
+        off = np.abs(W)  # its entries off the PE diagonal
         np.fill_diagonal(off[d:, d:], 0)
         rest = max(off.max(), vmax / 1e3)
         norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax)
         ticks = sorted({-vmax, -rest, 0, rest, vmax})
-    image = ax.imshow(M, norm=norm, aspect="auto")
-    blocks = [(d - 1) / 2, (d + len(M) - 1) / 2]  # the middle of the x and p blocks
+    image = ax.imshow(W, norm=norm, aspect="auto")
+    blocks = [(d - 1) / 2, (d + len(W) - 1) / 2]  # the middle of the x and p blocks
     for line, set_ticks in ((ax.axvline, ax.set_xticks), (ax.axhline, ax.set_yticks)):
         line(d - 0.5, color="k", lw=0.6)
         set_ticks(blocks, ["x", "p"])
-    ax.set_title(title + " (symlog)" * symlog + " (all 0)" * (not M.any()))
+    ax.set_title(f"W {title}" + " (symlog)" * symlog + " (all 0)" * (not W.any()))
     ax.figure.colorbar(image, ax=ax, shrink=0.8, ticks=ticks, format="{x:.2g}")
-
-
-def token_block_and_rest(axes, V, d, title):
-    """V (d x D) on one colour scale: its token block (d x d) square, its PE block beside."""
-    vmax = np.abs(V).max() or 1.0
-    blocks = (V[:, :d], V[:, d:])
-    for ax, block, name, aspect in zip(axes, blocks, "xp", ("equal", "auto")):
-        image = ax.imshow(block, norm=Normalize(-vmax, vmax), aspect=aspect)
-        ax.set_xticks([(block.shape[1] - 1) / 2], [name])
-        ax.set_yticks([])
-    axes[0].set_title("token block", loc="left")
-    axes[1].set_title(title + " (all 0)" * (not V.any()))
-    ticks = [-vmax, 0, vmax]  # the PE block's, beside it
-    ax.figure.colorbar(image, ax=axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
+    V_max = np.abs(V).max() or 1.0
+    V_blocks = (V[:, :d], V[:, d:])
+    for V_ax, block, name, aspect in zip(V_axes, V_blocks, "xp", ("equal", "auto")):
+        image = V_ax.imshow(block, norm=Normalize(-V_max, V_max), aspect=aspect)
+        V_ax.set_xticks([(block.shape[1] - 1) / 2], [name])
+        V_ax.set_yticks([])
+    V_axes[0].set_title("token block", loc="left")
+    V_axes[1].set_title(f"V {title}" + " (all 0)" * (not V.any()))
+    ticks = [-V_max, 0, V_max]  # the PE block's, beside it
+    ax.figure.colorbar(image, ax=V_axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
 
 
 def floor_lines(ax, pe, points, guess, low):
@@ -620,7 +619,7 @@ def position_points(groups, pe, at, key):
         config = g[0]["config"]
         y = [value(r["end"], key) for r in g]
         if config["pe"] == pe and np.isfinite(y).all():
-            L = at.get(pe, config.get("positions"))
+            L = config.get("positions") or at[pe]
             points.append((L, np.mean(y), min(y), max(y)))
     return sorted(points)
 
