@@ -420,12 +420,16 @@ def separation_lines(axes, summary, model, budget):
         ax.loglog(
             T, [r[key] for r in done], "o", ls=ls, color=COLORS[model], label=text
         )
-    failed = f"{model}: not reached (largest tried)"
     for r in rows:
         if r["width"] is None and r["tried"]:
             widest = max(width for width, _ in r["tried"])
             axes[0].loglog(
-                r["T"], widest, "^", mfc="none", color=COLORS[model], label=failed
+                r["T"],
+                widest,
+                "^",
+                mfc="none",
+                color=COLORS[model],
+                label=f"{model}: not reached (largest tried)",
             )
 
 
@@ -439,8 +443,13 @@ def figure_separation(summary, out, name):
         for budget in budgets:
             separation_lines(axes, summary, model, budget)
     Ts = np.array(sorted({r["T"] for r in summary["rows"]}), float)
-    represents = "2·T·d: an FCN that represents the target (slope 1)"
-    axes[0].loglog(Ts, 2 * Ts * summary["d"], "-.", color="gray", label=represents)
+    axes[0].loglog(
+        Ts,
+        2 * Ts * summary["d"],
+        "-.",
+        color="gray",
+        label="2·T·d: an FCN that represents the target (slope 1)",
+    )
     for ax in axes:
         x_ticks(ax, Ts)
         ax.set_xlabel("sequence length T")
@@ -735,8 +744,13 @@ def figure_plateau(name, members, out):
     fig, axes = panels(len(varied), sharey=True)
     for ax, k in zip(axes, varied):
         plateau_panel(ax, points, base, k)
-    trained = "trained (seeds: mean, lowest to highest)"
-    legend_key(axes[0], "o", trained, color=COLORS["stochastic"], ms=3)
+    legend_key(
+        axes[0],
+        "o",
+        "trained (seeds: mean, lowest to highest)",
+        color=COLORS["stochastic"],
+        ms=3,
+    )
     axes[0].set_ylabel("t½ (steps)")
     title = (
         f"the plateau around T={base['T']}, d_e={base['de']}, lr={base['lr']},"
