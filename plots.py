@@ -651,19 +651,22 @@ def figure_positions(runs, out, name):
             points = position_points(groups, pe, at, key)
             if points:
                 bars(ax, points, color=COLORS[pe], ms=3.5, **style)
+        if key == "val" and prediction.exists():
+            # in distribution: randomized PE's constructions at the training T
+            rows = [r for r in read(prediction)["rows"] if r["pe"] == "randomized"]
+            points = [
+                (r["positions"], r["table"], r["family"])
+                for r in rows
+                if r["T"] == c["T"]
+            ]
+            L, table, family = np.array(sorted(points), float).T
+            ax.plot(L, table, "k--", label="best of a W that learns its table")
+            ax.plot(L, family, "k:", label="best of W = cW*, V = αV*")
         title = f"val (T={c['T']}, as trained)" if key == "val" else key
         ax.set(xscale="log", xlabel="positions in the table, L", title=title)
         ax.margins(y=0.12)
         x_ticks(ax, ticks, labels)
     axes[0].set_ylabel(f"final loss {LOSS}")
-    if prediction.exists():  # in distribution (val): randomized PE's constructions at T
-        rows = [r for r in read(prediction)["rows"] if r["pe"] == "randomized"]
-        points = [
-            (r["positions"], r["table"], r["family"]) for r in rows if r["T"] == c["T"]
-        ]
-        L, table, family = np.array(sorted(points), float).T
-        axes[0].plot(L, table, "k--", label="best of a W that learns its table")
-        axes[0].plot(L, family, "k:", label="best of W = cW*, V = αV*")
     caption = (
         describe(c, groups) + "; final losses on common sets; dashed, dotted:"
         " theory.table_floor's constructions at the training T"
