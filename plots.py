@@ -14,7 +14,7 @@ one, or when nothing is drawn; 0 after a warning alone (a log's cut last line). 
 (a full disk, a read-only --out, a hand-edited summary) is Python's traceback; a figure is
 written whole or not at all."""
 
-import itertools
+import statistics
 import sys
 import textwrap
 from collections import defaultdict
@@ -30,7 +30,6 @@ from rundirs import (
     configurations,
     describe,
     find_experiments,
-    finite,
     label,
     load_all,
     load_summary,
@@ -72,10 +71,12 @@ plt.rcParams.update(
         "font.size": 8,
         "axes.titlesize": 8,
         "legend.fontsize": 7,
-        "lines.linewidth": 1.2,
+        "lines.linewidth": 1.0,
         "figure.dpi": 150,
         "savefig.bbox": "tight",
         "figure.constrained_layout.use": True,
+        "image.cmap": "RdBu_r",
+        "image.interpolation": "nearest",
     }
 )
 # One colour per meaning in every figure: a PE kind or a model; several configurations of one
@@ -98,34 +99,40 @@ def band(ax, x, y, col, f=lambda y: y, **kw):
     """y (a row per seed) against x: the seeds' mean, a band from lowest to highest; f on
     each."""
     ax.plot(x, f(y.mean(0)), color=col, **kw)
-    if len(y) > 1:
-        ax.fill_between(x, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
+    ax.fill_between(x, f(y.min(0)), f(y.max(0)), color=col, alpha=0.2, lw=0)
 
 
-def curve(ax, group, groups, name, f=lambda y: y, **kw):
+def curve(ax, group, groups, name, **kw):
     """`name` against the step, the group's seeds as band() draws them."""
     steps, seeds = spread(group, name)
-    band(ax, steps, seeds, color(group, groups), f, **kw)
-
-
-def meaning(group):
-    """What a configuration's colour says: its PE, else its model."""
-    config = group[0]["config"]
-    return config.get("pe") or config.get("model")
+    band(ax, steps, seeds, color(group, groups), **kw)
 
 
 def color(group, groups):
     """Its PE's (its model's) colour where each configuration has its own, else one of
     OTHERS."""
-    keys = [meaning(g) for g in groups]
-    i = [id(g) for g in groups].index(id(group))
+    configs = [g[0]["config"] for g in groups]
+    keys = [c.get("pe") or c["model"] for c in configs]
+    i = groups.index(group)
     own = len(set(keys) & set(COLORS)) == len(keys)
     return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
 
 
 def x_ticks(ax, xs, labels=None):  # ticks at the values drawn alone, no minor ones
-    ax.set_xticks(xs, labels or [str(int(x)) for x in xs])
+    ax.set_xticks(xs, labels or [f"{x:g}" for x in xs])
     ax.minorticks_off()
+
+
+def legend_key(ax, style, text, **kw):
+    """A legend entry for what several lines share, drawn nowhere."""
+    ax.plot([], [], style, label=text, **kw)
+
+
+def panels(n, width=1.0, height=1.2, **kw):
+    """A figure of n panels in a row, each width x height PANELs; its axes."""
+    size = (n * width * PANEL[0], height * PANEL[1])
+    fig, axes = plt.subplots(1, n, figsize=size, squeeze=False, **kw)
+    return fig, axes[0]
 
 
 def bars(ax, points, **kw):
@@ -144,59 +151,60 @@ def save(fig, out, name, title):
     for ax in fig.axes:
         for handle, text in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(text, handle)
-    if entries:
-        ncols = max(1, min(len(entries), round(width / 2.3)))
+    if entries:  # columns by the width; no more than the entries
         fig.legend(
-            entries.values(), entries.keys(), loc="outside lower center", ncols=ncols
+            entries.values(),
+            entries.keys(),
+            loc="outside lower center",
+            ncols=round(width / 2.3),
         )
     folder, formats = out  # main's --out and --formats
+    folder.mkdir(parents=True, exist_ok=True)  # read-only: Python's traceback
     for ext in formats:
-        path = folder / f"{name}.{ext}"
         runlog.write_atomic(
-            path, lambda handle, ext=ext: fig.savefig(handle, format=ext)
+            folder / f"{name}.{ext}",
+            lambda handle, ext=ext: fig.savefig(handle, format=ext),
         )
     plt.close(fig)
     print(f"wrote {folder / name}.{' and .'.join(formats)}")
     return True
 
 
-def logged_finite(groups, name):
-    return any(np.isfinite(spread(g, name)[1]).any() for g in groups)
-
-
 def logged(runs, names, what, figure):
     """The runs' configurations and those of `names` logged finite; Skip if none, naming
     `what`."""
     groups = configurations(runs)
-    names = [n for n in names if logged_finite(groups, n)]
+    finite_names = []
+    for n in names:
+        if any(np.isfinite(spread(g, n)[1]).any() for g in groups):
+            finite_names.append(n)
     folder = runs[0]["path"].parent
-    runlog.require(names, f"{folder}: no finite {what}; {figure} not drawn", Skip)
-    return groups, names
+    runlog.require(
+        finite_names, f"{folder}: no finite {what}; {figure} not drawn", Skip
+    )
+    return groups, finite_names
 
 
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), the cosines."""
     groups, _ = logged(runs, ["train_loss"], "training loss", f"{name}_training")
-    size = (3 * PANEL[0], 1.2 * PANEL[1])
-    fig, (ax_loss, ax_inv, ax_cos) = plt.subplots(1, 3, figsize=size)
+    fig, (ax_loss, ax_inv, ax_cos) = panels(3)
     for g in groups:
         curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
-        curve(ax_inv, g, groups, "train_loss", lambda y: 1 / y)
-        for key, ls in (("cos_W", "-"), ("cos_V", "--")):
-            curve(ax_cos, g, groups, key, ls=ls)
+        curve(ax_inv, g, groups, "train_loss", f=lambda y: 1 / y)
+        curve(ax_cos, g, groups, "cos_W")
+        curve(ax_cos, g, groups, "cos_V", ls="--")
     c = runs[0]["config"]
     start = c["d"] / (2 * c["q"])
-    ax_loss.axhline(
-        start, color="gray", lw=0.8, ls=":", label="d/(2q), the loss at W=V=0"
-    )
+    ax_loss.axhline(start, color="gray", ls=":", label="d/(2q), the loss at W=V=0")
     ax_loss.set(
         yscale="log", xlabel="step", ylabel=f"training loss {LOSS}", title="loss"
     )
     top = max(ax_loss.get_ylim()[1], start) * 1.5  # the reference off the edge
     ax_loss.set_ylim(top=top)
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
-    ax_cos.plot([], [], "k-", label="cos(W, W*)")
-    ax_cos.plot([], [], "k--", label="cos(V, V*)")
+    legend_key(ax_cos, "k-", "cos(W, W*)")
+    legend_key(ax_cos, "k--", "cos(V, V*)")
     bottom = min(0, ax_cos.get_ylim()[0])
     ax_cos.set(
         xlabel="step",
@@ -213,40 +221,34 @@ FAMILY_LINES = (
     "W = cW*, V = αV* at the trained c, α (seeds' mean)",
 )
 FIXED_LINES = (
-    "fixed PE's table learned: best W = cM (sts.py; not drawn at 0)",
-    "that W = cM at the training q's c, α (sts.py)",
+    "fixed PE's table learned: best W = cM (theory.py; not drawn at 0)",
+    "that W = cM at the training q's c, α (theory.py)",
 )
 
 
-def family_lines(ax, group, groups, key, curves):
-    """A configuration's family at set `key`: its best, dashed; at its own c, α, dotted."""
-    mine = curves.get(group[0]["path"], {})
-    own, best = mine.get(key, (None, None))
-    fixed = group[0]["config"].get("pe") == "fixed"
-    texts = FIXED_LINES if fixed else FAMILY_LINES
-    for y, ls, text in zip((best, own), ("--", ":"), texts):
-        if y is not None and y > 1e-9:  # 0 has no place on the log axis
-            ax.axhline(y, color=color(group, groups), ls=ls, lw=0.9, label=text)
-
-
-def figure_tests(runs, out, name, group, suffix, curves=None):
-    """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and the
-    family's."""
-    keys = sets(runs, group)
-    groups, names = logged(runs, keys, "validation loss", f"{name}_{suffix}")
-    size = (len(names) * PANEL[0] * 0.8, 1.2 * PANEL[1])
-    fig, axes = plt.subplots(1, len(names), figsize=size, sharey=True, squeeze=False)
+def figure_tests(runs, out, name, group, suffix, curves):
+    """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and each
+    configuration's family there: its best, dashed; at its own c, α, dotted."""
+    groups, names = logged(
+        runs, sets(runs, group), "validation loss", f"{name}_{suffix}"
+    )
+    fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
-    trained = f"q={c['q']}"
+    trained = f"q={c['q']}"  # the transformer's at its T too
     if c["model"] == "transformer":
-        trained = f"T={c['T']}, q={c['q']}"
-    for ax, key in zip(axes[0], names):
+        trained = f"T={c['T']}, {trained}"
+    for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            family_lines(ax, g, groups, key, curves or {})
+            own, best = curves.get(g[0]["path"], {}).get(key, (None, None))
+            fixed = g[0]["config"].get("pe") == "fixed"  # FCN: no PE
+            texts = FIXED_LINES if fixed else FAMILY_LINES
+            for y, ls, text in zip((best, own), ("--", ":"), texts):
+                if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
+                    ax.axhline(y, color=color(g, groups), ls=ls, label=text)
         title = f"val ({trained}, as trained)" if key == "val" else f"test {key}"
         ax.set(xlabel="step", yscale="log", title=title)
-    axes[0][0].set_ylabel(f"validation loss {LOSS}")
+    axes[0].set_ylabel(f"validation loss {LOSS}")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
 
 
@@ -260,10 +262,10 @@ def figure_weights(runs, out, name, report):
     groups = configurations(runs)
     rows = []
     for g in groups[:2]:
-        then = f"; not in {name}_weights"
+        then = f"; not in {name}_weights"  # what a damaged run leaves out
         pair = report.attempt(both_weights, g[0], then=then, at=g[0]["path"])
         if pair:
-            rows.append((g[0], pair))
+            rows.append((g[0]["config"], pair))
     if not rows:
         return None
     # W at init and end; V (d x D, far wider than tall) as its token block, square, beside
@@ -272,102 +274,64 @@ def figure_weights(runs, out, name, report):
     fig, axes = plt.subplots(
         len(rows), 6, figsize=size, squeeze=False, width_ratios=widths
     )
-    for row, (run, pair) in zip(axes, rows):
-        c = run["config"]
+    for row, (c, pair) in zip(axes, rows):
         what = f"{c['pe']} PE, seed {c['seed']}"
         for k, when in enumerate(("init", "end")):
-            W, V = pair[k]
-            heat(row[k], W, c["d"], f"W at {when}, {what}", symlog=when == "end")
-            V_axes = row[2 + 2 * k : 4 + 2 * k]
-            token_block_and_rest(V_axes, V, c["d"], f"V at {when}, {what}")
-    one = ""
-    if max(map(len, groups)) > 1:
-        one = "; one run per configuration, its lowest seed"
+            V_axes = row[2 + 2 * k : 4 + 2 * k]  # its token block, its PE block
+            title = f"at {when}, {what}"
+            weights_at(row[k], V_axes, *pair[k], c["d"], title, symlog=when == "end")
+    one = "; one run per configuration, its lowest seed" * (max(map(len, groups)) > 1)
     return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
 
 
-def colorbar(ax, image, ticks):
-    """The image's colour scale beside ax, labelled at ticks."""
-    bar = ax.figure.colorbar(image, ax=ax, shrink=0.8)
-    bar.set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
-
-
-def heat(ax, M, d, title, symlog):
-    """W, its token | PE borders, its own colour scale: for a trained W symmetric-log, linear
-    up to its largest entry off the PE diagonal, which would otherwise wash the rest out."""
-    vmax = np.abs(M).max() or 1.0  # an all-zero init: a scale all the same
-    off = vmax
-    if symlog:
-        pe_diagonal = np.diag(np.r_[np.zeros(d), np.diag(M)[d:]])
-        off = np.abs(M - pe_diagonal).max()
-    rest = min(max(off, vmax / 1e3), vmax)  # the largest entry off the PE diagonal
+def weights_at(ax, V_axes, W, V, d, title, symlog):
+    """W and V at one time. W: its token | PE borders, its own colour scale, symmetric-log
+    for a trained W: linear up to its largest entry off the PE diagonal, which would
+    otherwise wash the rest out. V (d x D): one colour scale, its token block (d x d)
+    square, its PE block beside."""
+    vmax = np.abs(W).max() or 1.0  # an all-zero init: a scale all the same
     norm = Normalize(-vmax, vmax)
+    ticks = [-vmax, 0, vmax]
     if symlog:
+        off = np.abs(W)  # its entries off the PE diagonal
+        np.fill_diagonal(off[d:, d:], 0)
+        rest = max(off.max(), vmax / 1e3)
         norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax)
-    image = ax.imshow(
-        M, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest"
-    )
-    blocks = [(d - 1) / 2, (d + M.shape[1] - 1) / 2]  # the middle of the x and p blocks
+        ticks = sorted({-vmax, -rest, 0, rest, vmax})
+    image = ax.imshow(W, norm=norm, aspect="auto")
+    blocks = [(d - 1) / 2, (d + len(W) - 1) / 2]  # the middle of the x and p blocks
     for line, set_ticks in ((ax.axvline, ax.set_xticks), (ax.axhline, ax.set_yticks)):
         line(d - 0.5, color="k", lw=0.6)
         set_ticks(blocks, ["x", "p"])
-    ax.set_title(title + " (symlog)" * symlog + " (all 0)" * (not M.any()))
-    ticks = sorted({-vmax, 0, vmax})
-    if symlog:
-        ticks = sorted({-vmax, -rest, 0, rest, vmax})
-    colorbar(ax, image, ticks)
-
-
-def token_block_and_rest(axes, V, d, title):
-    """V (d x D) on one colour scale: its token block (d x d) square, its PE block beside."""
-    vmax = np.abs(V).max() or 1.0
-    blocks = (V[:, :d], V[:, d:])
-    for ax, block, name, aspect in zip(axes, blocks, "xp", ("equal", "auto")):
-        image = ax.imshow(
-            block,
-            cmap="RdBu_r",
-            norm=Normalize(-vmax, vmax),
-            aspect=aspect,
-            interpolation="nearest",
-        )
-        ax.set_xticks([(block.shape[1] - 1) / 2], [name])
-        ax.set_yticks([])
-    axes[0].set_title("token block", loc="left")
-    axes[1].set_title(title + " (all 0)" * (not V.any()))
-    colorbar(axes[1], image, [-vmax, 0, vmax])  # the PE block's, the last drawn
-
-
-def floor_text(de, mean, n):
-    """A PE's legend: its slope against d_e, or its one floor; its seeds."""
-    many = f", {n} seeds" if n > 1 else ""
-    if len(de) == 1:
-        return f"d_e={int(de[0])}{many}: {mean[0]:.2g}"
-    slope = np.polyfit(np.log(de), np.log(mean), 1)[0]
-    return f"slope {slope:.2f}{many}"
-
-
-def predicted_line(ax, guess, low, col):
-    """A PE's predicted floors [(d_e, loss)], dashed, open squares; below `low` a triangle
-    at `low`."""
-    x, y = np.array(guess, float).T
-    shown = np.maximum(y, low)
-    ax.loglog(x, shown, "--", color=col, lw=0.8)
-    for marker, at in (("s", y >= low), ("v", y < low)):
-        ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
-    return list(y)
+    ax.set_title(f"W {title}" + " (symlog)" * symlog + " (all 0)" * (not W.any()))
+    ax.figure.colorbar(image, ax=ax, shrink=0.8, ticks=ticks, format="{x:.2g}")
+    V_max = np.abs(V).max() or 1.0
+    V_blocks = (V[:, :d], V[:, d:])
+    for V_ax, block, name, aspect in zip(V_axes, V_blocks, "xp", ("equal", "auto")):
+        image = V_ax.imshow(block, norm=Normalize(-V_max, V_max), aspect=aspect)
+        V_ax.set_xticks([(block.shape[1] - 1) / 2], [name])
+        V_ax.set_yticks([])
+    V_axes[0].set_title("token block", loc="left")
+    V_axes[1].set_title(f"V {title}" + " (all 0)" * (not V.any()))
+    ticks = [-V_max, 0, V_max]  # the PE block's, beside it
+    ax.figure.colorbar(image, ax=V_axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
 
 
 def floor_lines(ax, pe, points, guess, low):
     """A PE's floors against d_e: trained ({d_e: seeds' floors}), the seeds' mean, solid,
-    with a band; predicted (predicted_line); below `low` a triangle at `low`. The floors
-    drawn."""
+    with a band; predicted ([(d_e, loss)]), dashed, open squares; below `low` a triangle at
+    `low`."""
     de = np.array(sorted(points), float)
-    col = COLORS.get(pe, "k")
+    col = COLORS[pe]
     seeds = [points[x] for x in sorted(points)]
     mean = np.array([np.mean(f) for f in seeds])
     n = max(map(len, seeds))
     under = mean < low
-    text = floor_text(de, mean, n)
+    many = f", {n} seeds" if n > 1 else ""
+    text = f"d_e={int(de[0])}{many}: {mean[0]:.2g}"  # its one floor, else its slope
+    if len(de) > 1:
+        slope = np.polyfit(np.log(de), np.log(mean), 1)[0]
+        text = f"slope {slope:.2f}{many}"
     ax.loglog(
         de, np.where(under, np.nan, mean), "o-", color=col, label=f"{pe} PE ({text})"
     )
@@ -376,20 +340,12 @@ def floor_lines(ax, pe, points, guess, low):
         lowest = np.maximum(list(map(min, seeds)), low)
         highest = np.maximum(list(map(max, seeds)), low)
         ax.fill_between(de, lowest, highest, color=col, alpha=0.2)
-    if not guess:
-        return list(mean)
-    return list(mean) + predicted_line(ax, guess, low, col)
-
-
-def floors_by_pe(runs):
-    """{pe: {d_e: each seed's final val}}, else the last logged; a null or zero loss, which a
-    log axis cannot show, left out."""
-    by_pe = defaultdict(lambda: defaultdict(list))
-    for run in runs:
-        floor = value(run["end"], "val")
-        if floor > 0:
-            by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    return by_pe
+    if guess:
+        x, y = np.array(guess, float).T
+        shown = np.maximum(y, low)
+        ax.loglog(x, shown, "--", color=col)
+        for marker, at in (("s", y >= low), ("v", y < low)):
+            ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
 
 
 def predicted_floors(predicted, pe, T):
@@ -412,23 +368,15 @@ def floor_bottom(by_pe, guess):
     return min(positive or trained) / 3
 
 
-def d_e_ticks(ax, by_pe, guess):
-    """Ticks at the d_e values themselves, no minor labels."""
-    ticks = set()
-    for points in by_pe.values():
-        ticks |= {int(x) for x in points}
-    for rows in guess.values():
-        ticks |= {x for x, _ in rows}
-    ticks = sorted(ticks)
-    ax.set_xticks(ticks, [str(x) for x in ticks])
-    ax.set_xticks([], minor=True)
-
-
 def figure_floor(runs, out, name, predicted):
     """The loss floor against d_e, trained and predicted; what lies below a third of the
     random PEs' lowest (onehot's ~0) is drawn at that height, so that it does not stretch
     the axis."""
-    by_pe = floors_by_pe(runs)
+    by_pe = defaultdict(lambda: defaultdict(list))  # {pe: {d_e: each seed's floor}}
+    for run in runs:
+        floor = value(run["end"], "val")  # its final val, else the last logged
+        if floor > 0:  # a null or zero loss: no place on the log axis
+            by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
     folder = runs[0]["path"].parent
     runlog.require(
         by_pe, f"{folder}: no positive final loss; {name}_floor not drawn", Skip
@@ -436,29 +384,19 @@ def figure_floor(runs, out, name, predicted):
     T = runs[0]["config"]["T"]
     guess = {pe: predicted_floors(predicted, pe, T) for pe in by_pe}
     low = floor_bottom(by_pe, guess)
-    fig, ax = plt.subplots(figsize=(1.8 * PANEL[0], 1.5 * PANEL[1]))
-    shown = []
+    fig, (ax,) = panels(1, 1.8, 1.5)
     for pe in sorted(by_pe):
-        shown += floor_lines(ax, pe, by_pe[pe], guess[pe], low)
-    guessed = any(guess.values())
-    if guessed:  # one legend entry for every PE's prediction
-        ax.plot(
-            [],
-            [],
-            "ks--",
-            label="best of W = cW*, V = αV* (predicted)",
-            mfc="none",
-            ms=4,
-            lw=0.8,
-        )
-    if min(shown) < low:
-        ax.plot([], [], "kv", label=f"below {low:.2g}: drawn at the bottom", ms=5)
-    d_e_ticks(ax, by_pe, guess)
+        floor_lines(ax, pe, by_pe[pe], guess[pe], low)
+    title = "loss floor against d_e"
+    if any(guess.values()):  # one legend entry for every PE's prediction
+        legend_key(ax, "ks--", "best of W = cW*, V = αV* (predicted)", mfc="none", ms=4)
+        title += ": trained (solid) vs predicted (dashed)"
+    if any(low in line.get_ydata() for line in ax.lines):  # what lies below: at low
+        legend_key(ax, "kv", f"below {low:.2g}: drawn at the bottom", ms=5)
+    d_e = np.concatenate([line.get_xdata() for line in ax.lines])
+    x_ticks(ax, np.unique(d_e))
     final = all("final" in r["summary"] for r in runs)
     ylabel = "final validation loss" + ("" if final else " (some: last logged)")
-    title = "loss floor against d_e"
-    if guessed:
-        title += ": trained (solid) vs predicted (dashed)"
     ax.set(
         xlabel="PE dimension d_e", ylim=(low / 1.4, None), ylabel=ylabel, title=title
     )
@@ -466,127 +404,102 @@ def figure_floor(runs, out, name, predicted):
     return save(fig, out, f"{name}_floor", caption)
 
 
-def largest_tried(row):
-    return max(width for width, _ in row["tried"])
-
-
 def separation_lines(axes, summary, model, budget):
     """A model's width and parameters against T at one budget (the largest solid), and the
     T it reached nowhere (the largest width tried)."""
-    budgets = summary["budgets"]
     rows = [r for r in summary["rows"] if (r["model"], r["steps"]) == (model, budget)]
     done = [r for r in rows if r["width"] is not None]
     slope = summary["loglog_slope"][model][str(budget)]
-    ls = ("-", "--", ":", "-.")[min(budgets[::-1].index(budget), 3)]
+    larger = sum(b > budget for b in summary["budgets"])
+    ls = ("-", "--", ":", "-.")[min(larger, 3)]
     text = f"{model}, {budget:,} steps"
     if slope is not None:
         text += f" (slope {slope:.2f})"
+    T = [r["T"] for r in done]
     for ax, key in zip(axes, ("width", "params")) if done else ():
-        T, y = np.array([(r["T"], r[key]) for r in done], float).T
-        ax.loglog(T, y, "o", ls=ls, color=COLORS[model], label=text)
-    failed = [
-        (r["T"], largest_tried(r)) for r in rows if r["width"] is None and r["tried"]
-    ]
-    if failed:
-        T, width = np.array(failed, float).T
-        axes[0].loglog(
-            T,
-            width,
-            "^",
-            mfc="none",
-            color=COLORS[model],
-            label=f"{model}: not reached (largest tried)",
+        ax.loglog(
+            T, [r[key] for r in done], "o", ls=ls, color=COLORS[model], label=text
         )
-
-
-def settled_slopes(summary):
-    """Each model's slope where the two largest budgets agree, and over which T."""
-    parts = []
-    for model, at in summary["loglog_slope"].items():
-        settled = at.get("settled") or {}
-        if settled.get("slope") is not None:
-            parts.append(f"{model} {settled['slope']:.2f} over T = {settled['T']}")
-    return ", ".join(parts)
+    for r in rows:
+        if r["width"] is None and r["tried"]:
+            widest = max(width for width, _ in r["tried"])
+            axes[0].loglog(
+                r["T"],
+                widest,
+                "^",
+                mfc="none",
+                color=COLORS[model],
+                label=f"{model}: not reached (largest tried)",
+            )
 
 
 def figure_separation(summary, out, name):
     """Ours: the smallest width (and parameters) reaching the target loss against T, FCN vs
     ours, a line per training budget (the largest solid); beside the FCN that represents
     the target."""
-    fig, axes = plt.subplots(1, 2, figsize=(2 * PANEL[0] * 1.3, PANEL[1] * 1.5))
+    fig, axes = panels(2, 1.3, 1.5)
     budgets = summary["budgets"]
-    for model, budget in itertools.product(("fcn", "transformer"), budgets):
-        separation_lines(axes, summary, model, budget)
+    for model in ("fcn", "transformer"):
+        for budget in budgets:
+            separation_lines(axes, summary, model, budget)
     Ts = np.array(sorted({r["T"] for r in summary["rows"]}), float)
     axes[0].loglog(
         Ts,
         2 * Ts * summary["d"],
+        "-.",
         color="gray",
-        ls="-.",
-        lw=0.9,
         label="2·T·d: an FCN that represents the target (slope 1)",
     )
     for ax in axes:
         x_ticks(ax, Ts)
+        ax.set_xlabel("sequence length T")
     axes[0].set(
-        xlabel="sequence length T",
         ylabel="width (FCN m; transformer d + d_e)",
         title=f"width to reach loss ≤ {summary['eps']:.3g}",
     )
-    axes[1].set(
-        xlabel="sequence length T",
-        ylabel="parameters",
-        title="parameters at that width",
-    )
+    axes[1].set(ylabel="parameters", title="parameters at that width")
     steps = "/".join(map(str, budgets))
     title = (
         f"{steps} steps × {summary['batch']} sequences, seeds {summary['seeds']};"
         " slope: least squares, log width on log T"
     )
-    settled = settled_slopes(summary)
+    settled = []  # each model's slope where the two largest budgets agree, over which T
+    for model, at in summary["loglog_slope"].items():
+        both = at.get("settled", {})
+        if both.get("slope") is not None:
+            settled.append(f"{model} {both['slope']:.2f} over T = {both['T']}")
     if settled:
-        title += f"; where the two largest budgets agree: {settled}"
+        title += f"; where the two largest budgets agree: {', '.join(settled)}"
     return save(fig, out, f"{name}_separation", title + partial(summary))
 
 
-def unbounded(
-    row,
-):  # a critical.json row whose m50 lies beyond the scan: a bound unknown
-    return None in (row["m50"], row["lo"], row["hi"])
+def bounds(row):
+    return [row["m50"], row["lo"], row["hi"]]
 
 
-def hparams_text(config):
-    """critical.json's hyper-parameters, a model's after its name."""
-    parts = []
-    for model, hparams in config.get("hparams", {}).items():
-        settings = ", ".join(f"{k} {v}" for k, v in hparams.items())
-        parts.append(f"{model}: {settings}")
-    return "; ".join(parts)
+def unbounded(row):
+    """Whether a critical.json row's m50 lies beyond the scan: a bound unknown."""
+    return None in bounds(row)
 
 
 def figure_critical(summary, out, name):
     """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, its two fits
     and whether they separate; a colour per model, a marker per s."""
-    fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
-    config, rows = summary["config"], summary["rows"]
-    known = []
-    for r in rows:
-        known += [x for x in (r["m50"], r["lo"], r["hi"]) if x is not None]
+    fig, (ax,) = panels(1, 2, 1.6)
+    config = summary["config"]
+    rows = summary["rows"]
+    known = [x for x in np.ravel([bounds(r) for r in rows]) if x is not None]
     scale = known or config["grid"]
     ylim = (min(scale) / 1.5, max(scale) * 2.5)  # room for the arrows
     ss = sorted({r["s"] for r in rows})
     for model, s, mine, fit in by_model_and_s(summary):
         mark = "os^Dv"[ss.index(s) % 5]
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], mark, ylim)
-    ax.plot([], [], "k-", label="fit a + b ln T", lw=0.8)
-    ax.plot([], [], "k:", label="fit c T^k", lw=0.8)
+    legend_key(ax, "k-", "fit a + b ln T")
+    legend_key(ax, "k:", "fit c T^k")
     if any(map(unbounded, rows)):
-        ax.plot(
-            [],
-            [],
-            "ko",
-            label="open: m50 beyond the scan, the one bound known",
-            mfc="none",
+        legend_key(
+            ax, "ko", "open: m50 beyond the scan, the one bound known", mfc="none"
         )
     ax.set_xscale("log")
     x_ticks(ax, sorted({r["T"] for r in rows}))
@@ -597,22 +510,13 @@ def figure_critical(summary, out, name):
         ylim=ylim,
         title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50",
     )
-    hp = hparams_text(config)
     seeds = len(config.get("seeds", [])) or "?"
-    title = f"{seeds} seeds per grid m, held-out set {config.get('n_test', '?')}"
-    if hp:
-        title += f"; {hp}"
-    title += "; fits weighted by the intervals" + partial(summary)
-    return save(fig, out, f"{name}_critical", title)
-
-
-def fit_lines(ax, T, fit, ylim, col):
-    """A critical.json fit's two forms over T, within ylim."""
-    log_form = fit["log"]["a"] + fit["log"]["b"] * np.log(T)
-    power_form = fit["power"]["c"] * T ** fit["power"]["k"]
-    for y, ls in ((log_form, "-"), (power_form, ":")):
-        inside = (y > ylim[0]) & (y < ylim[1])
-        ax.plot(T, np.where(inside, y, np.nan), ls, color=col, lw=0.8)
+    parts = [f"{seeds} seeds per grid m, held-out set {config.get('n_test', '?')}"]
+    for model, hparams in config.get("hparams", {}).items():  # a model's after its name
+        settings = ", ".join(f"{k} {v}" for k, v in hparams.items())
+        parts.append(f"{model}: {settings}")
+    parts.append("fits weighted by the intervals")
+    return save(fig, out, f"{name}_critical", "; ".join(parts) + partial(summary))
 
 
 def critical_points(ax, rows, fit, text, col, mark, ylim):
@@ -624,9 +528,8 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
             f"{fit['better']} fits better" if fit["separated"] else "fits not separated"
         )
         text += f": {verdict} (Δχ² {fit['delta_chi2']:.1f})"
-    points = [(r["T"], r["m50"], r["lo"], r["hi"]) for r in rows if not unbounded(r)]
-    bounded = np.array(points, float).reshape(-1, 4)
-    bars(ax, bounded, fmt=mark, color=col, ms=4, label=text)
+    points = [(r["T"], *bounds(r)) for r in rows if not unbounded(r)]
+    bars(ax, points, fmt=mark, color=col, ms=4, label=text)
     for r in rows:
         bound = r["lo"] or r["hi"]
         if unbounded(r) and bound is not None:
@@ -638,25 +541,13 @@ def critical_points(ax, rows, fit, text, col, mark, ylim):
                 arrowprops=dict(arrowstyle="->", color=col),
             )
             ax.semilogx(r["T"], bound, mark, mfc="none", color=col)
-    if fit:
-        T = np.geomspace(bounded[:, 0].min(), bounded[:, 0].max(), 200)
-        fit_lines(ax, T, fit, ylim, col)
-
-
-def fit_label(form, fit):
-    """A width fit's legend: its form, its parameters, its rms."""
-    shown = {k: v for k, v in fit.items() if k not in ("q", "rms")}
-    parameters = ", ".join(f"{k} = {v:.3g}" for k, v in shown.items())
-    return f"fit, {FORM_WORDS[form]}:\n{parameters}; rms {fit['rms']:.3f}"
-
-
-def needed_fits(ax, T, de, q):
-    """The fits of the needed d_e against T, black: solid, dashed, dotted."""
-    fits = width_fits(T, de, q) or {}
-    grid = np.geomspace(T.min(), T.max(), 200)
-    for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):
-        y = WIDTH_FORMS[form](grid, **fit)
-        ax.plot(grid, y, ls, color="k", lw=0.8, label=fit_label(form, fit))
+    if fit:  # its two forms within ylim, over the T it was fitted to
+        Ts = [p[0] for p in points]
+        T = np.geomspace(min(Ts), max(Ts), 200)
+        log_form = fit["log"]["a"] + fit["log"]["b"] * np.log(T)
+        power_form = fit["power"]["c"] * T ** fit["power"]["k"]
+        for y, ls in ((log_form, "-"), (power_form, ":")):
+            ax.plot(T, np.ma.masked_outside(y, *ylim), ls, color=col)
 
 
 TRAINED_DE = (
@@ -674,54 +565,48 @@ def needed_trained(ax, sweep, d):
         mfc = "none" if reached is None else None
         ax.plot(t, reached or failed, "s", ms=4, color=cyan, mfc=mfc)
         if reached and failed:
-            ax.plot([t, t], [failed, reached], color=cyan, lw=1)
+            ax.vlines(t, failed, reached, color=cyan)
     if trained:
-        steps = max(sweep["budgets"])
-        ax.plot(
-            [],
-            [],
-            "s-",
-            label=f"transformer trained {steps:,} steps: {TRAINED_DE}",
-            ms=4,
-            color=cyan,
-        )
+        text = f"transformer trained {max(sweep['budgets']):,} steps: {TRAINED_DE}"
+        legend_key(ax, "s-", text, ms=4, color=cyan)
     return [t for t, _ in trained]
 
 
-def figure_needed(summary, out, name, sweep=None):
+def figure_needed(s, out, name, sweep):
     """The d_e whose predicted floor reaches the target against T, its fits, and a
     sweep.json's trained transformer: its first d_e that did, a bar down to the largest
     that did not."""
-    fig, ax = plt.subplots(figsize=(2 * PANEL[0], 1.6 * PANEL[1]))
-    s, rows, blue = summary, summary["rows"], COLORS["stochastic"]
-    T, de = np.array([(r["T"], r["de"]) for r in rows], float).T
-    ax.set(xscale="log", yscale="log")
-    se = [r["de_se"] if finite(r["de_se"]) else 0 for r in rows]
-    ax.errorbar(T, de, yerr=se, fmt="none", capsize=2, color=blue)
-    ax.plot(
-        T,
-        de,
-        "o",
-        ms=4,
-        color=blue,
-        label="stochastic PE, predicted: the least d_e"
-        " whose floor\n≤ the target (bar: ± the d_e of 1 se of the floor)",
+    fig, (ax,) = panels(1, 2, 1.6)
+    T, de = np.array([(r["T"], r["de"]) for r in s["rows"]], float).T
+    ax.set_yscale("log", base=2)  # a tick at each power of 2
+    ax.yaxis.set_major_formatter("{x:g}")
+    se = [r["de_se"] or 0 for r in s["rows"]]  # None: the floor's slope unknown
+    text = (
+        "stochastic PE, predicted: the least d_e whose floor\n≤ the target (bar: ± the"
+        " d_e of 1 se of the floor)"
     )
-    needed_fits(ax, T, de, s["q"])
+    blue = COLORS["stochastic"]
+    ax.errorbar(T, de, se, fmt="none", capsize=2, color=blue)
+    ax.plot(T, de, "o", ms=4, color=blue, label=text)
+    fits = width_fits(T, de, s["q"]) or {}
+    grid = np.geomspace(T.min(), T.max(), 200)
+    for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):  # black
+        y = WIDTH_FORMS[form](grid, **fit)
+        shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
+        text = f"fit, {FORM_WORDS[form]}:\n{', '.join(shown)}; rms {fit['rms']:.3f}"
+        ax.plot(grid, y, ls, color="k", label=text)
     trained = needed_trained(ax, sweep, s["d"])
-    ys = ax.get_ylim()
-    powers = [2**k for k in range(1, 14) if ys[0] <= 2**k <= ys[1]]
-    ax.set_yticks(powers, [str(t) for t in powers])
-    x_ticks(ax, sorted({*T.astype(int), *trained}))
     ax.set(
+        xscale="log",
         xlabel="sequence length T",
         ylabel="PE dimension d_e\n(trained: width D − d)",
         title=f"d_e to reach loss ≤ {s['target']:.3g}",
     )
+    x_ticks(ax, sorted({*T.astype(int), *trained}))
     title = (
         f"q = {s['q']}, d = {s['d']}, target {s['eps']}·d/(2q); predicted: the floor"
         f" of W = cW*, V = αV*, stochastic PE, {s.get('sequences')} sequences of seed"
-        f" {s.get('seed')} (sts.py --needed-de); fits: least squares in ln d_e, rms: of"
+        f" {s.get('seed')} (theory.py --needed-de); fits: least squares in ln d_e, rms: of"
         " its residuals"
     )
     return save(fig, out, f"{name}_needed_de", title)
@@ -729,9 +614,9 @@ def figure_needed(summary, out, name, sweep=None):
 
 # each PE in figure_positions: its marker, line style and legend entry
 POSITIONS = {
-    "randomized": ("o", "-", "randomized PE, L positions"),
-    "fixed": ("x", "", "fixed PE (L = T)"),
-    "stochastic": ("s", "", "stochastic PE (L → ∞)"),
+    "randomized": dict(marker="o", ls="-", label="randomized PE, L positions"),
+    "fixed": dict(marker="x", ls="", label="fixed PE (L = T)"),
+    "stochastic": dict(marker="s", ls="", label="stochastic PE (L → ∞)"),
 }
 
 
@@ -741,190 +626,135 @@ def position_points(groups, pe, at, key):
     points = []
     for g in groups:
         config = g[0]["config"]
-        if config["pe"] == pe:
-            L = at.get(pe, config.get("positions"))
-            points.append((L, [value(r["end"], key) for r in g]))
-    finite_ones = [(x, y) for x, y in sorted(points) if np.isfinite(y).all()]
-    return [(x, np.mean(y), min(y), max(y)) for x, y in finite_ones]
-
-
-def position_bars(ax, points, pe, marker, ls, text):
-    """A PE's points of position_points, if any, in its colour and POSITIONS' style."""
-    if points:
-        style = dict(marker=marker, ls=ls, ms=3.5, lw=1, label=text)
-        bars(ax, points, color=COLORS[pe], **style)
-
-
-def table_floor_lines(ax, path, T):
-    """table_floor.json's two constructions for randomized PE at length T, against L."""
-    rows = [r for r in read(path)["rows"] if r["T"] == T and r["pe"] == "randomized"]
-    points = np.array(
-        sorted((r["positions"], r["table"], r["family"]) for r in rows), float
-    )
-    L = points[:, 0]
-    ax.plot(L, points[:, 1], "k--", lw=0.9, label="best of a W that learns its table")
-    ax.plot(L, points[:, 2], "k:", lw=0.9, label="best of W = cW*, V = αV*")
+        y = [value(r["end"], key) for r in g]
+        if config["pe"] == pe and np.isfinite(y).all():
+            L = config.get("positions") or at[pe]
+            points.append((L, np.mean(y), min(y), max(y)))
+    return sorted(points)
 
 
 def figure_positions(runs, out, name):
     """The final loss against the size L of randomized PE's table, a panel per length (its
     PE's colour, fixed PE at L = T, stochastic at L = ∞); in distribution,
     table_floor.json's."""
-    groups, c = configurations(runs), runs[0]["config"]
-    randomized = [g for g in groups if g[0]["config"]["pe"] == "randomized"]
-    Ls = sorted(g[0]["config"]["positions"] for g in randomized)
+    groups = configurations(runs)
+    c = runs[0]["config"]
+    Ls = sorted({r["config"].get("positions") for r in runs} - {None})
     at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}  # L -> ∞ at 4 L_max
     names = sets(runs, "T")
-    size = (len(names) * PANEL[0], 1.2 * PANEL[1])
-    fig, axes = plt.subplots(1, len(names), figsize=size)
+    fig, axes = panels(len(names))
     prediction = runs[0]["path"].parent / "table_floor.json"
     ticks = [c["T"], *Ls, at["stochastic"]]
-    labels = [*map(str, [c["T"], *Ls]), "∞"]
-    for key, ax in zip(names, np.atleast_1d(axes)):
+    labels = [*map(str, ticks[:-1]), "∞"]
+    for key, ax in zip(names, axes):
         for pe, style in POSITIONS.items():
-            position_bars(ax, position_points(groups, pe, at, key), pe, *style)
+            points = position_points(groups, pe, at, key)
+            if points:
+                bars(ax, points, color=COLORS[pe], ms=3.5, **style)
         if key == "val" and prediction.exists():
-            table_floor_lines(ax, prediction, c["T"])
+            # in distribution: randomized PE's constructions at the training T
+            rows = [r for r in read(prediction)["rows"] if r["pe"] == "randomized"]
+            points = [
+                (r["positions"], r["table"], r["family"])
+                for r in rows
+                if r["T"] == c["T"]
+            ]
+            L, table, family = np.array(sorted(points), float).T
+            ax.plot(L, table, "k--", label="best of a W that learns its table")
+            ax.plot(L, family, "k:", label="best of W = cW*, V = αV*")
         title = f"val (T={c['T']}, as trained)" if key == "val" else key
-        ylabel = f"final loss {LOSS}" * (key == "val")
-        ax.set(
-            xscale="log", xlabel="positions in the table, L", ylabel=ylabel, title=title
-        )
+        ax.set(xscale="log", xlabel="positions in the table, L", title=title)
         ax.margins(y=0.12)
         x_ticks(ax, ticks, labels)
+    axes[0].set_ylabel(f"final loss {LOSS}")
     caption = (
         describe(c, groups) + "; final losses on common sets; dashed, dotted:"
-        " sts.table_floor's constructions at the training T"
+        " theory.table_floor's constructions at the training T"
     )
     return save(fig, out, f"{name}_positions", caption)
-
-
-def dynamics_lines(axes, mine, group, col):
-    """The family's curves (val, c, α) of a configuration: GD's dashed, SGD's model
-    dotted."""
-    for row in mine:
-        kept = np.array(row["rows"], float).T  # every few steps
-        ls = "--" if row["batch"] is None else ":"
-        for k, ax in enumerate(axes):
-            ax.plot(kept[0], kept[k + 1], color=col, lw=0.9, ls=ls)
 
 
 def figure_dynamics(name, pairs, out):
     """The logged val, c and α with theory.family_dynamics' over: GD's dashed, SGD's model
     dotted."""
-    fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL[0], 1.2 * PANEL[1]))
+    fig, axes = panels(3)
     groups = [g for _, g in pairs]
     for mine, g in pairs:
         _, steps, seeds, _ = escape(mine[-1], g)
         col = color(g, groups)
-        for k, ax in enumerate(axes):
-            band(
-                ax,
-                steps,
-                seeds[:, :, k],
-                col,
-                label=label(g, groups) if k == 0 else None,
-            )
-        dynamics_lines(axes, mine, g, col)
-    axes[0].plot([], [], "k--", label="W = cW*, V = αV* by GD (sts.family_dynamics)")
-    axes[0].plot([], [], "k:", label="the same by SGD's model at the runs' n")
-    axes[0].set(
-        yscale="log", xlabel="step", ylabel=f"validation loss {LOSS}", title="val"
-    )
-    axes[1].set(xlabel="step", ylabel="c = ⟨W, W*⟩ / d_e", title="c")
-    axes[2].set(xlabel="step", ylabel="α = ⟨V, V*⟩ / d", title="α (where logged)")
+        for k, ax in enumerate(axes):  # val, c, α; save() keeps one legend entry
+            band(ax, steps, seeds[:, :, k], col, label=label(g, groups))
+            for row in mine:  # the family's: GD's dashed, SGD's model dotted
+                kept = np.array(row["rows"], float).T  # every few steps
+                ls = "--" if row["batch"] is None else ":"
+                ax.plot(kept[0], kept[k + 1], color=col, ls=ls)
+    legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
+    legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
+    ylabels = (f"validation loss {LOSS}", "c = ⟨W, W*⟩ / d_e", "α = ⟨V, V*⟩ / d")
+    titles = ("val", "c", "α (where logged)")
     plateau = pairs[0][0][0]["t_half"] or 10
-    for ax in axes:
+    for ax, ylabel, title in zip(axes, ylabels, titles):
         ax.set_xscale("symlog", linthresh=max(10, plateau))  # linear over the plateau
-        ax.set_xlim(left=0)
-    return save(
-        fig, out, f"{name}_dynamics", describe(pairs[0][1][0]["config"], groups)
-    )
+        ax.set(xlabel="step", xlim=(0, None), ylabel=ylabel, title=title)
+    axes[0].set_yscale("log")
+    return save(fig, out, f"{name}_dynamics", describe(groups[0][0]["config"], groups))
 
 
 # figure_plateau's panels: the settings a scan varies
 SCANNED = ("T", "de", "lr", "q", "batch")
 
 
-def most_common(values):
-    return max(set(values), key=values.count)
-
-
-def plateau_points(members):
-    """[(config, the family's rows, each seed's t_1/2)] of a scan's configurations."""
-    points = []
-    for _, pairs in members:
-        points += [(g[0]["config"], mine, escape(mine[-1], g)[0]) for mine, g in pairs]
-    return points
-
-
-def plateau_line(points, base, k):
-    """[(value, rows, seeds' t_1/2)] of the points at base but in setting k, by its value."""
-    line = []
+def plateau_panel(ax, points, base, k):
+    """t_1/2 against setting k, the points at base in the others: the family's (GD, SGD's
+    model; each closed form) and the trained seeds'."""
+    line = []  # (value, the family's rows, the seeds' t_1/2), by value
     for c, mine, halves in points:
         if all(c[j] == base[j] for j in SCANNED if j != k):
             line.append((c[k], mine, [h for h in halves if h is not None]))
-    return sorted(line)
-
-
-def plateau_panel(ax, line, k):
-    """t_1/2 against setting k: the family's (GD, SGD's model; each closed form) and the
-    trained seeds'."""
+    line.sort()
     x = [p[0] for p in line]
     for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
+        rows = [p[1][i] for p in line]
+        steps = [r["t_half"] for r in rows]
+        ax.plot(x, steps, "k" + ls, label=f"{text} (theory.family_dynamics)")
+        closed = [r["t_half_closed"] for r in rows]
         ax.plot(
             x,
-            [p[1][i]["t_half"] for p in line],
-            "k" + ls,
-            label=f"{text} (sts.family_dynamics)",
-        )
-        ax.plot(
-            x,
-            [p[1][i]["t_half_closed"] for p in line],
+            closed,
             ls,
             color="gray",
-            label=f"{text}: closed form (sts.plateau_steps)",
+            label=f"{text}: closed form (theory.plateau_steps)",
         )
-    for xi, _, h in line:
-        if h:
-            mean = np.mean(h)
-            ax.errorbar(
-                xi,
-                mean,
-                [[mean - min(h)], [max(h) - mean]],
-                fmt="o",
-                color=COLORS["stochastic"],
-                ms=3,
-                capsize=2,
-            )
+    trained = [(xi, np.mean(h), min(h), max(h)) for xi, _, h in line if h]
+    bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
-    x_ticks(ax, x, [f"{v:g}" for v in x])
+    x_ticks(ax, x)
 
 
 def figure_plateau(name, members, out):
     """t_1/2 against each setting a scan varies from its most common point, trained,
     predicted."""
-    points = plateau_points(members)
-    base = {k: most_common([c[k] for c, *_ in points]) for k in SCANNED}
-    panels = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
+    points = []  # (config, the family's rows, each seed's t_1/2) of each configuration
+    for _, pairs in members:
+        points += [(g[0]["config"], mine, escape(mine[-1], g)[0]) for mine, g in pairs]
+    base = {k: statistics.mode([c[k] for c, *_ in points]) for k in SCANNED}
+    varied = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
     runlog.require(
-        panels,
+        varied,
         f"{name}: its runs differ in none of {', '.join(SCANNED)}; {name} not drawn",
         Skip,
     )
-    size = (len(panels) * PANEL[0], 1.2 * PANEL[1])
-    fig, axes = plt.subplots(1, len(panels), figsize=size, sharey=True, squeeze=False)
-    for ax, k in zip(axes[0], panels):
-        plateau_panel(ax, plateau_line(points, base, k), k)
-    axes[0][0].plot(
-        [],
-        [],
+    fig, axes = panels(len(varied), sharey=True)
+    for ax, k in zip(axes, varied):
+        plateau_panel(ax, points, base, k)
+    legend_key(
+        axes[0],
         "o",
-        label="trained (seeds: mean, lowest to highest)",
+        "trained (seeds: mean, lowest to highest)",
         color=COLORS["stochastic"],
         ms=3,
     )
-    axes[0][0].set_ylabel("t½ (steps)")
+    axes[0].set_ylabel("t½ (steps)")
     title = (
         f"the plateau around T={base['T']}, d_e={base['de']}, lr={base['lr']},"
         f" q={base['q']}, n={base['batch']}: stochastic PE, SGD from zero"
@@ -932,53 +762,48 @@ def figure_plateau(name, members, out):
     return save(fig, out, name, title)
 
 
-def transformer_figures(tf, out, name, report, predicted):
-    """The jobs of Figures 1-4 of transformer runs of one d_e, and the floor figure where
-    FLOOR predicts 3 d_e or more at their T."""
-    curves = family_curves(configurations(tf), predicted)
-    jobs = [(figure_training, tf, out, name)]
-    for group, suffix in (("T", "length"), ("q", "qtest")):
-        if sets(tf, group) != ["val"]:  # some set of that group logged
-            jobs.append((figure_tests, tf, out, name, group, suffix, curves))
-    jobs.append((figure_weights, tf, out, name, report))
-    T = tf[0]["config"]["T"]
-    if len({k[4] for k in predicted if k[1] == T}) >= 3:
-        jobs.append(
-            (figure_floor, tf, out, name, predicted)
-        )  # the trained d_e against these
-    return jobs
-
-
 def draw(name, runs, out, report, predicted):
-    """Every figure an experiment's runs allow; one that cannot be drawn is reported."""
+    """Every figure an experiment's runs allow; one that cannot be drawn is reported. Of
+    transformer runs of one d_e Figures 1-4, and the floor figure (the trained d_e against
+    these) where FLOOR predicts 3 d_e or more at their T."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
-    jobs = [(figure_tests, fcn, out, name, "q", "fcn_training")] if fcn else []
+    fcn = [r for r in runs if r not in tf]
+    if fcn:
+        report.draw(figure_tests, fcn, out, name, "q", "fcn_training", {})
     tables_sizes = {r["config"].get("positions") for r in tf} - {None}
     if len(tables_sizes) >= 2:
-        jobs.append((figure_positions, tf, out, name))
-    elif len({r["config"]["de"] for r in tf}) >= 3:
-        jobs.append((figure_floor, tf, out, name, predicted))
-    elif tf:
-        jobs += transformer_figures(tf, out, name, report, predicted)
-    for job in jobs:
-        report.draw(*job)
+        report.draw(figure_positions, tf, out, name)
+        return
+    if len({r["config"]["de"] for r in tf}) >= 3:
+        report.draw(figure_floor, tf, out, name, predicted)
+        return
+    if not tf:
+        return
+    curves = family_curves(configurations(tf), predicted)
+    report.draw(figure_training, tf, out, name)
+    for group, suffix in (("T", "length"), ("q", "qtest")):
+        if sets(tf, group) != ["val"]:  # some set of that group logged
+            report.draw(figure_tests, tf, out, name, group, suffix, curves)
+    report.draw(figure_weights, tf, out, name, report)
+    T = tf[0]["config"]["T"]
+    if len({k[4] for k in predicted if k[1] == T}) >= 3:
+        report.draw(figure_floor, tf, out, name, predicted)
 
 
 def draw_summary(path, summary, sweep, out):
     """The figure (out=None: the table) of a summary; a needed_de.json's with a
     sweep.json's."""
-    name, table_only = path.parent.name, out is None
-    if path.name == "needed_de.json" and table_only:
-        return table_needed(path, summary, sweep)
+    name = path.parent.name
+    if out is None:  # the table
+        if path.name == "needed_de.json":
+            return table_needed(path, summary, sweep)
+        if path.name == "sweep.json":
+            return table_sweep(path, summary)
+        return table_critical(path, summary)
     if path.name == "needed_de.json":
         return figure_needed(summary, out, name, sweep)
-    if path.name == "sweep.json" and table_only:
-        return table_sweep(path, summary)
     if path.name == "sweep.json":
         return figure_separation(summary, out, name)
-    if table_only:
-        return table_critical(path, summary)
     return figure_critical(summary, out, name)
 
 
@@ -999,43 +824,28 @@ def draw_summaries(summaries, out, report):
 def draw_all(experiments, summaries, out, report):
     """Every figure (out=None: table) of the experiments and summaries; out: (folder,
     formats)."""
-    if out and (experiments or summaries):  # a read-only --out: Python's traceback
-        out[0].mkdir(parents=True, exist_ok=True)
     loaded = load_all(experiments, report)
     scans = scans_of(loaded)
-    for folder, name, runs, predicted, _ in loaded:
-        if (
-            runs and folder.parent in scans
-        ):  # a scan's points: its table and figure alone
-            continue
+    # a scan's points: its table and figure alone
+    alone = [x for x in loaded if x[0].parent not in scans]
+    for _, name, runs, predicted, _ in alone:
         if runs and out is None:
             tabulate(name, runs, report, predicted)
         elif runs:
             draw(name.replace("/", "_"), runs, out, report, predicted)
-    for folder, name, _, _, pairs in loaded:  # DYNAMICS: the curves but a scan's
-        if not pairs or folder.parent in scans:
-            continue
-        if out is None:
+    for _, name, _, _, pairs in alone:  # DYNAMICS: the curves
+        if pairs and out is None:
             report.draw(table_dynamics, name, pairs)
-        else:
+        elif pairs:
             report.draw(figure_dynamics, name.replace("/", "_"), pairs, out)
     for parent, members in scans.items() if out else ():  # a scan's t_1/2
         report.draw(figure_plateau, parent.name, members, out)
-    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, _, _, _, p in loaded if p]
+    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
     if out is None and dynamics:
         report.draw(table_plateau, dynamics)
-    if out is None and any(
-        (p[0][1][0]["path"].parent / PLATEAU).exists() for _, p in dynamics
-    ):
-        report.draw(table_plateau_model, dynamics)
+        if any((f / PLATEAU).exists() for f, *_, p in loaded if p):
+            report.draw(table_plateau_model, dynamics)
     draw_summaries(summaries, out, report)
-
-
-def write_theory(experiments, report, n):
-    """--theory: THEORY beside the runs of each folder with a family_floor.json, alone."""
-    for folder, _, runs, predicted, _ in load_all(experiments, report, dynamics=False):
-        if runs and predicted:
-            report.draw(theory, folder, runs, predicted, n)
 
 
 def parser():
@@ -1064,7 +874,7 @@ def parser():
     p.add_argument(
         "--formats",
         nargs="+",
-        default=list(FORMATS),
+        default=FORMATS,
         choices=("png", "pdf", "svg"),
         help="file formats of each figure (default png pdf; PDF takes half the time)",
     )
@@ -1079,11 +889,17 @@ def main(argv=None):
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
-        write_theory(experiments, report, args.theory)
+        # THEORY beside the runs of each folder with a family_floor.json, alone
+        for folder, _, runs, predicted, _ in load_all(
+            experiments, report, dynamics=False
+        ):
+            if runs and predicted:
+                report.draw(theory, folder, runs, predicted, args.theory)
     else:
-        figures = None if args.table else (out, tuple(args.formats))
+        figures = None if args.table else (out, args.formats)
         draw_all(experiments, summaries, figures, report)
-    print(*report, sep="\n", file=sys.stderr, end="\n" if report else "")
+    for line in report:
+        print(line, file=sys.stderr)
     if not report.drawn:
         what = "printed" if args.table else "drawn"
         why = " (every run and summary was skipped, see above)" if report else ""
