@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import data
+import fused
 import plots
 import runlog
 import train_bool
@@ -1137,14 +1138,14 @@ def test_a_finished_sweep_resumed_with_fewer_steps_is_refused_and_changes_nothin
 def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(
     tmp_path, one_thread, monkeypatch
 ):
-    seen, FusedStep = [], train_fcn.fused.FusedStep
+    seen, FusedStep = [], fused.FusedStep
 
     class Watch(FusedStep):  # what sweep.json holds as each cell begins
         def __init__(self, *args, **kw):
             seen.append(set(json.loads((tmp_path / "sweep.json").read_text())["cells"]))
             super().__init__(*args, **kw)
 
-    monkeypatch.setattr(train_fcn.fused, "FusedStep", Watch)
+    monkeypatch.setattr(fused, "FusedStep", Watch)
     train_fcn.main(
         BUDGETS
         + [

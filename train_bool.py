@@ -98,8 +98,8 @@ HPARAMS = {
 }
 # what a logged accuracy depends on beyond (model, T, s, m, seed), as config.json holds it
 SETTINGS = dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)
-SETTINGS = json.loads(json.dumps(SETTINGS))  # as config.json reads back
 CHECKPOINT = "checkpoint.pt"  # in --out while a grid is unfinished
+FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # critical.csv's
 
 
 def sample(rng, n, T, s, relevant):
@@ -378,8 +378,8 @@ def results(rows, status):
     return dict(rows=rows, fits=fits), files
 
 
-def table(rows):
-    fields = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
+def table(rows, fields=FIELDS):
+    """The rows' fields as CSV, a row a line ("\n"; None: empty)."""
     lines = [fields] + [[r[k] for k in fields] for r in rows]
     texts = [["" if v is None else str(v) for v in line] for line in lines]
     return "".join(",".join(text) + "\n" for text in texts)
