@@ -1221,10 +1221,13 @@ def test_bool_state_is_in_its_checkpoint_and_a_grid_moved_elsewhere_resumes(
     # its config.json recorded --out: a grid moved to a disk with room was refused
     cut_grid(monkeypatch, tmp_path / "cut")
     state = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)
-    assert len(state["state"]) == 3 and state["state"] == read_log(tmp_path / "cut")
+    # the grid's state: its log, which the checkpoint holds
+    trainings = read_log(tmp_path / "cut")
+    log = (tmp_path / "cut" / "log.jsonl").read_bytes()
+    assert len(trainings) == 3 and state["logs"] == [log]
     (tmp_path / "cut").rename(tmp_path / "moved")
     train_bool.main(BOOL_JOB + ["--out", str(tmp_path / "moved"), "--resume"])
-    assert read_log(tmp_path / "moved")[:3] == state["state"]
+    assert read_log(tmp_path / "moved")[:3] == trainings
     assert (
         json.loads((tmp_path / "moved" / "summary.json").read_text())["status"]
         == "finished"

@@ -201,35 +201,32 @@ def train_one(model, m, T, s, seed, device):
             break
     with torch.no_grad():
         fitted = (net(x).squeeze(-1) > 0).float() == y
-        train_acc = fitted.float().mean().item()
         chunks = np.array_split(x_test, 10)
-        predictions = torch.cat(
-            [net(encode(chunk)).squeeze(-1) > 0 for chunk in chunks]
-        )
-    acc = (predictions.cpu().numpy() == y_test).mean().item()
+        predictions = [net(encode(chunk)).squeeze(-1) > 0 for chunk in chunks]
+    acc = (torch.cat(predictions).cpu().numpy() == y_test).mean().item()
     seconds = round(time.time() - t0, 3)
     task = dict(model=model, T=T, s=s, m=m, seed=seed)
-    fit = dict(train_acc=train_acc, train_loss=loss.item(), steps=step)
+    fit = dict(train_acc=fitted.float().mean().item(), train_loss=value, steps=step)
     return dict(task, acc=acc, **fit, seconds=seconds)
 
 
 def m_grid(m_min, m_max, per_octave):
     """Integers from m_min to m_max, spaced 2^(1/per_octave) apart on a log scale."""
-    n = int(math.floor(per_octave * math.log2(m_max / m_min) + 1e-9))
+    n = math.floor(per_octave * math.log2(m_max / m_min) + 1e-9)
     return sorted({round(m_min * 2 ** (i / per_octave)) for i in range(n + 1)})
 
 
-def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
-    """The smallest m of `grid` at which most `seeds` reach `threshold` (trainer(m, T, s, seed) ->
-    held-out accuracy), or None, if success is monotone in m: a gallop up the grid (indices 0, 1,
-    3, 7, ...) to the first success, a bisection back to the last failure; a seed's vote is not
+def critical_m(trainer, T, s, grid, seeds=range(5)):
+    """The smallest m of `grid` at which most `seeds` pass (trainer(m, T, s, seed) -> held-out
+    accuracy, >= PASS_ACC), or None, if success is monotone in m: a gallop up the grid (indices 0,
+    1, 3, 7, ...) to the first success, a bisection back to the last failure; a seed's vote is not
     trained once the majority is decided. Cheap: search's first guess."""
     need = len(seeds) // 2 + 1
 
     def passes(m):
         wins = losses = 0
         for seed in seeds:
-            won = trainer(m, T, s, seed) >= threshold
+            won = trainer(m, T, s, seed) >= PASS_ACC
             wins, losses = wins + won, losses + (not won)
             if wins >= need or losses > len(seeds) - need:
                 return wins >= need
@@ -252,10 +249,9 @@ def search(trainer, T, s, grid, seeds, points=6):
     not the answer."""
     guess = critical_m(trainer, T, s, grid, seeds[:3])
     i = grid.index(guess) if guess else len(grid) - 1
-    first = min(max(i - points // 2, 0), max(len(grid) - points, 0))
-    lo = first
-    hi = min(first + points, len(grid)) - 1
-    floor = max(first - points // 2, 0)
+    lo = min(max(i - points // 2, 0), max(len(grid) - points, 0))
+    hi = min(lo + points, len(grid)) - 1
+    floor = max(lo - points // 2, 0)
     top = min(hi + points // 2, len(grid) - 1)
 
     def rate(j):
@@ -284,14 +280,13 @@ def logistic_fit(ms, wins):
     A grid, not Newton: it needs no start and keeps a sharp step (separable outcomes, w -> 0)
     finite. m50, lo or hi is None at the scan's edge (1.5 beyond the ms in ln m): all wins or
     all losses bound m50 on one side only."""
-    ms, k = np.unique(np.asarray(ms, float), return_inverse=True)
-    n = np.bincount(k, minlength=len(ms))
-    wins = np.bincount(k, np.asarray(wins, float), len(ms))
-    x = np.linspace(
-        np.log(ms[0]) - 1.5, np.log(ms[-1]) + 1.5, 401
-    )  # ln m50, steps ~ 1%
+    ms, k = np.unique(ms, return_inverse=True)
+    n = np.bincount(k)
+    wins = np.bincount(k, wins)
+    lnm = np.log(ms)
+    x = np.linspace(lnm[0] - 1.5, lnm[-1] + 1.5, 401)  # ln m50, steps ~ 1%
     w = np.geomspace(0.01, 3, 60)  # width in ln m
-    z = (np.log(ms)[None, None] - x[:, None, None]) / w[None, :, None]
+    z = (lnm - x[:, None, None]) / w[:, None]  # (ln m50, w, m)
     won = wins * np.logaddexp(0, -z)
     lost = (n - wins) * np.logaddexp(0, z)
     loglik = -(won + lost).sum(-1)
@@ -314,12 +309,11 @@ def fit_curves(Ts, m50, lo, hi):
     each fit's sum of squared residuals in sds; equal parameter counts, so the likelihood ratio of
     the two is exp(-delta/2): delta > 6 (a ratio below 0.05) separates them."""
     bounded = [p for p in zip(Ts, m50, lo, hi) if None not in p]
-    pts = np.array(bounded, float).reshape(-1, 4)
-    if len(pts) < 3:
+    if len(bounded) < 3:
         return None
-    lnT = np.log(pts[:, 0])
-    m = pts[:, 1]
-    sd = np.log(pts[:, 3] / pts[:, 2]) / (2 * Z_95)
+    T, m, low, high = np.array(bounded, float).T
+    lnT = np.log(T)
+    sd = np.log(high / low) / (2 * Z_95)
 
     def wls(target, sigma):  # weighted least squares of target on (1, ln T)
         A = np.stack([np.ones_like(lnT), lnT], 1) / sigma[:, None]
@@ -328,18 +322,15 @@ def fit_curves(Ts, m50, lo, hi):
 
     (a, b), chi_log = wls(m, m * sd)
     (lnc, k), chi_pow = wls(np.log(m), sd)
-    log = dict(a=float(a), b=float(b), chi2=chi_log)
-    power = dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow)
-    better = "log" if chi_log < chi_pow else "power"
     delta = abs(chi_log - chi_pow)
-    return {
-        "log": log,
-        "power": power,
-        "dof": len(pts) - 2,
-        "better": better,
-        "delta_chi2": delta,
-        "separated": delta > 6,
-    }
+    return dict(
+        log=dict(a=float(a), b=float(b), chi2=chi_log),
+        power=dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow),
+        dof=len(m) - 2,
+        better="log" if chi_log < chi_pow else "power",
+        delta_chi2=delta,
+        separated=delta > 6,
+    )
 
 
 def parse_args(argv=None):
@@ -364,9 +355,7 @@ def parse_args(argv=None):
 
 def results(rows, status):
     """summary.json's numbers (the rows and their fits) and the files critical.json (for plots.py)
-    and critical.csv; none for rows None (--m, no search)."""
-    if rows is None:
-        return {}, {}
+    and critical.csv."""
     fits = {}
     for r in rows:  # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
@@ -436,25 +425,21 @@ def logged(out):
 
 
 def run(args, device, job):
-    """The grid through its runlog.Job: each training logged as it ends and checkpointed with the
-    others; at any ending critical.json/csv and summary.json. --resume goes on from the
-    checkpoint's trainings, or replays a log that has none."""
-    out, grid, rows, done = Path(args.out), job.configs[0]["grid"], [], {}
-
-    def load(trainings):
-        for record in trainings:
-            done[tuple(record[k] for k in KEY)] = record
+    """The grid through its runlog.Job: each training logged as it ends, the log checkpointed; at
+    any ending critical.json/csv and summary.json. --resume replays the log: the checkpoint's, or
+    one without a checkpoint (copied in)."""
+    out, grid, rows = Path(args.out), job.configs[0]["grid"], []
 
     def ending(r, status):
-        numbers, files = results(None if args.m else rows, status)
-        if numbers and status != "running":
-            report(out, rows, numbers["fits"], status, time.time() - job.t0)
+        if args.m:  # no search: no table
+            return {}, {}
+        numbers, files = results(rows, status)
+        report(out, rows, numbers["fits"], status, time.time() - job.t0)
         return numbers, files
 
     with job:
-        if not job.open(load, ending):
-            done.update(logged(out))
-        cells(args, device, job, done, rows, grid)
+        job.open(lambda state: None, ending)  # the trainings so far: the log's
+        cells(args, device, job, logged(out), rows, grid)
         job.close("finished", None)
 
 
@@ -470,9 +455,7 @@ def cells(args, device, job, done, rows, grid):
             if key not in done:
                 done[key] = train_one(model, m, T, s, seed, device)
                 job.log(0, done[key], math.log(2))  # BCE starts at ln 2, a coin flip's
-                job.save(
-                    len(done), lambda: list(done.values()), force=True
-                )  # none lost
+                job.save(len(done), lambda: None, force=True)  # its log: none lost
                 acc = f"{done[key]['acc']:.3f}"
                 bar.set_postfix(model=model, s=s, T=T, m=m, acc=acc)
             asked.append(key)

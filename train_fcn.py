@@ -26,7 +26,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -143,11 +142,6 @@ FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
 MODELS = ("fcn", "transformer")
 CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
-# the sweep's transformer runs as train_tf.py's: fused.py's step from the zero init, with Adam
-TF_RUN = dict(
-    pe="stochastic", positions=None, attend="tokens", init="zero", init_scale=0
-)
-TF_RUN = dict(TF_RUN, optimizer="adam", lr=TF_LR)
 
 
 def FCN(in_features, width, depth, out_features):  # noqa: N802  named as the model it builds
@@ -346,9 +340,9 @@ def transformer_vals(args, T, d_e, device):
     on the way to the largest. A run directory of its own, transformer-T{T}-de{d_e}, logs a record
     per budget; its checkpoint (a cell at T = 80 takes over an hour on one core) lets --resume go
     on bit for bit."""
-    specs = [dict(TF_RUN, seed=seed) for seed in args.seed]
-    tf = dict(T=T, test_T=[], d=args.d, dtype=args.dtype, step="fused", threads=1)
-    tf = SimpleNamespace(**tf)  # train_tf.py's flags that its model and streams read
+    tf = train_tf.Args(T=T, test_T=[], d=args.d, dtype=args.dtype, seed=args.seed)
+    tf = replace(tf, optimizer="adam", lr=TF_LR, step="fused", threads=1)
+    specs = train_tf.run_specs(tf, d_e)  # the zero init and stochastic PE: its defaults
     model = train_tf.Model(tf, d_e, specs, device)
     optimizers = train_tf.configure_optimizers(model, specs)
     streams = train_tf.new_streams(tf, specs, d_e, device)
