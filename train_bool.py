@@ -1,24 +1,27 @@
 """The s-sparse AND of T bits: the critical sample size of a one-head transformer and an FCN vs T.
 
-Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function of T
-inputs from a sample size growing like log T. This script measures it on the s-sparse AND:
+Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function
+of T inputs from a sample size growing like log T. This script measures it on the
+s-sparse AND:
 
-    python train_bool.py                        # course scale: 57 min (24 min CPU), one shared core
-    python train_bool.py --out runs/bool --resume # go on after an interruption
-    python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
+    python train_bool.py  # course scale: 57 min (24 min CPU), one shared core
+    python train_bool.py --out runs/bool --resume  # go on after an interruption
+    python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search
 
-The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with probability
-1/2. Seed k draws the s relevant positions and 10^4 held-out samples from default_rng([k, 0]), and
-the m training samples from default_rng([k, 1]) row by row: a larger m extends a smaller m's set.
-The models: a one-layer, one-head transformer of width 32 that reads the logit from a readout
-token's attention output, and an MLP with one hidden layer of 128 ReLUs on the bits as +-1. Both:
-binary cross-entropy, full-batch Adam until the training loss is below 1e-3 or the step cap.
+The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with
+probability 1/2. Seed k draws the s relevant positions and 10^4 held-out samples from
+default_rng([k, 0]), and the m training samples from default_rng([k, 1]) row by row: a
+larger m extends a smaller m's set. The models: a one-layer, one-head transformer of
+width 32 that reads the logit from a readout token's attention output, and an MLP with
+one hidden layer of 128 ReLUs on the bits as +-1. Both: binary cross-entropy, full-batch
+Adam until the training loss is below 1e-3 or the step cap.
 
-The critical sample size m50: P(held-out accuracy >= 99%) = sigmoid((ln m - ln m50) / w), fitted
-by maximum likelihood to every (m, seed) a (model, s, T) trained, with its 95% profile-likelihood
-interval; then m50 against T, fitted by a + b ln T and by c T^k. Writes config.json, log.jsonl (a
-record per training), critical.json/csv (after each cell) and summary.json, through runlog.Job: its
-checkpoint holds the trainings so far, and --resume goes on from it (with the same flags).
+The critical sample size m50: P(held-out accuracy >= 99%) = sigmoid((ln m - ln m50) / w),
+fitted by maximum likelihood to every (m, seed) a (model, s, T) trained, with its 95%
+profile-likelihood interval; then m50 against T, fitted by a + b ln T and by c T^k.
+Writes config.json, log.jsonl (a record per training), critical.json/csv (after each
+cell) and summary.json, through runlog.Job: its checkpoint holds the trainings so far,
+and --resume goes on from it (with the same flags).
 """
 
 import contextlib

@@ -221,13 +221,6 @@ def run_dir(args, T, width, seed):
     return Path(args.out) / runlog.run_name(run)
 
 
-@torch.no_grad()
-def evaluate(model, sets):
-    """The losses on the validation set (val) and on each q-generalisation set (test_q)."""
-    losses = {name: sts.loss(model(x), t).item() for name, (x, t) in sets.items()}
-    return dict(val=losses.pop("val"), test_q=losses)
-
-
 def run_config(args, T, width, seed, steps):
     """A run's config.json but its device and size: every setting but the sweep's own, and the
     budgets it is read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it
@@ -322,12 +315,15 @@ def checkpointed(model, optimizer):
 
 def log(args, job, t, model, sets):
     """Step t's log record: the mean training loss since the last record (None: no step since),
-    the rate, the time and the validation losses; its val."""
+    the rate, the time, and the losses on the validation set (val) and on each q-generalisation set
+    (test_q); its val."""
     since = t - job.records[0].get("step", t)
     train_loss = model.loss_sum.item() / since if since else None
     seconds = round(time.time() - job.t0, 3)
     record = dict(step=t, train_loss=train_loss, lr=args.lr, time=seconds)
-    record.update(evaluate(model, sets))
+    with torch.no_grad():
+        losses = {name: sts.loss(model(x), y).item() for name, (x, y) in sets.items()}
+    record.update(val=losses.pop("val"), test_q=losses)
     job.log(0, record, args.d / 2 / args.q)
     model.loss_sum.zero_()
     return record["val"]
