@@ -440,15 +440,10 @@ def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summa
 # ------------------------------------------------------------------------------------- train_fcn.py
 
 
-@pytest.mark.parametrize("depth", [1, 3])
-def test_fcn_output_shape_and_parameter_count(depth):
-    model = train_fcn.FCN(
-        in_features=36, width=10, depth=depth, out_features=5
-    ).double()
+def test_fcn_output_shape_and_parameter_count():
+    model = train_fcn.FCN(in_features=36, width=10, out_features=5).double()
     assert model(torch.zeros(7, 36, dtype=torch.float64)).shape == (7, 5)
-    assert (
-        train_fcn.n_params(model) == 37 * 10 + (depth - 1) * 11 * 10 + 11 * 5
-    )  # weights, biases
+    assert train_fcn.n_params(model) == 37 * 10 + 11 * 5  # weights, biases
 
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():

@@ -79,9 +79,6 @@ class Args:
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
     )
-    threads: int = flag(
-        1, "torch's CPU threads (one is fastest for small tensors)", type=POSITIVE
-    )
     out: str = flag("runs/bool", "output folder")
     force: bool = flag(False, "overwrite an --out that already holds a run")
     resume: bool = flag(
@@ -504,7 +501,7 @@ def main(argv=None):
         job = new_job(args, device)
         job.check()
         reproducible(device)
-        torch.set_num_threads(args.threads)  # small tensors: more threads cost more
+        torch.set_num_threads(1)  # small tensors: more threads cost more
         with runlog.lock(args.out):
             job.check()  # again: another writer may have been first
             if job.finished():

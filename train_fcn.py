@@ -79,7 +79,6 @@ class Args:
         type=POSITIVE,
         action=Distinct,
     )
-    depth: int = flag(1, "hidden layers", type=POSITIVE)
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
@@ -144,11 +143,12 @@ MODELS = ("fcn", "transformer")
 CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
 
 
-def FCN(in_features, width, depth, out_features):  # noqa: N802  named as the model it builds
-    layers = []
-    for n_in in [in_features] + [width] * (depth - 1):
-        layers += [torch.nn.Linear(n_in, width), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers, torch.nn.Linear(width, out_features))
+def FCN(in_features, width, out_features):  # noqa: N802  named as the model it builds
+    """One hidden layer of `width` ReLUs (a run's config and name say depth 1)."""
+    hidden = torch.nn.Linear(in_features, width)
+    return torch.nn.Sequential(
+        hidden, torch.nn.ReLU(), torch.nn.Linear(width, out_features)
+    )
 
 
 def n_params(module):
@@ -217,7 +217,7 @@ def check_runs(args):
 
 
 def run_dir(args, T, width, seed):
-    run = dict(model="fcn", T=T, width=width, depth=args.depth, seed=seed)
+    run = dict(model="fcn", T=T, width=width, seed=seed)  # its name: depth 1
     return Path(args.out) / runlog.run_name(run)
 
 
@@ -229,7 +229,7 @@ def run_config(args, T, width, seed, steps):
     for key in [k for k in flags if k.startswith("sweep")] + ["force", "out", "resume"]:
         del flags[key]
     budgets = [b for b in args.sweep_steps if b <= steps]
-    run = dict(model="fcn", T=T, width=width, seed=seed, steps=steps)
+    run = dict(model="fcn", T=T, width=width, depth=1, seed=seed, steps=steps)
     return dict(flags, **run, budgets=budgets)
 
 
@@ -237,7 +237,7 @@ def build(args, T, width, seed, steps, device):
     """A run's model (initialised from its seed; it holds the training loss summed since the last
     record), optimizer, generator and validation sets (common to every seed) and its config.json."""
     torch.manual_seed(seed)
-    model = FCN(T * args.d + T, width, args.depth, args.d)
+    model = FCN(T * args.d + T, width, args.d)
     model.register_buffer("loss_sum", torch.zeros(()))
     model = model.to(device, getattr(torch, args.dtype))
     gen = torch.Generator(device)
@@ -428,7 +428,7 @@ def fcn_vals(args, T, width, seed, steps, device):
 def size_of(args, model, T, size):
     """A model's width (FCN: hidden width m; transformer: D = d + d_e) and parameter count."""
     if model == "fcn":
-        return size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
+        return size, n_params(FCN(T * args.d + T, size, args.d))
     D = args.d + size
     return D, D * (2 * args.d + size)
 
@@ -475,7 +475,7 @@ def sweep_settings(args):
         seeds=args.seed,
         fcn_lr=args.lr,
         fcn_optimizer=args.optimizer,
-        fcn_depth=args.depth,
+        fcn_depth=1,
         tf_lr=TF_LR,
         tf_optimizer="adam",
         tf_pe="stochastic",
