@@ -96,8 +96,6 @@ HPARAMS = {
     # the FCN's rate is lower: at large m a higher one can collapse to a constant output
     "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
 }
-# what a logged accuracy depends on beyond (model, T, s, m, seed), as config.json holds it
-SETTINGS = dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)
 CHECKPOINT = "checkpoint.pt"  # in --out while a grid is unfinished
 FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # critical.csv's
 
@@ -408,7 +406,9 @@ def new_job(args, device):
         grid=m_grid(args.m_min, args.m_max, args.per_octave),
         seeds=list(range(args.seeds)),
         pass_acc=PASS_ACC,
-        **SETTINGS,
+        n_test=N_TEST,  # with the next two: what an accuracy depends on beyond its key
+        fit_loss=FIT_LOSS,
+        hparams=HPARAMS,
     )
     return runlog.Job([out], [config], out / CHECKPOINT, args.resume, args.force)
 

@@ -618,9 +618,8 @@ def main(argv=None):
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
             check_runs(args)  # again: another writer may have been first
-            if (
-                args.sweep
-            ):  # one thread: on 2 shared cores a second cost more than it saved
+            # a sweep on one thread: on 2 shared cores a second cost more than it saved
+            if args.sweep:
                 torch.set_num_threads(1)
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
