@@ -165,9 +165,8 @@ def build(model, T, seed, device):
         )
         encode = lambda b: 2.0 * b.float() - 1  # noqa: E731  the bits as +-1
     linear = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
-    with (
-        torch.no_grad()
-    ):  # PyTorch's default Linear init U(+-1/sqrt(fan_in)), our generator's
+    # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator
+    with torch.no_grad():
         for layer in linear:
             bound = layer.in_features**-0.5
             for param in (layer.weight, layer.bias):

@@ -158,8 +158,8 @@ def n_params(module):
 def sample(gen, words, n, T, q, d, dtype):
     """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of data.py's batch `words`."""
     X, idx, target = data.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
-    mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
-    return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
+    mask = torch.zeros_like(X[:, 0]).scatter_(1, idx, 1.0)  # X: (n, d, T)
+    return torch.cat([X.mT.reshape(n, -1), mask], 1), target
 
 
 def parse_args(argv=None):
@@ -200,7 +200,7 @@ def parse_args(argv=None):
 def check_runs(args):
     """Every run directory this job may write holds no run, or one --resume goes on with (a
     sweep's runs: their flags are checked as each is trained)."""
-    cut = list(Path(args.out).glob(f"*/{CHECKPOINT}"))
+    cut = any(Path(args.out).glob(f"*/{CHECKPOINT}"))
     redo = "" if cut else " (--force: redo it)"
     held = args.sweep and (Path(args.out) / "sweep.json").exists()
     runlog.require(
