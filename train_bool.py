@@ -452,7 +452,7 @@ def cells(args, device, job, done, rows, grid):
         def trainer(model, m, T, s, seed):
             key = (model, m, T, s, seed)
             if key not in done:
-                done[key] = train_one(model, m, T, s, seed, device)
+                done[key] = train_one(*key, device)
                 job.log(0, done[key], math.log(2))  # BCE starts at ln 2, a coin flip's
                 job.save(len(done), lambda: None, force=True)  # its log: none lost
                 acc = f"{done[key]['acc']:.3f}"
