@@ -555,8 +555,7 @@ def sweep(args, device):
         runlog.write_json(path, dict(table, loglog_slope=slopes, cells=cells))
 
     def cached(key, compute, steps):
-        """What compute() ({budget: value}) gave at `steps`: kept before the next is trained
-        (a kill loses none), computed only where absent."""
+        """compute()'s {budget: value} at `steps`: computed where absent, kept at once."""
         if str(steps) not in cells.get(key, {}):
             values = {str(b): v for b, v in compute().items()}
             cells.setdefault(key, {}).update(values)
@@ -564,16 +563,13 @@ def sweep(args, device):
         return cells[key].get(str(steps), math.inf)  # inf: it gave none
 
     searches = list(itertools.product(args.sweep_T, args.sweep_steps, MODELS))
+    bar = tqdm(searches, desc="sweep (T, budget, model)", dynamic_ncols=True)
     try:
         save("running")  # its settings, for a --resume after a kill in its first cell
-        for T, steps, model in tqdm(
-            searches, desc="sweep (T, budget, model)", dynamic_ncols=True
-        ):
-            at_budget = functools.partial(cached, steps=steps)
-            start = first[model, steps]
-            row, first[model, steps] = smallest(
-                args, model, T, steps, start, at_budget, device
-            )
+        for T, steps, model in bar:
+            key = model, steps
+            cache = functools.partial(cached, steps=steps)
+            row, first[key] = smallest(args, model, T, steps, first[key], cache, device)
             rows.append(row)
             save("running")
     except BaseException as error:
