@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import data
+import fused
 import plots
 import runlog
 import train_bool
@@ -439,15 +440,10 @@ def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summa
 # ------------------------------------------------------------------------------------- train_fcn.py
 
 
-@pytest.mark.parametrize("depth", [1, 3])
-def test_fcn_output_shape_and_parameter_count(depth):
-    model = train_fcn.FCN(
-        in_features=36, width=10, depth=depth, out_features=5
-    ).double()
+def test_fcn_output_shape_and_parameter_count():
+    model = train_fcn.FCN(in_features=36, width=10, out_features=5).double()
     assert model(torch.zeros(7, 36, dtype=torch.float64)).shape == (7, 5)
-    assert (
-        train_fcn.n_params(model) == 37 * 10 + (depth - 1) * 11 * 10 + 11 * 5
-    )  # weights, biases
+    assert train_fcn.n_params(model) == 37 * 10 + 11 * 5  # weights, biases
 
 
 def test_fcn_input_is_vec_of_the_tokens_then_the_subset_indicator():
@@ -1137,14 +1133,14 @@ def test_a_finished_sweep_resumed_with_fewer_steps_is_refused_and_changes_nothin
 def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(
     tmp_path, one_thread, monkeypatch
 ):
-    seen, FusedStep = [], train_fcn.fused.FusedStep
+    seen, FusedStep = [], fused.FusedStep
 
     class Watch(FusedStep):  # what sweep.json holds as each cell begins
         def __init__(self, *args, **kw):
             seen.append(set(json.loads((tmp_path / "sweep.json").read_text())["cells"]))
             super().__init__(*args, **kw)
 
-    monkeypatch.setattr(train_fcn.fused, "FusedStep", Watch)
+    monkeypatch.setattr(fused, "FusedStep", Watch)
     train_fcn.main(
         BUDGETS
         + [
@@ -1220,10 +1216,13 @@ def test_bool_state_is_in_its_checkpoint_and_a_grid_moved_elsewhere_resumes(
     # its config.json recorded --out: a grid moved to a disk with room was refused
     cut_grid(monkeypatch, tmp_path / "cut")
     state = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)
-    assert len(state["state"]) == 3 and state["state"] == read_log(tmp_path / "cut")
+    # the grid's state: its log, which the checkpoint holds
+    trainings = read_log(tmp_path / "cut")
+    log = (tmp_path / "cut" / "log.jsonl").read_bytes()
+    assert len(trainings) == 3 and state["logs"] == [log]
     (tmp_path / "cut").rename(tmp_path / "moved")
     train_bool.main(BOOL_JOB + ["--out", str(tmp_path / "moved"), "--resume"])
-    assert read_log(tmp_path / "moved")[:3] == state["state"]
+    assert read_log(tmp_path / "moved")[:3] == trainings
     assert (
         json.loads((tmp_path / "moved" / "summary.json").read_text())["status"]
         == "finished"

@@ -122,7 +122,7 @@ def test_plots_draws_every_figure_and_table_from_tiny_runs(
     assert fcn.split("|")[2:5] == [
         " 6 ",
         " 8 ",
-        f" {train_fcn.n_params(train_fcn.FCN(18, 8, 1, 2))} ",
+        f" {train_fcn.n_params(train_fcn.FCN(18, 8, 2))} ",
     ]
 
 

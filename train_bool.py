@@ -1,24 +1,27 @@
 """The s-sparse AND of T bits: the critical sample size of a one-head transformer and an FCN vs T.
 
-Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function of T
-inputs from a sample size growing like log T. This script measures it on the s-sparse AND:
+Edelman, Goel, Kakade, Zhang (ICML 2022): one attention head represents a sparse function
+of T inputs from a sample size growing like log T. This script measures it on the
+s-sparse AND:
 
-    python train_bool.py                        # course scale: 57 min (24 min CPU), one shared core
-    python train_bool.py --out runs/bool --resume # go on after an interruption
-    python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search: the accuracies
+    python train_bool.py  # course scale: 57 min (24 min CPU), one shared core
+    python train_bool.py --out runs/bool --resume  # go on after an interruption
+    python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search
 
-The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with probability
-1/2. Seed k draws the s relevant positions and 10^4 held-out samples from default_rng([k, 0]), and
-the m training samples from default_rng([k, 1]) row by row: a larger m extends a smaller m's set.
-The models: a one-layer, one-head transformer of width 32 that reads the logit from a readout
-token's attention output, and an MLP with one hidden layer of 128 ReLUs on the bits as +-1. Both:
-binary cross-entropy, full-batch Adam until the training loss is below 1e-3 or the step cap.
+The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with
+probability 1/2. Seed k draws the s relevant positions and 10^4 held-out samples from
+default_rng([k, 0]), and the m training samples from default_rng([k, 1]) row by row: a
+larger m extends a smaller m's set. The models: a one-layer, one-head transformer of
+width 32 that reads the logit from a readout token's attention output, and an MLP with
+one hidden layer of 128 ReLUs on the bits as +-1. Both: binary cross-entropy, full-batch
+Adam until the training loss is below 1e-3 or the step cap.
 
-The critical sample size m50: P(held-out accuracy >= 99%) = sigmoid((ln m - ln m50) / w), fitted
-by maximum likelihood to every (m, seed) a (model, s, T) trained, with its 95% profile-likelihood
-interval; then m50 against T, fitted by a + b ln T and by c T^k. Writes config.json, log.jsonl (a
-record per training), critical.json/csv (after each cell) and summary.json, through runlog.Job: its
-checkpoint holds the trainings so far, and --resume goes on from it (with the same flags).
+The critical sample size m50: P(held-out accuracy >= 99%) = sigmoid((ln m - ln m50) / w),
+fitted by maximum likelihood to every (m, seed) a (model, s, T) trained, with its 95%
+profile-likelihood interval; then m50 against T, fitted by a + b ln T and by c T^k.
+Writes config.json, log.jsonl (a record per training), critical.json/csv (after each
+cell) and summary.json, through runlog.Job: its checkpoint holds the trainings so far,
+and --resume goes on from it (with the same flags).
 """
 
 import contextlib
@@ -76,9 +79,6 @@ class Args:
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
     )
-    threads: int = flag(
-        1, "torch's CPU threads (one is fastest for small tensors)", type=POSITIVE
-    )
     out: str = flag("runs/bool", "output folder")
     force: bool = flag(False, "overwrite an --out that already holds a run")
     resume: bool = flag(
@@ -96,10 +96,8 @@ HPARAMS = {
     # the FCN's rate is lower: at large m a higher one can collapse to a constant output
     "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
 }
-# what a logged accuracy depends on beyond (model, T, s, m, seed), as config.json holds it
-SETTINGS = dict(n_test=N_TEST, fit_loss=FIT_LOSS, hparams=HPARAMS)
-SETTINGS = json.loads(json.dumps(SETTINGS))  # as config.json reads back
 CHECKPOINT = "checkpoint.pt"  # in --out while a grid is unfinished
+FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # critical.csv's
 
 
 def sample(rng, n, T, s, relevant):
@@ -167,9 +165,8 @@ def build(model, T, seed, device):
         )
         encode = lambda b: 2.0 * b.float() - 1  # noqa: E731  the bits as +-1
     linear = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
-    with (
-        torch.no_grad()
-    ):  # PyTorch's default Linear init U(+-1/sqrt(fan_in)), our generator's
+    # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator
+    with torch.no_grad():
         for layer in linear:
             bound = layer.in_features**-0.5
             for param in (layer.weight, layer.bias):
@@ -201,35 +198,32 @@ def train_one(model, m, T, s, seed, device):
             break
     with torch.no_grad():
         fitted = (net(x).squeeze(-1) > 0).float() == y
-        train_acc = fitted.float().mean().item()
         chunks = np.array_split(x_test, 10)
-        predictions = torch.cat(
-            [net(encode(chunk)).squeeze(-1) > 0 for chunk in chunks]
-        )
-    acc = (predictions.cpu().numpy() == y_test).mean().item()
+        predictions = [net(encode(chunk)).squeeze(-1) > 0 for chunk in chunks]
+    acc = (torch.cat(predictions).cpu().numpy() == y_test).mean().item()
     seconds = round(time.time() - t0, 3)
     task = dict(model=model, T=T, s=s, m=m, seed=seed)
-    fit = dict(train_acc=train_acc, train_loss=loss.item(), steps=step)
+    fit = dict(train_acc=fitted.float().mean().item(), train_loss=value, steps=step)
     return dict(task, acc=acc, **fit, seconds=seconds)
 
 
 def m_grid(m_min, m_max, per_octave):
     """Integers from m_min to m_max, spaced 2^(1/per_octave) apart on a log scale."""
-    n = int(math.floor(per_octave * math.log2(m_max / m_min) + 1e-9))
+    n = math.floor(per_octave * math.log2(m_max / m_min) + 1e-9)
     return sorted({round(m_min * 2 ** (i / per_octave)) for i in range(n + 1)})
 
 
-def critical_m(trainer, T, s, grid, seeds=range(5), threshold=PASS_ACC):
-    """The smallest m of `grid` at which most `seeds` reach `threshold` (trainer(m, T, s, seed) ->
-    held-out accuracy), or None, if success is monotone in m: a gallop up the grid (indices 0, 1,
-    3, 7, ...) to the first success, a bisection back to the last failure; a seed's vote is not
+def critical_m(trainer, T, s, grid, seeds=range(5)):
+    """The smallest m of `grid` at which most `seeds` pass (trainer(m, T, s, seed) -> held-out
+    accuracy, >= PASS_ACC), or None, if success is monotone in m: a gallop up the grid (indices 0,
+    1, 3, 7, ...) to the first success, a bisection back to the last failure; a seed's vote is not
     trained once the majority is decided. Cheap: search's first guess."""
     need = len(seeds) // 2 + 1
 
     def passes(m):
         wins = losses = 0
         for seed in seeds:
-            won = trainer(m, T, s, seed) >= threshold
+            won = trainer(m, T, s, seed) >= PASS_ACC
             wins, losses = wins + won, losses + (not won)
             if wins >= need or losses > len(seeds) - need:
                 return wins >= need
@@ -252,10 +246,9 @@ def search(trainer, T, s, grid, seeds, points=6):
     not the answer."""
     guess = critical_m(trainer, T, s, grid, seeds[:3])
     i = grid.index(guess) if guess else len(grid) - 1
-    first = min(max(i - points // 2, 0), max(len(grid) - points, 0))
-    lo = first
-    hi = min(first + points, len(grid)) - 1
-    floor = max(first - points // 2, 0)
+    lo = min(max(i - points // 2, 0), max(len(grid) - points, 0))
+    hi = min(lo + points, len(grid)) - 1
+    floor = max(lo - points // 2, 0)
     top = min(hi + points // 2, len(grid) - 1)
 
     def rate(j):
@@ -284,14 +277,13 @@ def logistic_fit(ms, wins):
     A grid, not Newton: it needs no start and keeps a sharp step (separable outcomes, w -> 0)
     finite. m50, lo or hi is None at the scan's edge (1.5 beyond the ms in ln m): all wins or
     all losses bound m50 on one side only."""
-    ms, k = np.unique(np.asarray(ms, float), return_inverse=True)
-    n = np.bincount(k, minlength=len(ms))
-    wins = np.bincount(k, np.asarray(wins, float), len(ms))
-    x = np.linspace(
-        np.log(ms[0]) - 1.5, np.log(ms[-1]) + 1.5, 401
-    )  # ln m50, steps ~ 1%
+    ms, k = np.unique(ms, return_inverse=True)
+    n = np.bincount(k)
+    wins = np.bincount(k, wins)
+    lnm = np.log(ms)
+    x = np.linspace(lnm[0] - 1.5, lnm[-1] + 1.5, 401)  # ln m50, steps ~ 1%
     w = np.geomspace(0.01, 3, 60)  # width in ln m
-    z = (np.log(ms)[None, None] - x[:, None, None]) / w[None, :, None]
+    z = (lnm - x[:, None, None]) / w[:, None]  # (ln m50, w, m)
     won = wins * np.logaddexp(0, -z)
     lost = (n - wins) * np.logaddexp(0, z)
     loglik = -(won + lost).sum(-1)
@@ -314,12 +306,11 @@ def fit_curves(Ts, m50, lo, hi):
     each fit's sum of squared residuals in sds; equal parameter counts, so the likelihood ratio of
     the two is exp(-delta/2): delta > 6 (a ratio below 0.05) separates them."""
     bounded = [p for p in zip(Ts, m50, lo, hi) if None not in p]
-    pts = np.array(bounded, float).reshape(-1, 4)
-    if len(pts) < 3:
+    if len(bounded) < 3:
         return None
-    lnT = np.log(pts[:, 0])
-    m = pts[:, 1]
-    sd = np.log(pts[:, 3] / pts[:, 2]) / (2 * Z_95)
+    T, m, low, high = np.array(bounded, float).T
+    lnT = np.log(T)
+    sd = np.log(high / low) / (2 * Z_95)
 
     def wls(target, sigma):  # weighted least squares of target on (1, ln T)
         A = np.stack([np.ones_like(lnT), lnT], 1) / sigma[:, None]
@@ -328,18 +319,15 @@ def fit_curves(Ts, m50, lo, hi):
 
     (a, b), chi_log = wls(m, m * sd)
     (lnc, k), chi_pow = wls(np.log(m), sd)
-    log = dict(a=float(a), b=float(b), chi2=chi_log)
-    power = dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow)
-    better = "log" if chi_log < chi_pow else "power"
     delta = abs(chi_log - chi_pow)
-    return {
-        "log": log,
-        "power": power,
-        "dof": len(pts) - 2,
-        "better": better,
-        "delta_chi2": delta,
-        "separated": delta > 6,
-    }
+    return dict(
+        log=dict(a=float(a), b=float(b), chi2=chi_log),
+        power=dict(c=float(np.exp(lnc)), k=float(k), chi2=chi_pow),
+        dof=len(m) - 2,
+        better="log" if chi_log < chi_pow else "power",
+        delta_chi2=delta,
+        separated=delta > 6,
+    )
 
 
 def parse_args(argv=None):
@@ -364,9 +352,7 @@ def parse_args(argv=None):
 
 def results(rows, status):
     """summary.json's numbers (the rows and their fits) and the files critical.json (for plots.py)
-    and critical.csv; none for rows None (--m, no search)."""
-    if rows is None:
-        return {}, {}
+    and critical.csv."""
     fits = {}
     for r in rows:  # a fit per model and s, over its T
         mine = [o for o in rows if (o["model"], o["s"]) == (r["model"], r["s"])]
@@ -378,8 +364,8 @@ def results(rows, status):
     return dict(rows=rows, fits=fits), files
 
 
-def table(rows):
-    fields = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]
+def table(rows, fields=FIELDS):
+    """The rows' fields as CSV, a row a line ("\n"; None: empty)."""
     lines = [fields] + [[r[k] for k in fields] for r in rows]
     texts = [["" if v is None else str(v) for v in line] for line in lines]
     return "".join(",".join(text) + "\n" for text in texts)
@@ -419,7 +405,9 @@ def new_job(args, device):
         grid=m_grid(args.m_min, args.m_max, args.per_octave),
         seeds=list(range(args.seeds)),
         pass_acc=PASS_ACC,
-        **SETTINGS,
+        n_test=N_TEST,  # with the next two: what an accuracy depends on beyond its key
+        fit_loss=FIT_LOSS,
+        hparams=HPARAMS,
     )
     return runlog.Job([out], [config], out / CHECKPOINT, args.resume, args.force)
 
@@ -436,25 +424,21 @@ def logged(out):
 
 
 def run(args, device, job):
-    """The grid through its runlog.Job: each training logged as it ends and checkpointed with the
-    others; at any ending critical.json/csv and summary.json. --resume goes on from the
-    checkpoint's trainings, or replays a log that has none."""
-    out, grid, rows, done = Path(args.out), job.configs[0]["grid"], [], {}
-
-    def load(trainings):
-        for record in trainings:
-            done[tuple(record[k] for k in KEY)] = record
+    """The grid through its runlog.Job: each training logged as it ends, the log checkpointed; at
+    any ending critical.json/csv and summary.json. --resume replays the log: the checkpoint's, or
+    one without a checkpoint (copied in)."""
+    out, grid, rows = Path(args.out), job.configs[0]["grid"], []
 
     def ending(r, status):
-        numbers, files = results(None if args.m else rows, status)
-        if numbers and status != "running":
-            report(out, rows, numbers["fits"], status, time.time() - job.t0)
+        if args.m:  # no search: no table
+            return {}, {}
+        numbers, files = results(rows, status)
+        report(out, rows, numbers["fits"], status, time.time() - job.t0)
         return numbers, files
 
     with job:
-        if not job.open(load, ending):
-            done.update(logged(out))
-        cells(args, device, job, done, rows, grid)
+        job.open(lambda state: None, ending)  # the trainings so far: the log's
+        cells(args, device, job, logged(out), rows, grid)
         job.close("finished", None)
 
 
@@ -468,11 +452,9 @@ def cells(args, device, job, done, rows, grid):
         def trainer(model, m, T, s, seed):
             key = (model, m, T, s, seed)
             if key not in done:
-                done[key] = train_one(model, m, T, s, seed, device)
+                done[key] = train_one(*key, device)
                 job.log(0, done[key], math.log(2))  # BCE starts at ln 2, a coin flip's
-                job.save(
-                    len(done), lambda: list(done.values()), force=True
-                )  # none lost
+                job.save(len(done), lambda: None, force=True)  # its log: none lost
                 acc = f"{done[key]['acc']:.3f}"
                 bar.set_postfix(model=model, s=s, T=T, m=m, acc=acc)
             asked.append(key)
@@ -518,7 +500,7 @@ def main(argv=None):
         job = new_job(args, device)
         job.check()
         reproducible(device)
-        torch.set_num_threads(args.threads)  # small tensors: more threads cost more
+        torch.set_num_threads(1)  # small tensors: more threads cost more
         with runlog.lock(args.out):
             job.check()  # again: another writer may have been first
             if job.finished():

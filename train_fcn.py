@@ -32,9 +32,10 @@ import torch
 from tqdm import tqdm
 
 import data
-import fused
 import runlog
 import sts
+import train_bool
+import train_tf
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
@@ -78,7 +79,6 @@ class Args:
         type=POSITIVE,
         action=Distinct,
     )
-    depth: int = flag(1, "hidden layers", type=POSITIVE)
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
@@ -143,11 +143,12 @@ MODELS = ("fcn", "transformer")
 CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
 
 
-def FCN(in_features, width, depth, out_features):  # noqa: N802  named as the model it builds
-    layers = []
-    for n_in in [in_features] + [width] * (depth - 1):
-        layers += [torch.nn.Linear(n_in, width), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers, torch.nn.Linear(width, out_features))
+def FCN(in_features, width, out_features):  # noqa: N802  named as the model it builds
+    """One hidden layer of `width` ReLUs (a run's config and name say depth 1)."""
+    hidden = torch.nn.Linear(in_features, width)
+    return torch.nn.Sequential(
+        hidden, torch.nn.ReLU(), torch.nn.Linear(width, out_features)
+    )
 
 
 def n_params(module):
@@ -157,8 +158,8 @@ def n_params(module):
 def sample(gen, words, n, T, q, d, dtype):
     """FCN inputs [vec(X); 1_y] (n, T*d + T) and targets of data.py's batch `words`."""
     X, idx, target = data.draw_tokens(gen, words, 0, n, T, q, d, getattr(torch, dtype))
-    mask = torch.zeros(n, T, dtype=X.dtype, device=X.device).scatter_(1, idx, 1.0)
-    return torch.cat([X.mT.reshape(n, -1), mask], dim=-1), target
+    mask = torch.zeros_like(X[:, 0]).scatter_(1, idx, 1.0)  # X: (n, d, T)
+    return torch.cat([X.mT.reshape(n, -1), mask], 1), target
 
 
 def parse_args(argv=None):
@@ -199,7 +200,7 @@ def parse_args(argv=None):
 def check_runs(args):
     """Every run directory this job may write holds no run, or one --resume goes on with (a
     sweep's runs: their flags are checked as each is trained)."""
-    cut = list(Path(args.out).glob(f"*/{CHECKPOINT}"))
+    cut = any(Path(args.out).glob(f"*/{CHECKPOINT}"))
     redo = "" if cut else " (--force: redo it)"
     held = args.sweep and (Path(args.out) / "sweep.json").exists()
     runlog.require(
@@ -211,21 +212,13 @@ def check_runs(args):
     for T, width, seed in itertools.product(*grid, args.seed):
         config = {} if args.sweep else run_config(args, T, width, seed, args.steps)
         new_job(args, run_dir(args, T, width, seed), config).check()
-    if args.sweep:
+    if args.sweep and args.resume:
         check_sweep(args)
 
 
 def run_dir(args, T, width, seed):
-    run = dict(model="fcn", T=T, width=width, depth=args.depth, seed=seed)
+    run = dict(model="fcn", T=T, width=width, seed=seed)  # its name: depth 1
     return Path(args.out) / runlog.run_name(run)
-
-
-def evaluate(model, sets):
-    losses = {}
-    with torch.no_grad():
-        for name, (x, target) in sets.items():
-            losses[name] = sts.loss(model(x), target).item()
-    return dict(val=losses.pop("val"), test_q=losses)
 
 
 def run_config(args, T, width, seed, steps):
@@ -236,16 +229,17 @@ def run_config(args, T, width, seed, steps):
     for key in [k for k in flags if k.startswith("sweep")] + ["force", "out", "resume"]:
         del flags[key]
     budgets = [b for b in args.sweep_steps if b <= steps]
-    run = dict(model="fcn", T=T, width=width, seed=seed, steps=steps)
+    run = dict(model="fcn", T=T, width=width, depth=1, seed=seed, steps=steps)
     return dict(flags, **run, budgets=budgets)
 
 
 def build(args, T, width, seed, steps, device):
-    """A run's model (initialised from its seed), optimizer, generator and validation sets (common
-    to every seed) and its config.json."""
-    dtype = getattr(torch, args.dtype)
+    """A run's model (initialised from its seed; it holds the training loss summed since the last
+    record), optimizer, generator and validation sets (common to every seed) and its config.json."""
     torch.manual_seed(seed)
-    model = FCN(T * args.d + T, width, args.depth, args.d).to(device, dtype)
+    model = FCN(T * args.d + T, width, args.d)
+    model.register_buffer("loss_sum", torch.zeros(()))
+    model = model.to(device, getattr(torch, args.dtype))
     gen = torch.Generator(device)
     subsets = {"val": args.q, **{str(q): q for q in args.test_q}}
     sets = {}
@@ -272,11 +266,9 @@ NO_FILES = lambda r, status: ({}, {})  # noqa: E731  what a run writes at its en
 
 def train(args, T, width, seed, device, steps=None):
     """One FCN run of `steps` (default --steps) through runlog.Job: its directory and checkpoint
-    (weights, optimizer, loss sum; the batches are keyed by (seed, step): a resume is exact)."""
+    (weights, loss sum, optimizer; the batches are keyed by (seed, step): a resume is exact)."""
     steps, path = steps or args.steps, run_dir(args, T, width, seed)
     model, optimizer, gen, sets, config = build(args, T, width, seed, steps, device)
-    loss_sum = torch.zeros((), dtype=getattr(torch, args.dtype), device=device)
-    load, state = checkpointed(model, optimizer, loss_sum)
     job = new_job(args, path, config)
     job.check()
     if job.finished():
@@ -287,107 +279,92 @@ def train(args, T, width, seed, device, steps=None):
     bar = tqdm(
         total=steps, desc=name, dynamic_ncols=True, disable=args.sweep, leave=False
     )
+    load, state = checkpointed(model, optimizer)
     with job, bar:
         job.open(load, NO_FILES)
         bar.update(job.step)
         for t in range(job.step, steps + 1):
             job.save(t, state)  # the state before step t
             if t % args.eval_every == 0 or t == steps or t in args.sweep_steps:
-                record = dict(timed(job, t, loss_sum, args.lr), **evaluate(model, sets))
-                job.log(0, record, args.d / 2 / args.q)
-                bar.set_postfix(val=f"{record['val']:.4f}")
-                loss_sum.zero_()
+                bar.set_postfix(val=f"{log(args, job, t, model, sets):.4f}")
             if t == steps:
                 break
             words = data.words(seed, t)[0]
             x, target = sample(gen, words, args.batch, T, args.q, args.d, args.dtype)
-            loss_sum += descend(model, optimizer, x, target)
+            optimizer.zero_grad()
+            loss = sts.loss(model(x), target)
+            loss.backward()
+            optimizer.step()
+            model.loss_sum += loss.detach()
             bar.update()
         job.close("finished", steps)
 
 
-def checkpointed(model, optimizer, loss_sum):
+def checkpointed(model, optimizer):
     """An FCN run's load(state) and state(), for its checkpoint."""
 
     def load(state):
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        loss_sum.copy_(state["loss_sum"])
 
     def state():
-        weights = model.state_dict()
-        return dict(model=weights, optimizer=optimizer.state_dict(), loss_sum=loss_sum)
+        return dict(model=model.state_dict(), optimizer=optimizer.state_dict())
 
     return load, state
 
 
-def timed(job, t, loss_sum, lr):
-    """A log record's step, mean training loss since the last record (None: no step since),
-    rate and time."""
+def log(args, job, t, model, sets):
+    """Step t's log record: the mean training loss since the last record (None: no step since),
+    the rate, the time, and the losses on the validation set (val) and on each q-generalisation set
+    (test_q); its val."""
     since = t - job.records[0].get("step", t)
-    train_loss = loss_sum.item() / since if since else None
-    return dict(
-        step=t, train_loss=train_loss, lr=lr, time=round(time.time() - job.t0, 3)
-    )
-
-
-def descend(model, optimizer, x, target):
-    """One optimizer step on a batch; its loss."""
-    optimizer.zero_grad()
-    loss = sts.loss(model(x), target)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
+    train_loss = model.loss_sum.item() / since if since else None
+    seconds = round(time.time() - job.t0, 3)
+    record = dict(step=t, train_loss=train_loss, lr=args.lr, time=seconds)
+    with torch.no_grad():
+        losses = {name: sts.loss(model(x), y).item() for name, (x, y) in sets.items()}
+    record.update(val=losses.pop("val"), test_q=losses)
+    job.log(0, record, args.d / 2 / args.q)
+    model.loss_sum.zero_()
+    return record["val"]
 
 
 def transformer_vals(args, T, d_e, device):
-    """The sweep's transformer, a run per seed side by side: fused.py's step from the zero init with
-    Adam on the FCN's draws; {budget: each seed's validation loss after that many steps} (NaN if it
-    diverges), every budget of --sweep-steps read on the way to the largest. A run directory of its
-    own, transformer-T{T}-de{d_e}, logs a record per budget; its checkpoint (a cell at T = 80 takes
-    over an hour on one core) lets --resume go on bit for bit."""
-    step, streams, W, V, optimizer = cell_model(args, d_e, device)
+    """The sweep's transformer, a run per seed side by side: train_tf.py's model by fused.py's step
+    (one thread: see main) from the zero init with Adam on the FCN's draws; {budget: each seed's
+    validation loss after that many steps} (NaN if it diverges), every budget of --sweep-steps read
+    on the way to the largest. A run directory of its own, transformer-T{T}-de{d_e}, logs a record
+    per budget; its checkpoint (a cell at T = 80 takes over an hour on one core) lets --resume go
+    on bit for bit."""
+    tf = train_tf.Args(T=T, test_T=[], d=args.d, dtype=args.dtype, seed=args.seed)
+    tf = replace(tf, optimizer="adam", lr=TF_LR, step="fused", threads=1)
+    specs = train_tf.run_specs(tf, d_e)  # the zero init and stochastic PE: its defaults
+    model = train_tf.Model(tf, d_e, specs, device)
+    optimizers = train_tf.configure_optimizers(model, specs)
+    streams = train_tf.new_streams(tf, specs, d_e, device)
     path = Path(args.out) / f"transformer-T{T}-de{d_e}"
     job = new_job(args, path, cell_config(args, T, d_e))
     job.check()
     if job.finished():  # a --resume of a sweep whose cell finished: its log
         return logged_vals(path)
-
-    def load(state):
-        with torch.no_grad():
-            W.copy_(state["W"])
-            V.copy_(state["V"])
-        optimizer.load_state_dict(state["optimizer"])
-
     budgets = args.sweep_steps
     with job:
-        job.open(load, NO_FILES)
+        job.open(
+            functools.partial(train_tf.load_checkpoint, model, optimizers), NO_FILES
+        )
         for t in range(job.step, max(budgets)):
-            job.save(t, lambda: dict(W=W, V=V, optimizer=optimizer.state_dict()))
-            batch = streams.get_batch(t, args.batch, T, args.q)
-            fused.FusedLoss.apply(W, V, step, batch).sum().backward()
-            optimizer.step()
-            optimizer.zero_grad()
+            job.save(t, functools.partial(train_tf.checkpoint, model, optimizers))
+            model(streams.get_batch(t, args.batch, T, args.q)).sum().backward()
+            for optimizer in optimizers:
+                optimizer.step()
+                optimizer.zero_grad()
             if t + 1 in budgets:
                 val_index = data.val_index(T, args.q)
                 val = streams.get_batch(val_index, args.n_test, T, args.q, True)
-                vals = step.losses(W, V, val).double().mean(0).tolist()
+                vals = model.sequence_losses(val).double().mean(0).tolist()
                 job.log(0, dict(step=t + 1, vals=vals), args.d / 2 / args.q)
         job.close("finished", max(budgets))
     return logged_vals(path)
-
-
-def cell_model(args, d_e, device):
-    """A sweep transformer's fused.py step and data.py streams (one thread: see main), its runs'
-    W and V (zero) and
-    their Adam (per entry: the runs stay independent)."""
-    dtype, D, R = getattr(torch, args.dtype), args.d + d_e, len(args.seed)
-    parts = [(seed, "stochastic", None, [r]) for r, seed in enumerate(args.seed)]
-    streams = data.Streams(parts, args.d, d_e, device, dtype)  # one thread (see main)
-    step = fused.FusedStep([False] * R)
-    W = torch.zeros(R, D, D, dtype=dtype, device=device, requires_grad=True)
-    V = torch.zeros(R, args.d, D, dtype=dtype, device=device, requires_grad=True)
-    return step, streams, W, V, torch.optim.Adam([W, V], lr=TF_LR)
 
 
 def cell_config(args, T, d_e):
@@ -427,14 +404,9 @@ def fits(rows, budgets):
         at[r["model"], r["steps"]][r["T"]] = r
     out = {m: {str(b): slope(at[m, b].values()) for b in budgets} for m in MODELS}
     for m in MODELS if len(budgets) > 1 else []:  # budgets: the largest first
-        largest, next_one = at[m, budgets[0]], at[m, budgets[1]]
-        same = []
-        for T, r in largest.items():
-            if (
-                r["width"] is not None
-                and next_one.get(T, {}).get("width") == r["width"]
-            ):
-                same.append(r)
+        widths = {T: r["width"] for T, r in at[m, budgets[1]].items()}
+        largest = at[m, budgets[0]].values()
+        same = [r for r in largest if r["width"] and widths.get(r["T"]) == r["width"]]
         out[m]["settled"] = dict(T=[r["T"] for r in same], slope=slope(same))
     return out
 
@@ -456,7 +428,7 @@ def fcn_vals(args, T, width, seed, steps, device):
 def size_of(args, model, T, size):
     """A model's width (FCN: hidden width m; transformer: D = d + d_e) and parameter count."""
     if model == "fcn":
-        return size, n_params(FCN(T * args.d + T, size, args.depth, args.d))
+        return size, n_params(FCN(T * args.d + T, size, args.d))
     D = args.d + size
     return D, D * (2 * args.d + size)
 
@@ -470,10 +442,8 @@ def smallest(args, model, T, steps, first, cached, device):
     far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
     eps = args.eps * args.d / (2 * args.q)
     grid = args.sweep_width if model == "fcn" else args.sweep_de
-    row = dict(
-        model=model, T=T, steps=steps, width=None, params=None, val=None, val_sd=None
-    )
-    row = dict(row, vals=None, tried=[], tried_seeds=[])
+    row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None)
+    row.update(val_sd=None, vals=None, tried=[], tried_seeds=[])
     for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
         size, vals = grid[k], []
         if model == "transformer":
@@ -490,23 +460,26 @@ def smallest(args, model, T, steps, first, cached, device):
         row["tried_seeds"].append(len(vals))  # how many those were
         if val <= eps:  # the spread: the seeds' sample standard deviation
             spread = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-            found = dict(width=width, params=params, val=round(val, 4))
+            row.update(width=width, params=params, val=round(val, 4))
             rounded = [round(v, 4) for v in vals]
-            return dict(
-                row, **found, val_sd=spread and round(spread, 4), vals=rounded
-            ), k
+            row.update(val_sd=spread and round(spread, 4), vals=rounded)
+            return row, k
     return row, None
 
 
 def sweep_settings(args):
-    fcn = dict(fcn_lr=args.lr, fcn_optimizer=args.optimizer, fcn_depth=args.depth)
-    tf = dict(tf_lr=TF_LR, tf_optimizer="adam", tf_pe="stochastic")
-    budgets = sorted(args.sweep_steps)
-    both = dict(batch=args.batch, seeds=args.seed, **fcn, **tf, n_test=args.n_test)
     return dict(
         eps_fraction=args.eps,
-        budgets=budgets,
-        **both,
+        budgets=sorted(args.sweep_steps),
+        batch=args.batch,
+        seeds=args.seed,
+        fcn_lr=args.lr,
+        fcn_optimizer=args.optimizer,
+        fcn_depth=1,
+        tf_lr=TF_LR,
+        tf_optimizer="adam",
+        tf_pe="stochastic",
+        n_test=args.n_test,
         q=args.q,
         d=args.d,
         dtype=args.dtype,
@@ -517,8 +490,10 @@ def old_cells(args):
     """The cells of the sweep.json that --resume goes on from (of the same settings but eps and
     budgets); none without --resume."""
     path = Path(args.out) / "sweep.json"
+    if not (args.resume and path.exists()):
+        return {}
     fix = "move it away and --resume again (its cells are read again from its runs)"
-    old = runlog.read(path, fix=fix) if args.resume and path.exists() else {}
+    old = runlog.read(path, fix=fix)
     free = ("eps_fraction", "budgets")
     settings = sweep_settings(args).items()
     differ = [k for k, v in settings if old and k not in free and old.get(k) != v]
@@ -535,21 +510,17 @@ def check_sweep(args):
     """--resume of a sweep: a run it may train again (its cell lacks a budget) holds the flags it
     would be trained with; one of other flags (--steps, --sweep-steps) is never replaced."""
     cells = old_cells(args)
-    fcn = itertools.product(args.sweep_T, args.sweep_width, args.seed)
-    for T, width, seed in fcn if args.resume else []:
+    for T, width, seed in itertools.product(args.sweep_T, args.sweep_width, args.seed):
         cell = cells.get(f"fcn {T} {width} {seed}", {})
         lacking = [b for b in args.sweep_steps if str(b) not in cell]
         if lacking:
             config = run_config(args, T, width, seed, lacking[0])
             check_same(run_dir(args, T, width, seed), config)
-    transformer = itertools.product(args.sweep_T, args.sweep_de)
-    for T, d_e in transformer if args.resume else []:
+    for T, d_e in itertools.product(args.sweep_T, args.sweep_de):
         cell = cells.get(f"{T} {d_e}", {})
-        lacking = [b for b in args.sweep_steps if str(b) not in cell]
-        if lacking:
-            check_same(
-                Path(args.out) / f"transformer-T{T}-de{d_e}", cell_config(args, T, d_e)
-            )
+        if any(str(b) not in cell for b in args.sweep_steps):
+            path = Path(args.out) / f"transformer-T{T}-de{d_e}"
+            check_same(path, cell_config(args, T, d_e))
 
 
 def check_same(path, config):
@@ -566,16 +537,6 @@ def check_same(path, config):
     )
 
 
-def save_sweep(args, status, rows, cells):
-    """sweep.json: how the sweep stands, its settings, rows, slopes and every cell's numbers."""
-    eps = args.eps * args.d / (2 * args.q)
-    slopes = fits(rows, args.sweep_steps)
-    table = dict(status=status, eps=eps, **sweep_settings(args), rows=rows)
-    runlog.write_json(
-        Path(args.out) / "sweep.json", dict(table, loglog_slope=slopes, cells=cells)
-    )
-
-
 def sweep(args, device):
     """For each T and budget the smallest width of each model whose seed-mean val loss is <=
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
@@ -586,16 +547,18 @@ def sweep(args, device):
     if args.resume and not path.exists():
         print(f"--resume: no {path}: starting the sweep afresh", file=sys.stderr)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
+    eps = args.eps * args.d / (2 * args.q)
 
     def save(status):  # after each cell, atomically: an ending keeps the rows
-        save_sweep(args, status, rows, cells)
+        table = dict(status=status, eps=eps, **sweep_settings(args), rows=rows)
+        slopes = fits(rows, args.sweep_steps)
+        runlog.write_json(path, dict(table, loglog_slope=slopes, cells=cells))
 
     def cached(key, compute, steps):
-        """What compute() ({budget: value}) gave at `steps`: kept before the next is trained
-        (a kill loses none), computed only where absent."""
+        """compute()'s {budget: value} at `steps`: computed where absent, kept at once."""
         if str(steps) not in cells.get(key, {}):
             values = {str(b): v for b, v in compute().items()}
-            cells[key] = {**cells.get(key, {}), **values}
+            cells.setdefault(key, {}).update(values)
             save("running")
         return cells[key].get(str(steps), math.inf)  # inf: it gave none
 
@@ -604,11 +567,9 @@ def sweep(args, device):
     try:
         save("running")  # its settings, for a --resume after a kill in its first cell
         for T, steps, model in bar:
-            at_budget = functools.partial(cached, steps=steps)
-            start = first[model, steps]
-            row, first[model, steps] = smallest(
-                args, model, T, steps, start, at_budget, device
-            )
+            key = model, steps
+            cache = functools.partial(cached, steps=steps)
+            row, first[key] = smallest(args, model, T, steps, first[key], cache, device)
             rows.append(row)
             save("running")
     except BaseException as error:
@@ -621,12 +582,8 @@ def sweep(args, device):
 def write_table(args, rows, slopes):
     """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
     fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
-    lines = [fields] + [[r[k] for k in fields] for r in rows]
-    texts = [["" if v is None else str(v) for v in line] for line in lines]
-    text = "".join(",".join(line) + "\n" for line in texts)
-    runlog.write_bytes(
-        Path(args.out) / "sweep.csv", text.replace("\n", "\r\n").encode()
-    )  # as csv
+    text = train_bool.table(rows, fields)
+    runlog.write(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n"))  # as csv
     eps = args.eps * args.d / (2 * args.q)
     print(
         f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after"
@@ -638,14 +595,12 @@ def write_table(args, rows, slopes):
         return "fewer than 2 points" if s is None else f"{s:.2f}"
 
     for m, at in slopes.items():
-        budgets = ", ".join(
-            f"{b} steps {shown(s)}" for b, s in at.items() if b != "settled"
-        )
+        settled = at.pop("settled", None)
+        budgets = ", ".join(f"{b} steps {shown(s)}" for b, s in at.items())
         print(
             f"{m}: log-log slope of width against T (over the T that reached eps): {budgets}"
         )
-        if "settled" in at:
-            settled = at["settled"]
+        if settled:
             print(
                 f"{m}: the same width at the two largest budgets at T = {settled['T']};"
                 f" slope over those: {shown(settled['slope'])}"
@@ -659,9 +614,8 @@ def main(argv=None):
         device = runlog.resolve_device(args.device)
         with runlog.lock(args.out):
             check_runs(args)  # again: another writer may have been first
-            if (
-                args.sweep
-            ):  # one thread: on 2 shared cores a second cost more than it saved
+            # a sweep on one thread: on 2 shared cores a second cost more than it saved
+            if args.sweep:
                 torch.set_num_threads(1)
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
