@@ -348,11 +348,11 @@ def floor_lines(ax, pe, points, guess, low):
             ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
 
 
-def predicted_floors(predicted, pe, T):
-    """[(d_e, loss)] of FLOOR's rows of a PE at length T, by d_e."""
-    return sorted(
-        (k[4], row["loss"]) for k, row in predicted.items() if k[:2] == (pe, T)
-    )
+def predicted_floors(predicted, pe, config):
+    """[(d_e, loss)] of FLOOR's rows of a PE at the runs' T, q and d, by d_e (FLOOR also
+    holds rows at other q, the test sets')."""
+    trained = (pe, config["T"], config["q"], config["d"])
+    return sorted((k[4], row["loss"]) for k, row in predicted.items() if k[:4] == trained)
 
 
 def floor_bottom(by_pe, guess):
@@ -381,8 +381,8 @@ def figure_floor(runs, out, name, predicted):
     runlog.require(
         by_pe, f"{folder}: no positive final loss; {name}_floor not drawn", Skip
     )
-    T = runs[0]["config"]["T"]
-    guess = {pe: predicted_floors(predicted, pe, T) for pe in by_pe}
+    config = runs[0]["config"]
+    guess = {pe: predicted_floors(predicted, pe, config) for pe in by_pe}
     low = floor_bottom(by_pe, guess)
     fig, (ax,) = panels(1, 1.8, 1.5)
     for pe in sorted(by_pe):

@@ -595,6 +595,8 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(
             "10",
             "--n-final",
             "128",
+            "--test-q",
+            "3",
             "--out",
             str(floor),
         ]
@@ -607,6 +609,7 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(
             "6",
             "--q",
             "2",
+            "3",  # a test set's q beside the runs': the figure and table draw q = 2 alone
             "--d",
             "2",
             "--de",
@@ -620,7 +623,8 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(
     monkeypatch.setattr(sts, "family_draws", draws)  # plots.py's own on its own number
     # its last logged val stands in
     edit_json(floor / "stochastic-de8-seed1" / "summary.json", lambda s: s.pop("final"))
-    written = json.loads((floor / "family_floor.json").read_text())["rows"]
+    every_q = json.loads((floor / "family_floor.json").read_text())["rows"]
+    written = [r for r in every_q if r["q"] == 2]
     predicted = {(r["pe"], r["de"]): r["loss"] for r in written}
 
     def keep(figure, out, name, title):  # what the floor figure draws, and saves
