@@ -352,7 +352,9 @@ def predicted_floors(predicted, pe, config):
     """[(d_e, loss)] of FLOOR's rows of a PE at the runs' T, q and d, by d_e (FLOOR also
     holds rows at other q, the test sets')."""
     trained = (pe, config["T"], config["q"], config["d"])
-    return sorted((k[4], row["loss"]) for k, row in predicted.items() if k[:4] == trained)
+    return sorted(
+        (k[4], row["loss"]) for k, row in predicted.items() if k[:4] == trained
+    )
 
 
 def floor_bottom(by_pe, guess):

@@ -856,16 +856,11 @@ def test_the_lesson_notebook_runs_top_to_bottom_and_prints_what_its_text_says():
     check_printed(text)
 
 
-if (
-    __name__ == "__main__"
-):  # --all: the slow end-to-end tests too (run_course.sh, the notebook)
+if __name__ == "__main__":
+    # the quick suite on every core (pytest-xdist); --all: the slow end-to-end tests too
+    # (run_course.sh, the notebook, signals and kills on a clock), one at a time
     every = "--all" in sys.argv[1:]
     os.chdir(HERE)  # pytest.ini here names the files and options
-    sys.exit(
-        pytest.main(
-            [
-                *([] if every else ["-m", "not slow"]),
-                *(a for a in sys.argv[1:] if a != "--all"),
-            ]
-        )
-    )
+    quick = ["-m", "not slow", "-n", "auto"]
+    flags = [a for a in sys.argv[1:] if a != "--all"]
+    sys.exit(pytest.main(flags if every else quick + flags))
