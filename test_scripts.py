@@ -1396,7 +1396,7 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
     out = tmp_path / "out"
     proc = subprocess.Popen(
         ["bash", str(HERE / "run_course.sh"), str(out)],
-        env=dict(os.environ, TF_FLAGS="--device cpu"),
+        env=course_env(TF_FLAGS="--device cpu"),  # this python first on PATH
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -1404,8 +1404,9 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
     try:
         deadline = time.time() + 120
         while not any(log.stat().st_size for log in out.rglob("log.jsonl")):
-            assert time.time() < deadline and proc.poll() is None, (
-                "no run logged in 2 minutes"
+            ended = proc.poll() is not None
+            assert time.time() < deadline and not ended, (
+                f"no run logged in 2 minutes: {proc.stderr.read() if ended else ''}"
             )
             time.sleep(0.1)
         proc.send_signal(signal.SIGHUP)
