@@ -708,13 +708,18 @@ SCANNED = ("T", "de", "lr", "q", "batch")
 
 def plateau_panel(ax, points, base, k):
     """t_1/2 against setting k, the points at base in the others: the family's (GD, SGD's
-    model; each closed form) and the trained seeds'."""
-    line = []  # (value, the family's rows, the seeds' t_1/2), by value
-    for c, mine, halves in points:
+    model; each closed form), SGD's model with the tokens integrated (PLATEAU, where there
+    is one) and the trained seeds'."""
+    line = []  # (value, the family's rows, the seeds' t_1/2, PLATEAU's t_1/2), by value
+    for c, mine, halves, model in points:
         if all(c[j] == base[j] for j in SCANNED if j != k):
-            line.append((c[k], mine, [h for h in halves if h is not None]))
-    line.sort()
+            line.append((c[k], mine, [h for h in halves if h is not None], model))
+    line.sort(key=lambda p: p[0])
     x = [p[0] for p in line]
+    modelled = [(p[0], p[3]) for p in line if p[3] is not None]
+    if modelled:
+        label = "SGD's model, tokens integrated (theory.sgd_curve)"
+        ax.plot(*zip(*modelled), "x", color="k", ms=5, label=label)
     for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
         rows = [p[1][i] for p in line]
         steps = [r["t_half"] for r in rows]
@@ -727,10 +732,16 @@ def plateau_panel(ax, points, base, k):
             color="gray",
             label=f"{text}: closed form (theory.plateau_steps)",
         )
-    trained = [(xi, np.mean(h), min(h), max(h)) for xi, _, h in line if h]
+    trained = [(xi, np.mean(h), min(h), max(h)) for xi, _, h, _ in line if h]
     bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
     x_ticks(ax, x)
+
+
+def model_t_half(g):
+    """PLATEAU's t_1/2 beside a configuration's runs, else None."""
+    path = g[0]["path"].parent / PLATEAU
+    return runlog.read(path)["rows"][0]["t_half"] if path.exists() else None
 
 
 def figure_plateau(name, members, out):
@@ -738,7 +749,9 @@ def figure_plateau(name, members, out):
     predicted."""
     points = []  # (config, the family's rows, each seed's t_1/2) of each configuration
     for _, pairs in members:
-        points += [(g[0]["config"], mine, escape(mine[-1], g)[0]) for mine, g in pairs]
+        for mine, g in pairs:
+            halves = escape(mine[-1], g)[0]
+            points.append((g[0]["config"], mine, halves, model_t_half(g)))
     base = {k: statistics.mode([c[k] for c, *_ in points]) for k in SCANNED}
     varied = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
     runlog.require(

@@ -1816,7 +1816,7 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
 
 
 def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient_descent(
-    three_seeds, tmp_path, capsys, one_thread
+    three_seeds, tmp_path, capsys, one_thread, monkeypatch
 ):
     """sgd/'s stochastic runs beside theory.py --dynamics at their schedule: every record's c, alpha
     is the family's projection of its weights, t_1/2 is read from the logs; three copies under one
@@ -1898,6 +1898,22 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
     assert (
         "the logged curve against" not in out
     )  # a scan's folders: the t_1/2 table alone
+    models = {}  # SGD's model with the tokens integrated beside two of the three
+    for batch in (64, 128):
+        path = tmp_path / "scan" / f"n{batch}" / "plateau_model.json"
+        schedule = ["--steps", "40", "--anneal-at", "20", "--every", "5"]
+        setting = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", *schedule]
+        sizes = ["--batch", str(batch), "--n", "128", "--draws", "2"]
+        theory.main(["--plateau", *setting, *sizes, "--json", str(path)])
+        models[batch] = json.loads(path.read_text())["rows"][0]["t_half"]
+    drawn, save = {}, plots.save
+
+    def keep(figure, out, name, title):  # each line of the figure's first panel
+        lines = figure.axes[0].lines
+        drawn[name] = [(ln.get_label(), *ln.get_data()) for ln in lines]
+        return save(figure, out, name, title)
+
+    monkeypatch.setattr(plots, "save", keep)
     capsys.readouterr()
     with pytest.raises(SystemExit):
         plots.main(
@@ -1911,6 +1927,8 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
             ]
         )
     assert {"scan.png"} <= {p.name for p in (tmp_path / "figs").iterdir()}
+    marked = [(list(x), list(y)) for label, x, y in drawn["scan"] if "tokens" in label]
+    assert marked == [([64, 128], pytest.approx([models[64], models[128]]))]
     out = tables_of(folder, capsys)  # alone: its curve at a few steps
     curve = out.split("the logged curve against")[1]
     steps = [
