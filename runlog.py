@@ -38,6 +38,9 @@ OWN = (
 ).split()
 # a loss this many times the starting loss d/(2q) means the run has diverged
 DIVERGED = 100.0
+# the checkpoint's layout: one more wherever a script's saved state changes, so that --resume
+# refuses an older one in one line (2: train_tf's and train_fcn's state as state_dicts)
+LAYOUT = 2
 # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
 GROUPS = ("test_T", "test_q")
 SIGNALS = (
@@ -427,7 +430,7 @@ class Job:
 
         saved = torch.load(self.file, weights_only=False)
         require(
-            "dirs" in saved,
+            saved.get("layout") == LAYOUT,
             f"--resume: {self.file} predates this format of checkpoint;"
             " rerun with --force, or give another --out",
         )
@@ -483,6 +486,7 @@ class Job:
         import torch
 
         job = dict(
+            layout=LAYOUT,
             step=step,
             seconds=time.time() - self.t0,
             dirs=self.names(),

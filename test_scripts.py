@@ -1649,16 +1649,27 @@ def test_evaluate_refuses_a_terminated_run_and_a_missing_folder_in_one_line(
     assert files_of(tmp_path) == before
 
 
+def older(saved):
+    """The checkpoint of the layout before this one: its job as now, W and V by name."""
+    model = saved["state"].pop("model")
+    return dict(saved, layout=1, state=dict(saved["state"], **model))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda saved: dict(step=5, state={}),  # no "dirs": the format before the job's
+        older,  # a KeyError traceback, exit 1, before the layout was saved
+    ],
+)
 def test_a_checkpoint_of_an_older_format_is_one_line_saying_so(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, edit
 ):
     signal_in_step(monkeypatch, signal.SIGTERM, 5)
     assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
     monkeypatch.undo()
     checkpoint = next(tmp_path.glob("checkpoint-*.pt"))
-    torch.save(
-        dict(step=5, state={}), checkpoint
-    )  # no "dirs": the format before the job's
+    torch.save(edit(torch.load(checkpoint, weights_only=False)), checkpoint)
     before = files_of(tmp_path)
     capsys.readouterr()
     assert ended(train_tf.main, TINY + ["--out", str(tmp_path), "--resume"]) == 2
