@@ -430,7 +430,7 @@ class Job:
 
         saved = torch.load(self.file, weights_only=False)
         require(
-            saved.get("layout") == LAYOUT,
+            "layout" in saved and saved["layout"] == LAYOUT,
             f"--resume: {self.file} predates this format of checkpoint;"
             " rerun with --force, or give another --out",
         )
