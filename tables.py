@@ -117,7 +117,7 @@ def pair_losses(models, c, rng, n, T, q):
     return np.concatenate(out, axis=1)
 
 
-def family(config, c, alpha):
+def family_weights(config, c, alpha):
     """(W, V) = (c W*, alpha V*) at a run config's d, d_e."""
     W_star, V_star = sts.ground_truth(config["d"], config["de"])
     return c * W_star, alpha * V_star
@@ -126,7 +126,7 @@ def family(config, c, alpha):
 def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
     c = run["config"]
-    models = [weights(run), family(c, row["c"], row["alpha"])]
+    models = [weights(run), family_weights(c, row["c"], row["alpha"])]
     rng = np.random.default_rng(EVAL_SEED)
     n = min(c.get("n_final", EVAL_N), EVAL_N)
     return pair_losses(models, c, rng, n, c["T"], c["q"])
@@ -180,8 +180,8 @@ def own_model(run, row):
     c = run["config"]
     d = c["d"]
     if c["pe"] == "stochastic":
-        return family(c, *sts.family_fit(*weights(run), d))
-    W, V = family(c, row["table_c"], row["table_alpha"])
+        return family_weights(c, *sts.family_fit(*weights(run), d))
+    W, V = family_weights(c, row["table_c"], row["table_alpha"])
     P = pe_of(c).table[:, : c["T"]]
     W[d:, d:] = row["table_c"] * metric(row, P)
     return W, V
@@ -311,15 +311,12 @@ def width_fits(Ts, des, q):
         theory=dict(a=a, b=b, q=q),
         polylog=dict(a=np.exp(lna), p=p),
     )
-    out = {}
     for name, params in fits.items():
-        with np.errstate(
-            invalid="ignore", divide="ignore"
-        ):  # a fit <= 0 somewhere: nan
+        # a fit <= 0 somewhere: nan
+        with np.errstate(invalid="ignore", divide="ignore"):
             fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
-        rms = np.sqrt(np.mean((fitted - y) ** 2))
-        out[name] = {key: float(v) for key, v in dict(params, rms=rms).items()}
-    return out
+        params["rms"] = np.sqrt(np.mean((fitted - y) ** 2))
+    return fits
 
 
 def trained_de(sweep, d):
@@ -355,10 +352,10 @@ def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
     at = runs[0]["path"].parent
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    models = dict.fromkeys(r["config"]["model"] for r in runs)
-    for model in models:  # one table per model
-        mine = [r for r in runs if r["config"]["model"] == model]
-        report.draw(table, name, mine, at=at)
+    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
+    for mine in (fcn, tf):  # a table per model
+        if mine:
+            report.draw(table, name, mine, at=at)
     if tf:
         report.attempt(table_paired, name, tf, report, at=at)
         report.attempt(table_length, name, tf, predicted, at=at)
@@ -381,9 +378,7 @@ def config_row(g, groups, names, final, shape, cos):
         if final:
             cell += f" [{fmt(mean(value(s, k) for s in se))}]"
         row.append(cell)
-    for k in cos:
-        row.append(mean_sd([value(r["log"][-1], k) for r in g]))
-    return row
+    return row + [mean_sd([value(r["log"][-1], k) for r in g]) for k in cos]
 
 
 def table(name, runs):
@@ -448,7 +443,7 @@ def paired_rows(g, ref, groups, files, gaps):
         d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
         gap = gaps.get((key, k)) if ref == "stochastic" else None
         rows.append([pair, k, f"{len(d)} of {len(per)}", *paired_cells(d, gap)])
-        if g[0]["config"]["pe"] == "stochastic" and d:
+        if g[0]["config"]["pe"] == "stochastic":
             gaps[key, k] = mean([x for x, _ in d])
     return rows
 
@@ -489,10 +484,9 @@ def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = g[0]["config"]
     row = best(predicted, c, "val")
-    both = []
-    if row:  # FLOOR's row of the configuration
-        pairs = [Report().attempt(family_pair, run, row) for run in g]
-        both = [x for x in pairs if x is not None]
+    # none without FLOOR's row of the configuration
+    pairs = [Report().attempt(family_pair, run, row) for run in g if row]
+    both = [x for x in pairs if x is not None]
     trained = [x[0].mean() for x in both]
     family = [x[1].mean() for x in both]
     seeds = f"{len(both)} of {len(g)}"
@@ -630,9 +624,8 @@ def table_selection(name, runs):
     """Randomized PE: the trained W against table_floor.json's W = c M, each on its seed's table."""
     at = runs[0]["path"].parent
     T = runs[0]["config"]["T"]
-    floors = read(at / "table_floor.json")["rows"]
-    randomized = [r for r in floors if r["T"] == T and r["pe"] == "randomized"]
-    built = {r["positions"]: r for r in randomized}
+    floors = read(at / "table_floor.json")["rows"]  # randomized PE's, by theory.py
+    built = {r["positions"]: r for r in floors if r["T"] == T}
     groups = configurations(runs)
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
@@ -732,7 +725,6 @@ def needed_row(r, d):
 
 def table_needed(path, s, sweep):
     """needed_de.json (theory.py --needed-de) s per T, the trained sweep.json beside it, and the fits."""
-    trained = trained_de(sweep, s["d"]) if sweep else {}
     caption = (
         f"{path.parent.name}: the smallest d_e whose floor of W = c W*, V = α V* (stochastic"
         f" PE, sts.family_floor, {s.get('sequences')} sequences of seed {s.get('seed')}) is"
@@ -749,6 +741,7 @@ def table_needed(path, s, sweep):
             " below it)."
         )
         header += " | trained d_e"
+        trained = trained_de(sweep, s["d"])
         for r, row in zip(s["rows"], rows):
             row.append(trained_cell(*trained.get(r["T"], (None, None))))
     markdown(caption, header, rows)
@@ -946,10 +939,7 @@ def escape(row, group):
     common = set.intersection(*map(set, logs))
     kept = sorted(s for s in common if s <= row["steps"])
     steps = np.array(kept, float)
-    curves = []
-    for log in logs:
-        curves.append([log[s] for s in kept])
-    seeds = np.array(curves)
+    seeds = np.array([list(map(log.get, kept)) for log in logs])
     model = np.array(row["rows"], float)
     loss, c, alpha, se = [np.interp(steps, model[:, 0], y) for y in model[:, 1:5].T]
     n_test = group[0]["config"]["n_test"]
