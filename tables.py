@@ -263,19 +263,12 @@ def theory(folder, runs, predicted, n):
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
-def power_law(T, c, k, **_):
-    return c * T**k
-
-
-def theory_width(T, a, b, q, **_):
-    return a + b * q * np.log(T)
-
-
-def polylog(T, a, p, **_):
-    return a * np.log(T) ** p
-
-
-WIDTH_FORMS = {"power": power_law, "theory": theory_width, "polylog": polylog}
+# d_e at T of each form, its parameters by name (others, rms, ignored)
+WIDTH_FORMS = {
+    "power": lambda T, c, k, **_: c * T**k,
+    "theory": lambda T, a, b, q, **_: a + b * q * np.log(T),
+    "polylog": lambda T, a, p, **_: a * np.log(T) ** p,
+}
 FORM_WORDS = {
     "power": "power law c·T^k",
     "theory": "the theory's a + b·q·ln T",
