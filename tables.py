@@ -107,7 +107,7 @@ def pe_of(c):
 
 def pair_losses(models, c, rng, n, T, q):
     """Each sequence's loss 1/2 |f - target|^2 (2, n) under the two models (W, V), on n
-    sequences of sts.sample_batch from rng on the table of run config c, CHUNK at a time."""
+    sequences of sts.sample_batch from rng on run config c's table, CHUNK at a time."""
     pe = pe_of(c)
     out = []
     for lo in range(0, n, CHUNK):
@@ -329,7 +329,7 @@ def trained_de(sweep, d):
 
 # ------------------------------------------------------------------------------------------- tables
 def markdown(caption, header, rows):
-    """Print a table under its caption: header "a | b | ...", a rule, a line a row of cells."""
+    """Print a table under its caption: header "a | b | ...", a rule, a line a row."""
     if not rows:  # a table without a row is not printed
         return False
     print(f"\n{caption}\n")
