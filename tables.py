@@ -38,9 +38,8 @@ CHUNK = 256
 SETTLED = 0.005
 # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
 WINDOW = 50_000
-THEORY = (
-    "theory.json"  # plots.py --theory N: the family against the trained runs, paired
-)
+# plots.py --theory N: the family against the trained runs, paired
+THEORY = "theory.json"
 # theory.py --plateau: t_1/2 of SGD's model, tokens integrated
 PLATEAU = "plateau_model.json"
 
@@ -106,9 +105,10 @@ def pe_of(c):
     return sts.PositionalEncoding(c["pe"], c["de"], positions, c["seed"])
 
 
-def pair_losses(models, rng, n, T, q, pe, c):
+def pair_losses(models, c, rng, n, T, q):
     """Each sequence's loss 1/2 |f - target|^2 (2, n) under the two models (W, V), on n
-    sequences of sts.sample_batch from rng, CHUNK at a time."""
+    sequences of sts.sample_batch from rng on run config c's table, CHUNK at a time."""
+    pe = pe_of(c)
     out = []
     for lo in range(0, n, CHUNK):
         b = sts.sample_batch(rng, min(CHUNK, n - lo), T, q, c["d"], pe)
@@ -117,14 +117,19 @@ def pair_losses(models, rng, n, T, q, pe, c):
     return np.concatenate(out, axis=1)
 
 
+def family_weights(config, c, alpha):
+    """(W, V) = (c W*, alpha V*) at a run config's d, d_e."""
+    W_star, V_star = sts.ground_truth(config["d"], config["de"])
+    return c * W_star, alpha * V_star
+
+
 def family_pair(run, row):
     """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
     c = run["config"]
-    W_star, V_star = sts.ground_truth(c["d"], c["de"])
-    family = (row["c"] * W_star, row["alpha"] * V_star)
+    models = [weights(run), family_weights(c, row["c"], row["alpha"])]
     rng = np.random.default_rng(EVAL_SEED)
     n = min(c.get("n_final", EVAL_N), EVAL_N)
-    return pair_losses([weights(run), family], rng, n, c["T"], c["q"], pe_of(c), c)
+    return pair_losses(models, c, rng, n, c["T"], c["q"])
 
 
 def run_names(group):
@@ -174,14 +179,12 @@ def own_model(run, row):
     sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
     c = run["config"]
     d = c["d"]
-    W_star, V_star = sts.ground_truth(d, c["de"])
     if c["pe"] == "stochastic":
-        c_fit, alpha_fit = sts.family_fit(*weights(run), d)
-        return c_fit * W_star, alpha_fit * V_star
+        return family_weights(c, *sts.family_fit(*weights(run), d))
+    W, V = family_weights(c, row["table_c"], row["table_alpha"])
     P = pe_of(c).table[:, : c["T"]]
-    W_own = row["table_c"] * W_star
-    W_own[d:, d:] = row["table_c"] * metric(row, P)
-    return W_own, row["table_alpha"] * V_star
+    W[d:, d:] = row["table_c"] * metric(row, P)
+    return W, V
 
 
 def metric(row, P):
@@ -204,7 +207,7 @@ def seeds_mean(group, row, k, n):
     for r in group:
         rng = np.random.default_rng([EVAL_SEED, T])
         models = [weights(r), own_model(r, row)]
-        seeds.append(pair_losses(models, rng, n, T, q, pe_of(r["config"]), c))
+        seeds.append(pair_losses(models, r["config"], rng, n, T, q))
     return np.mean(seeds, 0)
 
 
@@ -260,19 +263,12 @@ def theory(folder, runs, predicted, n):
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
-def power_law(T, c, k, **_):
-    return c * T**k
-
-
-def theory_width(T, a, b, q, **_):
-    return a + b * q * np.log(T)
-
-
-def polylog(T, a, p, **_):
-    return a * np.log(T) ** p
-
-
-WIDTH_FORMS = {"power": power_law, "theory": theory_width, "polylog": polylog}
+# d_e at T of each form, its parameters by name (others, rms, ignored)
+WIDTH_FORMS = {
+    "power": lambda T, c, k, **_: c * T**k,
+    "theory": lambda T, a, b, q, **_: a + b * q * np.log(T),
+    "polylog": lambda T, a, p, **_: a * np.log(T) ** p,
+}
 FORM_WORDS = {
     "power": "power law c·T^k",
     "theory": "the theory's a + b·q·ln T",
@@ -308,15 +304,12 @@ def width_fits(Ts, des, q):
         theory=dict(a=a, b=b, q=q),
         polylog=dict(a=np.exp(lna), p=p),
     )
-    out = {}
     for name, params in fits.items():
-        with np.errstate(
-            invalid="ignore", divide="ignore"
-        ):  # a fit <= 0 somewhere: nan
+        # a fit <= 0 somewhere: nan
+        with np.errstate(invalid="ignore", divide="ignore"):
             fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
-        rms = np.sqrt(np.mean((fitted - y) ** 2))
-        out[name] = {key: float(v) for key, v in dict(params, rms=rms).items()}
-    return out
+        params["rms"] = np.sqrt(np.mean((fitted - y) ** 2))
+    return fits
 
 
 def trained_de(sweep, d):
@@ -336,11 +329,13 @@ def trained_de(sweep, d):
 
 # ------------------------------------------------------------------------------------------- tables
 def markdown(caption, header, rows):
+    """Print a table under its caption: header "a | b | ...", a rule, a line a row."""
     if not rows:  # a table without a row is not printed
         return False
     print(f"\n{caption}\n")
-    rule = ["---"] * len(header)
-    for cells in [header, rule, *rows]:
+    print(f"| {header} |")
+    print("|" + " --- |" * len(rows[0]))
+    for cells in rows:
         line = " | ".join(map(str, cells))
         print(f"| {line} |")
     return True
@@ -350,10 +345,10 @@ def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
     at = runs[0]["path"].parent
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    models = dict.fromkeys(r["config"]["model"] for r in runs)
-    for model in models:  # one table per model
-        mine = [r for r in runs if r["config"]["model"] == model]
-        report.draw(table, name, mine, at=at)
+    fcn = [r for r in runs if r["config"]["model"] == "fcn"]
+    for mine in (fcn, tf):  # a table per model
+        if mine:
+            report.draw(table, name, mine, at=at)
     if tf:
         report.attempt(table_paired, name, tf, report, at=at)
         report.attempt(table_length, name, tf, predicted, at=at)
@@ -376,9 +371,7 @@ def config_row(g, groups, names, final, shape, cos):
         if final:
             cell += f" [{fmt(mean(value(s, k) for s in se))}]"
         row.append(cell)
-    for k in cos:
-        row.append(mean_sd([value(r["log"][-1], k) for r in g]))
-    return row
+    return row + [mean_sd([value(r["log"][-1], k) for r in g]) for k in cos]
 
 
 def table(name, runs):
@@ -403,7 +396,7 @@ def table(name, runs):
         ", s the sample standard deviation; without a final evaluation, the"
         f" last logged record (n = {c.get('n_test')}). cos: the last record."
     )
-    header = ["configuration", *shape, "seeds", "step", *names, *cos]
+    header = " | ".join(["configuration", *shape, "seeds", "step", *names, *cos])
     return markdown(caption, header, rows)
 
 
@@ -443,7 +436,7 @@ def paired_rows(g, ref, groups, files, gaps):
         d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
         gap = gaps.get((key, k)) if ref == "stochastic" else None
         rows.append([pair, k, f"{len(d)} of {len(per)}", *paired_cells(d, gap)])
-        if g[0]["config"]["pe"] == "stochastic" and d:
+        if g[0]["config"]["pe"] == "stochastic":
             gaps[key, k] = mean([x for x, _ in d])
     return rows
 
@@ -468,16 +461,10 @@ def table_paired(name, runs, report):
         " stochastic PE: the share of the stochastic − fixed gap randomized PE keeps, −d /"
         " that gap."
     )
-    header = [
-        "a − b",
-        "set",
-        "seeds",
-        "each seed: d ± se",
-        "d: mean ± s",
-        "Monte-Carlo se",
-        "beyond 2 se: lower / higher",
-        "share of the gap kept",
-    ]
+    header = (
+        "a − b | set | seeds | each seed: d ± se | d: mean ± s | Monte-Carlo se"
+        " | beyond 2 se: lower / higher | share of the gap kept"
+    )
     markdown(caption, header, rows)
 
 
@@ -490,10 +477,9 @@ def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = g[0]["config"]
     row = best(predicted, c, "val")
-    both = []
-    if row:  # FLOOR's row of the configuration
-        pairs = [Report().attempt(family_pair, run, row) for run in g]
-        both = [x for x in pairs if x is not None]
+    # none without FLOOR's row of the configuration
+    pairs = [Report().attempt(family_pair, run, row) for run in g if row]
+    both = [x for x in pairs if x is not None]
     trained = [x[0].mean() for x in both]
     family = [x[1].mean() for x in both]
     seeds = f"{len(both)} of {len(g)}"
@@ -513,17 +499,10 @@ def table_floor(name, runs, predicted):
         f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
         " deviation), trained − family paired, its Monte-Carlo se √(Σ se²)/k."
     )
-    header = [
-        "pe",
-        "d_e",
-        "seeds",
-        f"family best ({FLOOR}; ± se)",
-        "trained",
-        "family at its c, α",
-        "trained − family",
-        "Monte-Carlo se",
-        "trained / family",
-    ]
+    header = (
+        f"pe | d_e | seeds | family best ({FLOOR}; ± se) | trained | family at its c, α"
+        " | trained − family | Monte-Carlo se | trained / family"
+    )
     markdown(caption, header, rows)
 
 
@@ -589,16 +568,10 @@ def table_length(name, runs, predicted):
         f" logged loss over the last {WINDOW:,} steps (the last half of a shorter run) per"
         " 10k steps."
     )
-    header = [
-        "at",
-        "configuration",
-        "trained",
-        "at own c, α",
-        "predicted best",
-        "share of the rise: own",
-        "share: best",
-        "slope per 10k steps",
-    ]
+    header = (
+        "at | configuration | trained | at own c, α | predicted best"
+        " | share of the rise: own | share: best | slope per 10k steps"
+    )
     markdown(caption, header, rows)
 
 
@@ -644,9 +617,8 @@ def table_selection(name, runs):
     """Randomized PE: the trained W against table_floor.json's W = c M, each on its seed's table."""
     at = runs[0]["path"].parent
     T = runs[0]["config"]["T"]
-    floors = read(at / "table_floor.json")["rows"]
-    randomized = [r for r in floors if r["T"] == T and r["pe"] == "randomized"]
-    built = {r["positions"]: r for r in randomized}
+    floors = read(at / "table_floor.json")["rows"]  # randomized PE's, by theory.py
+    built = {r["positions"]: r for r in floors if r["T"] == T}
     groups = configurations(runs)
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
@@ -658,18 +630,11 @@ def table_selection(name, runs):
         " (L × L) on each seed's own table, L > d_e; the trained W against table_floor.json's"
         " W = c M (theory.table_floor); over the seeds mean ± s (the sample standard deviation)."
     )
-    header = [
-        "configuration",
-        "optimizer",
-        "W_ee",
-        "self-score mean",
-        "self-score s over positions",
-        "cross-score s",
-        "self mean / cross s",
-        "least eigenvalue",
-        "largest eigenvalue",
-        "off-diagonal share of ‖W_ee‖",
-    ]
+    header = (
+        "configuration | optimizer | W_ee | self-score mean"
+        " | self-score s over positions | cross-score s | self mean / cross s"
+        " | least eigenvalue | largest eigenvalue | off-diagonal share of ‖W_ee‖"
+    )
     markdown(caption, header, rows)
 
 
@@ -727,8 +692,8 @@ def table_critical(path, summary):
         f" {min(grid)}-{max(grid)}); its fits against T weighted by the intervals"
         " (chi2), separated where their chi2 differ by > 6 (delta chi2)"
     )
-    fits = ["a + b ln T (chi2)", "c T^k (chi2)", "dof", "better (delta chi2)"]
-    header = ["model", "s", *(f"T={T}" for T in Ts), *fits]
+    fits = "a + b ln T (chi2) | c T^k (chi2) | dof | better (delta chi2)"
+    header = " | ".join(["model", "s", *(f"T={T}" for T in Ts), fits])
     return markdown(caption, header, rows)
 
 
@@ -753,7 +718,6 @@ def needed_row(r, d):
 
 def table_needed(path, s, sweep):
     """needed_de.json (theory.py --needed-de) s per T, the trained sweep.json beside it, and the fits."""
-    trained = trained_de(sweep, s["d"]) if sweep else {}
     caption = (
         f"{path.parent.name}: the smallest d_e whose floor of W = c W*, V = α V* (stochastic"
         f" PE, sts.family_floor, {s.get('sequences')} sequences of seed {s.get('seed')}) is"
@@ -761,7 +725,7 @@ def table_needed(path, s, sweep):
         " floor: its Monte-Carlo se; ± of d_e: the shift one se makes at the floor's slope"
         " in ln d_e."
     )
-    header = ["T", "d_e", "D = d + d_e", "floor ± se", "floors computed", "seconds"]
+    header = "T | d_e | D = d + d_e | floor ± se | floors computed | seconds"
     rows = [needed_row(r, s["d"]) for r in s["rows"]]
     if sweep:
         caption += (
@@ -769,7 +733,8 @@ def table_needed(path, s, sweep):
             " first d_e of its grid reaching the target (not: the largest tried"
             " below it)."
         )
-        header.append("trained d_e")
+        header += " | trained d_e"
+        trained = trained_de(sweep, s["d"])
         for r, row in zip(s["rows"], rows):
             row.append(trained_cell(*trained.get(r["T"], (None, None))))
     markdown(caption, header, rows)
@@ -791,7 +756,7 @@ def table_fits(path, rows, q):
         f"{path.parent.name}: least-squares fits of d_e against T, each minimising the squared"
         " residuals of ln d_e (tables.width_fits); rms: their root mean square."
     )
-    header = ["form", "parameters", "rms of ln d_e", "rms / the best's"]
+    header = "form | parameters | rms of ln d_e | rms / the best's"
     return markdown(caption, header, cells)
 
 
@@ -905,7 +870,7 @@ def table_largest(sweeps):
         " each run of consecutive T, and its range if each true width lies anywhere in"
         " (m/2, m]"
     )
-    header = ["widths", "T", "m", "slope", "each true width in (m/2, m]"]
+    header = "widths | T | m | slope | each true width in (m/2, m]"
     return markdown(caption, header, rows)
 
 
@@ -938,16 +903,10 @@ def table_sweep(path, summary):
         " quarter of the longest training (at: if past the budget); settled if the last"
         f" moved < {SETTLED} (a 1,024-sequence val's Monte-Carlo se near it), above it"
     )
-    header = [
-        "model",
-        "T",
-        "steps",
-        "width",
-        "params",
-        "val (mean ± s)",
-        "width below: last quarter",
-        "settled",
-    ]
+    header = (
+        "model | T | steps | width | params | val (mean ± s)"
+        " | width below: last quarter | settled"
+    )
     return markdown(caption, header, rows)
 
 
@@ -973,10 +932,7 @@ def escape(row, group):
     common = set.intersection(*map(set, logs))
     kept = sorted(s for s in common if s <= row["steps"])
     steps = np.array(kept, float)
-    curves = []
-    for log in logs:
-        curves.append([log[s] for s in kept])
-    seeds = np.array(curves)
+    seeds = np.array([list(map(log.get, kept)) for log in logs])
     model = np.array(row["rows"], float)
     loss, c, alpha, se = [np.interp(steps, model[:, 0], y) for y in model[:, 1:5].T]
     n_test = group[0]["config"]["n_test"]
@@ -1017,21 +973,14 @@ def table_dynamics(name, pairs):
         " gap to the seeds' common val set, √(se² + se² 2048/n_test). c = ⟨W, W*⟩/d_e (logs"
         " without it: norm_W cos_W / √d_e), α = ⟨V, V*⟩/d ('-': not logged)."
     )
-    header = [
-        "configuration",
-        "model",
-        "step",
-        "val",
-        "predicted",
-        "c",
-        "c predicted",
-        "α",
-        "α predicted",
-    ]
+    header = (
+        "configuration | model | step | val | predicted | c | c predicted | α"
+        " | α predicted"
+    )
     return markdown(caption, header, rows)
 
 
-SETTING_COLUMNS = ["T", "q", "d_e", "lr", "n", "seeds", "logged every"]
+SETTING_COLUMNS = "T | q | d_e | lr | n | seeds | logged every"
 
 
 def plateau_setting(g):
@@ -1083,20 +1032,12 @@ def table_plateau(experiments):
         " at the last step both logged, the seeds' mean / the last model's. A measured t½ is"
         " a logged step: it is late by up to one logging interval (every 5 steps in plateau/)."
     )
-    header = [
-        "experiment (randomized PE: its L)",
-        *SETTING_COLUMNS,
-        "t½ measured",
-        "t½ GD",
-        "t½ SGD",
-        "closed form: GD",
-        "SGD",
-        "measured / GD",
-        "measured / SGD",
-        "val − model beyond 2 se; largest",
-        "c at end: measured / model",
-        "α at end: measured / model",
-    ]
+    header = (
+        f"experiment (randomized PE: its L) | {SETTING_COLUMNS} | t½ measured | t½ GD"
+        " | t½ SGD | closed form: GD | SGD | measured / GD | measured / SGD"
+        " | val − model beyond 2 se; largest | c at end: measured / model"
+        " | α at end: measured / model"
+    )
     return markdown(caption, header, rows)
 
 
@@ -1177,15 +1118,9 @@ def table_plateau_model(experiments):
         " the runs' final weights: the seeds' mean ± s / the model's there ('-': the model's"
         " curve stops before it)."
     )
-    header = [
-        "experiment",
-        *SETTING_COLUMNS,
-        "t½ logged",
-        "t½ interpolated",
-        "t½ model ± se",
-        "interpolated / model ± se",
-        "validation set's se",
-        "final step",
-        "‖W_xe‖² there: measured / model",
-    ]
+    header = (
+        f"experiment | {SETTING_COLUMNS} | t½ logged | t½ interpolated | t½ model ± se"
+        " | interpolated / model ± se | validation set's se | final step"
+        " | ‖W_xe‖² there: measured / model"
+    )
     return markdown(caption, header, rows)
