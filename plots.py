@@ -290,14 +290,14 @@ def weights_at(ax, V_axes, W, V, d, title, symlog):
     otherwise wash the rest out. V (d x D): one colour scale, its token block (d x d)
     square, its PE block beside."""
     vmax = np.abs(W).max() or 1.0  # an all-zero init: a scale all the same
+    rest = vmax  # where a symmetric-log scale turns linear
     norm = Normalize(-vmax, vmax)
-    ticks = [-vmax, 0, vmax]
     if symlog:
         off = np.abs(W)  # its entries off the PE diagonal
         np.fill_diagonal(off[d:, d:], 0)
         rest = max(off.max(), vmax / 1e3)
         norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax)
-        ticks = sorted({-vmax, -rest, 0, rest, vmax})
+    ticks = sorted({-vmax, -rest, 0, rest, vmax})
     image = ax.imshow(W, norm=norm, aspect="auto")
     blocks = [(d - 1) / 2, (d + len(W) - 1) / 2]  # the middle of the x and p blocks
     for line, set_ticks in ((ax.axvline, ax.set_xticks), (ax.axhline, ax.set_yticks)):
