@@ -114,7 +114,7 @@ def color(group, groups):
     configs = [g[0]["config"] for g in groups]
     keys = [c.get("pe") or c["model"] for c in configs]
     i = groups.index(group)
-    own = len(set(keys) & set(COLORS)) == len(keys)
+    own = len(set(keys)) == len(keys)  # PE kinds and models all have one
     return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
 
 
@@ -200,7 +200,7 @@ def figure_training(runs, out, name):
     ax_loss.set(
         yscale="log", xlabel="step", ylabel=f"training loss {LOSS}", title="loss"
     )
-    top = max(ax_loss.get_ylim()[1], start) * 1.5  # the reference off the edge
+    top = ax_loss.get_ylim()[1] * 1.5  # the reference, in the limits, off the edge
     ax_loss.set_ylim(top=top)
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
     legend_key(ax_cos, "k-", "cos(W, W*)")
@@ -290,14 +290,14 @@ def weights_at(ax, V_axes, W, V, d, title, symlog):
     otherwise wash the rest out. V (d x D): one colour scale, its token block (d x d)
     square, its PE block beside."""
     vmax = np.abs(W).max() or 1.0  # an all-zero init: a scale all the same
+    rest = vmax  # where a symmetric-log scale turns linear
     norm = Normalize(-vmax, vmax)
-    ticks = [-vmax, 0, vmax]
     if symlog:
         off = np.abs(W)  # its entries off the PE diagonal
         np.fill_diagonal(off[d:, d:], 0)
         rest = max(off.max(), vmax / 1e3)
         norm = SymLogNorm(rest, vmin=-vmax, vmax=vmax)
-        ticks = sorted({-vmax, -rest, 0, rest, vmax})
+    ticks = sorted({-vmax, -rest, 0, rest, vmax})
     image = ax.imshow(W, norm=norm, aspect="auto")
     blocks = [(d - 1) / 2, (d + len(W) - 1) / 2]  # the middle of the x and p blocks
     for line, set_ticks in ((ax.axvline, ax.set_xticks), (ax.axhline, ax.set_yticks)):
@@ -402,7 +402,7 @@ def figure_floor(runs, out, name, predicted):
     ax.set(
         xlabel="PE dimension d_e", ylim=(low / 1.4, None), ylabel=ylabel, title=title
     )
-    caption = describe(runs[0]["config"], configurations(runs))
+    caption = describe(config, configurations(runs))
     return save(fig, out, f"{name}_floor", caption)
 
 
@@ -512,9 +512,9 @@ def figure_critical(summary, out, name):
         ylim=ylim,
         title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50",
     )
-    seeds = len(config.get("seeds", [])) or "?"
-    parts = [f"{seeds} seeds per grid m, held-out set {config.get('n_test', '?')}"]
-    for model, hparams in config.get("hparams", {}).items():  # a model's after its name
+    seeds = len(config["seeds"])
+    parts = [f"{seeds} seeds per grid m, held-out set {config['n_test']}"]
+    for model, hparams in config["hparams"].items():  # a model's after its name
         settings = ", ".join(f"{k} {v}" for k, v in hparams.items())
         parts.append(f"{model}: {settings}")
     parts.append("fits weighted by the intervals")
@@ -607,8 +607,8 @@ def figure_needed(s, out, name, sweep):
     x_ticks(ax, sorted({*T.astype(int), *trained}))
     title = (
         f"q = {s['q']}, d = {s['d']}, target {s['eps']}·d/(2q); predicted: the floor"
-        f" of W = cW*, V = αV*, stochastic PE, {s.get('sequences')} sequences of seed"
-        f" {s.get('seed')} (theory.py --needed-de); fits: least squares in ln d_e, rms: of"
+        f" of W = cW*, V = αV*, stochastic PE, {s['sequences']} sequences of seed"
+        f" {s['seed']} (theory.py --needed-de); fits: least squares in ln d_e, rms: of"
         " its residuals"
     )
     return save(fig, out, f"{name}_needed_de", title)
@@ -655,11 +655,11 @@ def figure_positions(runs, out, name):
                 bars(ax, points, color=COLORS[pe], ms=3.5, **style)
         if key == "val" and prediction.exists():
             # in distribution: randomized PE's constructions at the training T
-            rows = [r for r in read(prediction)["rows"] if r["pe"] == "randomized"]
+            rows = read(prediction)["rows"]
             points = [
                 (r["positions"], r["table"], r["family"])
                 for r in rows
-                if r["T"] == c["T"]
+                if r["pe"] == "randomized" and r["T"] == c["T"]
             ]
             L, table, family = np.array(sorted(points), float).T
             ax.plot(L, table, "k--", label="best of a W that learns its table")
@@ -900,7 +900,7 @@ def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
     out = Path(args.out)
-    if not args.table and out.exists() and not out.is_dir():  # before anything is read
+    if not args.table and out.is_file():  # before anything is read
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
@@ -908,7 +908,7 @@ def main(argv=None):
         for folder, _, runs, predicted, _ in load_all(
             experiments, report, dynamics=False
         ):
-            if runs and predicted:
+            if predicted:  # none without runs
                 report.draw(theory, folder, runs, predicted, args.theory)
     else:
         figures = None if args.table else (out, args.formats)

@@ -885,6 +885,10 @@ NULLS = (
     '{"step": 0, "train_loss": null, "val": null, "test_T": {"8": null}}\n'
     '{"step": 10, "train_loss": null, "val": null, "test_q": {"1": null}, "cos_W": 0.5}\n'
 )
+# train_bool.py's config.json: what the critical figure's caption reads
+BOOL_CONFIG = dict(
+    grid=[16, 128], seeds=list(range(10)), n_test=1000, hparams={"fcn": {"lr": 0.001}}
+)
 CRITICAL = dict(
     fits={},
     rows=[
@@ -1100,7 +1104,7 @@ def test_plots_draws_and_tabulates_a_critical_json_with_its_intervals_and_fits(
                 row("fcn", 200, None, 4000, None),
             ],
         ),
-        {"grid": [16, 8192], "seeds": list(range(10))},
+        dict(BOOL_CONFIG, grid=[16, 8192]),
     )
     with pytest.raises(SystemExit) as done:
         plots.main([str(tmp_path), "--out", str(tmp_path / "fig")])
@@ -1432,9 +1436,7 @@ def test_a_hand_edited_summary_row_is_a_traceback_after_the_runs_figures(
     if summary == "sweep":
         write_summary(tmp_path / "runs", "sweep", "sweep.json", SWEEP)  # no width
     else:
-        write_summary(
-            tmp_path / "runs", "bool", "critical.json", CRITICAL, {"grid": [16, 128]}
-        )
+        write_summary(tmp_path / "runs", "bool", "critical.json", CRITICAL, BOOL_CONFIG)
     with pytest.raises(KeyError):
         plots.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == sorted(WHOLE)
