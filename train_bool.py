@@ -359,16 +359,9 @@ def results(rows, status):
         columns = ([o[k] for o in mine] for k in ("T", "m50", "lo", "hi"))
         fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(*columns)
     critical = {"status": status, "rows": rows, "fits": fits}
-    csv = table(rows).replace("\n", "\r\n")  # as csv.writer writes it
+    csv = runlog.table(rows, FIELDS).replace("\n", "\r\n")  # as csv.writer writes it
     files = {"critical.json": critical, "critical.csv": csv}
     return dict(rows=rows, fits=fits), files
-
-
-def table(rows, fields=FIELDS):
-    """The rows' fields as CSV, a row a line ("\n"; None: empty)."""
-    lines = [fields] + [[r[k] for k in fields] for r in rows]
-    texts = [["" if v is None else str(v) for v in line] for line in lines]
-    return "".join(",".join(text) + "\n" for text in texts)
 
 
 def report(out, rows, fits, status, seconds):
@@ -376,7 +369,7 @@ def report(out, rows, fits, status, seconds):
     print(
         f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
         f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
-        "empty: beyond the scan\n" + table(rows)
+        "empty: beyond the scan\n" + runlog.table(rows, FIELDS)
     )
     for model, by_s in fits.items():
         for s, f in by_s.items():

@@ -34,8 +34,7 @@ from tqdm import tqdm
 import data
 import runlog
 import sts
-import train_bool
-import train_tf
+from model import Model, checkpoint, configure_optimizers, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
@@ -330,18 +329,19 @@ def log(args, job, t, model, sets):
 
 
 def transformer_vals(args, T, d_e, device):
-    """The sweep's transformer, a run per seed side by side: train_tf.py's model by fused.py's step
+    """The sweep's transformer, a run per seed side by side: model.py's Model by fused.py's step
     (one thread: see main) from the zero init with Adam on the FCN's draws; {budget: each seed's
     validation loss after that many steps} (NaN if it diverges), every budget of --sweep-steps read
     on the way to the largest. A run directory of its own, transformer-T{T}-de{d_e}, logs a record
     per budget; its checkpoint (a cell at T = 80 takes over an hour on one core) lets --resume go
     on bit for bit."""
-    tf = train_tf.Args(T=T, test_T=[], d=args.d, dtype=args.dtype, seed=args.seed)
-    tf = replace(tf, optimizer="adam", lr=TF_LR, step="fused", threads=1)
-    specs = train_tf.run_specs(tf, d_e)  # the zero init and stochastic PE: its defaults
-    model = train_tf.Model(tf, d_e, specs, device)
-    optimizers = train_tf.configure_optimizers(model, specs)
-    streams = train_tf.new_streams(tf, specs, d_e, device)
+    # stochastic PE, the zero init (its scale unused), attending over the tokens
+    run = dict(pe="stochastic", init="zero", init_scale=0.0, attend="tokens")
+    specs = [dict(run, seed=seed, optimizer="adam", lr=TF_LR) for seed in args.seed]
+    dtype = getattr(torch, args.dtype)
+    model = Model(specs, args.d, d_e, device, dtype, "fused", 1)
+    optimizers = configure_optimizers(model, specs)
+    streams = data.Streams(specs, args.d, d_e, T, device, dtype)
     path = Path(args.out) / f"transformer-T{T}-de{d_e}"
     job = new_job(args, path, cell_config(args, T, d_e))
     job.check()
@@ -349,11 +349,9 @@ def transformer_vals(args, T, d_e, device):
         return logged_vals(path)
     budgets = args.sweep_steps
     with job:
-        job.open(
-            functools.partial(train_tf.load_checkpoint, model, optimizers), NO_FILES
-        )
+        job.open(functools.partial(load_checkpoint, model, optimizers), NO_FILES)
         for t in range(job.step, max(budgets)):
-            job.save(t, functools.partial(train_tf.checkpoint, model, optimizers))
+            job.save(t, functools.partial(checkpoint, model, optimizers))
             model(streams.get_batch(t, args.batch, T, args.q)).sum().backward()
             for optimizer in optimizers:
                 optimizer.step()
@@ -582,7 +580,7 @@ def sweep(args, device):
 def write_table(args, rows, slopes):
     """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
     fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
-    text = train_bool.table(rows, fields)
+    text = runlog.table(rows, fields)
     runlog.write(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n"))  # as csv
     eps = args.eps * args.d / (2 * args.q)
     print(
