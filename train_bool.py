@@ -6,7 +6,6 @@ s-sparse AND:
 
     python train_bool.py  # course scale: 57 min (24 min CPU), one shared core
     python train_bool.py --out runs/bool --resume  # go on after an interruption
-    python train_bool.py --model transformer --s 3 --T 100 --m 40 60 80  # no search
 
 The task: T bits i.i.d. Bernoulli(2^(-1/s)), so that the AND of s of them is 1 with
 probability 1/2. Seed k draws the s relevant positions and 10^4 held-out samples from
@@ -70,12 +69,6 @@ class Args:
     m_min: int = flag(16, "smallest training-set size of the grid", type=POSITIVE)
     m_max: int = flag(8192, "largest training-set size of the grid", type=POSITIVE)
     per_octave: int = flag(4, "grid points per doubling of m", type=POSITIVE)
-    m: list = flag(
-        None,
-        "no search: train every seed at these m and print the accuracies",
-        nargs="+",
-        type=POSITIVE,
-    )
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
     )
@@ -423,8 +416,6 @@ def run(args, device, job):
     out, grid, rows = Path(args.out), job.configs[0]["grid"], []
 
     def ending(r, status):
-        if args.m:  # no search: no table
-            return {}, {}
         numbers, files = results(rows, status)
         report(out, rows, numbers["fits"], status, time.time() - job.t0)
         return numbers, files
@@ -437,8 +428,9 @@ def run(args, device, job):
 
 def cells(args, device, job, done, rows, grid):
     """A cell (model, s, T) at a time: a search and its fit (rows, critical.json rewritten after
-    each), or (--m) the accuracies; done: the trainings so far, each trained once."""
-    seeds, asked = list(range(args.seeds)), []
+    each); done: the trainings so far, each trained once."""
+    seeds = list(range(args.seeds))
+    asked = []
     grid_cells = list(itertools.product(args.model, args.s, args.T))
     with tqdm(grid_cells, desc="grid", dynamic_ncols=True) as bar:
 
@@ -455,18 +447,11 @@ def cells(args, device, job, done, rows, grid):
 
         for model, s, T in bar:
             asked.clear()  # the fit: what this search asked for, not all of the log
-            for m in args.m or []:
-                accs = " ".join(f"{trainer(model, m, T, s, k):.4f}" for k in seeds)
-                where = f"{model} s={s} T={T} m={m}"
-                bar.write(f"{where}: held-out accuracy of seeds {seeds}: {accs}")
-            if not args.m:
-                search(
-                    functools.partial(trainer, model), T, s, grid, seeds, args.points
-                )
-                mine = [done[k] for k in dict.fromkeys(asked)]
-                rows.append(row(model, s, T, mine))
-                for name, contents in results(rows, "running")[1].items():
-                    runlog.write(Path(args.out) / name, contents)
+            search(functools.partial(trainer, model), T, s, grid, seeds, args.points)
+            mine = [done[k] for k in dict.fromkeys(asked)]
+            rows.append(row(model, s, T, mine))
+            for name, contents in results(rows, "running")[1].items():
+                runlog.write(Path(args.out) / name, contents)
 
 
 def row(model, s, T, mine):

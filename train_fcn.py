@@ -263,10 +263,10 @@ def new_job(args, path, config):
 NO_FILES = lambda r, status: ({}, {})  # noqa: E731  what a run writes at its end: none
 
 
-def train(args, T, width, seed, device, steps=None):
-    """One FCN run of `steps` (default --steps) through runlog.Job: its directory and checkpoint
-    (weights, loss sum, optimizer; the batches are keyed by (seed, step): a resume is exact)."""
-    steps, path = steps or args.steps, run_dir(args, T, width, seed)
+def train(args, T, width, seed, device, steps):
+    """One FCN run of `steps` through runlog.Job: its directory and checkpoint (weights, loss sum,
+    optimizer; the batches are keyed by (seed, step): a resume is exact)."""
+    path = run_dir(args, T, width, seed)
     model, optimizer, gen, sets, config = build(args, T, width, seed, steps, device)
     job = new_job(args, path, config)
     job.check()
@@ -617,7 +617,7 @@ def main(argv=None):
                 torch.set_num_threads(1)
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
-                train(args, T, width, seed, device)
+                train(args, T, width, seed, device, args.steps)
 
     runlog.run_command("train_fcn.py", body, argv=argv)
 
