@@ -1,6 +1,6 @@
 """The parity checks: every faster torch path against the NumPy reference sts.py, on the same draws.
 
-train_tf.py's model by autograd against sts.forward and sts.backward; both steps (--step fused,
+model.py's model by autograd against sts.forward and sts.backward; both steps (--step fused,
 fused.py's, and --step autograd, the model on the same draws) against sts.backward for every PE
 kind, attention variant and chunking; the fused step's backward against autograd's gradients on
 the same batch; the torch streams (data.py) against sts.sample_batch from the
@@ -377,7 +377,7 @@ def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(
     tmp_path, device
 ):
     # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam;
-    # the same command with --step fused and with --step autograd (the model in train_tf.py)
+    # the same command with --step fused and with --step autograd (model.py's model)
     flags = FIG_TINY + ["--device", device]
     for step in ("fused", "autograd"):
         train_tf.main(flags + ["--step", step, "--out", str(tmp_path / step)])

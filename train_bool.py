@@ -407,7 +407,9 @@ def run(args, device, job):
     """The grid through its runlog.Job: each training logged as it ends, the log checkpointed; at
     any ending critical.json/csv and summary.json. --resume replays the log: the checkpoint's, or
     one without a checkpoint (copied in)."""
-    out, grid, rows = Path(args.out), job.configs[0]["grid"], []
+    out = Path(args.out)
+    grid = job.configs[0]["grid"]
+    rows = []
 
     def ending(r, status):
         numbers, files = results(rows, status)

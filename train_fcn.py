@@ -443,7 +443,8 @@ def smallest(args, model, T, steps, first, cached, device):
     row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None)
     row.update(val_sd=None, vals=None, tried=[], tried_seeds=[])
     for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
-        size, vals = grid[k], []
+        size = grid[k]
+        vals = []
         if model == "transformer":
             trained = functools.partial(transformer_vals, args, T, size, device)
             vals = cached(f"{T} {size}", trained)
@@ -540,7 +541,8 @@ def sweep(args, device):
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
     taken to need no less width); the largest budget first, whose runs hold the others' numbers.
     --resume goes on from sweep.json's cells (of the same settings but eps and budgets)."""
-    path, rows = Path(args.out) / "sweep.json", []
+    path = Path(args.out) / "sweep.json"
+    rows = []
     cells = old_cells(args)
     if args.resume and not path.exists():
         print(f"--resume: no {path}: starting the sweep afresh", file=sys.stderr)
