@@ -25,6 +25,7 @@ from unittest import mock
 
 import torch
 
+import model
 import runlog
 import train_tf
 from runlog import flag
@@ -54,15 +55,15 @@ def path(scale, device, *flags):
     args = replace(args, step=args.step or train_tf.STEP[device.type])
     d_e = scale.de[0]
     specs = train_tf.run_specs(args, d_e)
-    model = train_tf.Model(args, d_e, specs, device)
+    net = train_tf.new_model(args, specs, d_e, device)
     streams = train_tf.new_streams(args, specs, d_e, device)
     threads = 1 if args.step == "fused" else args.threads  # as train_tf.main sets them
 
     def step(index):
         torch.set_num_threads(threads)
         batch = streams.get_batch(index, scale.batch, scale.T, scale.q)
-        model(batch).sum().backward()
-        model.zero_grad()
+        net(batch).sum().backward()
+        net.zero_grad()
 
     return step, streams
 
@@ -77,10 +78,10 @@ def paths(scale, device):
     if device.type == "cpu":
         out["1 thread"] = path(scale, device, "--step", "fused", "--threads", "1")[0]
     else:  # the model as CUDA graphs: measured here before train_tf.py would use it
-        fast = torch.compile(train_tf.forward, mode="reduce-overhead")
+        fast = torch.compile(model.forward, mode="reduce-overhead")
 
         def compiled(index):
-            with mock.patch.object(train_tf, "forward", fast):
+            with mock.patch.object(model, "forward", fast):
                 autograd(index)
 
         out["compiled"] = compiled

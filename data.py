@@ -157,18 +157,19 @@ class Batch:
 
 
 class Streams:
-    """The keyed draws of the runs of one process. parts: the runs sharing PEs, as
-    (seed, kind, table, run indices): kind "stochastic" (table None), or a (L, d_e)
-    tensor of unit rows, whose first T rows are used (fixed, onehot) or T of the L in
-    order, drawn per sequence (randomized)."""
+    """The keyed draws of the runs `specs` of one process (each its seed, PE kind and
+    table size L; sequences up to `longest`). parts: the runs sharing PEs, as (seed,
+    kind, table, run indices): kind "stochastic" (table None), or a (L, d_e) tensor of
+    unit rows, whose first T rows are used (fixed, onehot) or T of the L in order, drawn
+    per sequence (randomized)."""
 
-    def __init__(self, parts, d, d_e, device, dtype, threads=1):
-        self.parts = parts
+    def __init__(self, specs, d, d_e, longest, device, dtype, threads=1):
+        self.parts = parts(specs, d_e, longest, device, dtype)
         self.d, self.d_e, self.device, self.dtype = d, d_e, device, dtype
         self.threads = threads
         self.pool = ThreadPoolExecutor(threads)
         # each part's PE rows: a fresh 35 MB tensor costs ~15 ms of page faults
-        self.buffers = [None] * len(parts)
+        self.buffers = [None] * len(self.parts)
 
     def chunks(self, n, T):
         """The chunks (lo, hi) of n sequences of length T. On a CPU: one per thread

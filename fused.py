@@ -1,9 +1,9 @@
-"""--step fused: train_tf.py's step written by hand, in a few threads (a CPU's default).
+"""--step fused: the step of model.py's Model by hand, in a few threads (a CPU's default).
 
 The step needs the PEs P only through the scores p_i^T u, the values V p_i and the
 backward's sums sum_i w_i p_i: it never builds P, Z = [X; P] or a masked copy, but keeps
 the raw Gaussians G (p_i = g_i/|g_i|), folds 1/|g_i| into the small vectors and does
-both passes over G a chunk at a time (tested against sts.backward and train_tf.py's
+both passes over G a chunk at a time (tested against sts.backward and model.py's
 model by autograd). Each thread computes its share of a batch's chunks (data.Streams:
 the chunks it was drawn in) on one torch thread. FusedLoss wraps the step as an autograd
 Function, so that train_tf.py's loop calls backward() on it.

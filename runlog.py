@@ -247,6 +247,14 @@ def write(path, contents):
     return write_bytes(path, contents.encode())
 
 
+def table(rows, fields):
+    """The rows' fields as CSV (train_bool.py's critical.csv, train_fcn.py's sweep.csv), a row a
+    line ("\n"; None: empty)."""
+    lines = [fields] + [[r[k] for k in fields] for r in rows]
+    texts = [["" if v is None else str(v) for v in line] for line in lines]
+    return "".join(",".join(text) + "\n" for text in texts)
+
+
 def kept(path):
     """A run's log as it is, its last line cut by a kill left out; none: empty."""
     log = path / "log.jsonl"

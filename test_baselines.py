@@ -365,11 +365,8 @@ def test_bool_terminated_grid_resumes_from_its_checkpoint_to_the_same_table(
     assert summary["status"] == "finished" and summary["rows"] == table(out)["rows"]
 
 
-@pytest.mark.parametrize(
-    "flags", [["--T", "8"], ["--T", "8", "--m", "16"]]
-)  # a search; no search
 def test_bool_rerun_into_a_finished_folder_says_it_finished(
-    tmp_path, capsys, one_thread, flags
+    tmp_path, capsys, one_thread
 ):
     job = [
         "--model",
@@ -384,7 +381,8 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(
         "1",
         "--device",
         "cpu",
-        *flags,
+        "--T",
+        "8",
         "--out",
         str(tmp_path),
     ]
@@ -396,10 +394,10 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(
     assert done.value.code == 2 and err.count("\n") == 1, err
     assert "holds a run finished;" in err and "--force" in err
     log = (tmp_path / "log.jsonl").read_text()
-    critical = (tmp_path / "critical.json").read_bytes() if "--m" not in flags else None
+    critical = (tmp_path / "critical.json").read_bytes()
     train_bool.main(job + ["--resume"])  # the log replayed: nothing trained again
     assert (tmp_path / "log.jsonl").read_text() == log
-    assert critical is None or (tmp_path / "critical.json").read_bytes() == critical
+    assert (tmp_path / "critical.json").read_bytes() == critical
 
 
 def test_bool_holds_its_lock_to_the_end_and_an_interrupted_grid_leaves_its_summaries(
@@ -596,7 +594,6 @@ BOOL, FCN = "train_bool", "train_fcn"
     [  # `word`: a fragment only the right message holds
         (BOOL, ["--s", "9", "--T", "8"], "--s must satisfy 1 <= s <= T (got s=9, T=8)"),
         (BOOL, ["--s", "0"], "--s: must be a positive integer (got 0)"),
-        (BOOL, ["--m", "0"], "--m: must be a positive integer (got 0)"),
         (BOOL, ["--m-min", "0"], "--m-min"),
         (BOOL, ["--m-min", "64", "--m-max", "32"], "1 <= m-min <= m-max (got 64, 32)"),
         (BOOL, ["--model", "transformer", "rnn"], "'rnn'"),

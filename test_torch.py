@@ -1,6 +1,6 @@
 """The parity checks: every faster torch path against the NumPy reference sts.py, on the same draws.
 
-train_tf.py's model by autograd against sts.forward and sts.backward; both steps (--step fused,
+model.py's model by autograd against sts.forward and sts.backward; both steps (--step fused,
 fused.py's, and --step autograd, the model on the same draws) against sts.backward for every PE
 kind, attention variant and chunking; the fused step's backward against autograd's gradients on
 the same batch; the torch streams (data.py) against sts.sample_batch from the
@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +23,7 @@ import pytest
 import torch
 
 import data
+import model
 import sts
 import train_tf
 from conftest import (
@@ -38,7 +38,7 @@ from conftest import (
     signal_in_step,
 )
 
-# --------------------------------------------------- train_tf.py's model (autograd) against sts.py
+# ------------------------------------------------------ model.py's model (autograd) against sts.py
 CHUNK = data.DRAWS["cpu"][0]  # sequences per seeded draw on the CPU
 
 
@@ -68,7 +68,7 @@ def float64():
 
 
 @pytest.mark.parametrize("attend", ("tokens", "query"))
-def test_train_tf_model_by_autograd_agrees_with_numpy_forward_and_backward(attend):
+def test_the_model_by_autograd_agrees_with_numpy_forward_and_backward(attend):
     d, d_e = 3, 5
     b = random_batch(seed=7, n=16, T=9, q=3, d=d, d_e=d_e)
     W, V = random_weights(8, d, d_e)
@@ -77,11 +77,11 @@ def test_train_tf_model_by_autograd_agrees_with_numpy_forward_and_backward(atten
 
     Wt, Vt = (torch.tensor(M, requires_grad=True) for M in (W, V))
     X, P = (torch.tensor(a) for a in (b.Z[:, :d], b.Z[:, d:]))
-    Z, z_q = train_tf.embed(X, P, torch.tensor(b.idx))
+    Z, z_q = model.embed(X, P, torch.tensor(b.idx))
     np.testing.assert_array_equal(Z.numpy(), b.Z)
     np.testing.assert_allclose(z_q.numpy(), b.z_q, rtol=1e-12)
-    ft = train_tf.forward(Wt, Vt, Z, z_q, attend)  # the model in train_tf.py
-    Lt = train_tf.loss(ft, torch.tensor(b.target)).mean()
+    ft = model.forward(Wt, Vt, Z, z_q, attend)  # the model in model.py
+    Lt = model.loss(ft, torch.tensor(b.target)).mean()
     Lt.backward()
     np.testing.assert_allclose(ft.detach().numpy(), f, rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose(Lt.item(), sts.loss(f, b.target), rtol=1e-6)
@@ -120,7 +120,7 @@ def fused_case(kind, seed=5, n=70, T=9, q=3, d=3, d_e=12, R=4):
             sts.PositionalEncoding(kind, d_e, max_len=L, seed=seed).table.T.copy()
         )
     )
-    return W, V, query, table, dict(n=n, T=T, q=q, d=d, d_e=d_e, seed=seed)
+    return W, V, query, table, dict(n=n, T=T, q=q, d=d, d_e=d_e, seed=seed, L=L)
 
 
 @pytest.mark.parametrize(
@@ -155,19 +155,18 @@ def test_both_steps_on_cuda_equal_the_numpy_backward_on_their_draws(kind, step):
 
 
 def case_model(W, V, query, step, threads, device):
-    """train_tf.Model of len(W) runs with these weights, --step `step` (half attend the query)."""
+    """model.Model of len(W) runs with these weights, --step `step` (half attend the query)."""
     d, D = V.shape[1:]
-    args = types.SimpleNamespace(d=d, dtype="float64", step=step, threads=threads)
     specs = [
         dict(attend="query" if x else "tokens", init="zero", seed=0, init_scale=1.0)
         for x in query.tolist()
     ]
-    model = train_tf.Model(args, D - d, specs, device)
+    net = model.Model(specs, d, D - d, device, torch.float64, step, threads)
     with torch.no_grad():
         for r in range(len(W)):
-            model.W[r].copy_(W[r])
-            model.V[r].copy_(V[r])
-    return model
+            net.W[r].copy_(W[r])
+            net.V[r].copy_(V[r])
+    return net
 
 
 def assert_step_equals_numpy(kind, device, threads, chunks, name):
@@ -175,21 +174,8 @@ def assert_step_equals_numpy(kind, device, threads, chunks, name):
     batch, backward()) against sts.backward on the batch's draws."""
     W, V, query, table, c = fused_case(kind, d_e=12 if kind != "onehot" else 9)
     n, T, q, d, d_e = c["n"], c["T"], c["q"], c["d"], c["d_e"]
-    streams = data.Streams(
-        [
-            (
-                c["seed"],
-                kind,
-                None if table is None else table.to(device),
-                list(range(len(W))),
-            )
-        ],
-        d,
-        d_e,
-        device,
-        torch.float64,
-        threads,
-    )
+    specs = [dict(seed=c["seed"], pe=kind, positions=c["L"])] * len(W)  # one part
+    streams = data.Streams(specs, d, d_e, T, device, torch.float64, threads)
     model = case_model(W, V, query, name, threads, device)
     assert len(streams.chunks(n, T)) == chunks
     losses = model(streams.get_batch(7, n, T, q))
@@ -251,14 +237,8 @@ def test_the_fused_functions_backward_equals_autograds_gradients_on_the_same_bat
     # losses weighted other than by 1
     W, V, query, table, c = fused_case(kind)
     cpu = torch.device("cpu")
-    streams = data.Streams(
-        [(c["seed"], kind, table, list(range(len(W))))],
-        c["d"],
-        c["d_e"],
-        cpu,
-        torch.float64,
-        threads=2,
-    )
+    specs = [dict(seed=c["seed"], pe=kind, positions=c["L"])] * len(W)
+    streams = data.Streams(specs, c["d"], c["d_e"], c["T"], cpu, torch.float64, 2)
     batch = streams.get_batch(3, c["n"], c["T"], c["q"])
     weights = torch.tensor([1.0, -2.0, 0.5, 3.0])
     out, backward = {}, {}
@@ -397,7 +377,7 @@ def test_fused_runs_equal_autograd_runs_for_every_figure_configuration(
     tmp_path, device
 ):
     # the figure set: stochastic and fixed PE, tokens and query, zero and random init, SGD and Adam;
-    # the same command with --step fused and with --step autograd (the model in train_tf.py)
+    # the same command with --step fused and with --step autograd (model.py's model)
     flags = FIG_TINY + ["--device", device]
     for step in ("fused", "autograd"):
         train_tf.main(flags + ["--step", step, "--out", str(tmp_path / step)])
@@ -435,7 +415,7 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
         step="fused",
     )
     specs = train_tf.run_specs(args, 8)
-    model = train_tf.Model(args, 8, specs, torch.device("cpu"))
+    model = train_tf.new_model(args, specs, 8, torch.device("cpu"))
     streams = train_tf.new_streams(args, specs, 8, torch.device("cpu"))
     with torch.no_grad():
         for W, V in zip(model.W, model.V):

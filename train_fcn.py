@@ -34,8 +34,7 @@ from tqdm import tqdm
 import data
 import runlog
 import sts
-import train_bool
-import train_tf
+from model import Model, checkpoint, configure_optimizers, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
@@ -264,10 +263,10 @@ def new_job(args, path, config):
 NO_FILES = lambda r, status: ({}, {})  # noqa: E731  what a run writes at its end: none
 
 
-def train(args, T, width, seed, device, steps=None):
-    """One FCN run of `steps` (default --steps) through runlog.Job: its directory and checkpoint
-    (weights, loss sum, optimizer; the batches are keyed by (seed, step): a resume is exact)."""
-    steps, path = steps or args.steps, run_dir(args, T, width, seed)
+def train(args, T, width, seed, device, steps):
+    """One FCN run of `steps` through runlog.Job: its directory and checkpoint (weights, loss sum,
+    optimizer; the batches are keyed by (seed, step): a resume is exact)."""
+    path = run_dir(args, T, width, seed)
     model, optimizer, gen, sets, config = build(args, T, width, seed, steps, device)
     job = new_job(args, path, config)
     job.check()
@@ -330,18 +329,19 @@ def log(args, job, t, model, sets):
 
 
 def transformer_vals(args, T, d_e, device):
-    """The sweep's transformer, a run per seed side by side: train_tf.py's model by fused.py's step
+    """The sweep's transformer, a run per seed side by side: model.py's Model by fused.py's step
     (one thread: see main) from the zero init with Adam on the FCN's draws; {budget: each seed's
     validation loss after that many steps} (NaN if it diverges), every budget of --sweep-steps read
     on the way to the largest. A run directory of its own, transformer-T{T}-de{d_e}, logs a record
     per budget; its checkpoint (a cell at T = 80 takes over an hour on one core) lets --resume go
     on bit for bit."""
-    tf = train_tf.Args(T=T, test_T=[], d=args.d, dtype=args.dtype, seed=args.seed)
-    tf = replace(tf, optimizer="adam", lr=TF_LR, step="fused", threads=1)
-    specs = train_tf.run_specs(tf, d_e)  # the zero init and stochastic PE: its defaults
-    model = train_tf.Model(tf, d_e, specs, device)
-    optimizers = train_tf.configure_optimizers(model, specs)
-    streams = train_tf.new_streams(tf, specs, d_e, device)
+    # stochastic PE, the zero init (its scale unused), attending over the tokens
+    run = dict(pe="stochastic", init="zero", init_scale=0.0, attend="tokens")
+    specs = [dict(run, seed=seed, optimizer="adam", lr=TF_LR) for seed in args.seed]
+    dtype = getattr(torch, args.dtype)
+    model = Model(specs, args.d, d_e, device, dtype, "fused", 1)
+    optimizers = configure_optimizers(model, specs)
+    streams = data.Streams(specs, args.d, d_e, T, device, dtype)
     path = Path(args.out) / f"transformer-T{T}-de{d_e}"
     job = new_job(args, path, cell_config(args, T, d_e))
     job.check()
@@ -349,11 +349,9 @@ def transformer_vals(args, T, d_e, device):
         return logged_vals(path)
     budgets = args.sweep_steps
     with job:
-        job.open(
-            functools.partial(train_tf.load_checkpoint, model, optimizers), NO_FILES
-        )
+        job.open(functools.partial(load_checkpoint, model, optimizers), NO_FILES)
         for t in range(job.step, max(budgets)):
-            job.save(t, functools.partial(train_tf.checkpoint, model, optimizers))
+            job.save(t, functools.partial(checkpoint, model, optimizers))
             model(streams.get_batch(t, args.batch, T, args.q)).sum().backward()
             for optimizer in optimizers:
                 optimizer.step()
@@ -445,7 +443,8 @@ def smallest(args, model, T, steps, first, cached, device):
     row = dict(model=model, T=T, steps=steps, width=None, params=None, val=None)
     row.update(val_sd=None, vals=None, tried=[], tried_seeds=[])
     for k in range(first, len(grid)) if first is not None else [len(grid) - 1]:
-        size, vals = grid[k], []
+        size = grid[k]
+        vals = []
         if model == "transformer":
             trained = functools.partial(transformer_vals, args, T, size, device)
             vals = cached(f"{T} {size}", trained)
@@ -542,7 +541,8 @@ def sweep(args, device):
     eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
     taken to need no less width); the largest budget first, whose runs hold the others' numbers.
     --resume goes on from sweep.json's cells (of the same settings but eps and budgets)."""
-    path, rows = Path(args.out) / "sweep.json", []
+    path = Path(args.out) / "sweep.json"
+    rows = []
     cells = old_cells(args)
     if args.resume and not path.exists():
         print(f"--resume: no {path}: starting the sweep afresh", file=sys.stderr)
@@ -582,7 +582,7 @@ def sweep(args, device):
 def write_table(args, rows, slopes):
     """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
     fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
-    text = train_bool.table(rows, fields)
+    text = runlog.table(rows, fields)
     runlog.write(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n"))  # as csv
     eps = args.eps * args.d / (2 * args.q)
     print(
@@ -619,7 +619,7 @@ def main(argv=None):
                 torch.set_num_threads(1)
                 return sweep(args, device)
             for T, width, seed in itertools.product(args.T, args.width, args.seed):
-                train(args, T, width, seed, device)
+                train(args, T, width, seed, device, args.steps)
 
     runlog.run_command("train_fcn.py", body, argv=argv)
 

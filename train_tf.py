@@ -18,14 +18,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-from torch import nn
 from tqdm import tqdm
 
 import data
-import fused
 import rundirs
 import runlog
 import sts
+from model import Model, checkpoint, configure_optimizers, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
 
 # ------------------------------------------------------------------------------------- the config
@@ -119,7 +118,7 @@ class Args:
     )
     step: str = flag(
         None,
-        "autograd: train_tf.py's model by torch.autograd; fused: fused.py's "
+        "autograd: model.py's model by torch.autograd; fused: fused.py's "
         f"step by hand, on the same draws [the faster: {STEP['cpu']} on a CPU, "
         f"{STEP['cuda']} on CUDA]",
         choices=("autograd", "fused"),
@@ -166,103 +165,11 @@ FIGURE_SET["adam"] = [dict(pe=pe, optimizer="adam") for pe in BOTH]  # Figure 5
 SHARED = "T q d de test_T test_q dtype".split()
 
 
-# ------------------------------------------------------------ the model, in plain autograd PyTorch
-def embed(X, P, idx):
-    """sts.embed: Z = [X; P] (n, D, T), each token x_i over its PE p_i, and the query
-    z_q = [0_d; sum_{i in y} p_i] (n, D) (x_query = 0, as in the paper's Theorem 1)."""
-    chosen = P.gather(2, idx[:, None, :].expand(-1, P.shape[1], -1))
-    p_y = chosen.sum(-1)  # sum_{i in y} p_i
-    x_q = torch.zeros_like(X[:, :, 0])
-    return torch.cat([X, P], 1), torch.cat([x_q, p_y], 1)
-
-
-def forward(W, V, Z, z_q, attend="tokens"):
-    """sts.forward: f(Z, z_q) = V C softmax(C^T W z_q) (n, d), autograd its backward pass."""
-    C = Z if attend == "tokens" else torch.cat([Z, z_q[..., None]], -1)  # keys = values
-    u = z_q @ W.mT  # u = W z_q                              (n, D)
-    a = torch.einsum("...dt,...d->...t", C, u)  # scores a_i = c_i^T W z_q   (n, T)
-    s = torch.softmax(a, -1)  # attention over the tokens (and the query)
-    h = torch.einsum("...dt,...t->...d", C, s)  # h = C s                    (n, D)
-    return h @ V.mT  # f = V C s                            (n, d)
-
-
-def loss(f, target):
-    """Each sequence's loss 1/2 ||f - STS_q(X, y)||^2; L(W, V) is their mean."""
-    return 0.5 * ((f - target) ** 2).sum(-1)
-
-
-class Model(nn.Module):
-    """The runs of one d_e side by side: each run's W (D, D) and V (d, D), and its loss on a batch
-    (data.Batch) by --step: the model above and autograd, or fused.py's step by hand."""
-
-    def __init__(self, args, d_e, specs, device):
-        super().__init__()
-        self.attend = [s["attend"] for s in specs]
-        dtype = getattr(torch, args.dtype)
-        inits = [
-            sts.init_weights(args.d, d_e, s["init"], s["seed"], s["init_scale"])
-            for s in specs
-        ]
-        weights = functools.partial(torch.tensor, dtype=dtype, device=device)
-        self.W = nn.ParameterList([weights(W) for W, _ in inits])
-        self.V = nn.ParameterList([weights(V) for _, V in inits])
-        # each run's training loss summed since the last record: a checkpoint keeps it
-        self.register_buffer("loss_sum", weights([0.0] * len(specs)))
-        query = [a == "query" for a in self.attend]  # the runs that attend [Z z_q]
-        self.fused = (
-            fused.FusedStep(query, args.threads) if args.step == "fused" else None
-        )
-
-    def stacked(self):
-        """Every run's W (R, D, D) and V (R, d, D)."""
-        return torch.stack(list(self.W)), torch.stack(list(self.V))
-
-    def forward(self, batch):
-        """Each run's mean loss on the batch (R,)."""
-        if self.fused:
-            return fused.FusedLoss.apply(*self.stacked(), self.fused, batch)
-        return self.sequence_losses(batch).mean(0)
-
-    def sequence_losses(self, batch):
-        """Each sequence's loss under each run (n, R)."""
-        if self.fused:
-            return self.fused.losses(*self.stacked(), batch)
-        losses = [None] * len(self.W)
-        for part in batch.parts:
-            P = (part.G * part.r[..., None]).mT  # p_i = g_i / |g_i|    (n, d_e, T)
-            Z, z_q = embed(part.X, P, part.idx)
-            for r in part.runs:
-                f = forward(self.W[r], self.V[r], Z, z_q, self.attend[r])
-                losses[r] = loss(f, part.target)
-        return torch.stack(losses, 1)
-
-    def weights(self, r):
-        """Run r's weights, for its .npz."""
-        return dict(
-            W=self.W[r].detach().cpu().numpy(), V=self.V[r].detach().cpu().numpy()
-        )
-
-
-def configure_optimizers(model, specs):
-    """Each run's optimiser (SGD or Adam) over its W and V."""
-    kinds = dict(sgd=torch.optim.SGD, adam=torch.optim.Adam)
-    return [
-        kinds[spec["optimizer"]]([W, V], lr=spec["lr"])
-        for spec, W, V in zip(specs, model.W, model.V)
-    ]
-
-
-def checkpoint(model, optimizers):
-    """What a job's checkpoint keeps and --resume loads: the weights, the loss sums, each optimiser."""
-    return dict(
-        model=model.state_dict(), optimizers=[o.state_dict() for o in optimizers]
-    )
-
-
-def load_checkpoint(model, optimizers, state):
-    model.load_state_dict(state["model"])
-    for opt, saved in zip(optimizers, state["optimizers"]):
-        opt.load_state_dict(saved)
+# ------------------------------------------------------------------ the model (model.py, autograd)
+def new_model(args, specs, d_e, device):
+    """model.py's Model: the runs of one d_e side by side, their loss by --step."""
+    dtype = getattr(torch, args.dtype)
+    return Model(specs, args.d, d_e, device, dtype, args.step, args.threads)
 
 
 # ------------------------------------------------------------------------------------ the batches
@@ -271,8 +178,7 @@ def new_streams(args, specs, d_e, device):
     run's seed, drawn on --threads threads."""
     dtype = getattr(torch, args.dtype)
     longest = max([args.T, *args.test_T])
-    parts = data.parts(specs, d_e, longest, device, dtype)
-    return data.Streams(parts, args.d, d_e, device, dtype, args.threads)
+    return data.Streams(specs, args.d, d_e, longest, device, dtype, args.threads)
 
 
 # --------------------------------------------------------------------------------------- evaluate
@@ -313,7 +219,7 @@ def finals(model, streams, args):
 def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
-    model = Model(args, d_e, specs, device)
+    model = new_model(args, specs, d_e, device)
     optimizers = configure_optimizers(model, specs)
     streams = new_streams(args, specs, d_e, device)
     job = new_job(args, specs, d_e)
@@ -449,7 +355,7 @@ def rescore(args, device):
         shared = {k: group[0]["config"][k] for k in SHARED}
         specs = [run["config"] for run in group]
         run_args = replace(args, **shared)
-        model = Model(run_args, shared["de"], specs, device)
+        model = new_model(run_args, specs, shared["de"], device)
         with torch.no_grad():
             for W, V, run in zip(model.W, model.V, group):
                 saved_W, saved_V = rundirs.weights(run)  # the .npz read once
