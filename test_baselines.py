@@ -972,6 +972,19 @@ def test_a_diverging_fcn_seed_leaves_the_sweep_going(tmp_path, one_thread, capsy
     )
 
 
+def test_a_sweep_on_the_default_device_resumes_over_its_diverged_seeds(
+    tmp_path, one_thread, capsys
+):
+    auto = [flag for flag in BUDGETS if flag not in ("--device", "cpu")]
+    flags = auto + ["--sweep-steps", "20", "--lr", "1e6", "--out", str(tmp_path)]
+    train_fcn.main(flags)  # config.json holds the device "auto" resolved to
+    rows = sweep_rows(tmp_path)
+    # the diverged cells lack their budget: the sweep trains them again
+    train_fcn.main(flags + ["--resume"])
+    assert sweep_rows(tmp_path) == rows
+    assert "other flags" not in capsys.readouterr().err
+
+
 def test_steps_and_sweep_steps_together_are_refused_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         train_fcn.main(

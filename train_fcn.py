@@ -610,8 +610,9 @@ def write_table(args, rows, slopes):
 def main(argv=None):
     def body():
         args = parse_args(argv)
-        check_runs(args)
         device = runlog.resolve_device(args.device)
+        args = replace(args, device=str(device))  # config.json's, compared on --resume
+        check_runs(args)
         with runlog.lock(args.out):
             check_runs(args)  # again: another writer may have been first
             # a sweep on one thread: on 2 shared cores a second cost more than it saved
