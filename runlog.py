@@ -62,8 +62,7 @@ class Interrupted(KeyboardInterrupt):
     """A signal of SIGNALS, taken as Ctrl-C is: `signum` says which, for summaries and exit code."""
 
     def __init__(self, signum):
-        super().__init__(signum)
-        self.signum = signum
+        self.signum = signum  # BaseException keeps the args
 
 
 def require(ok, message, error=Unusable):
@@ -133,10 +132,10 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
 
 def flat(record):
     """A record with its sets flat: {"test_T": {"250": x}, "test_q": {"2": x}} as {"T=250": x}."""
-    return dict(
-        {k: x for k, x in record.items() if k not in GROUPS},
-        **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()},
-    )
+    out = {k: x for k, x in record.items() if k not in GROUPS}
+    for g in GROUPS:
+        out |= {f"{g[5:]}={k}": x for k, x in record.get(g, {}).items()}
+    return out
 
 
 def nest(losses):
@@ -148,14 +147,12 @@ def nest(losses):
     return out
 
 
-def run_name(config):
+def run_name(c):
     """A run directory's name, from its config.json: where train_tf.py or train_fcn.py writes it."""
-    c, L = config, f"-L{config['positions']}" if config.get("positions") else ""
-    return (
-        f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
-        if c["model"] == "fcn"
-        else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
-    )
+    if c["model"] == "fcn":
+        return f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
+    L = f"-L{c['positions']}" if c.get("positions") else ""
+    return f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
 
 
 def run_state(path):
@@ -199,10 +196,12 @@ def lock(*outs):
     with contextlib.ExitStack() as held:
         for out in dict.fromkeys(map(os.path.realpath, outs)):
             path = Path(out) / ".lock"
-            # --out names a folder, or a path whose nearest existing part is one
-            part = next(p for p in [path.parent, *path.parent.parents] if p.exists())
-            require(part.is_dir(), f"--out: {part} is a file; name a folder")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise Unusable(
+                    f"--out: {out} is a file or under one; name a folder"
+                ) from None
             while True:
                 handle = held.enter_context(open(path, "a"))
                 try:
@@ -582,10 +581,10 @@ def write_npz(path, arrays):
 def divergence(losses, start_loss):
     """Why a run must stop (a loss NaN or above DIVERGED times the starting loss), or None; a None
     in `losses` is a loss not measured (no training step since the last record)."""
-    losses = [x for x in losses if x is not None]
-    bad = next((x for x in losses if not math.isfinite(x)), max(losses, default=0.0))
-    if not math.isfinite(bad) or bad > DIVERGED * start_loss:
-        return f"loss {bad} is NaN or diverging (start {start_loss:.3g}); lower --lr"
+    for x in losses:
+        # NaN fails every comparison
+        if x is not None and not x <= DIVERGED * start_loss:
+            return f"loss {x} is NaN or diverging (start {start_loss:.3g}); lower --lr"
 
 
 def closing_line(path, status, step, rec):
@@ -614,11 +613,9 @@ def flag(default, help, **options):
     return dataclasses.field(default_factory=lambda: copy.copy(default), metadata=meta)
 
 
-def number(kind, low, words=None):
-    """An argparse type=: a finite `kind` above low, e.g. number(int, 0) a positive integer; `words`
-    name it where low is not 0."""
-    kind_name = "integer" if kind is int else "finite number"
-    words = words or f"a positive {kind_name}"
+def number(kind, low, words):
+    """An argparse type=: a finite `kind` above low, e.g. number(int, 0, "a positive integer");
+    `words` name it in the one-line error."""
 
     def parse(text):
         with contextlib.suppress(ValueError):  # not a `kind` at all: the same line
@@ -626,12 +623,12 @@ def number(kind, low, words=None):
                 return value
         raise argparse.ArgumentTypeError(f"must be {words} (got {text})")
 
-    parse.__name__ = words  # argparse names a type by it in its own messages
     return parse
 
 
-POSITIVE, NATURAL = number(int, 0), number(int, -1, words="an integer >= 0")
-RATE = number(float, 0)  # a positive finite number
+POSITIVE = number(int, 0, "a positive integer")
+NATURAL = number(int, -1, "an integer >= 0")
+RATE = number(float, 0, "a positive finite number")
 
 
 class Parser(argparse.ArgumentParser):
@@ -719,8 +716,8 @@ def take(signum, frame):
 
 class Mute:
     """sys.stdout or sys.stderr for a command: piped through `tee`, a Ctrl-C ends tee too, and the
-    run's last lines must not turn the interrupt into a BrokenPipeError: once the reader is gone,
-    what follows is written to /dev/null."""
+    run's last lines must not turn the interrupt into a BrokenPipeError: each write is flushed, and
+    once the reader is gone, what follows is written to /dev/null."""
 
     def __init__(self, stream):
         self.stream = stream
@@ -730,20 +727,11 @@ class Mute:
 
     def write(self, text):
         try:
-            return self.stream.write(text)
-        except BrokenPipeError:
-            self.nowhere()
-            return len(text)
-
-    def flush(self):
-        try:
+            self.stream.write(text)
             self.stream.flush()
         except BrokenPipeError:
-            self.nowhere()
-
-    def nowhere(self):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        self.stream.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        return len(text)
 
 
 def interrupted(program, argv, signum):
@@ -788,6 +776,4 @@ def run_command(program, body, argv=None):
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
-        sys.stdout.flush()
-        sys.stderr.flush()
         sys.stdout, sys.stderr = streams
