@@ -99,9 +99,7 @@ def strict(value):
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills a temporary file of a name of its own
     (two writers never share one), renamed onto path; on any error it is removed."""
-    tmp = Path(path).with_name(
-        f".{Path(path).name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    )
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as handle:
             write(handle)
@@ -124,7 +122,6 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
     """parse(the bytes of path), a regular file; one that is missing or is not one (a folder; a
     FIFO, whose read would hang) is Unusable, naming path and then `fix`. A file that cannot be
     read or parsed (cut, hand-edited) raises the reader's or the parser's own error."""
-    path = Path(path)
     require(path.exists(), f"{path}: missing; {fix}")
     require(path.is_file(), f"{path}: not a regular file; {fix}")
     return parse(path.read_bytes())
@@ -158,7 +155,7 @@ def run_name(c):
 def run_state(path):
     """A run directory's state, as "finished at step 100000"; a job with no steps as "finished"."""
     try:
-        state = read(Path(path) / "summary.json")
+        state = read(path / "summary.json")
         step = state.get("stopped_at")
         return state["status"] + (f" at step {step}" if step is not None else "")
     except (ValueError, LookupError, TypeError, AttributeError):
@@ -283,9 +280,9 @@ class Job:
     adds finals[r]'s to them and writes them as one transaction (see close)."""
 
     def __init__(self, dirs, configs, file, resume=False, force=False, every=300.0):
-        self.dirs = list(map(Path, dirs))
+        self.dirs = dirs
         self.configs = json.loads(json.dumps(configs))  # as config.json holds them
-        self.file = Path(file)
+        self.file = file
         self.resume = resume
         self.force = force
         self.every = every
@@ -657,12 +654,13 @@ def parser(program, description, presets):
     p = Parser(program, description)
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
-        options, first = dict(f.metadata), next(iter(values.values()))
-        shown = (
-            "; ".join(f"{name} {shown_default(v)}" for name, v in values.items())
-            if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"
-            else shown_default(first)
-        )
+        first = next(iter(values.values()))
+        shown = shown_default(first)
+        if len({repr(v) for v in values.values()}) > 1 and f.name != "preset":
+            shown = "; ".join(
+                f"{name} {shown_default(v)}" for name, v in values.items()
+            )
+        options = dict(f.metadata)
         if first is False:
             options["action"] = "store_true"
         elif isinstance(first, list):
@@ -751,7 +749,7 @@ PENDING = []  # a signal that came while a finishing job closed: the next job wi
 def run_command(program, body, argv=None):
     """body() under the module docstring's exit statuses; a signal's line ends with the command
     (`argv`, default sys.argv's) that goes on with --resume."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = sys.argv[1:] if argv is None else argv
     before = {s: signal.signal(s, take) for s in SIGNALS}
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Mute(sys.stdout), Mute(sys.stderr)
