@@ -106,14 +106,10 @@ def load_npz(data):
     return {k: x.astype(float) for k, x in arrays.items()}
 
 
-def npz(run, name):
-    """The arrays of a run's `name`.npz, in float64; Skip if missing or unreadable."""
-    path = run["path"] / f"{name}.npz"
-    return read(path, load_npz, fix_for(run["path"]))
-
-
 def weights(run, when="final"):
-    w = npz(run, f"weights_{when}")
+    """A run's weights_{when}.npz: W and V, in float64; Skip if missing or unreadable."""
+    path = run["path"] / f"weights_{when}.npz"
+    w = read(path, load_npz, fix_for(run["path"]))
     return w["W"], w["V"]
 
 
@@ -171,8 +167,10 @@ def read_log(path, report, fix=LEFT_OUT):
     return records
 
 
-def is_loss(key):
-    return key in ("train_loss", "val") or "=" in key
+def finite_loss(record):
+    """Whether a flat record has a finite loss: train_loss, val or a set's."""
+    losses = [x for k, x in record.items() if k in ("train_loss", "val") or "=" in k]
+    return any(map(finite, losses))
 
 
 def check_config(path, config):
@@ -203,19 +201,13 @@ def load_run(path, report):
         f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}",
         Skip,
     )
-    losses = [x for record in log for k, x in record.items() if is_loss(k)]
     require(
-        any(map(finite, losses)),
+        any(map(finite_loss, log)),
         f"{path / 'log.jsonl'}: every loss is null (non-finite)",
         Skip,
     )
     end = flat(summary.get("final") or log[-1])  # the final numbers, or the last logged
     return dict(path=path, config=config, log=log, summary=summary, end=end)
-
-
-def link_last(top):
-    """A sort key for os.walk's folders: real ones before links, each by name."""
-    return lambda d: (os.path.islink(os.path.join(top, d)), d)
 
 
 def below(folder, names):
@@ -228,7 +220,7 @@ def below(folder, names):
             dirs.clear()
             continue
         seen.add(real)
-        dirs.sort(key=link_last(top))
+        dirs.sort(key=lambda d: (os.path.islink(os.path.join(top, d)), d))  # links last
         paths = [Path(top) / name for name in names if name in files]
         found += [path for path in paths if path.is_file()]
     return sorted(found)
@@ -245,7 +237,9 @@ def run_dirs(path, found):
 def find_experiments(paths, report):
     """{experiment folder: [run directories]} and the SUMMARIES files below `paths`, each
     once."""
-    experiments, summaries, seen = defaultdict(list), [], set()
+    experiments = defaultdict(list)
+    summaries = []
+    seen = set()
     for path in map(Path, paths):
         found = below(path, SUMMARIES)
         dirs = run_dirs(path, found)
@@ -269,9 +263,9 @@ def find_experiments(paths, report):
 def keep_real(same, report):
     """Of runs of one configuration and seed, the one at the path its trainer names
     (runlog.run_name), the others reported; none there: none kept."""
-    real = [r for r in same if r["path"].name == runlog.run_name(r["config"])]
-    copies = ", ".join(str(r["path"]) for r in same if r not in real)
     name = runlog.run_name(same[0]["config"])
+    real = [r for r in same if r["path"].name == name]
+    copies = ", ".join(str(r["path"]) for r in same if r not in real)
     why = (
         f"the same configuration and seed, none named {name}; all left out: keep"
         " the real one alone"
@@ -410,15 +404,14 @@ def setting(config, leave=PER_SEED):
     return repr(sorted(kv for kv in config.items() if kv[0] not in leave))
 
 
-def order_of(v):
-    """A setting's sort key: numbers by value before the others by repr."""
-    number = isinstance(v, (int, float)) and not isinstance(v, bool)
-    return (0, v, "") if number else (1, 0, repr(v))
-
-
 def legend_order(group):
-    config = group[0]["config"]
-    return [order_of(config.get(k)) for k in VARYING]
+    """A configuration's sort key: its VARYING settings, numbers by value before others by repr."""
+    key = []
+    for k in VARYING:
+        v = group[0]["config"].get(k)
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        key.append((0, v, "") if number else (1, 0, repr(v)))
+    return key
 
 
 def configurations(runs):

@@ -62,8 +62,7 @@ class Interrupted(KeyboardInterrupt):
     """A signal of SIGNALS, taken as Ctrl-C is: `signum` says which, for summaries and exit code."""
 
     def __init__(self, signum):
-        super().__init__(signum)
-        self.signum = signum
+        self.signum = signum  # BaseException keeps the args
 
 
 def require(ok, message, error=Unusable):
@@ -100,9 +99,7 @@ def strict(value):
 def write_atomic(path, write):
     """path written whole or not at all: write(handle) fills a temporary file of a name of its own
     (two writers never share one), renamed onto path; on any error it is removed."""
-    tmp = Path(path).with_name(
-        f".{Path(path).name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    )
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as handle:
             write(handle)
@@ -125,7 +122,6 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
     """parse(the bytes of path), a regular file; one that is missing or is not one (a folder; a
     FIFO, whose read would hang) is Unusable, naming path and then `fix`. A file that cannot be
     read or parsed (cut, hand-edited) raises the reader's or the parser's own error."""
-    path = Path(path)
     require(path.exists(), f"{path}: missing; {fix}")
     require(path.is_file(), f"{path}: not a regular file; {fix}")
     return parse(path.read_bytes())
@@ -133,10 +129,10 @@ def read(path, parse=json.loads, fix="rerun the run with --force"):
 
 def flat(record):
     """A record with its sets flat: {"test_T": {"250": x}, "test_q": {"2": x}} as {"T=250": x}."""
-    return dict(
-        {k: x for k, x in record.items() if k not in GROUPS},
-        **{f"{g[5:]}={k}": x for g in GROUPS for k, x in record.get(g, {}).items()},
-    )
+    out = {k: x for k, x in record.items() if k not in GROUPS}
+    for g in GROUPS:
+        out |= {f"{g[5:]}={k}": x for k, x in record.get(g, {}).items()}
+    return out
 
 
 def nest(losses):
@@ -148,20 +144,18 @@ def nest(losses):
     return out
 
 
-def run_name(config):
+def run_name(c):
     """A run directory's name, from its config.json: where train_tf.py or train_fcn.py writes it."""
-    c, L = config, f"-L{config['positions']}" if config.get("positions") else ""
-    return (
-        f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
-        if c["model"] == "fcn"
-        else f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
-    )
+    if c["model"] == "fcn":
+        return f"fcn-T{c['T']}-m{c['width']}-depth{c.get('depth', 1)}-seed{c['seed']}"
+    L = f"-L{c['positions']}" if c.get("positions") else ""
+    return f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
 
 
 def run_state(path):
     """A run directory's state, as "finished at step 100000"; a job with no steps as "finished"."""
     try:
-        state = read(Path(path) / "summary.json")
+        state = read(path / "summary.json")
         step = state.get("stopped_at")
         return state["status"] + (f" at step {step}" if step is not None else "")
     except (ValueError, LookupError, TypeError, AttributeError):
@@ -199,10 +193,12 @@ def lock(*outs):
     with contextlib.ExitStack() as held:
         for out in dict.fromkeys(map(os.path.realpath, outs)):
             path = Path(out) / ".lock"
-            # --out names a folder, or a path whose nearest existing part is one
-            part = next(p for p in [path.parent, *path.parent.parents] if p.exists())
-            require(part.is_dir(), f"--out: {part} is a file; name a folder")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise Unusable(
+                    f"--out: {out} is a file or under one; name a folder"
+                ) from None
             while True:
                 handle = held.enter_context(open(path, "a"))
                 try:
@@ -292,9 +288,9 @@ class Job:
     adds finals[r]'s to them and writes them as one transaction (see close)."""
 
     def __init__(self, dirs, configs, file, resume=False, force=False, every=300.0):
-        self.dirs = list(map(Path, dirs))
+        self.dirs = dirs
         self.configs = json.loads(json.dumps(configs))  # as config.json holds them
-        self.file = Path(file)
+        self.file = file
         self.resume = resume
         self.force = force
         self.every = every
@@ -590,10 +586,10 @@ def write_npz(path, arrays):
 def divergence(losses, start_loss):
     """Why a run must stop (a loss NaN or above DIVERGED times the starting loss), or None; a None
     in `losses` is a loss not measured (no training step since the last record)."""
-    losses = [x for x in losses if x is not None]
-    bad = next((x for x in losses if not math.isfinite(x)), max(losses, default=0.0))
-    if not math.isfinite(bad) or bad > DIVERGED * start_loss:
-        return f"loss {bad} is NaN or diverging (start {start_loss:.3g}); lower --lr"
+    for x in losses:
+        # NaN fails every comparison
+        if x is not None and not x <= DIVERGED * start_loss:
+            return f"loss {x} is NaN or diverging (start {start_loss:.3g}); lower --lr"
 
 
 def closing_line(path, status, step, rec):
@@ -622,11 +618,9 @@ def flag(default, help, **options):
     return dataclasses.field(default_factory=lambda: copy.copy(default), metadata=meta)
 
 
-def number(kind, low, words=None):
-    """An argparse type=: a finite `kind` above low, e.g. number(int, 0) a positive integer; `words`
-    name it where low is not 0."""
-    kind_name = "integer" if kind is int else "finite number"
-    words = words or f"a positive {kind_name}"
+def number(kind, low, words):
+    """An argparse type=: a finite `kind` above low, e.g. number(int, 0, "a positive integer");
+    `words` name it in the one-line error."""
 
     def parse(text):
         with contextlib.suppress(ValueError):  # not a `kind` at all: the same line
@@ -634,12 +628,12 @@ def number(kind, low, words=None):
                 return value
         raise argparse.ArgumentTypeError(f"must be {words} (got {text})")
 
-    parse.__name__ = words  # argparse names a type by it in its own messages
     return parse
 
 
-POSITIVE, NATURAL = number(int, 0), number(int, -1, words="an integer >= 0")
-RATE = number(float, 0)  # a positive finite number
+POSITIVE = number(int, 0, "a positive integer")
+NATURAL = number(int, -1, "an integer >= 0")
+RATE = number(float, 0, "a positive finite number")
 
 
 class Parser(argparse.ArgumentParser):
@@ -668,12 +662,13 @@ def parser(program, description, presets):
     p = Parser(program, description)
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
-        options, first = dict(f.metadata), next(iter(values.values()))
-        shown = (
-            "; ".join(f"{name} {shown_default(v)}" for name, v in values.items())
-            if len({repr(v) for v in values.values()}) > 1 and f.name != "preset"
-            else shown_default(first)
-        )
+        first = next(iter(values.values()))
+        shown = shown_default(first)
+        if len({repr(v) for v in values.values()}) > 1 and f.name != "preset":
+            shown = "; ".join(
+                f"{name} {shown_default(v)}" for name, v in values.items()
+            )
+        options = dict(f.metadata)
         if first is False:
             options["action"] = "store_true"
         elif isinstance(first, list):
@@ -727,8 +722,8 @@ def take(signum, frame):
 
 class Mute:
     """sys.stdout or sys.stderr for a command: piped through `tee`, a Ctrl-C ends tee too, and the
-    run's last lines must not turn the interrupt into a BrokenPipeError: once the reader is gone,
-    what follows is written to /dev/null."""
+    run's last lines must not turn the interrupt into a BrokenPipeError: each write is flushed, and
+    once the reader is gone, what follows is written to /dev/null."""
 
     def __init__(self, stream):
         self.stream = stream
@@ -738,20 +733,11 @@ class Mute:
 
     def write(self, text):
         try:
-            return self.stream.write(text)
-        except BrokenPipeError:
-            self.nowhere()
-            return len(text)
-
-    def flush(self):
-        try:
+            self.stream.write(text)
             self.stream.flush()
         except BrokenPipeError:
-            self.nowhere()
-
-    def nowhere(self):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        self.stream.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        return len(text)
 
 
 def interrupted(program, argv, signum):
@@ -771,7 +757,7 @@ PENDING = []  # a signal that came while a finishing job closed: the next job wi
 def run_command(program, body, argv=None):
     """body() under the module docstring's exit statuses; a signal's line ends with the command
     (`argv`, default sys.argv's) that goes on with --resume."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = sys.argv[1:] if argv is None else argv
     before = {s: signal.signal(s, take) for s in SIGNALS}
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Mute(sys.stdout), Mute(sys.stderr)
@@ -796,6 +782,4 @@ def run_command(program, body, argv=None):
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
-        sys.stdout.flush()
-        sys.stderr.flush()
         sys.stdout, sys.stderr = streams
