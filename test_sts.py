@@ -480,6 +480,33 @@ def test_token_noise_is_the_mean_square_of_sts_backwards_token_to_pe_gradient_pe
     )
 
 
+def test_token_noise_at_w_is_the_mean_square_of_the_gradient_at_a_random_w_xe_that_size():
+    """At w = (q/d_e) |W_xe|^2 > 0, token_noise's E is sts.backward's, each sequence at
+    W = c W* + W_xe and c W* - W_xe with its own Gaussian W_xe of that size; above E at w = 0."""
+    T, q, d, d_e, c, alpha, n, w = 8, 3, 3, 16, 0.5, 0.9, 512, 0.1
+    draws = theory.curve_draws(T, q, d, d_e, n=n, seed=1)
+    pe = sts.PositionalEncoding("stochastic", d_e, T, 1)
+    b = sts.sample_batch(sts.stream(1, "data"), n, T, q, d, pe)  # the same sequences
+    W_star, V_star = sts.ground_truth(d, d_e)
+    rng = np.random.default_rng(2)
+    squares = []
+    for k in range(n):
+        # |W_xe|^2 = w d_e / q over d d_e entries
+        block = rng.standard_normal((d, d_e)) * (w / (q * d)) ** 0.5
+        one = slice(k, k + 1)
+        for sign in (1, -1):
+            W = c * W_star
+            W[:d, d:] = sign * block
+            f, cache = sts.forward(W, alpha * V_star, b.Z[one], b.z_q[one])
+            dW = sts.backward(W, alpha * V_star, b.z_q[one], f, b.target[one], cache)[0]
+            squares.append((dW[:d, d:] ** 2).sum())
+    measured = np.mean(squares)  # each side draws its own W_xe: 5-10% apart
+    assert theory.token_noise(draws, c, alpha, n, w)[0] == pytest.approx(
+        measured, rel=0.15
+    )
+    assert measured > 1.25 * theory.token_noise(draws, c, alpha, n)[0]
+
+
 def test_token_noise_gives_where_sgd_holds_w_xe_at_a_family_point_and_m_equal_i_does_not():
     """W = c W*, V = alpha V* held, SGD on the token-to-PE block alone: |W_xe|^2 settles where
     the noise lr^2 E / n balances the pull 2 lr kappa |W_xe|^2, kappa = (alpha^2 A + alpha B)/d_e

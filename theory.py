@@ -163,32 +163,39 @@ def exact_gradient(draws, c, alpha, d):
     return each, dc, dalpha
 
 
-def token_noise(draws, c, alpha, n=512):
-    """SGD's noise in W_xe at W = c W*, V = alpha V*, from the first n draws, tokens and all:
-    (E, A, B). E = E ||dL/dW_xe||^2 of one sequence: sts.backward's gradient on the token-to-PE
-    block is u s^T with u = X da, its squared norm |u|^2 |s|^2 (2 alpha^2 L q if u were alpha r).
+def token_noise(draws, c, alpha, n=512, w=0.0):
+    """SGD's noise in W_xe at W = c W* + W_xe, V = alpha V*, from the first n draws, tokens and
+    all: (E, A, B). W_xe is random, of the model's size w = (q/d_e) |W_xe|^2: it adds x_i^T v to
+    each logit, v = W_xe s ~ N(0, w |s|^2 / (q d) I) (a fixed draw, and -v: v's odd terms cancel).
+    E = E ||dL/dW_xe||^2 of one sequence: sts.backward's gradient on the token-to-PE block is
+    u s^T with u = X da, its squared norm |u|^2 |s|^2 (2 alpha^2 L q if u were alpha r); it grows
+    with w, as v makes the loss and its gradient larger (on the plateau at T = 20: 7% at w = 0.056).
     A random W_xe of norm |W_xe| costs (alpha^2 A + alpha B) |W_xe|^2 / 2: the trace of the loss'
     Hessian in u = W_xe s, alpha^2 tr(M^2) + alpha r^T X t, times |s|^2 / (d d_e). M = sum_i
     sigma_i x_i x_i^T - g g^T (g = X sigma), the attention-weighted tokens' covariance, is J_f / alpha;
     t_i = sigma_i (|x_i|^2 - 2 x_i^T g + 2 |g|^2 - sum_j sigma_j |x_j|^2) the softmax's curvature.
     With M = I and t = 0: A = q / d_e, B = 0."""
-    S, mask, s2, X = (part[:n] for part in draws)
+    S, mask, s2, X = (np.concatenate([part[:n]] * 2) for part in draws)  # at v, then -v
     d = X.shape[1]
-    sigma = sts.softmax(c * S)
-    target_weights = mask / mask.sum(-1, keepdims=True)
+    q = mask.sum(-1)
+    z = np.random.default_rng(0).standard_normal((len(S) // 2, d), "float32")
+    v = np.concatenate([z, -z]) * np.sqrt(w * s2 / (q * d))[:, None]
+    sigma = sts.softmax(c * S + np.einsum("ndt,nd->nt", X, v))
+    target_weights = mask / q[:, None]
     r = np.einsum("ndt,nt->nd", X, alpha * sigma - target_weights)  # f - STS_q  (n, d)
-    ds = alpha * np.einsum("ndt,nd->nt", X, r)  # dL/ds_i = alpha x_i^T r
+    xr = np.einsum("ndt,nd->nt", X, r)
+    ds = alpha * xr  # dL/ds_i = alpha x_i^T r
     da = sigma * (ds - (sigma * ds).sum(-1, keepdims=True))  # through the softmax
     u = np.einsum("ndt,nt->nd", X, da)  # the token part of dL/du
     g = np.einsum("ndt,nt->nd", X, sigma)  # the attended token
     outer = g[:, :, None] * g[:, None, :]  # g g^T
-    M = np.einsum("ndt,nt,net->nde", X, sigma, X) - outer
+    M = (X * sigma[:, None]) @ X.transpose(0, 2, 1) - outer
     x2 = (X * X).sum(1)  # |x_i|^2  (n, T)
     xg = np.einsum("ndt,nd->nt", X, g)
     g2 = (g * g).sum(-1, keepdims=True)
     spread = (sigma * x2).sum(-1, keepdims=True)
     t = sigma * (x2 - 2 * xg + 2 * g2 - spread)
-    curvature = np.einsum("nd,ndt,nt->n", r, X, t)
+    curvature = (xr * t).sum(-1)  # r^T X t
     E = float(((u * u).sum(-1) * s2).mean())
     M2 = (M * M).sum((-2, -1))  # tr(M^2)
     A = float((M2 * s2).mean() / d)
@@ -201,8 +208,9 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise="full"):
     from token_noise ("full") or from M = I ("identity", family_dynamics' own). Stochastic PE.
     w = (q/d_e) |W_xe|^2 costs alpha^2 m w / 2 and moves as
         w <- w (1 - 2 lr alpha^2 m q / d_e) + lr^2 (q/d_e) E / batch,
-    E = E ||dL/dW_xe||^2 of one sequence, m = E tr(M^2) / d (token_noise's; with M = I,
-    E = 2 alpha^2 L q and m = 1). GD (no batch): w stays 0. Returns (loss, c, alpha, w)."""
+    E = E ||dL/dW_xe||^2 of one sequence at the noise's own size w, m = E tr(M^2) / d
+    (token_noise's; with M = I, E = 2 alpha^2 L q and m = 1). GD (no batch): w stays 0.
+    Returns (loss, c, alpha, w)."""
     draws = curve_draws(T, q, d, d_e, n, seed)
     out = np.zeros((steps + 1, 4))  # rows (loss, c, alpha, w), all 0 at first
     for step in range(steps + 1):
@@ -211,7 +219,7 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise="full"):
         size = w * d_e / q  # |W_xe|^2
         spread, A, B = 0.0, 0.0, 0.0  # GD: no noise, and w = 0 costs nothing
         if batch is not None:
-            spread, A, B = token_noise(draws, c, alpha)
+            spread, A, B = token_noise(draws, c, alpha, w=w)
         A = A / d_e  # token_noise's A, B are times d_e
         B = B / d_e
         if noise == "identity":  # M = I: family_dynamics' account
