@@ -4,7 +4,8 @@ keep: which blocks SGD may move: 'all', or projections: 'fam' (W_pp -> cW*, V ->
 'fam+pp' (W_pp full), 'fam+V' (V full), 'famonly' (no W_xe either)."""
 import sys, json, time, os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-sys.path.insert(0, "/work/wt-th57")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository
+sys.path.insert(0, ROOT)
 import numpy as np, sts, theory
 
 def batch(rng, R, n, T, q, d, d_e):
@@ -90,7 +91,7 @@ POINTS = {
 if __name__ == "__main__":
     name, keep, R, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     p = POINTS[name]
-    floor = json.load(open(f"/work/wt-th57/results/course/plateau/{name}/family_dynamics.json"))["rows"][-1]["floor"]
+    floor = json.load(open(f"{ROOT}/results/course/plateau/{name}/family_dynamics.json"))["rows"][-1]["floor"]
     allh = []
     t0 = time.time()
     for rep in range(reps):
@@ -98,4 +99,5 @@ if __name__ == "__main__":
         allh += list(h)
     allh = np.array(allh)
     print(f"{name} keep={keep}: t1/2 {allh.mean():.2f} ± {allh.std(ddof=1)/len(allh)**0.5:.2f} (s {allh.std(ddof=1):.2f}, {len(allh)} runs) {time.time()-t0:.0f}s", flush=True)
-    np.save(f"/tmp/th57/{name}_{keep}.npy", allh)
+    os.makedirs("runs/full_sgd", exist_ok=True)  # scratch, under the ignored runs/
+    np.save(f"runs/full_sgd/{name}_{keep}.npy", allh)

@@ -13,7 +13,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.getcwd()); sys.path.insert(0, HERE)
 import numpy as np, sts, theory
-import full  # its run() and batch(); its sys.path line names a folder gone since
+import full  # its run() and batch()
 
 T, q, d, d_e, n = 20, 3, 5, 64, 64
 FLOOR = json.load(open("results/course/plateau/n64/family_dynamics.json"))["rows"][-1]["floor"]

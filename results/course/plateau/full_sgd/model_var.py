@@ -1,7 +1,8 @@
 # sgd_curve variants: + c's gradient of the W_xe cost (d kappa / dc)
 import sys, os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-sys.path.insert(0, "/work/wt-th57")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository
+sys.path.insert(0, ROOT)
 import numpy as np, sts, theory
 
 def curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, dkc=True, h=1e-3):

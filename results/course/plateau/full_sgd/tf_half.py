@@ -1,8 +1,9 @@
-import sys, json, glob
-sys.path.insert(0, "/work/wt-th57")
+import os, sys, json, glob
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository
+sys.path.insert(0, ROOT)
 import numpy as np, theory
 out, name = sys.argv[1], sys.argv[2]
-floor = json.load(open(f"/work/wt-th57/results/course/plateau/{name}/family_dynamics.json"))["rows"][-1]["floor"]
+floor = json.load(open(f"{ROOT}/results/course/plateau/{name}/family_dynamics.json"))["rows"][-1]["floor"]
 hs = []
 for run in sorted(glob.glob(out + "/stochastic*")):
     log = [json.loads(l) for l in open(run + "/log.jsonl")]

@@ -1,11 +1,12 @@
 # NumPy full SGD at a point; crossings on 4 disjoint val sets of 512 (the same trajectories)
-import sys, json, numpy as np
-sys.path.insert(0, "/tmp/th57"); sys.path.insert(0, "/work/wt-th57")
+import os, sys, json, numpy as np
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository
+sys.path.insert(0, ROOT)
 import full, theory, sts
 name, R, nsets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 p = full.POINTS[name]; T, q, n, steps = p["T"], p["q"], p["n"], p["steps"]
 d, d_e = 5, 64
-floor = json.load(open(f"/work/wt-th57/results/course/plateau/{name}/family_dynamics.json"))["rows"][-1]["floor"]
+floor = json.load(open(f"{ROOT}/results/course/plateau/{name}/family_dynamics.json"))["rows"][-1]["floor"]
 rng = np.random.default_rng(1); vrng = np.random.default_rng(777)
 D = d + d_e; W = np.zeros((R, D, D)); V = np.zeros((R, d, D))
 VX, VP, Vs, Vt = full.batch(vrng, 1, 512 * nsets, T, q, d, d_e)
