@@ -1394,6 +1394,9 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
     # issue 49's hole: a closed terminal (SIGHUP to the script alone) left its lanes and their
     # trainers running, orphaned, without summaries; INT and TERM were trapped, HUP was not
     out = tmp_path / "out"
+    # started as from a terminal, with SIGHUP at its default, even where this test ignores it
+    # (under nohup): a shell cannot trap a signal it was started with ignored, and ignores it
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     proc = subprocess.Popen(
         ["bash", str(HERE / "run_course.sh"), str(out)],
         env=course_env(TF_FLAGS="--device cpu"),  # this python first on PATH
@@ -1401,6 +1404,7 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
         stderr=subprocess.PIPE,
         text=True,
     )
+    signal.signal(signal.SIGHUP, hangup)
     try:
         deadline = time.time() + 120
         while not any(log.stat().st_size for log in out.rglob("log.jsonl")):
