@@ -27,8 +27,10 @@ import train_bool
 import train_fcn
 import train_tf
 from conftest import (
+    BOOL_TINY,
     FCN_TINY,
     HERE,
+    SWEEP_TINY,
     TINY,
     fewer_sequences,
     hang_fails,
@@ -1427,35 +1429,6 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
 
 
 # ------------------------------------------ issue 56: nothing a user owns is lost; one shape of run
-BOOL_TINY = [
-    "--model",
-    "transformer",
-    "--s",
-    "2",
-    "--T",
-    "8",
-    "--seeds",
-    "1",
-    "--m-max",
-    "32",
-    "--per-octave",
-    "1",
-    "--device",
-    "cpu",
-]
-SWEEP_TINY = FCN_TINY + [
-    "--steps",
-    "20",
-    "--sweep",
-    "--sweep-T",
-    "6",
-    "--sweep-width",
-    "8",
-    "--sweep-de",
-    "4",
-    "--seed",
-    "0",
-]
 SCRIPTS = {  # each script's tiny job: its main, its flags but --out, its first run directory
     "train_tf": (train_tf.main, TINY, "stochastic-de8-seed0"),
     "train_fcn": (
@@ -1463,7 +1436,7 @@ SCRIPTS = {  # each script's tiny job: its main, its flags but --out, its first 
         FCN_TINY + ["--steps", "20", "--width", "8"],
         "fcn-T6-m8-depth1-seed0",
     ),
-    "sweep": (train_fcn.main, SWEEP_TINY, "fcn-T6-m8-depth1-seed0"),
+    "sweep": (train_fcn.main, SWEEP_TINY + ["--steps", "20"], "fcn-T6-m8-depth1-seed0"),
     "train_bool": (train_bool.main, BOOL_TINY, "."),
 }
 
@@ -1766,7 +1739,7 @@ KILLED = {  # each script's job for a SIGKILL: its command, a file to wait for b
         "sgd/stochastic-de8-seed0/log.jsonl",
     ),
     "sweep": (
-        ["train_fcn.py", *SWEEP_TINY, "--sweep-width", "8", "16"],
+        ["train_fcn.py", *SWEEP_TINY, "--steps", "20", "--sweep-width", "8", "16"],
         "fcn-T6-m8-depth1-seed0",
     ),
     "train_bool": (["train_bool.py", *BOOL_TINY, "--T", "8", "16"], "log.jsonl"),
