@@ -65,6 +65,51 @@ FCN_TINY = [
     "--device",
     "cpu",
 ]
+# an FCN width sweep of one T, one width, one d_e (train_fcn.py --sweep)
+SWEEP_TINY = FCN_TINY + [
+    "--sweep",
+    "--sweep-T",
+    "6",
+    "--sweep-width",
+    "8",
+    "--sweep-de",
+    "4",
+    "--seed",
+    "0",
+]
+# a sparse-AND grid of one T, one seed (train_bool.py)
+BOOL_TINY = [
+    "--model",
+    "transformer",
+    "--s",
+    "2",
+    "--T",
+    "8",
+    "--seeds",
+    "1",
+    "--m-max",
+    "32",
+    "--per-octave",
+    "1",
+    "--device",
+    "cpu",
+]
+# SGD's model of the plateau at a tiny setting (theory.py --plateau): its schedule and --batch apart
+PLATEAU_TINY = [
+    "--plateau",
+    "--T",
+    "6",
+    "--q",
+    "2",
+    "--d",
+    "2",
+    "--de",
+    "8",
+    "--n",
+    "128",
+    "--draws",
+    "2",
+]
 
 
 def cuda_available():

@@ -18,7 +18,7 @@ import plots
 import runlog
 import train_bool
 import train_fcn
-from conftest import DEVICES, FCN_TINY, read_log
+from conftest import BOOL_TINY, DEVICES, FCN_TINY, SWEEP_TINY, read_log
 
 
 # ------------------------------------------------------------------------------------ train_bool.py
@@ -368,24 +368,7 @@ def test_bool_terminated_grid_resumes_from_its_checkpoint_to_the_same_table(
 def test_bool_rerun_into_a_finished_folder_says_it_finished(
     tmp_path, capsys, one_thread
 ):
-    job = [
-        "--model",
-        "transformer",
-        "--s",
-        "2",
-        "--seeds",
-        "1",
-        "--m-max",
-        "32",
-        "--per-octave",
-        "1",
-        "--device",
-        "cpu",
-        "--T",
-        "8",
-        "--out",
-        str(tmp_path),
-    ]
+    job = [*BOOL_TINY, "--out", str(tmp_path)]
     train_bool.main(job)
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
@@ -737,22 +720,7 @@ def test_a_sweep_stopped_part_way_says_so_in_its_file_its_table_and_its_figure(
     monkeypatch.setattr(train_fcn, "fcn_vals", lambda *args: {args[4]: 0.1})
     monkeypatch.setattr(train_fcn, "transformer_vals", stop)
     with pytest.raises(SystemExit) as done:
-        train_fcn.main(
-            FCN_TINY
-            + [
-                "--sweep",
-                "--sweep-T",
-                "6",
-                "--sweep-width",
-                "8",
-                "--sweep-de",
-                "4",
-                "--seed",
-                "0",
-                "--out",
-                str(tmp_path / "sw"),
-            ]
-        )
+        train_fcn.main(SWEEP_TINY + ["--out", str(tmp_path / "sw")])
     sweep = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert (
         done.value.code == 130
@@ -1003,19 +971,7 @@ def test_a_sweep_resumed_over_a_truncated_sweep_json_is_the_parsers_error_and_wr
 ):
     """A damaged sweep.json is a rare fault (issue 59): the parser's traceback, not exit 2 with
     advice to --force, and --out is left as it was."""
-    job = FCN_TINY + [
-        "--sweep",
-        "--sweep-T",
-        "6",
-        "--sweep-width",
-        "8",
-        "--sweep-de",
-        "4",
-        "--seed",
-        "0",
-        "--out",
-        str(tmp_path),
-    ]
+    job = SWEEP_TINY + ["--out", str(tmp_path)]
     # issue 56: the advice was --force, which deletes the runs and cut cells' checkpoints; nothing
     # is lost: moved away, the file is rebuilt by --resume from the finished runs, none trained again
     train_fcn.main(job)
@@ -1118,19 +1074,7 @@ def test_a_finished_sweep_resumed_with_fewer_steps_is_refused_and_changes_nothin
     tmp_path, one_thread, capsys
 ):
     # issue 56 (6): `--sweep --resume --steps 10` on a finished 40-step sweep replaced its runs
-    job = FCN_TINY + [
-        "--sweep",
-        "--sweep-T",
-        "6",
-        "--sweep-width",
-        "8",
-        "--sweep-de",
-        "4",
-        "--seed",
-        "0",
-        "--out",
-        str(tmp_path),
-    ]
+    job = SWEEP_TINY + ["--out", str(tmp_path)]
     train_fcn.main(job + ["--steps", "40"])
     before, _ = files_of(tmp_path), capsys.readouterr()
     with pytest.raises(SystemExit) as done:
@@ -1172,26 +1116,12 @@ def test_bool_resume_replays_a_copied_log_and_trains_only_what_it_lacks(
 ):
     # RESULTS' recipe for bool_tf_long: a log's transformer records copied into a new folder, then
     # --resume with more lengths: the copied trainings are replayed, the new lengths trained
-    flags = [
-        "--model",
-        "transformer",
-        "--s",
-        "2",
-        "--seeds",
-        "1",
-        "--m-max",
-        "32",
-        "--per-octave",
-        "1",
-        "--device",
-        "cpu",
-    ]
-    train_bool.main(flags + ["--T", "8", "--out", str(tmp_path / "first")])
+    train_bool.main(BOOL_TINY + ["--out", str(tmp_path / "first")])
     (tmp_path / "long").mkdir()
     first = (tmp_path / "first" / "log.jsonl").read_text()
     (tmp_path / "long" / "log.jsonl").write_text(first)
     train_bool.main(
-        flags + ["--T", "8", "12", "--resume", "--out", str(tmp_path / "long")]
+        BOOL_TINY + ["--T", "8", "12", "--resume", "--out", str(tmp_path / "long")]
     )
     log = (tmp_path / "long" / "log.jsonl").read_text()
     assert log.startswith(first) and len(log.splitlines()) > len(first.splitlines())

@@ -27,6 +27,7 @@ import train_tf
 from conftest import (
     FCN_TINY,
     HERE,
+    PLATEAU_TINY,
     TINY,
     fewer_sequences,
     hang_fails,
@@ -1904,9 +1905,9 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
     for batch in (64, 128):
         path = tmp_path / "scan" / f"n{batch}" / "plateau_model.json"
         schedule = ["--steps", "40", "--anneal-at", "20", "--every", "5"]
-        setting = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", *schedule]
-        sizes = ["--batch", str(batch), "--n", "128", "--draws", "2"]
-        theory.main(["--plateau", *setting, *sizes, "--json", str(path)])
+        theory.main(
+            [*PLATEAU_TINY, *schedule, "--batch", str(batch), "--json", str(path)]
+        )
         models[batch] = json.loads(path.read_text())["rows"][0]["t_half"]
     drawn, save = {}, plots.save
 

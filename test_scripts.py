@@ -27,8 +27,10 @@ import train_bool
 import train_fcn
 import train_tf
 from conftest import (
+    BOOL_TINY,
     FCN_TINY,
     HERE,
+    SWEEP_TINY,
     TINY,
     fewer_sequences,
     hang_fails,
@@ -1394,6 +1396,9 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
     # issue 49's hole: a closed terminal (SIGHUP to the script alone) left its lanes and their
     # trainers running, orphaned, without summaries; INT and TERM were trapped, HUP was not
     out = tmp_path / "out"
+    # started as from a terminal, with SIGHUP at its default, even where this test ignores it
+    # (under nohup): a shell cannot trap a signal it was started with ignored, and ignores it
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     proc = subprocess.Popen(
         ["bash", str(HERE / "run_course.sh"), str(out)],
         env=course_env(TF_FLAGS="--device cpu"),  # this python first on PATH
@@ -1401,6 +1406,7 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
         stderr=subprocess.PIPE,
         text=True,
     )
+    signal.signal(signal.SIGHUP, hangup)
     try:
         deadline = time.time() + 120
         while not any(log.stat().st_size for log in out.rglob("log.jsonl")):
@@ -1423,35 +1429,6 @@ def test_sighup_to_run_course_alone_stops_its_lanes_and_runs_and_each_run_says_s
 
 
 # ------------------------------------------ issue 56: nothing a user owns is lost; one shape of run
-BOOL_TINY = [
-    "--model",
-    "transformer",
-    "--s",
-    "2",
-    "--T",
-    "8",
-    "--seeds",
-    "1",
-    "--m-max",
-    "32",
-    "--per-octave",
-    "1",
-    "--device",
-    "cpu",
-]
-SWEEP_TINY = FCN_TINY + [
-    "--steps",
-    "20",
-    "--sweep",
-    "--sweep-T",
-    "6",
-    "--sweep-width",
-    "8",
-    "--sweep-de",
-    "4",
-    "--seed",
-    "0",
-]
 SCRIPTS = {  # each script's tiny job: its main, its flags but --out, its first run directory
     "train_tf": (train_tf.main, TINY, "stochastic-de8-seed0"),
     "train_fcn": (
@@ -1459,7 +1436,7 @@ SCRIPTS = {  # each script's tiny job: its main, its flags but --out, its first 
         FCN_TINY + ["--steps", "20", "--width", "8"],
         "fcn-T6-m8-depth1-seed0",
     ),
-    "sweep": (train_fcn.main, SWEEP_TINY, "fcn-T6-m8-depth1-seed0"),
+    "sweep": (train_fcn.main, SWEEP_TINY + ["--steps", "20"], "fcn-T6-m8-depth1-seed0"),
     "train_bool": (train_bool.main, BOOL_TINY, "."),
 }
 
@@ -1762,7 +1739,7 @@ KILLED = {  # each script's job for a SIGKILL: its command, a file to wait for b
         "sgd/stochastic-de8-seed0/log.jsonl",
     ),
     "sweep": (
-        ["train_fcn.py", *SWEEP_TINY, "--sweep-width", "8", "16"],
+        ["train_fcn.py", *SWEEP_TINY, "--steps", "20", "--sweep-width", "8", "16"],
         "fcn-T6-m8-depth1-seed0",
     ),
     "train_bool": (["train_bool.py", *BOOL_TINY, "--T", "8", "16"], "log.jsonl"),

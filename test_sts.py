@@ -27,7 +27,7 @@ import pytest
 
 import sts
 import theory
-from conftest import HERE, random_batch, random_weights
+from conftest import HERE, PLATEAU_TINY, random_batch, random_weights
 
 matplotlib.use(
     "Agg"
@@ -546,29 +546,8 @@ def test_crossing_interpolates_between_logged_steps():
 def test_theory_plateau_writes_t_half_with_its_se_and_the_mean_curve(tmp_path):
     out = tmp_path / "p.json"
     theory.main(
-        [
-            "--plateau",
-            "--T",
-            "6",
-            "--q",
-            "2",
-            "--d",
-            "2",
-            "--de",
-            "8",
-            "--steps",
-            "60",
-            "--batch",
-            "16",
-            "--n",
-            "128",
-            "--draws",
-            "2",
-            "--every",
-            "30",
-            "--json",
-            str(out),
-        ]
+        PLATEAU_TINY
+        + ["--steps", "60", "--batch", "16", "--every", "30", "--json", str(out)]
     )
     row = json.loads(out.read_text())["rows"][0]
     curves = [
