@@ -19,6 +19,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 
 import matplotlib
@@ -568,6 +569,18 @@ def test_theory_plateau_writes_t_half_with_its_se_and_the_mean_curve(tmp_path):
     assert row["rows"][-1][-1] == pytest.approx(
         np.mean([c[3, -1] for c in curves]) * 8 / 2
     )
+
+
+def test_registering_predictions_over_a_registered_file_is_refused_at_once(tmp_path):
+    """register_plateau.py once wrote over plateau_registered.json with today's model."""
+    registered = HERE / "results" / "predictions" / "plateau_registered.json"
+    record = tmp_path / "registered.json"
+    record.write_bytes(registered.read_bytes())
+    script = HERE / "results" / "predictions" / "register_plateau.py"
+    command = [sys.executable, str(script), str(record)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "never rewritten" in done.stderr
+    assert record.read_bytes() == registered.read_bytes()
 
 
 def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):

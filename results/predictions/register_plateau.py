@@ -11,6 +11,10 @@ full per-sequence gradient on W_xe and the loss' curvature in it) on 4 independe
 sequences; se = the draws' std / 2, the PE draws' Monte-Carlo error. Also, for reference, the same
 with the noise of M = I (family_dynamics' own) and, at course scale, GD (no noise). The measured t_1/2 will be the seeds' crossings of the
 midpoint of the first val and the family's floor, each interpolated between logged steps.
+
+The files were written at commits 2ea2917 (plateau_registered.json) and 4409a9b (_T8), with the
+theory.py of 2ea2917; theory.py has changed since (the noise at its own size, after the runs), so
+run this at 2ea2917 to reproduce them. It never writes over a file: a registration is a record.
 """
 import json
 import os
@@ -36,6 +40,10 @@ POINTS = [  # name, (T, q, d, d_e, lr, n, anneal_at), the run that tests it
      " --out results/course/plateau/T8"),
 ]
 
+if os.path.exists(sys.argv[1]):  # at the door, before minutes of computing
+    print(f"register_plateau.py: {sys.argv[1]} exists; a registration is never rewritten:"
+          " give another file", file=sys.stderr)
+    sys.exit(2)
 rows, names = [], sys.argv[2:] or [name for name, *_ in POINTS[:3]]
 for name, (T, q, d, d_e, lr, n, anneal_at), command in POINTS:
     if name not in names:
@@ -49,5 +57,5 @@ for name, (T, q, d, d_e, lr, n, anneal_at), command in POINTS:
         row[key] = dict(t_half=mean, se=se, each=each)
         print(name, key, f"{mean:.1f} ± {se:.1f}", flush=True)
     rows.append(row)
-with open(sys.argv[1], "w") as fh:
+with open(sys.argv[1], "x") as fh:  # "x": two at once cannot both write it
     json.dump(dict(model="theory.model_t_half(seeds=4, n=2048)", rows=rows), fh, indent=2)
