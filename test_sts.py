@@ -1,6 +1,6 @@
 """The project's tests, in seven files; this one runs them all:
 
-    python test_sts.py        # the quick suite, about 1.5 minutes on 2 cores
+    python test_sts.py        # the quick suite, about 2 minutes on 2 cores
     python test_sts.py --all  # and the slow end-to-end tests (run_course.sh, the notebook, signals
                               # from another process, a kill at every write), as CI does; the same
                               # as pytest on the seven files
