@@ -13,8 +13,8 @@ import pytest
 import sts
 
 HERE = Path(__file__).parent
-# a run small enough for a test: seconds, float64 so that parity checks can be tight
-TINY = [
+# the task of every tiny run: T, q, d, d_e
+TINY_SHAPE = [
     "--T",
     "6",
     "--q",
@@ -23,6 +23,10 @@ TINY = [
     "2",
     "--de",
     "8",
+]
+# a run small enough for a test: seconds, float64 so that parity checks can be tight
+TINY = [
+    *TINY_SHAPE,
     "--batch",
     "64",
     "--steps",
@@ -97,14 +101,7 @@ BOOL_TINY = [
 # SGD's model of the plateau at a tiny setting (theory.py --plateau): its schedule and --batch apart
 PLATEAU_TINY = [
     "--plateau",
-    "--T",
-    "6",
-    "--q",
-    "2",
-    "--d",
-    "2",
-    "--de",
-    "8",
+    *TINY_SHAPE,
     "--n",
     "128",
     "--draws",

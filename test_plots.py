@@ -29,6 +29,7 @@ from conftest import (
     HERE,
     PLATEAU_TINY,
     TINY,
+    TINY_SHAPE,
     fewer_sequences,
     hang_fails,
     read_log,
@@ -1605,14 +1606,7 @@ def test_plots_tabulates_how_each_w_separates_its_table_trained_against_the_cons
     theory.main(
         [
             "--floor",
-            "--T",
-            "6",
-            "--q",
-            "2",
-            "--d",
-            "2",
-            "--de",
-            "8",
+            *TINY_SHAPE,
             "--positions",
             "12",
             "--json",

@@ -537,10 +537,9 @@ def check_same(path, config):
 
 
 def sweep(args, device):
-    """For each T and budget the smallest width of each model whose seed-mean val loss is <=
-    eps d/(2q); each search starts at the last T's answer at that budget (a longer sequence is
-    taken to need no less width); the largest budget first, whose runs hold the others' numbers.
-    --resume goes on from sweep.json's cells (of the same settings but eps and budgets)."""
+    """For each T and budget, each model's smallest width of seed-mean val loss <= eps d/(2q),
+    searched from the last T's answer (a longer sequence needs no less width), the largest
+    budget first (its runs hold the others' numbers); --resume: from sweep.json's cells."""
     path = Path(args.out) / "sweep.json"
     rows = []
     cells = old_cells(args)

@@ -6,7 +6,8 @@
     python train_tf.py --figure-set --out runs/paper          # Figures 1-5, paper scale: 7 runs
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
-Read top to bottom: config, model, the batches (data.py's keyed streams), evaluate, the loop.
+Read top to bottom: config, the model (model.py, nanoGPT's split: train_fcn.py's sweep trains it
+too), the batches (data.py's keyed streams), evaluate, the loop.
 Runs of several --pe and --seed (--figure-set: seven) train side by side on shared draws, several
 --de in turn; each writes a run directory under --out (runlog.py): weights_init/final.npz,
 final_losses.npz (each sequence's loss).
