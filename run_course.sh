@@ -116,13 +116,14 @@ else
     "mkdir -p $O/sgd $O/floor $O/de_below_T && python theory.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --batch 256 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 64 --de 32 --steps 10000 --batch 256 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
   )
   # the plateau's length t_1/2 around the course point (T 20, d_e 64, lr 1, q 3, n 256), 3 seeds a point
-  # (about a minute each; n = 4,096 about 5), each beside family_dynamics' GD and SGD at its n
+  # (2 to 6 min each, d_e = 256 about 14: most of it the 8,192 validation sequences every 5 steps, which
+  # 512 left too few for the crossings at T = 10 and q = 6), each beside family_dynamics' GD and SGD at its n
   for point in "base:" "T10:--T 10" "T40:--T 40" "T80:--T 80 --steps 3000" "de16:--de 16" "de32:--de 32" \
       "de128:--de 128" "de256:--de 256 --steps 3000" "lr0.25:--lr 0.25 --steps 3000" "lr0.5:--lr 0.5" "lr2:--lr 2" \
       "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096" \
       "T12q6:--T 12 --q 6" "T40n32:--T 40 --batch 32" "T8:--T 8"; do   # the last three registered before their runs
     name=${point%%:*} flags="--steps 2000 ${point#*:}"
-    LANE_B+=("$TF $flags --eval-every 5 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN && python theory.py --plateau --batch 256 $flags --every 5 --n 2048 --json $O/plateau/$name/plateau_model.json$Q_PLATEAU")
+    LANE_B+=("$TF $flags --eval-every 5 --n-test 8192 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN && python theory.py --plateau --batch 256 $flags --every 5 --n 2048 --json $O/plateau/$name/plateau_model.json$Q_PLATEAU")
   done
   # the figure set's runs, copied: stochastic d_e = 64 into floor/, and stochastic and fixed PE beside
   # randomized PE; then every figure

@@ -619,6 +619,34 @@ def test_every_figure_is_described_and_every_link_resolves():
                 assert anchor in anchors, f"{doc}: RESULTS.md has no heading #{anchor}"
 
 
+def plateau_ratios(folder):
+    """Measured (interpolated) t_1/2 over SGD's model's, every row of a plateau table."""
+    ratios = []
+    for table in tables_md_sections(folder)["SGD's model of the plateau"]:
+        column = table[0].index("interpolated / model ± se")
+        ratios += [float(cells[column].split(" ± ")[0]) for cells in table[1:]]
+    return ratios
+
+
+def test_the_documents_quote_the_plateau_models_extremes():
+    """The README's curve row says the model is "within X%" of every run: X is the largest
+    |interpolated / model - 1| over every row of both plateau tables; RESULTS' course grid runs
+    "from" its lowest ratio "to" its highest (their ties name one cell each; this checks that no
+    other row is further)."""
+    course = plateau_ratios("results/course")
+    worst = max(abs(r - 1) for r in course + plateau_ratios("results/paper"))
+    results = (HERE / "RESULTS.md").read_text()
+    assert f"from {min(course):.3f}<!--" in results, min(course)
+    assert f"to {max(course):.3f}<!--" in results, max(course)
+    row = next(
+        line
+        for line in (HERE / "README.md").read_text().splitlines()
+        if line.startswith("| Ours: the training curve")
+    )
+    quoted = re.search(r"within (\d+\.\d)%<!--", row)
+    assert quoted and float(quoted.group(1)) == round(100 * worst, 1), (row, worst)
+
+
 def test_the_readme_reads_in_five_minutes():
     """README.md: at most 1,800 words (as `wc -w` counts them, the ties' comments included); no
     cell of its claims table over 45 words, nor a verdict over 30 once the ties are left out."""
