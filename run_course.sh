@@ -116,8 +116,9 @@ else
     "mkdir -p $O/sgd $O/floor $O/de_below_T && python theory.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --batch 256 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 64 --de 32 --steps 10000 --batch 256 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
   )
   # the plateau's length t_1/2 around the course point (T 20, d_e 64, lr 1, q 3, n 256), 3 seeds a point
-  # (2 to 6 min each, d_e = 256 about 14: most of it the 8,192 validation sequences every 5 steps, which
-  # 512 left too few for the crossings at T = 10 and q = 6), each beside family_dynamics' GD and SGD at its n
+  # (2 to 6 min each, d_e = 256 about 14), each beside family_dynamics' GD and SGD at its n. Most of the time
+  # is the 8,192 validation sequences every 5 steps: with 512, the set's error, shared by the seeds, moved
+  # the crossings at T = 10 and q = 6 by more than 5%
   for point in "base:" "T10:--T 10" "T40:--T 40" "T80:--T 80 --steps 3000" "de16:--de 16" "de32:--de 32" \
       "de128:--de 128" "de256:--de 256 --steps 3000" "lr0.25:--lr 0.25 --steps 3000" "lr0.5:--lr 0.5" "lr2:--lr 2" \
       "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096" \
