@@ -432,6 +432,21 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
         ["--step", "eager"],
         "argument --step: invalid choice: 'eager'",
     ),  # not taken for --steps
+    (["--figure-set", "--pe", "onehot"], "--figure-set sets --pe per run itself"),
+    (
+        ["--figure-set", "--optimizer", "adam", "--attend", "query", "--init", "random"]
+        + ["--init-scale", "0.5", "--lr", "0.5"],
+        "--figure-set sets --optimizer --lr --init --init-scale --attend per run",
+    ),
+    (
+        ["--figure-set", "--pe", "randomized", "--positions", "45"],
+        "--figure-set sets --pe --positions per run itself",
+    ),
+    (  # TINY's training flags too: each one refused, --n-final --dtype --device kept
+        ["--evaluate", "runs/x", "--resume", "--seed", "3", "--figure-set"],
+        "--evaluate scores saved runs with their own settings: drop --seed --figure-set"
+        " --T --q --d --de --batch --steps --test-T --test-q --n-test --eval-every --out",
+    ),
 ]
 
 
