@@ -447,6 +447,8 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
         "--evaluate scores saved runs with their own settings: drop --seed --figure-set"
         " --T --q --d --de --batch --steps --test-T --test-q --n-test --eval-every --out",
     ),
+    (["--test-T", "8", "8"], "argument --test-T: lists a value twice (got 8 8)"),
+    (["--test-q", "1", "1"], "argument --test-q: lists a value twice (got 1 1)"),
 ]
 
 

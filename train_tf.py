@@ -98,9 +98,14 @@ class Args:
         "lengths of the length-generalisation sets",
         type=POSITIVE,
         nargs="*",
+        action=Distinct,
     )
     test_q: list = flag(
-        [2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE, nargs="*"
+        [2, 4, 6],
+        "subset sizes of the q-generalisation sets",
+        type=POSITIVE,
+        nargs="*",
+        action=Distinct,
     )
     n_test: int = flag(
         1024, "sequences in each validation set at each evaluation", type=POSITIVE
