@@ -449,6 +449,13 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     ),
     (["--test-T", "8", "8"], "argument --test-T: lists a value twice (got 8 8)"),
     (["--test-q", "1", "1"], "argument --test-q: lists a value twice (got 1 1)"),
+    (["--threads", str(os.cpu_count() + 1)], "--threads must be at most"),
+    (
+        ["--lr", "1e39", "--dtype", "float32"],
+        "--lr: the largest rate, 1e+39 (x --anneal-factor above 1",
+    ),
+    (["--lr", "1e38", "--optimizer", "adam", "--dtype", "float32"], "1e+39"),
+    (["--anneal-factor", "1e39", "--dtype", "float32"], "overflows float32"),
 ]
 
 

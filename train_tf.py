@@ -14,6 +14,7 @@ final_losses.npz (each sequence's loss).
 """
 
 import functools
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -389,6 +390,7 @@ def parse_args(argv=None):
     if "randomized" in args.pe and not args.positions:
         args.positions = [longest]
     check(args, longest)
+    check_limits(args)
     return args
 
 
@@ -438,6 +440,20 @@ def check(args, longest):
             "raise --de or use --pe fixed/stochastic"
         )
         require(d_e >= longest, message)
+
+
+def check_limits(args):
+    """--threads within this machine's cores; the largest learning rate within --dtype's range."""
+    cores = max(os.cpu_count() or 1, 2)  # the default 2 too
+    message = f"--threads must be at most {cores}, this machine's CPU cores (got {args.threads})"
+    require(args.threads <= cores, message)
+    adam = 10 if args.optimizer == "adam" else 1  # Adam's first step: lr / (1 - 0.9)
+    peak = (args.lr or DEFAULT_LR[args.optimizer]) * max(1, args.anneal_factor) * adam
+    message = (
+        f"--lr: the largest rate, {peak:.3g} (x --anneal-factor above 1, x10 in Adam's "
+        f"first step), overflows {args.dtype}; lower --lr"
+    )
+    require(peak < torch.finfo(getattr(torch, args.dtype)).max, message)
 
 
 def main(argv=None):
