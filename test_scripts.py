@@ -432,6 +432,30 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
         ["--step", "eager"],
         "argument --step: invalid choice: 'eager'",
     ),  # not taken for --steps
+    (["--figure-set", "--pe", "onehot"], "--figure-set sets --pe per run itself"),
+    (
+        ["--figure-set", "--optimizer", "adam", "--attend", "query", "--init", "random"]
+        + ["--init-scale", "0.5", "--lr", "0.5"],
+        "--figure-set sets --optimizer --lr --init --init-scale --attend per run",
+    ),
+    (
+        ["--figure-set", "--pe", "randomized", "--positions", "45"],
+        "--figure-set sets --pe --positions per run itself",
+    ),
+    (  # TINY's training flags too: each one refused, --n-final --dtype --device kept
+        ["--evaluate", "runs/x", "--resume", "--seed", "3", "--figure-set"],
+        "--evaluate scores saved runs with their own settings: drop --seed --figure-set"
+        " --T --q --d --de --batch --steps --test-T --test-q --n-test --eval-every --out",
+    ),
+    (["--test-T", "8", "8"], "argument --test-T: lists a value twice (got 8 8)"),
+    (["--test-q", "1", "1"], "argument --test-q: lists a value twice (got 1 1)"),
+    (["--threads", str(os.cpu_count() + 1)], "--threads must be at most"),
+    (
+        ["--lr", "1e39", "--dtype", "float32"],
+        "--lr: the largest rate, 1e+39 (x --anneal-factor above 1",
+    ),
+    (["--lr", "1e38", "--optimizer", "adam", "--dtype", "float32"], "1e+39"),
+    (["--anneal-factor", "1e39", "--dtype", "float32"], "overflows float32"),
 ]
 
 

@@ -14,6 +14,7 @@ final_losses.npz (each sequence's loss).
 """
 
 import functools
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -98,9 +99,14 @@ class Args:
         "lengths of the length-generalisation sets",
         type=POSITIVE,
         nargs="*",
+        action=Distinct,
     )
     test_q: list = flag(
-        [2, 4, 6], "subset sizes of the q-generalisation sets", type=POSITIVE, nargs="*"
+        [2, 4, 6],
+        "subset sizes of the q-generalisation sets",
+        type=POSITIVE,
+        nargs="*",
+        action=Distinct,
     )
     n_test: int = flag(
         1024, "sequences in each validation set at each evaluation", type=POSITIVE
@@ -162,6 +168,10 @@ FIGURE_SET["query"] = [dict(pe=pe, attend="query") for pe in BOTH]  # as the pap
 # Figure 3
 FIGURE_SET["random_init"] = [dict(pe="stochastic", init="random", init_scale=0.1)]
 FIGURE_SET["adam"] = [dict(pe=pe, optimizer="adam") for pe in BOTH]  # Figure 5
+# the flags --figure-set sets per run itself (refused with it)
+PER_RUN = "pe positions optimizer lr attend init init_scale".split()
+# the flags --evaluate uses (it refuses the rest); --resume: a Ctrl-C's line adds it
+EVALUATING = "evaluate n_final device step threads dtype resume".split()
 # --evaluate scores runs that agree on these together
 SHARED = "T q d de test_T test_q dtype".split()
 
@@ -319,14 +329,11 @@ def run_specs(args, d_e):
     dropped = "pe positions seed de force out resume figure_set".split()
     base = {k: v for k, v in asdict(args).items() if k not in dropped}
     grid = []  # (folder, settings, seed)
-    if args.figure_set:
-        plain = dict(optimizer="sgd", attend="tokens", init="zero")
-        for seed in args.seed:
-            for folder, changes in FIGURE_SET.items():
-                grid += [
-                    (folder, plain | change | dict(positions=None), seed)
-                    for change in changes
-                ]
+    for seed in args.seed if args.figure_set else []:  # PER_RUN's flags: their defaults
+        for folder, changes in FIGURE_SET.items():
+            grid += [
+                (folder, change | dict(positions=None), seed) for change in changes
+            ]
     for pe in [] if args.figure_set else args.pe:
         for L in args.positions if pe == "randomized" else [None]:
             grid += [("", dict(pe=pe, positions=L), seed) for seed in args.seed]
@@ -373,16 +380,30 @@ def parse_args(argv=None):
     checked before anything is written."""
     parser = runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
     given = runlog.given(parser.parse_args(argv))
+    refuse_unused(given)
     args = replace(PRESETS[given.get("preset", "paper")], **given)
     longest = max([args.T, *args.test_T])
-    if "de" not in given and args.pe == ["onehot"] and not args.figure_set:
+    if "de" not in given and args.pe == ["onehot"]:
         args.de = [longest]  # p_i = e_i: a dimension a position
     if args.anneal_at is None:
         args.anneal_at = args.steps // 2
     if "randomized" in args.pe and not args.positions:
         args.positions = [longest]
     check(args, longest)
+    check_limits(args)
     return args
+
+
+def refuse_unused(given):
+    """One line naming the flags --evaluate has no use for, or --figure-set sets per run itself."""
+    unused = [k for k in given if k not in EVALUATING] if "evaluate" in given else []
+    own = [k for k in given if k in PER_RUN] if "figure_set" in given else []
+    for names, why in [
+        (unused, "--evaluate scores saved runs with their own settings: drop {}"),
+        (own, "--figure-set sets {0} per run itself: drop {0} or --figure-set"),
+    ]:
+        flags = " ".join("--" + name.replace("_", "-") for name in names)
+        require(not names, why.format(flags))
 
 
 def check(args, longest):
@@ -405,22 +426,34 @@ def check(args, longest):
         not (args.resume and args.force),
         "--resume and --force exclude each other; pick one",
     )
-    randomized = "randomized" in args.pe and not args.figure_set
     message = "--positions sets randomized PE's table; add --pe randomized or drop it"
-    require(args.positions is None or randomized, message)
+    require(args.positions is None or "randomized" in args.pe, message)
     L = min(args.positions or [longest])
     message = (
         f"--positions: randomized PE needs L >= the longest length {longest} (--T, "
         f"--test-T; got {L}); raise --positions or drop the longer --test-T"
     )
     require(L >= longest, message)
-    onehot = "onehot" in args.pe and not args.figure_set
-    for d_e in args.de if onehot else []:
+    for d_e in args.de if "onehot" in args.pe else []:
         message = (
             f"--de: onehot PE needs d_e >= the largest length {longest} (got d_e={d_e}); "
             "raise --de or use --pe fixed/stochastic"
         )
         require(d_e >= longest, message)
+
+
+def check_limits(args):
+    """--threads within this machine's cores; the largest learning rate within --dtype's range."""
+    cores = max(os.cpu_count() or 1, 2)  # the default 2 too
+    message = f"--threads must be at most {cores}, this machine's CPU cores (got {args.threads})"
+    require(args.threads <= cores, message)
+    adam = 10 if args.optimizer == "adam" else 1  # Adam's first step: lr / (1 - 0.9)
+    peak = (args.lr or DEFAULT_LR[args.optimizer]) * max(1, args.anneal_factor) * adam
+    message = (
+        f"--lr: the largest rate, {peak:.3g} (x --anneal-factor above 1, x10 in Adam's "
+        f"first step), overflows {args.dtype}; lower --lr"
+    )
+    require(peak < torch.finfo(getattr(torch, args.dtype)).max, message)
 
 
 def main(argv=None):
