@@ -69,8 +69,8 @@ FCN_TINY = [
     "--device",
     "cpu",
 ]
-# an FCN width sweep of one T, one width, one d_e (train_fcn.py --sweep)
-SWEEP_TINY = FCN_TINY + [
+# an FCN width sweep of one T, one width, one d_e (train_fcn.py --sweep: its T is --sweep-T)
+SWEEP_TINY = FCN_TINY[2:] + [
     "--sweep",
     "--sweep-T",
     "6",

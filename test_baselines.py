@@ -468,6 +468,31 @@ def test_fcn_search_returns_the_first_width_that_reaches_the_target():
     assert tried == [2, 4, 8]
 
 
+def test_a_sweep_searches_its_lengths_in_ascending_order_each_once(
+    tmp_path, monkeypatch
+):
+    """Each T's search starts at the last T's answer: --sweep-T 8 4 4 is --sweep-T 4 8."""
+
+    def loss(T, size):  # a size reaches eps from size >= T on
+        return 0.0 if size >= T else 1.0
+
+    fcn = lambda args, T, m, seed, steps, device: {steps: loss(T, m)}  # noqa: E731
+    monkeypatch.setattr(train_fcn, "fcn_vals", fcn)
+    tf = lambda args, T, d_e, device: {args.steps: [loss(T, d_e)]}  # noqa: E731
+    monkeypatch.setattr(train_fcn, "transformer_vals", tf)
+    sizes = ["--sweep-width", "4", "8", "--sweep-de", "4", "8"]
+    train_fcn.main(
+        SWEEP_TINY + ["--sweep-T", "8", "4", "4", *sizes, "--out", str(tmp_path)]
+    )
+    rows = [(r["model"], r["T"], r["width"]) for r in sweep_rows(tmp_path)]
+    assert rows == [  # the transformer's width: D = d + d_e, d = 2
+        ("fcn", 4, 4),
+        ("transformer", 4, 6),
+        ("fcn", 8, 8),
+        ("transformer", 8, 10),
+    ]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_train_fcn_short_run_lowers_the_loss_and_writes_a_run_directory(
     tmp_path, one_thread, device
@@ -598,6 +623,14 @@ BOOL, FCN = "train_bool", "train_fcn"
         ),
         (FCN, ["--seed", "-1"], "--seed: must be an integer >= 0 (got -1)"),
         (FCN, ["--width", "8", "8"], "--width: lists a value twice (got 8 8)"),
+        (FCN, ["--test-q", "1", "1"], "--test-q: lists a value twice (got 1 1)"),
+        (
+            FCN,
+            ["--sweep-T", "4", "--eps", "5"],
+            "--sweep-T, --eps: used only with --sweep",
+        ),
+        (FCN, ["--sweep-steps", "20"], "--sweep-steps: used only with --sweep"),
+        (FCN, ["--sweep", "--width", "8"], "--T, --width: unused by --sweep"),
         (
             FCN,
             ["--test-q", "7"],
@@ -606,8 +639,13 @@ BOOL, FCN = "train_bool", "train_fcn"
         (FCN, ["--resume", "--force"], "exclude each other"),
         (
             FCN,
-            ["--lr", "1e39", "--dtype", "float32"],
+            ["--lr", "1e39", "--dtype", "float32", "--optimizer", "sgd"],
             "--lr must be below 3.4e+38 in float32",
+        ),
+        (  # Adam's first step is 10 lr
+            FCN,
+            ["--lr", "1e38", "--dtype", "float32", "--optimizer", "adam"],
+            "--lr must be below 3.4e+37 in float32 with --optimizer adam",
         ),
     ],
 )
@@ -745,27 +783,26 @@ def test_train_fcn_sweep_refuses_to_overwrite_fcn_runs_already_in_its_out(
     capsys.readouterr()  # its progress bar and closing line
     with pytest.raises(SystemExit) as done:  # a sweep over that T and width
         train_fcn.main(
-            FCN_TINY
-            + [
-                "--sweep",
-                "--sweep-T",
-                "6",
-                "--sweep-width",
-                "8",
-                "16",
-                "--sweep-de",
-                "4",
-                "--seed",
-                "0",
-                "--out",
-                str(tmp_path),
-            ]
+            SWEEP_TINY + ["--sweep-width", "8", "16", "--out", str(tmp_path)]
         )
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and f"{run} holds a run" in err
     assert (run / "log.jsonl").read_bytes() == before and not (
         tmp_path / "sweep.json"
     ).exists()
+
+
+def test_a_sweep_refuses_a_foreign_file_in_a_transformer_cell_before_writing_anything(
+    tmp_path, capsys
+):
+    cell = tmp_path / "transformer-T6-de4"
+    cell.mkdir()
+    (cell / "notes.txt").write_text("hi")
+    with pytest.raises(SystemExit) as done:
+        train_fcn.main(SWEEP_TINY + ["--steps", "20", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "(notes.txt)" in err, err
+    assert [p.name for p in tmp_path.rglob("*")] == ["transformer-T6-de4", "notes.txt"]
 
 
 def test_train_fcn_sweep_stops_a_width_once_its_seeds_prove_it_fails(

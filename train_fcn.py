@@ -93,7 +93,11 @@ class Args:
     )
     n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
     test_q: list = flag(
-        [2, 4, 6], "q-generalisation sets' subset sizes", nargs="*", type=POSITIVE
+        [2, 4, 6],
+        "q-generalisation sets' subset sizes",
+        nargs="*",
+        type=POSITIVE,
+        action=Distinct,
     )
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
@@ -168,11 +172,12 @@ def parse_args(argv=None):
     sweep = SWEEP if given.get("sweep") else {}
     args = replace(PRESETS[given.get("preset", "paper")], **{**sweep, **given})
     args.lr = args.lr or FCN_LR[args.optimizer]
+    # ascending, each once: a T's search starts at the last T's answer (sweep)
+    args.sweep_T = sorted(set(args.sweep_T))
     args.sweep_width = sorted(set(args.sweep_width))
     args.sweep_de = sorted(set(args.sweep_de))
     budgets = set(args.sweep_steps or [args.steps])
     args.sweep_steps = sorted(budgets, reverse=True)  # largest first
-    biggest = torch.finfo(getattr(torch, args.dtype)).max  # a rate the dtype can hold
     name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
     qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
     rules = []
@@ -181,6 +186,7 @@ def parse_args(argv=None):
         rules.append((q <= T, f"--{which} must satisfy 1 <= q <= T {fix}"))
     one_budget = not {"steps", "sweep_steps"} <= given.keys()
     rules += [
+        ignored(args, given),
         (
             one_budget,
             "--steps and --sweep-steps: give one (a sweep's budgets are"
@@ -190,15 +196,36 @@ def parse_args(argv=None):
             not (args.resume and args.force),
             "--resume and --force exclude each other; pick one",
         ),
-        (args.lr < biggest, f"--lr must be below {biggest:.3g} in {args.dtype}"),
+        rate_rule(args),
     ]
     runlog.check(rules)
     return args
 
 
+def rate_rule(args):
+    """--lr's rule: the dtype holds its first step (Adam's: lr / (1 - beta1), beta1 = 0.9)."""
+    biggest = torch.finfo(getattr(torch, args.dtype)).max
+    biggest *= 1 - 0.9 if args.optimizer == "adam" else 1
+    too_big = f"--lr must be below {biggest:.3g} in {args.dtype}"
+    return args.lr < biggest, f"{too_big} with --optimizer {args.optimizer}"
+
+
+def ignored(args, given):
+    """The rule that no flag given is one the run would ignore: --T and --width in a sweep, the
+    sweep's own flags in a plain run."""
+    if args.sweep:
+        names = [k for k in ("T", "width") if k in given]
+        fix = "unused by --sweep (it trains --sweep-T, --sweep-width); drop them"
+    else:
+        names = [k for k in given if k.startswith("sweep_") or k == "eps"]
+        fix = "used only with --sweep; add --sweep or drop them"
+    named = ", ".join("--" + k.replace("_", "-") for k in names)
+    return not named, f"{named}: {fix}"
+
+
 def check_runs(args):
-    """Every run directory this job may write holds no run, or one --resume goes on with (a
-    sweep's runs: their flags are checked as each is trained)."""
+    """Every run directory this job may write (a sweep's transformer cells too) holds no run, or
+    one --resume goes on with (a sweep's runs: their flags are checked as each is trained)."""
     cut = any(Path(args.out).glob(f"*/{CHECKPOINT}"))
     redo = "" if cut else " (--force: redo it)"
     held = args.sweep and (Path(args.out) / "sweep.json").exists()
@@ -211,6 +238,8 @@ def check_runs(args):
     for T, width, seed in itertools.product(*grid, args.seed):
         config = {} if args.sweep else run_config(args, T, width, seed, args.steps)
         new_job(args, run_dir(args, T, width, seed), config).check()
+    for T, d_e in itertools.product(args.sweep_T, args.sweep_de if args.sweep else []):
+        new_job(args, cell_dir(args, T, d_e), {}).check()
     if args.sweep and args.resume:
         check_sweep(args)
 
@@ -218,6 +247,11 @@ def check_runs(args):
 def run_dir(args, T, width, seed):
     run = dict(model="fcn", T=T, width=width, seed=seed)  # its name: depth 1
     return Path(args.out) / runlog.run_name(run)
+
+
+def cell_dir(args, T, d_e):
+    """The run directory of the sweep's transformer at (T, d_e)."""
+    return Path(args.out) / f"transformer-T{T}-de{d_e}"
 
 
 def run_config(args, T, width, seed, steps):
@@ -342,7 +376,7 @@ def transformer_vals(args, T, d_e, device):
     model = Model(specs, args.d, d_e, device, dtype, "fused", 1)
     optimizers = configure_optimizers(model, specs)
     streams = data.Streams(specs, args.d, d_e, T, device, dtype)
-    path = Path(args.out) / f"transformer-T{T}-de{d_e}"
+    path = cell_dir(args, T, d_e)
     job = new_job(args, path, cell_config(args, T, d_e))
     job.check()
     if job.finished():  # a --resume of a sweep whose cell finished: its log
@@ -518,7 +552,7 @@ def check_sweep(args):
     for T, d_e in itertools.product(args.sweep_T, args.sweep_de):
         cell = cells.get(f"{T} {d_e}", {})
         if any(str(b) not in cell for b in args.sweep_steps):
-            path = Path(args.out) / f"transformer-T{T}-de{d_e}"
+            path = cell_dir(args, T, d_e)
             check_same(path, cell_config(args, T, d_e))
 
 
