@@ -85,10 +85,10 @@ def read(path, parse=json.loads, fix=LEFT_OUT):
         raise Skip(f"{path}: cannot be read ({type(e).__name__}); {fix}") from None
 
 
-def fix_for(run):
+def fix_for(run, alone="rerun the run with --force"):
     """What restores a run's damaged file: --resume where a job's checkpoint lies in the run's
-    folder or up to two above it (a figure set's --out); --force only where none does, so
-    that nothing resumable is lost."""
+    folder or up to two above it (a figure set's --out); `alone` (--force) only where none
+    does, so that nothing resumable is lost."""
     if not (run / "config.json").exists() and not (run / "log.jsonl").exists():
         return f"{run} holds no run: name a run folder"
     for folder in (run, run.parent, run.parent.parent):
@@ -97,7 +97,7 @@ def fix_for(run):
                 f"{checkpoint} (its job's checkpoint) restores it: rerun the command that"
                 " made it with --resume"
             )
-    return "rerun the run with --force"
+    return alone
 
 
 def load_npz(data):
@@ -195,7 +195,10 @@ def load_run(path, report):
     log = read_log(path / "log.jsonl", report, fix)
     summary = {}  # none: still running
     if (path / "summary.json").exists():
-        summary = read(path / "summary.json", fix=fix)
+        # --force would delete the weights of what may be a finished run
+        summary = read(
+            path / "summary.json", fix=fix_for(path, "repair it or move it away")
+        )
     require(
         summary.get("status") != "diverged",  # its curve would run off the axes
         f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}",

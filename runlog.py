@@ -152,14 +152,27 @@ def run_name(c):
     return f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
 
 
+# a run whose summary.json is there but cannot be read (cut, hand-edited): maybe finished
+DAMAGED = "with a summary.json that cannot be read"
+
+
 def run_state(path):
     """A run directory's state, as "finished at step 100000"; a job with no steps as "finished"."""
+    summary = path / "summary.json"
     try:
-        state = read(path / "summary.json")
+        state = read(summary)
         step = state.get("stopped_at")
         return state["status"] + (f" at step {step}" if step is not None else "")
     except (ValueError, LookupError, TypeError, AttributeError):
-        return "with no summary (still running, or killed)"
+        missing = "with no summary (still running, or killed)"
+        return DAMAGED if summary.exists() else missing
+
+
+def redo(path, force="pass --force to redo it"):
+    """The advice for a run that cannot go on: `force`, but never where its summary.json cannot
+    be read: --force would delete what may be a finished run's weights."""
+    damaged = run_state(path) == DAMAGED
+    return f"repair {path / 'summary.json'} or move it away" if damaged else force
 
 
 def finished(path):
@@ -313,22 +326,48 @@ class Job:
         for path, config in zip(self.dirs, self.configs):
             self.check_dir(path, config)
 
-    def check_others(self):
-        """A --resume whose checkpoint is missing, beside another job's of the same family."""
+    def others(self):
+        """The other checkpoints of the job's family beside its own: (file, its runs' names)."""
         import torch
 
         family = self.file.name.rsplit("-", 1)[0] + "-*.pt"
-        for other in self.file.parent.glob(family):
-            runs = "?"
+        for other in sorted(self.file.parent.glob(family)):
+            runs = ["?"]
             if other.is_file():
-                runs = ", ".join(torch.load(other, weights_only=False).get("dirs", "?"))
+                runs = torch.load(other, weights_only=False).get("dirs", runs)
+            yield other, runs
+
+    def check_others(self):
+        """A --resume whose checkpoint is missing, beside another job's of the same family."""
+        for other, runs in self.others():
             raise Unusable(
-                f"--resume: {other} holds the checkpoint of other runs ({runs});"
-                " resume with the flags that train them, or give another --out"
+                f"--resume: {other} holds the checkpoint of other runs"
+                f" ({', '.join(runs)}); resume with the flags that train them, or give"
+                " another --out"
             )
+
+    def go_on(self, path):
+        """What goes on with a run that logged: the job's checkpoint, or another job's that holds
+        the run unfinished (a finished one it would replace), else redo()."""
+        if self.file.exists():
+            return "pass --resume to go on from its checkpoint"
+        for other, runs in [] if finished(path) else self.others():
+            if os.path.relpath(path, other.parent) in runs:
+                return (
+                    f"{other} holds its job ({', '.join(runs)}): pass --resume with"
+                    " the flags that train those runs"
+                )
+        return redo(path)
 
     def check_dir(self, path, config):
         """One run directory, at the door (see check)."""
+        # the nearest of path and its parents that exists: a folder, or mkdir would fail
+        above = next(p for p in (path, *path.parents) if p.exists())
+        require(
+            above.is_dir(),
+            f"--out: {above} is a file where a run's folder goes; move it away, or"
+            " give another --out",
+        )
         for name in OWN:
             regular(path / name)
         # glob: none where path is no folder
@@ -344,16 +383,26 @@ class Job:
         held = log.exists() and log.stat().st_size > 0
         if self.resume and held and not self.file.exists():
             self.check_finished(path, config)
-        go_on = (
-            "pass --resume to go on from its checkpoint"
-            if self.file.exists()
-            else "pass --force to redo it"
-        )
-        require(
-            self.force or self.resume or not held,
-            f"--out: {path} holds a run"
-            f" {run_state(path)}; {go_on}, or give another --out",
-        )
+        if self.resume and self.file.exists():
+            self.check_kept(path, config)
+        # as a refusal only: go_on() may read other checkpoints
+        if held and not (self.force or self.resume):
+            raise Unusable(
+                f"--out: {path} holds a run"
+                f" {run_state(path)}; {self.go_on(path)}, or give another --out"
+            )
+
+    def check_kept(self, path, config):
+        """A --resume from the checkpoint never replaces a run finished with other flags (one
+        trained since, with --force, by another job): a lost config.json is the flags'."""
+        if finished(path) and (path / "config.json").exists():
+            differ = compared(read(path / "config.json"), config)
+            require(
+                not differ,
+                f"--resume: {path} holds a run finished with other flags"
+                f" ({', '.join(differ)}) than {self.file}'s; move that folder away to"
+                " go on from the checkpoint, or give another --out",
+            )
 
     def check_finished(self, path, config):
         """A --resume without a checkpoint, of a run that logged: it finished with these flags,
@@ -361,8 +410,8 @@ class Job:
         if not finished(path):
             require(
                 not (path / "config.json").exists(),
-                f"--resume: {path} has no checkpoint to"
-                f" go on from (it is {run_state(path)}); rerun it with --force",
+                f"--resume: {path} has no checkpoint to go on from (it is"
+                f" {run_state(path)}); {redo(path, 'rerun it with --force')}",
             )
             return
         differ = compared(read(path / "config.json", fix="give another --out"), config)

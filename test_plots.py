@@ -1513,11 +1513,12 @@ def test_a_damaged_run_file_beside_its_checkpoint_advises_resume_which_restores_
         assert (run / name).read_bytes() == (whole / name).read_bytes()
 
 
-def test_a_damaged_file_of_a_finished_run_advises_force_and_a_damaged_final_losses_evaluate(
+def test_a_damaged_summary_of_a_finished_run_advises_repair_and_a_damaged_final_losses_evaluate(
     tmp_path, capsys
 ):
-    """No checkpoint beside a finished run: --force loses nothing resumable; final_losses.npz
-    is rewritten by --evaluate, which keeps the run (issue 56: never --force there)."""
+    """No checkpoint beside a finished run: its summary.json is repaired or moved away by hand
+    (--force would delete its weights); final_losses.npz is rewritten by --evaluate, which
+    keeps the run (issue 56: never --force there)."""
     for pe in ("stochastic", "fixed"):
         fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
     (tmp_path / FIXED / "summary.json").write_text("{")
@@ -1532,14 +1533,14 @@ def test_a_damaged_file_of_a_finished_run_advises_force_and_a_damaged_final_loss
     err = capsys.readouterr().err.splitlines()
     assert done.value.code == 2 and len(err) == 2, err
     assert (
-        f"{tmp_path / FIXED}/summary.json: not valid JSON; rerun the run with --force"
+        f"{tmp_path / FIXED}/summary.json: not valid JSON; repair it or move it away"
         in err[0]
     )
     assert (
         "final_losses.npz: cannot be read (ValueError); rerun train_tf.py --evaluate"
         in err[1]
     )
-    assert "--force" not in err[1]
+    assert "--force" not in err[0] + err[1]
 
 
 @pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])

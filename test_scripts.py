@@ -1817,3 +1817,71 @@ def test_a_sigkill_and_a_resume_end_as_a_job_never_killed(tmp_path, script):
     proc.wait()
     assert run(tmp_path / "cut", "--resume").returncode == 0
     assert timeless(tmp_path / "cut") == timeless(tmp_path / "whole")
+
+
+# --------------------------------- the run layer's door: a file for a folder, a damaged summary, a replaced run
+@pytest.mark.parametrize(
+    "script, place",
+    [
+        ("train_tf", "stochastic-de8-seed0"),
+        ("figure_set", "query"),  # after sgd/: its folders were made, then a traceback
+        ("train_fcn", "fcn-T6-m8-depth1-seed0"),
+    ],
+)
+def test_a_file_where_a_run_folder_goes_is_one_line_exit_2_and_nothing_is_made(
+    tmp_path, capsys, one_thread, script, place
+):
+    # was mkdir's FileExistsError or NotADirectoryError: a traceback, exit 1, folders left
+    main, flags, _ = {**SCRIPTS, "figure_set": (train_tf.main, TINY, "")}[script]
+    flags = flags + ["--figure-set"] * (script == "figure_set")
+    (tmp_path / place).write_text("a file")
+    assert ended(main, flags + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / place} is a file where" in err, err
+    assert [*tmp_path.iterdir()] == [tmp_path / place]
+
+
+def test_a_damaged_summary_of_a_finished_run_is_named_and_never_brings_force_advice(
+    two_runs, tmp_path, capsys
+):
+    # "no summary" and --force were advised, which would delete the finished run's weights
+    run = broken_copy(two_runs, tmp_path, "summary.json", "truncated")[1]
+    out, before = tmp_path / "out", files_of(tmp_path / "out")
+    flags = TINY + ["--pe", "fixed", "--out", str(tmp_path / "out")]
+    evaluate = ["--evaluate", str(run), "--device", "cpu"]
+    for command in (flags, flags + ["--resume"], evaluate):
+        assert ended(train_tf.main, command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--force" not in err, err
+        assert "summary.json that cannot be read" in err or "evaluate" in err, err
+        assert re.search(f"repair ({run / 'summary.json'}|it) or move it away", err)
+    assert files_of(out) == before
+
+
+def test_a_rerun_of_a_run_another_job_s_checkpoint_holds_names_that_checkpoint(
+    tmp_path, capsys, stopped_job
+):
+    # the advice was --force, which throws away the run's progress in the checkpoint
+    before, _ = files_of(tmp_path), capsys.readouterr()
+    checkpoint = next(tmp_path.glob("checkpoint-*.pt"))
+    alone = TINY + ["--pe", "stochastic", "--steps", "40", "--out", str(tmp_path)]
+    assert ended(train_tf.main, alone) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--force" not in err, err
+    assert f"{checkpoint} holds its job (stochastic-de8-seed0, fixed-de8-seed0)" in err
+    assert "pass --resume" in err and files_of(tmp_path) == before
+
+
+def test_a_resume_never_replaces_a_run_finished_since_with_other_flags(
+    tmp_path, capsys, stopped_job
+):
+    # the stopped job's first run redone alone (--force, 20 steps): a --resume of the job
+    # from its checkpoint replaced that finished run, with no --force given
+    alone = TINY + ["--pe", "stochastic", "--out", str(tmp_path)]
+    train_tf.main(alone + ["--force"])
+    before, _ = files_of(tmp_path), capsys.readouterr()
+    assert ended(train_tf.main, stopped_job + ["--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--force" not in err, err
+    assert "stochastic-de8-seed0 holds a run finished with other flags (steps" in err
+    assert files_of(tmp_path) == before
