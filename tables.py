@@ -623,7 +623,7 @@ def table_selection(name, runs):
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
         c = g[0]["config"]
-        if c.get("positions", 0) > c["de"] and c["positions"] in built:
+        if (c.get("positions") or 0) > c["de"] and c["positions"] in built:
             rows += selection_rows(g, groups, built[c["positions"]])
     caption = (
         f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"

@@ -294,6 +294,20 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(
     )
 
 
+def test_a_null_setting_and_a_missing_one_are_one_configuration(
+    three_seeds, tmp_path, capsys
+):
+    """Older runs lack keys that newer ones write as null ("positions"): one configuration, its
+    seeds in one mean, and no L wherever L is compared (the selection table's L > d_e)."""
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    edit_json(
+        sgd / "stochastic-de8-seed0" / "config.json", lambda c: c.pop("positions")
+    )
+    (sgd / "table_floor.json").write_text(json.dumps({"rows": []}))  # no L > d_e
+    out = tables_of(sgd, capsys)
+    assert "| stochastic PE (3 seeds) |" in out and "| stochastic PE |" not in out
+
+
 def test_a_run_reached_twice_or_copied_counts_once_and_a_symlinked_one_is_read(
     three_seeds, tmp_path, capsys
 ):
