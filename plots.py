@@ -58,6 +58,7 @@ from tables import (
     table_sweep,
     tabulate,
     theory,
+    theory_kept,
     trained_de,
     width_fits,
 )
@@ -863,6 +864,21 @@ def draw_all(experiments, summaries, out, report):
     draw_summaries(summaries, out, report)
 
 
+def write_theory(experiments, report, n):
+    """THEORY beside the runs of each folder with a family_floor.json (none without runs), alone;
+    none replaced with less than it holds, checked before any is written."""
+    loaded = [x for x in load_all(experiments, report, dynamics=False) if x[3]]
+    for folder, _, runs, _, _ in loaded:
+        if not theory_kept(folder, runs, n):
+            runlog.fail(
+                "plots.py",
+                f"--theory {n}: {folder / THEORY} holds another N or runs not loaded here;"
+                " move it away to write it anew",
+            )
+    for folder, _, runs, predicted, _ in loaded:
+        report.draw(theory, folder, runs, predicted, n)
+
+
 def parser():
     p = runlog.Parser("plots.py", __doc__.split("\n")[0])  # an error: one line, exit 2
     p.add_argument(
@@ -904,12 +920,7 @@ def main(argv=None):
         runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
-        # THEORY beside the runs of each folder with a family_floor.json, alone
-        for folder, _, runs, predicted, _ in load_all(
-            experiments, report, dynamics=False
-        ):
-            if predicted:  # none without runs
-                report.draw(theory, folder, runs, predicted, args.theory)
+        write_theory(experiments, report, args.theory)
     else:
         figures = None if args.table else (out, args.formats)
         draw_all(experiments, summaries, figures, report)

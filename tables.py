@@ -262,6 +262,17 @@ def theory(folder, runs, predicted, n):
     return True
 
 
+def theory_kept(folder, runs, n):
+    """Whether THEORY written anew keeps what the file holds: none yet, or n sequences a set
+    and runs all among these (a rerun, more seeds); else a call would replace it with less."""
+    path = folder / THEORY
+    if not path.exists():
+        return True
+    old = read(path)
+    names = set(run_names(runs))
+    return old["sequences"] == n and all(set(r["runs"]) <= names for r in old["rows"])
+
+
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
 # d_e at T of each form, its parameters by name (others, rms, ignored)
 WIDTH_FORMS = {

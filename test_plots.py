@@ -562,6 +562,33 @@ def test_theory_scores_each_seed_and_its_own_family_on_nested_sequences_and_the_
         ] == tables.quoted(r["share"], r["share_se"]), (pe, k, row)
 
 
+def test_theory_rewrites_a_theory_json_of_its_n_and_runs_and_refuses_to_replace_one_with_less(
+    three_seeds, tmp_path, capsys
+):
+    """plots.py --theory N beside a theory.json: the same N and runs (a rerun) write it anew;
+    another N, one run named alone, or a run that cannot be read are one line, exit 2, the file
+    as it was."""
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    for _ in range(2):  # written, then rewritten the same
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(sgd), "--theory", "64"])
+        assert done.value.code == 0
+    written = (sgd / "theory.json").read_bytes()
+    capsys.readouterr()
+    for args, damage in (
+        ([str(sgd), "--theory", "32"], None),
+        ([str(sgd / "stochastic-de8-seed0"), "--theory", "64"], None),
+        ([str(sgd), "--theory", "64"], sgd / "fixed-de8-seed2" / "log.jsonl"),
+    ):
+        if damage:
+            damage.unlink()
+        with pytest.raises(SystemExit) as done:
+            plots.main(args)
+        err = capsys.readouterr().err.splitlines()
+        assert done.value.code == 2 and len(err) == 1 and "move it away" in err[0], err
+        assert (sgd / "theory.json").read_bytes() == written
+
+
 def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(
     three_seeds, capsys
 ):
