@@ -5,6 +5,7 @@ stderr for each thing that cannot be drawn. Seeded, CPU only.
 
 import errno
 import json
+import math
 import os
 import shutil
 import signal
@@ -1259,6 +1260,14 @@ def test_a_final_losses_npz_of_another_size_than_its_summary_is_skipped_not_mixe
 
 
 # issue 49's hole: two writers of one file shared its path.tmp, and one failed
+def test_runlog_write_json_writes_null_for_a_nan_or_an_infinity_in_a_list_too(tmp_path):
+    runlog.write_json(
+        tmp_path / "x.json", {"a": [float("nan"), {"b": -math.inf}], "c": 1}
+    )
+    found = json.loads((tmp_path / "x.json").read_text(), parse_constant=pytest.fail)
+    assert found == {"a": [None, {"b": None}], "c": 1}
+
+
 def test_two_writers_of_one_file_each_write_their_own_temporary_file(tmp_path):
     """Two plots.py into one --out save the same figure at once: each write_atomic must succeed,
     the file is one writer's whole, and no temporary file is left behind."""
