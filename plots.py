@@ -864,6 +864,14 @@ def draw_all(experiments, summaries, out, report):
     draw_summaries(summaries, out, report)
 
 
+def folder_or_new(path):
+    """Whether path is a folder or mkdir makes one: its nearest ancestor there is a folder
+    (not a file, a FIFO, a broken link)."""
+    while not path.exists() and not path.is_symlink():
+        path = path.parent
+    return path.is_dir()
+
+
 def write_theory(experiments, report, n):
     """THEORY beside the runs of each folder with a family_floor.json (none without runs), alone;
     none replaced with less than it holds, checked before any is written."""
@@ -896,7 +904,7 @@ def parser():
     )
     p.add_argument(
         "--theory",
-        type=int,
+        type=runlog.POSITIVE,
         metavar="N",
         help=f"write {THEORY} beside the runs"
         " of each folder with a family_floor.json: the family against each trained"
@@ -907,6 +915,7 @@ def parser():
         nargs="+",
         default=FORMATS,
         choices=("png", "pdf", "svg"),
+        action=runlog.Distinct,
         help="file formats of each figure (default png pdf; PDF takes half the time)",
     )
     return p
@@ -916,8 +925,9 @@ def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
     out = Path(args.out)
-    if not args.table and out.is_file():  # before anything is read
-        runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
+    if not args.table and not folder_or_new(out):  # before anything is read
+        why = "is not a folder, nor can one be made there"
+        runlog.fail("plots.py", f"--out: {args.out} {why}; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
         write_theory(experiments, report, args.theory)
