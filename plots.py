@@ -49,6 +49,7 @@ from tables import (
     escape,
     family_curves,
     partial,
+    same_target,
     table_critical,
     table_dynamics,
     table_largest,
@@ -831,6 +832,11 @@ def draw_summaries(summaries, out, report):
     for path, summary in loaded.items():
         if summary:
             sweep = loaded.get(path.parent / "sweep.json")
+            needed = path.name == "needed_de.json"
+            if sweep and needed and not same_target(summary, sweep):
+                why = "trained to another --eps, q or d: its trained d_e left out"
+                report.say("warning", f"{path}: the sweep.json beside it {why}")
+                sweep = None
             report.draw(draw_summary, path, summary, sweep, out)
     sweeps = [(p, s) for p, s in loaded.items() if p.name == "sweep.json"]
     if out is None and len(sweeps) > 1:

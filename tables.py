@@ -323,6 +323,13 @@ def width_fits(Ts, des, q):
     return fits
 
 
+def same_target(needed, sweep):
+    """Whether sweep.json trained to needed_de.json's target: the same --eps (a fraction of
+    d/(2q)), q and d; a key sweep.json lacks counts as the same."""
+    mine = dict(eps_fraction=needed["eps"], q=needed["q"], d=needed["d"])
+    return all(sweep.get(k, v) == v for k, v in mine.items())
+
+
 def trained_de(sweep, d):
     """{T: (d_e, the largest d_e tried below it)} of sweep.json's transformer at its largest
     budget, d_e = width - d the first of its grid that reached the target (None: none did)."""

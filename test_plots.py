@@ -1457,6 +1457,23 @@ def test_plots_draws_and_tabulates_the_needed_width_with_the_trained_sweep_besid
     ]
 
 
+@pytest.mark.parametrize("eps, combined", [(0.3, True), (0.6, False)])
+def test_the_needed_width_takes_the_trained_d_e_only_from_a_sweep_of_its_target(
+    tmp_path, capsys, eps, combined
+):
+    """needed_de.json beside a sweep.json trained to another --eps (a fraction of d/(2q)): its
+    table without the trained d_e, and a warning saying why (exit 0)."""
+    needed = dict(NEEDED, eps=eps, target=eps * 2 / (2 * 2))
+    write_summary(tmp_path, "width", "needed_de.json", needed)
+    sweep = dict(SWEEP, eps=0.15, eps_fraction=0.3, q=2, rows=SWEEP["rows"][::2])
+    (tmp_path / "width" / "sweep.json").write_text(json.dumps(sweep))
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "width"), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and ("trained d_e" in out) == combined, out
+    assert ("another --eps" in err) != combined and err.count("\n") == 1 - combined
+
+
 @pytest.mark.parametrize(
     "out", ["figures", "figures/new"]
 )  # the folder read-only, or its parent
