@@ -951,4 +951,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    sys.stdout = runlog.Mute(
+        sys.stdout
+    )  # --table | head: the rest to /dev/null, no traceback
     main()

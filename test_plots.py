@@ -1380,6 +1380,19 @@ def test_plots_bad_input_is_one_line_and_exit_status_2_before_anything_is_read(
     assert sorted(tmp_path.rglob("*")) == before
 
 
+def test_plots_table_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path):
+    """plots.py --table | head -1: once the reader is gone the rest goes nowhere (runlog.Mute)."""
+    fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
+    p = subprocess.Popen(
+        [sys.executable, str(HERE / "plots.py"), str(tmp_path / "exp"), "--table"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.close()  # before its first line: Python's start alone takes longer
+    err = p.stderr.read().decode()
+    assert p.wait() == 0 and err == "", err
+
+
 # ------------------------------------------------------ the width needed (theory.py --needed-de), fits
 @pytest.mark.parametrize(
     "form, params",
