@@ -881,15 +881,16 @@ def folder_or_new(path):
 def write_theory(experiments, report, n):
     """THEORY beside the runs of each folder with a family_floor.json (none without runs), alone;
     none replaced with less than it holds, checked before any is written."""
-    loaded = [x for x in load_all(experiments, report, dynamics=False) if x[3]]
-    for folder, _, runs, _, _ in loaded:
+    loaded = load_all(experiments, report, dynamics=False)
+    folders = [(f, runs, predicted) for f, _, runs, predicted, _ in loaded if predicted]
+    for folder, runs, _ in folders:
         if not theory_kept(folder, runs, n):
             runlog.fail(
                 "plots.py",
                 f"--theory {n}: {folder / THEORY} holds another N or runs not loaded here;"
                 " move it away to write it anew",
             )
-    for folder, _, runs, predicted, _ in loaded:
+    for folder, runs, predicted in folders:
         report.draw(theory, folder, runs, predicted, n)
 
 
@@ -951,7 +952,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.stdout = runlog.Mute(
-        sys.stdout
-    )  # --table | head: the rest to /dev/null, no traceback
+    # --table | head: once head is gone, the rest to /dev/null, not a BrokenPipeError
+    sys.stdout = runlog.Mute(sys.stdout)
     main()
