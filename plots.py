@@ -49,6 +49,7 @@ from tables import (
     escape,
     family_curves,
     partial,
+    same_target,
     table_critical,
     table_dynamics,
     table_largest,
@@ -58,6 +59,7 @@ from tables import (
     table_sweep,
     tabulate,
     theory,
+    theory_kept,
     trained_de,
     width_fits,
 )
@@ -830,6 +832,11 @@ def draw_summaries(summaries, out, report):
     for path, summary in loaded.items():
         if summary:
             sweep = loaded.get(path.parent / "sweep.json")
+            needed = path.name == "needed_de.json"
+            if sweep and needed and not same_target(summary, sweep):
+                why = "trained to another --eps, q or d: its trained d_e left out"
+                report.say("warning", f"{path}: the sweep.json beside it {why}")
+                sweep = None
             report.draw(draw_summary, path, summary, sweep, out)
     sweeps = [(p, s) for p, s in loaded.items() if p.name == "sweep.json"]
     if out is None and len(sweeps) > 1:
@@ -863,6 +870,30 @@ def draw_all(experiments, summaries, out, report):
     draw_summaries(summaries, out, report)
 
 
+def folder_or_new(path):
+    """Whether path is a folder or mkdir makes one: its nearest ancestor there is a folder
+    (not a file, a FIFO, a broken link)."""
+    while not path.exists() and not path.is_symlink():
+        path = path.parent
+    return path.is_dir()
+
+
+def write_theory(experiments, report, n):
+    """THEORY beside the runs of each folder with a family_floor.json (none without runs), alone;
+    none replaced with less than it holds, checked before any is written."""
+    loaded = load_all(experiments, report, dynamics=False)
+    folders = [(f, runs, predicted) for f, _, runs, predicted, _ in loaded if predicted]
+    for folder, runs, _ in folders:
+        if not theory_kept(folder, runs, n):
+            runlog.fail(
+                "plots.py",
+                f"--theory {n}: {folder / THEORY} holds another N or runs not loaded here;"
+                " move it away to write it anew",
+            )
+    for folder, runs, predicted in folders:
+        report.draw(theory, folder, runs, predicted, n)
+
+
 def parser():
     p = runlog.Parser("plots.py", __doc__.split("\n")[0])  # an error: one line, exit 2
     p.add_argument(
@@ -880,7 +911,7 @@ def parser():
     )
     p.add_argument(
         "--theory",
-        type=int,
+        type=runlog.POSITIVE,
         metavar="N",
         help=f"write {THEORY} beside the runs"
         " of each folder with a family_floor.json: the family against each trained"
@@ -891,6 +922,7 @@ def parser():
         nargs="+",
         default=FORMATS,
         choices=("png", "pdf", "svg"),
+        action=runlog.Distinct,
         help="file formats of each figure (default png pdf; PDF takes half the time)",
     )
     return p
@@ -900,16 +932,12 @@ def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
     out = Path(args.out)
-    if not args.table and out.is_file():  # before anything is read
-        runlog.fail("plots.py", f"--out: {args.out} is a file; name a folder")
+    if not args.table and not folder_or_new(out):  # before anything is read
+        why = "is not a folder, nor can one be made there"
+        runlog.fail("plots.py", f"--out: {args.out} {why}; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
-        # THEORY beside the runs of each folder with a family_floor.json, alone
-        for folder, _, runs, predicted, _ in load_all(
-            experiments, report, dynamics=False
-        ):
-            if predicted:  # none without runs
-                report.draw(theory, folder, runs, predicted, args.theory)
+        write_theory(experiments, report, args.theory)
     else:
         figures = None if args.table else (out, args.formats)
         draw_all(experiments, summaries, figures, report)
@@ -924,4 +952,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # --table | head: once head is gone, the rest to /dev/null, not a BrokenPipeError
+    sys.stdout = runlog.Mute(sys.stdout)
     main()

@@ -404,7 +404,9 @@ def value(record, name):
 
 
 def setting(config, leave=PER_SEED):
-    return repr(sorted(kv for kv in config.items() if kv[0] not in leave))
+    """A configuration's key: a null the same as a missing key (older runs lack newer keys)."""
+    kept = [kv for kv in config.items() if kv[0] not in leave and kv[1] is not None]
+    return repr(sorted(kept))
 
 
 def legend_order(group):

@@ -90,9 +90,11 @@ def ended_by(error):
 
 # ------------------------------------------------------------------------------------------ files
 def strict(value):
-    """Strict JSON: NaN and infinities become null, inside nested dicts too."""
+    """Strict JSON: NaN and infinities become null, inside nested dicts and lists too."""
     if isinstance(value, dict):
         return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
     return value if not isinstance(value, float) or math.isfinite(value) else None
 
 

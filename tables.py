@@ -262,6 +262,17 @@ def theory(folder, runs, predicted, n):
     return True
 
 
+def theory_kept(folder, runs, n):
+    """Whether THEORY written anew keeps what the file holds: none yet, or n sequences a set
+    and runs all among these (a rerun, more seeds); else a call would replace it with less."""
+    path = folder / THEORY
+    if not path.exists():
+        return True
+    old = read(path)
+    names = set(run_names(runs))
+    return old["sequences"] == n and all(set(r["runs"]) <= names for r in old["rows"])
+
+
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
 # d_e at T of each form, its parameters by name (others, rms, ignored)
 WIDTH_FORMS = {
@@ -310,6 +321,13 @@ def width_fits(Ts, des, q):
             fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
         params["rms"] = np.sqrt(np.mean((fitted - y) ** 2))
     return fits
+
+
+def same_target(needed, sweep):
+    """Whether sweep.json trained to needed_de.json's target: the same --eps (a fraction of
+    d/(2q)), q and d; a key sweep.json lacks counts as the same."""
+    mine = dict(eps_fraction=needed["eps"], q=needed["q"], d=needed["d"])
+    return all(sweep.get(k, v) == v for k, v in mine.items())
 
 
 def trained_de(sweep, d):
@@ -623,7 +641,7 @@ def table_selection(name, runs):
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
         c = g[0]["config"]
-        if c.get("positions", 0) > c["de"] and c["positions"] in built:
+        if (c.get("positions") or 0) > c["de"] and c["positions"] in built:
             rows += selection_rows(g, groups, built[c["positions"]])
     caption = (
         f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"

@@ -607,6 +607,7 @@ BOOL, FCN = "train_bool", "train_fcn"
         (BOOL, ["--model", "transformer", "rnn"], "'rnn'"),
         (BOOL, ["--device", "cuda"], "--device cuda"),
         (BOOL, ["--T", "8", "8"], "--T: lists a value twice (got 8 8)"),
+        (BOOL, ["--model", "fcn", "fcn"], "--model: lists a value twice (got fcn fcn)"),
         (BOOL, ["--points", "0"], "--points"),
         (BOOL, ["--resume", "--force"], "exclude each other"),
         (FCN, ["--q", "7"], "got q=7"),

@@ -5,6 +5,7 @@ stderr for each thing that cannot be drawn. Seeded, CPU only.
 
 import errno
 import json
+import math
 import os
 import shutil
 import signal
@@ -294,6 +295,20 @@ def test_plots_draws_and_tabulates_three_seeds_as_mean_and_spread(
     )
 
 
+def test_a_null_setting_and_a_missing_one_are_one_configuration(
+    three_seeds, tmp_path, capsys
+):
+    """Older runs lack keys that newer ones write as null ("positions"): one configuration, its
+    seeds in one mean, and no L wherever L is compared (the selection table's L > d_e)."""
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    edit_json(
+        sgd / "stochastic-de8-seed0" / "config.json", lambda c: c.pop("positions")
+    )
+    (sgd / "table_floor.json").write_text(json.dumps({"rows": []}))  # no L > d_e
+    out = tables_of(sgd, capsys)
+    assert "| stochastic PE (3 seeds) |" in out and "| stochastic PE |" not in out
+
+
 def test_a_run_reached_twice_or_copied_counts_once_and_a_symlinked_one_is_read(
     three_seeds, tmp_path, capsys
 ):
@@ -546,6 +561,33 @@ def test_theory_scores_each_seed_and_its_own_family_on_nested_sequences_and_the_
         assert row[3] == tables.quoted(r["own"], r["own_se"]) and row[
             5
         ] == tables.quoted(r["share"], r["share_se"]), (pe, k, row)
+
+
+def test_theory_rewrites_a_theory_json_of_its_n_and_runs_and_refuses_to_replace_one_with_less(
+    three_seeds, tmp_path, capsys
+):
+    """plots.py --theory N beside a theory.json: the same N and runs (a rerun) write it anew;
+    another N, one run named alone, or a run that cannot be read are one line, exit 2, the file
+    as it was."""
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    for _ in range(2):  # written, then rewritten the same
+        with pytest.raises(SystemExit) as done:
+            plots.main([str(sgd), "--theory", "64"])
+        assert done.value.code == 0
+    written = (sgd / "theory.json").read_bytes()
+    capsys.readouterr()
+    for args, damage in (
+        ([str(sgd), "--theory", "32"], None),
+        ([str(sgd / "stochastic-de8-seed0"), "--theory", "64"], None),
+        ([str(sgd), "--theory", "64"], sgd / "fixed-de8-seed2" / "log.jsonl"),
+    ):
+        if damage:
+            damage.unlink()
+        with pytest.raises(SystemExit) as done:
+            plots.main(args)
+        err = capsys.readouterr().err.splitlines()
+        assert done.value.code == 2 and len(err) == 1 and "move it away" in err[0], err
+        assert (sgd / "theory.json").read_bytes() == written
 
 
 def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(
@@ -1218,6 +1260,14 @@ def test_a_final_losses_npz_of_another_size_than_its_summary_is_skipped_not_mixe
 
 
 # issue 49's hole: two writers of one file shared its path.tmp, and one failed
+def test_runlog_write_json_writes_null_for_a_nan_or_an_infinity_in_a_list_too(tmp_path):
+    runlog.write_json(
+        tmp_path / "x.json", {"a": [float("nan"), {"b": -math.inf}], "c": 1}
+    )
+    found = json.loads((tmp_path / "x.json").read_text(), parse_constant=pytest.fail)
+    assert found == {"a": [None, {"b": None}], "c": 1}
+
+
 def test_two_writers_of_one_file_each_write_their_own_temporary_file(tmp_path):
     """Two plots.py into one --out save the same figure at once: each write_atomic must succeed,
     the file is one writer's whole, and no temporary file is left behind."""
@@ -1301,6 +1351,48 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
     assert r.stderr.splitlines()[1].startswith("plots.py: error: nothing drawn")
 
 
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--theory", "0"], "--theory: must be a positive integer (got 0)"),
+        (["--theory", "-5"], "--theory: must be a positive integer (got -5)"),
+        (["--formats", "png", "png"], "--formats: lists a value twice (got png png)"),
+        (["--out", "exp/stochastic-de3-seed0/config.json/x"], "is not a folder"),
+        (["--out", "fifo"], "is not a folder"),
+        (["--out", "broken"], "is not a folder"),
+        (["--out", "broken/x"], "is not a folder"),
+    ],
+)
+def test_plots_bad_input_is_one_line_and_exit_status_2_before_anything_is_read(
+    tmp_path, capsys, monkeypatch, flags, fragment
+):
+    """--out of the wrong kind (under a file, a FIFO, a broken link), a --theory N < 1, a format
+    twice: refused at the door, nothing written."""
+    fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as done:
+        plots.main(["exp", *flags])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_plots_table_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path):
+    """plots.py --table | head -1: once the reader is gone the rest goes nowhere (runlog.Mute)."""
+    fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
+    p = subprocess.Popen(
+        [sys.executable, str(HERE / "plots.py"), str(tmp_path / "exp"), "--table"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.close()  # before its first line: Python's start alone takes longer
+    err = p.stderr.read().decode()
+    assert p.wait() == 0 and err == "", err
+
+
 # ------------------------------------------------------ the width needed (theory.py --needed-de), fits
 @pytest.mark.parametrize(
     "form, params",
@@ -1376,6 +1468,23 @@ def test_plots_draws_and_tabulates_the_needed_width_with_the_trained_sweep_besid
     assert [cells[tables.FORM_WORDS[k]][2] for k in fits] == [
         f"{f['rms']:.4f}" for f in fits.values()
     ]
+
+
+@pytest.mark.parametrize("eps, combined", [(0.3, True), (0.6, False)])
+def test_the_needed_width_takes_the_trained_d_e_only_from_a_sweep_of_its_target(
+    tmp_path, capsys, eps, combined
+):
+    """needed_de.json beside a sweep.json trained to another --eps (a fraction of d/(2q)): its
+    table without the trained d_e, and a warning saying why (exit 0)."""
+    needed = dict(NEEDED, eps=eps, target=eps * 2 / (2 * 2))
+    write_summary(tmp_path, "width", "needed_de.json", needed)
+    sweep = dict(SWEEP, eps=0.15, eps_fraction=0.3, q=2, rows=SWEEP["rows"][::2])
+    (tmp_path / "width" / "sweep.json").write_text(json.dumps(sweep))
+    with pytest.raises(SystemExit) as done:
+        plots.main([str(tmp_path / "width"), "--table"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and ("trained d_e" in out) == combined, out
+    assert ("another --eps" in err) != combined and err.count("\n") == 1 - combined
 
 
 @pytest.mark.parametrize(

@@ -627,6 +627,38 @@ def test_sts_dynamics_writes_each_settings_curve_and_t_half(tmp_path):
         )
 
 
+def test_theory_dynamics_that_diverges_exits_1_in_one_line_and_writes_no_json(
+    tmp_path, capsys
+):
+    """As sts.py: a curve's loss NaN or diverging is exit 1, "lower --lr", before --json."""
+    flags = ["--dynamics", "--T", "6", "--q", "2", "--d", "3", "--de", "4"]
+    out = tmp_path / "dyn.json"
+    with pytest.raises(SystemExit) as done, np.errstate(all="ignore"):
+        theory.main([*flags, "--steps", "20", "--lr", "1e6", "--json", str(out)])
+    err = capsys.readouterr().err
+    assert done.value.code == 1 and err.count("\n") == 1 and "lower --lr" in err, err
+    assert not out.exists()
+
+
+def test_theory_json_is_strict_and_written_whole_or_not_at_all(
+    tmp_path, monkeypatch, full_disk
+):
+    """--json: a NaN or an infinity is null, in lists too (strict JSON); a full disk leaves the
+    file as it was and no temporary file beside it (Python's traceback)."""
+    out = tmp_path / "f.json"
+    rows = [dict(T=6, loss=float("nan"), each=[float("inf"), 1.0])]
+    monkeypatch.setattr(theory, "floors", lambda *args: iter(rows))
+    flags = ["--floor", "--T", "6", "--de", "4", "--json", str(out)]
+    theory.main(flags)
+    found = json.loads(out.read_text(), parse_constant=pytest.fail)
+    assert found["rows"] == [dict(T=6, loss=None, each=[None, 1.0])]
+    before = out.read_bytes()
+    full_disk(lambda name: name.startswith("f.json"))
+    with pytest.raises(OSError):
+        theory.main(flags)
+    assert out.read_bytes() == before and os.listdir(tmp_path) == ["f.json"]
+
+
 def test_needed_de_is_the_smallest_d_e_a_scan_finds_meeting_the_target_from_any_start():
     T, q, d, n, seed = 8, 2, 2, 256, 3
     scan = [

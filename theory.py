@@ -638,6 +638,7 @@ def search(args, q, d):
         )
         if args.positions:  # randomized PE's tables: a W that learns M
             family = "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+    stop_if_diverged(rows, d / (2 * q))
     if args.json:
         write_json(
             args,
@@ -646,18 +647,35 @@ def search(args, q, d):
         )
 
 
+def stop_if_diverged(rows, start):
+    """Exit 1, as sts.py, before --json is written: a curve's loss NaN or above 100x its start."""
+    worst = [x[1] for r in rows for x in r.get("rows", []) if not x[1] < 100 * start]
+    if worst:  # NaN fails `<` too
+        why = f"loss {worst[0]} is NaN or diverging (start {start:.3g}); lower --lr"
+        print(f"theory.py: stopped: {why}", file=sys.stderr)
+        sys.exit(1)
+
+
 def write_json(args, found, head):
-    """--json: the rows with what they belong to (--needed-de: its target too)."""
+    """--json: the rows with what they belong to (--needed-de: its target too); strict JSON (a
+    NaN or an infinity: null), written whole: a temporary file renamed onto it."""
     if args.needed_de:
         found.update(head)
     curves = args.dynamics or args.plateau  # one line a row
-    with open(args.json, "w") as fh:
-        json.dump(found, fh, indent=None if curves else 2)
+    found = json.loads(json.dumps(found), parse_constant=lambda nan: None)
+    tmp = f"{args.json}.{os.getpid()}.tmp"  # a full disk leaves the old file as it was
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(found, fh, indent=None if curves else 2)
+        os.replace(tmp, args.json)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def main(argv=None):
-    """The command line; exits 0 done, 2 a bad flag or an --eps no d_e reaches (one line), 130
-    Ctrl-C. Any other error (NumPy's, out of memory) is Python's traceback: nothing is lost."""
+    """The command line; exits 0 done, 1 a curve diverged, 2 a bad flag or an --eps no d_e
+    reaches (one line), 130 Ctrl-C. Any other error (NumPy's, out of memory) is Python's traceback: nothing is lost."""
     p = parser()
     try:
         args = p.parse_args(argv)

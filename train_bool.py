@@ -51,7 +51,11 @@ class Args:
     second point; m steps ~ 19%."""
 
     model: list = flag(
-        list(MODELS), "transformer, fcn or both", choices=MODELS, metavar="MODEL"
+        list(MODELS),
+        "transformer, fcn or both",
+        choices=MODELS,
+        metavar="MODEL",
+        action=Distinct,
     )
     s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE, action=Distinct)
     T: list = flag(
