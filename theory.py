@@ -675,7 +675,8 @@ def write_json(args, found, head):
 
 def main(argv=None):
     """The command line; exits 0 done, 1 a curve diverged, 2 a bad flag or an --eps no d_e
-    reaches (one line), 130 Ctrl-C. Any other error (NumPy's, out of memory) is Python's traceback: nothing is lost."""
+    reaches (one line), 130 Ctrl-C. Any other error (NumPy's, out of memory) is Python's
+    traceback: nothing is lost."""
     p = parser()
     try:
         args = p.parse_args(argv)
