@@ -190,15 +190,14 @@ def load_run(path, report):
     """A run directory's config, log, summary, final numbers (end); Skip if it must not be
     drawn, saying what restores it."""
     fix = fix_for(path)
-    config = read(path / "config.json", fix=fix)
+    # config.json, summary.json: --force would delete the weights of what may be a finished run
+    by_hand = fix_for(path, "repair it or move it away")
+    config = read(path / "config.json", fix=by_hand)
     check_config(path / "config.json", config)
     log = read_log(path / "log.jsonl", report, fix)
     summary = {}  # none: still running
     if (path / "summary.json").exists():
-        # --force would delete the weights of what may be a finished run
-        summary = read(
-            path / "summary.json", fix=fix_for(path, "repair it or move it away")
-        )
+        summary = read(path / "summary.json", fix=by_hand)
     require(
         summary.get("status") != "diverged",  # its curve would run off the axes
         f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}",

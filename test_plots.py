@@ -1622,15 +1622,16 @@ def test_a_damaged_run_file_beside_its_checkpoint_advises_resume_which_restores_
         assert (run / name).read_bytes() == (whole / name).read_bytes()
 
 
+@pytest.mark.parametrize("damaged", ["summary.json", "config.json"])
 def test_a_damaged_summary_of_a_finished_run_advises_repair_and_a_damaged_final_losses_evaluate(
-    tmp_path, capsys
+    tmp_path, capsys, damaged
 ):
-    """No checkpoint beside a finished run: its summary.json is repaired or moved away by hand
-    (--force would delete its weights); final_losses.npz is rewritten by --evaluate, which
-    keeps the run (issue 56: never --force there)."""
+    """No checkpoint beside a finished run: its summary.json or config.json is repaired or moved
+    away by hand (--force would delete its weights); final_losses.npz is rewritten by
+    --evaluate, which keeps the run (issue 56: never --force there)."""
     for pe in ("stochastic", "fixed"):
         fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
-    (tmp_path / FIXED / "summary.json").write_text("{")
+    (tmp_path / FIXED / damaged).write_text("{")
     np.savez(
         tmp_path / "exp" / "stochastic-de3-seed0" / "final_losses.npz", val=np.ones(16)
     )
@@ -1642,7 +1643,7 @@ def test_a_damaged_summary_of_a_finished_run_advises_repair_and_a_damaged_final_
     err = capsys.readouterr().err.splitlines()
     assert done.value.code == 2 and len(err) == 2, err
     assert (
-        f"{tmp_path / FIXED}/summary.json: not valid JSON; repair it or move it away"
+        f"{tmp_path / FIXED}/{damaged}: not valid JSON; repair it or move it away"
         in err[0]
     )
     assert (
