@@ -33,7 +33,9 @@ from runlog import flag
 
 @dataclass
 class Args:
-    device: str = flag("cpu", "where to time the steps", choices=("cpu", "cuda"))
+    device: str = flag(
+        "cpu", "where to time the steps", choices=("auto", "cpu", "cuda")
+    )
     repeats: int = flag(
         15, "timed rounds (after 2 untimed warm-up rounds)", type=runlog.POSITIVE
     )
@@ -142,7 +144,7 @@ def main(argv=None):
         times = time_paths(paths(scale, device), args.repeats, device)
         report(times, scale, device)
 
-    runlog.run_command("bench.py", body, argv)
+    runlog.run_command("bench.py", body, argv, resumable=False)
 
 
 if __name__ == "__main__":

@@ -791,10 +791,12 @@ class Mute:
         return len(text)
 
 
-def interrupted(program, argv, signum):
+def interrupted(program, argv, signum, resumable=True):
     """What a signal's line says: how the command ended, and the command that goes on."""
     name = signal.Signals(signum).name
     how = "interrupted" if name == "SIGINT" else f"terminated ({name})"
+    if not resumable:  # it keeps nothing to go on from (bench.py): run it again
+        return how
     resume = ["--resume"] * ("--resume" not in argv)
     go_on = shlex.join(
         ["python", program, *(a for a in argv if a != "--force"), *resume]
@@ -805,9 +807,9 @@ def interrupted(program, argv, signum):
 PENDING = []  # a signal that came while a finishing job closed: the next job will not start
 
 
-def run_command(program, body, argv=None):
+def run_command(program, body, argv=None, resumable=True):
     """body() under the module docstring's exit statuses; a signal's line ends with the command
-    (`argv`, default sys.argv's) that goes on with --resume."""
+    (`argv`, default sys.argv's) that goes on with --resume, where the program is resumable."""
     argv = sys.argv[1:] if argv is None else argv
     before = {s: signal.signal(s, take) for s in SIGNALS}
     streams = sys.stdout, sys.stderr
@@ -828,7 +830,8 @@ def run_command(program, body, argv=None):
         sys.exit(1)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        print(f"{program}: {interrupted(program, argv, signum)}", file=sys.stderr)
+        why = interrupted(program, argv, signum, resumable)
+        print(f"{program}: {why}", file=sys.stderr)
         sys.exit(128 + signum)
     finally:
         for s, handler in before.items():

@@ -1885,3 +1885,20 @@ def test_a_resume_never_replaces_a_run_finished_since_with_other_flags(
     assert err.count("\n") == 1 and "--force" not in err, err
     assert "stochastic-de8-seed0 holds a run finished with other flags (steps" in err
     assert files_of(tmp_path) == before
+
+
+def test_bench_interrupted_offers_no_resume_and_takes_the_device_its_hint_names(
+    monkeypatch, capsys
+):
+    """bench.py keeps nothing to go on from: its Ctrl-C line offered "--resume", which it
+    refuses; resolve_device's hint names --device auto, which it refused."""
+    import bench
+
+    def ctrl_c(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "paths", ctrl_c)
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--repeats", "1", "--preset", "course", "--device", "auto"])
+    err = capsys.readouterr().err
+    assert done.value.code == 130 and err == "bench.py: interrupted\n", err
