@@ -1,6 +1,7 @@
 """The Markdown tables of `plots.py --table`, each caption saying what its cells are ('-': data
 missing); the family W = c W*, V = alpha V* evaluated with sts.py's NumPy, no torch."""
 
+import hashlib
 import math
 
 import numpy as np
@@ -136,12 +137,25 @@ def run_names(group):
     return tuple(r["path"].name for r in group)
 
 
-def own_rows(folder):
-    """THEORY's rows by (the runs' names, set); {} without the file."""
+def weights_digest(run):
+    """A digest of a run's final weights: what THEORY's row of it scored (None: no file)."""
+    path = run["path"] / "weights_final.npz"
+    return hashlib.sha1(path.read_bytes()).hexdigest()[:12] if path.exists() else None
+
+
+def own_rows(folder, runs):
+    """THEORY's rows by (the runs' names, set), but a row of weights since replaced (a run
+    retrained with --force): its numbers are not these runs'; {} without the file."""
     path = folder / THEORY
     if not path.exists():
         return {}
-    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]}
+    digests = {r["path"].name: weights_digest(r) for r in runs}
+    rows = {}
+    for r in read(path)["rows"]:
+        now = [digests.get(name) for name in r["runs"]]
+        if r.get("weights", now) == now:  # files written before digests: kept
+            rows[tuple(r["runs"]), r["set"]] = r
+    return rows
 
 
 def best(predicted, c, k):
@@ -164,7 +178,7 @@ def family_curves(groups, predicted):
     curves = {}
     for g in groups:
         c = g[0]["config"]
-        own = own_rows(g[0]["path"].parent)
+        own = own_rows(g[0]["path"].parent, g)
         key = "loss" if c["pe"] == "stochastic" else "table"
         at = {}
         for k in theory_sets(g):
@@ -235,9 +249,10 @@ def theory_rows(g, predicted, n):
     if c["pe"] == "fixed" and "table_c" not in row:
         return []
     each = {k: seeds_mean(g, row, k, n) for k in theory_sets(g)}
+    digests = [weights_digest(r) for r in g]
     rows = []
     for k, (trained, own) in each.items():
-        cell = dict(runs=list(run_names(g)), set=k, n=n)
+        cell = dict(runs=list(run_names(g)), weights=digests, set=k, n=n)
         cell["trained"] = float(trained.mean())
         cell["own"] = float(own.mean())
         cell["own_se"] = float(own.std(ddof=1) / n**0.5)
@@ -564,7 +579,7 @@ def table_length(name, runs, predicted):
     """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
     groups = configurations(runs)
     names = sets(runs, "T", "q")
-    own = own_rows(runs[0]["path"].parent)
+    own = own_rows(runs[0]["path"].parent, runs)
     sizes = sorted({r["n"] for r in own.values()})
     n = "/".join(map(str, sizes)) or "-"
     trained_at = groups[0][0]["config"]

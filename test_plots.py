@@ -2051,3 +2051,25 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
         tmp_path / "scan", capsys
     )  # n64 holds two configurations now: no scan left
     assert out.count("the logged curve against") == 3 and "| scan/n64 |" in out
+
+
+def test_the_table_leaves_out_a_theory_json_row_of_weights_since_replaced(
+    three_seeds, tmp_path, capsys
+):
+    """theory.json's rows scored the runs' final weights: once a run is retrained (its
+    weights_final.npz replaced), its configuration's row is not quoted beside the new weights
+    (it was: the old run's numbers, silently)."""
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    with pytest.raises(SystemExit):
+        plots.main([str(sgd), "--theory", "64"])
+    own = []
+    for _ in range(2):
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            plots.main([str(sgd), "--table"])
+        (cells,) = table_cells(capsys.readouterr().out, "| T=8, q=2 | stochastic")
+        own.append(cells[3])  # at own c, α
+        weights = sgd / "stochastic-de8-seed1" / "weights_final.npz"
+        with np.load(weights) as w:
+            np.savez(weights, W=2 * w["W"], V=w["V"])  # as retrained
+    assert own[0] != "-" and own[1] == "-", own
