@@ -870,14 +870,6 @@ def draw_all(experiments, summaries, out, report):
     draw_summaries(summaries, out, report)
 
 
-def folder_or_new(path):
-    """Whether path is a folder or mkdir makes one: its nearest ancestor there is a folder
-    (not a file, a FIFO, a broken link)."""
-    while not path.exists() and not path.is_symlink():
-        path = path.parent
-    return path.is_dir()
-
-
 def write_theory(experiments, report, n):
     """THEORY beside the runs of each folder with a family_floor.json (none without runs), alone;
     none replaced with less than it holds, checked before any is written."""
@@ -932,7 +924,7 @@ def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
     out = Path(args.out)
-    if not args.table and not folder_or_new(out):  # before anything is read
+    if not args.table and not runlog.nearest(out).is_dir():  # before anything is read
         why = "is not a folder, nor can one be made there"
         runlog.fail("plots.py", f"--out: {args.out} {why}; name a folder")
     experiments, summaries = find_experiments(args.paths, report)

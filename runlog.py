@@ -181,6 +181,14 @@ def finished(path):
     return run_state(path).startswith("finished")
 
 
+def nearest(path):
+    """path or its nearest ancestor that is there (a broken link counts): where mkdir would
+    fail unless it is a folder."""
+    while not path.exists() and not path.is_symlink():
+        path = path.parent
+    return path
+
+
 def regular(path):
     """A file of ours, where there is one, is a regular file (a FIFO's read would hang)."""
     require(
@@ -363,8 +371,7 @@ class Job:
 
     def check_dir(self, path, config):
         """One run directory, at the door (see check)."""
-        # the nearest of path and its parents that exists: a folder, or mkdir would fail
-        above = next(p for p in (path, *path.parents) if p.exists())
+        above = nearest(path)
         require(
             above.is_dir(),
             f"--out: {above} is a file where a run's folder goes; move it away, or"
@@ -745,6 +752,21 @@ class Distinct(argparse.Action):
 def given(namespace):
     """The flags given on the command line: {name: value}, for dataclasses.replace(preset, ...)."""
     return {k: v for k, v in vars(namespace).items() if v is not None}
+
+
+def rate_rule(lr, optimizer, dtype, anneal_factor=1.0):
+    """The rule that dtype holds the largest step of a learning rate: lr times an anneal factor
+    above 1, over 1 - beta1 = 0.1 in Adam's first step (else torch.optim's overflow traceback)."""
+    import torch
+
+    adam = 10 if optimizer == "adam" else 1
+    peak = lr * max(1, anneal_factor) * adam
+    biggest = torch.finfo(getattr(torch, dtype)).max
+    message = (
+        f"--lr: the largest rate, {peak:.3g} (x10 in Adam's first step, x an anneal"
+        f" factor above 1), overflows {dtype}; lower --lr"
+    )
+    return peak < biggest, message
 
 
 def resolve_device(name):

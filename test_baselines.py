@@ -641,12 +641,12 @@ BOOL, FCN = "train_bool", "train_fcn"
         (
             FCN,
             ["--lr", "1e39", "--dtype", "float32", "--optimizer", "sgd"],
-            "--lr must be below 3.4e+38 in float32",
+            "--lr: the largest rate, 1e+39",
         ),
         (  # Adam's first step is 10 lr
             FCN,
             ["--lr", "1e38", "--dtype", "float32", "--optimizer", "adam"],
-            "--lr must be below 3.4e+37 in float32 with --optimizer adam",
+            "--lr: the largest rate, 1e+39 (x10 in Adam's first step",
         ),
     ],
 )

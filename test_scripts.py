@@ -452,7 +452,7 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     (["--threads", str(os.cpu_count() + 1)], "--threads must be at most"),
     (
         ["--lr", "1e39", "--dtype", "float32"],
-        "--lr: the largest rate, 1e+39 (x --anneal-factor above 1",
+        "--lr: the largest rate, 1e+39 (x10 in Adam's first step",
     ),
     (["--lr", "1e38", "--optimizer", "adam", "--dtype", "float32"], "1e+39"),
     (["--anneal-factor", "1e39", "--dtype", "float32"], "overflows float32"),

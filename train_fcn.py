@@ -196,18 +196,10 @@ def parse_args(argv=None):
             not (args.resume and args.force),
             "--resume and --force exclude each other; pick one",
         ),
-        rate_rule(args),
+        runlog.rate_rule(args.lr, args.optimizer, args.dtype),
     ]
     runlog.check(rules)
     return args
-
-
-def rate_rule(args):
-    """--lr's rule: the dtype holds its first step (Adam's: lr / (1 - beta1), beta1 = 0.9)."""
-    biggest = torch.finfo(getattr(torch, args.dtype)).max
-    biggest *= 1 - 0.9 if args.optimizer == "adam" else 1
-    too_big = f"--lr must be below {biggest:.3g} in {args.dtype}"
-    return args.lr < biggest, f"{too_big} with --optimizer {args.optimizer}"
 
 
 def ignored(args, given):

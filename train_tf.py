@@ -447,13 +447,9 @@ def check_limits(args):
     cores = max(os.cpu_count() or 1, 2)  # the default 2 too
     message = f"--threads must be at most {cores}, this machine's CPU cores (got {args.threads})"
     require(args.threads <= cores, message)
-    adam = 10 if args.optimizer == "adam" else 1  # Adam's first step: lr / (1 - 0.9)
-    peak = (args.lr or DEFAULT_LR[args.optimizer]) * max(1, args.anneal_factor) * adam
-    message = (
-        f"--lr: the largest rate, {peak:.3g} (x --anneal-factor above 1, x10 in Adam's "
-        f"first step), overflows {args.dtype}; lower --lr"
-    )
-    require(peak < torch.finfo(getattr(torch, args.dtype)).max, message)
+    lr = args.lr or DEFAULT_LR[args.optimizer]
+    rule = runlog.rate_rule(lr, args.optimizer, args.dtype, args.anneal_factor)
+    require(*rule)
 
 
 def main(argv=None):
