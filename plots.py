@@ -57,6 +57,7 @@ from tables import (
     table_plateau,
     table_plateau_model,
     table_sweep,
+    table_whole_curve,
     tabulate,
     theory,
     theory_kept,
@@ -867,7 +868,17 @@ def draw_all(experiments, summaries, out, report):
         report.draw(table_plateau, dynamics)
         if any((f / PLATEAU).exists() for f, *_, p in loaded if p):
             report.draw(table_plateau_model, dynamics)
+    models = [(f, name, runs) for f, name, runs, *_ in loaded if runs]
+    models = [(name, runs) for f, name, runs in models if whole_curve(f)]
+    if out is None and models:
+        report.draw(table_whole_curve, models)
     draw_summaries(summaries, out, report)
+
+
+def whole_curve(folder):
+    """Whether the folder's PLATEAU has theory.whole_curve's sets."""
+    path = folder / PLATEAU
+    return path.exists() and "sets" in runlog.read(path)["rows"][0]
 
 
 def write_theory(experiments, report, n):

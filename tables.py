@@ -25,6 +25,7 @@ from rundirs import (
     read_log,
     sets,
     setting,
+    spread,
     task,
     value,
     weights,
@@ -1155,5 +1156,93 @@ def table_plateau_model(experiments):
         f"experiment | {SETTING_COLUMNS} | t½ logged | t½ interpolated | t½ model ± se"
         " | interpolated / model ± se | validation set's se | final step"
         " | ‖W_xe‖² there: measured / model"
+    )
+    return markdown(caption, header, rows)
+
+
+# ------------------------------------- the whole curve against SGD's model, at every length
+GAP = 0.05  # within 5% in loss,
+LAG = 0.02  # or, on the drop, within 2% in steps at the same loss
+
+
+def whole_curve_row(folder, g, model, key):
+    """table_whole_curve's row of configuration g at set `key`: every logged step after 0 that
+    the model's curve reaches, the seeds' mean against whole_curve's loss there."""
+    at = np.array(model["rows"])[:, 0]
+    steps, seeds = spread(g, key)
+    kept = (steps > 0) & (steps <= at[-1])
+    steps, seeds = steps[kept], seeds[:, kept]
+    s = {k: np.interp(steps, at, y) for k, y in model["sets"][key].items()}
+    measured = seeds.mean(0)
+    gap = measured / s["loss"] - 1
+    n_test = g[0]["config"]["n_test"]
+    seeds_se = seeds.std(0, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
+    spread_sq = s["sd"] ** 2 / n_test + seeds_se**2 + s["se"] ** 2
+    se = np.sqrt(spread_sq) / s["loss"]
+    i = int(np.abs(gap).argmax())
+    far = np.abs(gap) > GAP
+    lags = [
+        abs(t / (crossing(at, model["sets"][key]["loss"], m) or NAN) - 1)
+        for t, m in zip(steps[far], measured[far])
+    ]
+    lags = np.array(lags, float)
+    worst = f"{fmt(np.nanmax(lags), '.3f')}" if lags.size else "-"
+    outside = int((~(lags <= LAG)).sum())
+    largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
+    compared = f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})"
+    counts = [int(far.sum()), worst, outside]
+    return [
+        folder,
+        *plateau_setting(g),
+        key,
+        compared,
+        largest,
+        *counts,
+        final_gap(g, s, key),
+    ]
+
+
+def final_gap(g, s, key):
+    """The seeds' final loss at `key` (summary.json, n_final sequences) / the model's at their
+    last step - 1, ± se as whole_curve_row's with final_se for the validation set's."""
+    finals = [flat(r["summary"].get("final", {})).get(key, NAN) for r in g]
+    ses = [flat(r["summary"].get("final_se", {})).get(key, NAN) for r in g]
+    seeds_se = np.std(finals, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
+    se = math.sqrt(mean(ses) ** 2 + seeds_se**2 + s["se"][-1] ** 2)
+    at_end = g[0]["summary"]["step"] == g[0]["config"]["steps"]
+    model = s["loss"][-1] if at_end else NAN
+    return f"{mean(finals) / model - 1:+.3f} ± {se / model:.3f}"
+
+
+def table_whole_curve(experiments):
+    """Every SGD stochastic-PE configuration beside a PLATEAU with sets: its whole curve against
+    the model's at every logged step and every set."""
+    rows = []
+    for folder, runs in experiments:
+        model = read(runs[0]["path"].parent / PLATEAU)["rows"][0]
+        for g in configurations(runs):
+            cfg = g[0]["config"]
+            same = all(model[k] == cfg[k] for k in ("T", "q", "de", "lr", "batch"))
+            if not same or cfg["pe"] != "stochastic" or cfg["optimizer"] != "sgd":
+                continue  # the model's configuration alone
+            for key in model["sets"]:
+                rows.append(whole_curve_row(folder, g, model, key))
+    caption = (
+        "The whole curve: each set's validation loss at every logged step after 0 (over the"
+        " seeds, the mean) against SGD's model there (theory.py --plateau --test-T --test-q:"
+        f" theory.whole_curve, in {PLATEAU}: W = c W* + W_xe, V = α V* from sgd_curve's c, α,"
+        " ‖W_xe‖², the tokens integrated, W_xe's cost at that length). Largest gap:"
+        " measured / model − 1 where its size is largest, ± its se (the common validation set's"
+        " sd/√n_test, the seeds' s/√seeds and the model's se over its draws, in quadrature,"
+        f" over the model), at that step. Beyond {GAP:.0%}: the steps whose gap in loss is"
+        f" larger; of those, the largest gap in steps at the same loss (the step / the model's"
+        f" first step at that loss − 1) and how many are beyond {LAG:.0%} in steps too. At the"
+        " end: the seeds' final loss (summary.json, on n_final common sequences, its se"
+        " final_se) / the model's at the last step − 1 ± se."
+    )
+    header = (
+        f"experiment | {SETTING_COLUMNS} | set | steps compared (how many) | largest gap ± se"
+        f" at step | beyond {GAP:.0%} in loss | their largest gap in steps | beyond both"
+        " | at the end ± se"
     )
     return markdown(caption, header, rows)

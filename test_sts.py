@@ -481,6 +481,28 @@ def test_token_noise_is_the_mean_square_of_sts_backwards_token_to_pe_gradient_pe
     )
 
 
+def test_set_loss_is_sgd_curves_loss_and_its_sd_is_sts_forwards_per_sequence_spread():
+    """whole_curve's loss on the training draws is sgd_curve's own, and at another length its sd
+    is the spread of sts.forward's per-sequence loss on the same sequences (W_xe = 0)."""
+    T, q, d, d_e, n = 6, 2, 3, 8, 64
+    curve = theory.sgd_curve(T, q, d, d_e, 40, 1.0, 16, 20, n, 0)
+    sets = [("val", T, q), ("T=9", 9, q)]
+    found = theory.whole_curve(curve, sets, d, d_e, n, 0, 20)
+    assert found["val"][0] == pytest.approx(curve[0, ::20], rel=1e-5)
+    c, alpha = 1.3, 0.8
+    pe = sts.PositionalEncoding("stochastic", d_e, 9, 0)
+    b = sts.sample_batch(
+        sts.stream(0, "data"), n, 9, q, d, pe
+    )  # curve_draws' sequences
+    W_star, V_star = sts.ground_truth(d, d_e)
+    f, _ = sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)
+    each = 0.5 * ((f - b.target) ** 2).sum(-1)
+    draws = theory.curve_draws(9, q, d, d_e, n, 0)
+    loss, sd = theory.set_loss(draws, c, alpha, 0.0, d_e)
+    assert sd == pytest.approx(each.std(ddof=1), rel=1e-4)
+    assert abs(loss - each.mean()) < 3 * sd / n**0.5  # tokens integrated against drawn
+
+
 def test_token_noise_at_w_is_the_mean_square_of_the_gradient_at_a_random_w_xe_that_size():
     """At w = (q/d_e) |W_xe|^2 > 0, token_noise's E is sts.backward's, each sequence at
     W = c W* + W_xe and c W* - W_xe with its own Gaussian W_xe of that size; above E at w = 0."""
@@ -569,6 +591,8 @@ def test_theory_plateau_writes_t_half_with_its_se_and_the_mean_curve(tmp_path):
     assert row["rows"][-1][-1] == pytest.approx(
         np.mean([c[3, -1] for c in curves]) * 8 / 2
     )
+    loss = [r[1] for r in row["rows"]]  # whole_curve's val: the curve's own loss
+    assert row["sets"]["val"]["loss"] == pytest.approx(loss, rel=1e-5)
 
 
 def test_registering_predictions_over_a_registered_file_is_refused_at_once(tmp_path):

@@ -238,6 +238,23 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise="full"):
     return out.T
 
 
+def set_loss(draws, c, alpha, size, d_e):
+    """The model's loss on `draws` (sequences of any T and q, curve_draws') at W = c W* + W_xe,
+    V = alpha V*, |W_xe|^2 = size: the tokens integrated (exact_gradient) plus W_xe's cost
+    kappa size / 2 at that length (token_noise's A, B); and sd, the per-sequence loss' sd over
+    sequences with the tokens drawn (W_xe left out): a set of n sequences has se sd / sqrt(n)."""
+    S, mask, _, X = draws
+    q = mask[0].sum()
+    d = X.shape[1]
+    each = exact_gradient(draws, c, alpha, d)[0]
+    _, A, B = token_noise(draws, c, alpha, w=q * size / d_e)
+    kappa = (alpha**2 * A + alpha * B) / d_e  # |W_xe|^2's cost: kappa |W_xe|^2 / 2
+    v = alpha * sts.softmax(c * S) - mask / q  # f - STS_q = X v
+    r = np.einsum("ndt,nt->nd", X, v)
+    sd = (0.5 * (r * r).sum(-1)).std(ddof=1)
+    return float(each.mean() + kappa * size / 2), float(sd)
+
+
 def exact_floor(T, q, d, d_e, n=8192, seed=0):
     """The family's floor with the tokens integrated: min over (c, alpha) of exact_gradient's
     loss (alpha = <sigma, m/q> / |sigma|^2 by least squares; sts.golden_min on log c)."""
@@ -424,19 +441,41 @@ def dynamics(
         yield row
 
 
-def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise):
+def whole_curve(curve, sets, d, d_e, n, seed, every):
+    """sgd_curve's `curve` at every `every`-th step on each of `sets` ((name, T, q): the training
+    set and the test lengths and sizes): {name: (loss, sd) per step}, set_loss on curve_draws of
+    that T and q (n sequences of `seed`), |W_xe|^2 = w d_e / q of the training q."""
+    steps = range(0, curve.shape[1], every)
+    q_train = sets[0][2]
+    found = {}
+    for name, T, q in sets:
+        draws = curve_draws(T, q, d, d_e, n, seed)
+        points = []
+        for k in steps:
+            _, c, alpha, w = curve[:, k]
+            points.append(set_loss(draws, c, alpha, w * d_e / q_train, d_e))
+        found[name] = np.array(points).T
+    return found
+
+
+def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise, sets=()):
     """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise by `noise`; GD
     without --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
     the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
-    curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps."""
+    curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps;
+    "sets": whole_curve's loss on the training set ("val") and each of `sets` ((name, T, q)),
+    mean, se over the draws, and sd."""
     halves = []
     curves = []
+    at_sets = []
+    sets = [("val", T, q), *sets]
     for seed in range(draws):
         floor = exact_floor(T, q, d, d_e, n, seed)
         curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)
         level = (curve[0, 0] + floor) / 2
         halves.append(crossing(np.arange(steps + 1), curve[0], level))
         curves.append(curve)
+        at_sets.append(whole_curve(curve, sets, d, d_e, n, seed, every))
     curve = np.mean(curves, 0)
     curve[3] *= d_e / q  # w = (q / d_e) |W_xe|^2
     found = np.array([np.nan if h is None else h for h in halves])
@@ -453,6 +492,14 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise):
     row["columns"] = ["step", "loss", "c", "alpha", "W_xe2"]
     table = np.column_stack([np.arange(steps + 1), *curve])
     row["rows"] = table[::every].tolist()
+    row["sets"] = {}
+    for name, *_ in sets:
+        loss, sd = np.stack(
+            [found[name] for found in at_sets], 1
+        )  # (draws, steps) each
+        se = loss.std(0, ddof=1) / draws**0.5
+        row["sets"][name] = dict(loss=loss.mean(0).tolist(), se=se.tolist())
+        row["sets"][name]["sd"] = sd.mean(0).tolist()
     return row
 
 
@@ -533,6 +580,10 @@ def add_curve_flags(add):
         " train_tf.py's]"
     )
     add("--anneal-at", type=int, help=anneal)
+    lengths = "with --plateau: the curve at these test lengths too (--q's subsets)"
+    add("--test-T", type=int, nargs="+", default=[], help=lengths)
+    sizes = "with --plateau: the curve at these subset sizes too (length --T)"
+    add("--test-q", type=int, nargs="+", default=[], help=sizes)
 
 
 def add_search_flags(add):
@@ -566,7 +617,7 @@ def check_flag(flag, name, value):
 
 def check_flags(args):
     """Every flag checked before anything runs: otherwise an ArgumentError naming it."""
-    for T, q in itertools.product(args.T, args.q):
+    for T, q in itertools.product(args.T + args.test_T, args.q + args.test_q):
         check_args(T, q, d=args.d)
     check_flag("--steps", "steps", args.steps)
     check_flag("--lr", "lr", args.lr)
@@ -630,8 +681,10 @@ def search(args, q, d):
         rows = []
         for T, d_e in itertools.product(args.T, args.de):
             schedule = (args.lr, args.batch, anneal_at, args.steps)
-            sets = (args.draws, args.n, args.every, args.noise)
-            rows.append(plateau(T, q, d, d_e, *schedule, *sets))
+            sets = [(f"T={t}", t, q) for t in args.test_T]
+            sets += [(f"q={k}", T, k) for k in args.test_q]
+            draws = (args.draws, args.n, args.every, args.noise)
+            rows.append(plateau(T, q, d, d_e, *schedule, *draws, sets))
     else:
         rows = list(
             floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n)
