@@ -498,9 +498,11 @@ def test_set_loss_is_sgd_curves_loss_and_its_sd_is_sts_forwards_per_sequence_spr
     f, _ = sts.forward(c * W_star, alpha * V_star, b.Z, b.z_q)
     each = 0.5 * ((f - b.target) ** 2).sum(-1)
     draws = theory.curve_draws(9, q, d, d_e, n, 0)
-    loss, sd = theory.set_loss(draws, c, alpha, 0.0, d_e)
+    loss, sd, cost = theory.set_loss(draws, c, alpha, 0.0, d_e)
     assert sd == pytest.approx(each.std(ddof=1), rel=1e-4)
     assert abs(loss - each.mean()) < 3 * sd / n**0.5  # tokens integrated against drawn
+    wider, _, its_cost = theory.set_loss(draws, c, alpha, 0.5, d_e)  # |W_xe|^2 = 0.5
+    assert cost == 0.0 and wider - loss == pytest.approx(its_cost) and its_cost > 0
 
 
 def test_token_noise_at_w_is_the_mean_square_of_the_gradient_at_a_random_w_xe_that_size():

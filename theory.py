@@ -241,8 +241,9 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise="full"):
 def set_loss(draws, c, alpha, size, d_e):
     """The model's loss on `draws` (sequences of any T and q, curve_draws') at W = c W* + W_xe,
     V = alpha V*, |W_xe|^2 = size: the tokens integrated (exact_gradient) plus W_xe's cost
-    kappa size / 2 at that length (token_noise's A, B); and sd, the per-sequence loss' sd over
-    sequences with the tokens drawn (W_xe left out): a set of n sequences has se sd / sqrt(n)."""
+    kappa size / 2 at that length (token_noise's A, B); sd, the per-sequence loss' sd over
+    sequences with the tokens drawn (W_xe left out): a set of n sequences has se sd / sqrt(n);
+    and W_xe's cost alone."""
     S, mask, _, X = draws
     q = mask[0].sum()
     d = X.shape[1]
@@ -252,7 +253,8 @@ def set_loss(draws, c, alpha, size, d_e):
     v = alpha * sts.softmax(c * S) - mask / q  # f - STS_q = X v
     r = np.einsum("ndt,nt->nd", X, v)
     sd = (0.5 * (r * r).sum(-1)).std(ddof=1)
-    return float(each.mean() + kappa * size / 2), float(sd)
+    cost = kappa * size / 2
+    return float(each.mean() + cost), float(sd), float(cost)
 
 
 def exact_floor(T, q, d, d_e, n=8192, seed=0):
@@ -443,7 +445,7 @@ def dynamics(
 
 def whole_curve(curve, sets, d, d_e, n, seed, every):
     """sgd_curve's `curve` at every `every`-th step on each of `sets` ((name, T, q): the training
-    set and the test lengths and sizes): {name: (loss, sd) per step}, set_loss on curve_draws of
+    set and the test lengths and sizes): {name: (loss, sd, cost) per step}, set_loss on curve_draws of
     that T and q (n sequences of `seed`), |W_xe|^2 = w d_e / q of the training q."""
     steps = range(0, curve.shape[1], every)
     q_train = sets[0][2]
@@ -464,7 +466,7 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise, s
     the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
     curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps;
     "sets": whole_curve's loss on the training set ("val") and each of `sets` ((name, T, q)),
-    mean, se over the draws, and sd."""
+    its sd and W_xe's cost, means over the draws, and the loss' se over them."""
     halves = []
     curves = []
     at_sets = []
@@ -494,12 +496,10 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise, s
     row["rows"] = table[::every].tolist()
     row["sets"] = {}
     for name, *_ in sets:
-        loss, sd = np.stack(
-            [found[name] for found in at_sets], 1
-        )  # (draws, steps) each
-        se = loss.std(0, ddof=1) / draws**0.5
-        row["sets"][name] = dict(loss=loss.mean(0).tolist(), se=se.tolist())
-        row["sets"][name]["sd"] = sd.mean(0).tolist()
+        each = np.stack([found[name] for found in at_sets], 1)  # (3, draws, steps)
+        means = dict(zip(("loss", "sd", "cost"), each.mean(1).tolist()))
+        means["se"] = (each[0].std(0, ddof=1) / draws**0.5).tolist()
+        row["sets"][name] = means
     return row
 
 
