@@ -472,6 +472,28 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(
     assert not (tmp_path / "out").exists()  # refused up front
 
 
+@pytest.mark.parametrize(
+    "build, gpu, fragment",
+    [
+        (None, True, "a CPU-only build; install the CUDA build: pip uninstall -y torch"),
+        ("12.8", False, "no CUDA device is available here; use --device cpu"),
+    ],
+)
+def test_device_cuda_names_what_is_missing_the_cuda_build_or_the_gpu(
+    tmp_path, capsys, monkeypatch, build, gpu, fragment
+):
+    """Torch's CPU build on a machine with a GPU: the wheel, not the machine, lacks CUDA, and
+    the fix is the install line, not --device cpu (hours of training on the CPU)."""
+    monkeypatch.setattr(torch.version, "cuda", build)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--device", "cuda", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_fault_stays_python_s_traceback_and_every_run_says_it_failed(
     tmp_path, monkeypatch
 ):
