@@ -475,7 +475,11 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(
 @pytest.mark.parametrize(
     "build, gpu, fragment",
     [
-        (None, True, "a CPU-only build; install the CUDA build: pip uninstall -y torch"),
+        (
+            None,
+            True,
+            "a CPU-only build; install the CUDA build: pip uninstall -y torch",
+        ),
         ("12.8", False, "no CUDA device is available here; use --device cpu"),
     ],
 )
