@@ -583,6 +583,41 @@ def test_run_course_reads_a_relative_out_from_the_callers_folder(tmp_path):
     ), r.stdout
 
 
+def test_run_course_help_prints_its_usage():
+    r = subprocess.run(
+        ["bash", "run_course.sh", "--help"], cwd=HERE, capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "--list" in r.stdout and not r.stderr, r.stderr
+
+
+def test_run_course_copies_runs_over_a_users_files_without_deleting_them(tmp_path):
+    """The copy lines (the figure set's runs into floor/ and randomized/) write file over file:
+    a user's file in a run folder there stays (they were `rm -rf` the folder, then `cp -r`)."""
+    out = tmp_path / "out"
+    listed = subprocess.run(
+        ["bash", str(HERE / "run_course.sh"), str(out), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()[-1]
+    copies = listed.split(" && python plots.py")[0]
+    for folder in ("sgd", "adam"):
+        for run in (
+            f"{pe}-de64-seed{s}" for pe in ("stochastic", "fixed") for s in "012"
+        ):
+            (out / folder / run).mkdir(parents=True)
+            (out / folder / run / "config.json").write_text("the run's")
+    mine = out / "floor" / "stochastic-de64-seed0" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    (mine.parent / "config.json").write_text("an older copy's")
+    subprocess.run(["bash", "-c", copies], check=True, capture_output=True)
+    assert mine.read_text() == "mine"
+    assert (mine.parent / "config.json").read_text() == "the run's"
+    copied = out / "randomized" / "adam" / "fixed-de64-seed2" / "config.json"
+    assert copied.read_text() == "the run's"
+
+
 def slug(heading):
     """GitHub's anchor of a Markdown heading."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
