@@ -894,18 +894,6 @@ def readme_commands():
     ]
 
 
-def test_the_readme_set_up_chooses_the_torch_build_before_its_install_line():
-    """A newcomer copying the set-up top-down picks CPU or CUDA torch before pip runs (the CUDA
-    build is 2.8 GB): a line sets BUILD, the install line uses it."""
-    setup = (HERE / "README.md").read_text().split("```")[1].splitlines()
-    install = next(i for i, line in enumerate(setup) if line.startswith("pip install"))
-    assert "$BUILD" in setup[install].split("#")[0], setup[install]
-    assert any(
-        line.startswith("BUILD=") and "download.pytorch.org/whl/cpu" in line
-        for line in setup[:install]
-    ), setup
-
-
 def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_what_to_do(
     tmp_path, monkeypatch, capsys, one_thread
 ):
