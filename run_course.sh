@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Every experiment of the README, then every figure, on the CPU:
 #     bash run_course.sh [OUT]             # course scale: runs into OUT (default runs/course), figures into OUT/figures
-#     bash run_course.sh results/paper paper   # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
+#     bash run_course.sh runs/paper paper  # Figures 1-5 at the paper's scale (T=200, d_e=170, 100k steps):
 #                                          # ~80 min on 2 CPU cores, then the predicted floors and theory.json
 #                                          # (16,384 sequences each: ~1 h loaded) and the figures into OUT/figures
 #     bash run_course.sh OUT [SCALE] --list   # print the lines instead of running them: each runs alone from
 #                                          # this folder, in any order; the last after all (README: on a cluster)
-# Everything is written under OUT; GALLERY=1 draws the course figures into figures/ and copies the paper ones
+# Everything is written under OUT (results/ holds the committed runs: compare yours with them, RESULTS.md
+# says how; only a maintainer regenerates them there); GALLERY=1 draws the course figures into figures/ and copies the paper ones
 # to figures/paper_*.png. QUICK=1 runs every line at a tiny size (both scales in a couple of minutes; its
 # numbers mean nothing). RESUME=1 goes on from where cut-off runs stopped (a session's end, SIGKILL), listed
 # lines too. TF_FLAGS adds flags to every train_tf.py command (e.g. "--device cuda").
 set -euo pipefail
 CALLER=$PWD; cd "$(dirname "$0")"
 LIST=0 ARGS=()
-for arg in "$@"; do if [ "$arg" = --list ]; then LIST=1; else ARGS+=("$arg"); fi; done
+for arg in "$@"; do
+  case $arg in
+    --list) LIST=1 ;;
+    -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]##*/}"; exit 0 ;;   # the lines above
+    *) ARGS+=("$arg") ;;
+  esac
+done
 OUT=${ARGS[0]:-runs/course}; [ "${OUT:0:1}" = / ] || [ "$CALLER" -ef . ] || OUT=$CALLER/$OUT  # relative: the caller's
 SCALE=${ARGS[1]:-course}
 case $SCALE in
@@ -46,11 +53,10 @@ if [ "${QUICK:-0}" = 1 ]; then
   Q_DYN=" --T 8 --steps 20 --every 10" PAPER_ANNEAL=10   # theory.py --dynamics at the quick runs' T, steps, rate
   Q_PLATEAU=" --T 8 --steps 20 --every 10 --n 256 --draws 2"   # theory.py --plateau: the same, fewer sequences
 fi
-copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of folder FROM into TO, replacing them
-  local from=$1 to=$2 name; shift 2
-  printf 'rm -rf'; for name; do printf ' %s/%s' "$to" "$name"; done
-  printf ' && cp -r'; for name; do printf ' %s/%s' "$from" "$name"; done
-  printf ' %s/' "$to"
+copy() {   # copy FROM TO NAME...: the line that copies the runs NAME... of folder FROM into TO, file over
+           # file: what else a user keeps in TO/NAME stays (no rm -rf)
+  local from=$1 to=$2; shift 2
+  printf 'for r in %s; do mkdir -p %s/$r && cp -r %s/$r/. %s/$r/; done' "$*" "$to" "$from" "$to"
 }
 runs() { local s; for s in $SEEDS; do printf '%s ' "${@/%/-de64-seed$s}"; done; }   # runs PE...: their d_e = 64 runs' names
 

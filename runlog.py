@@ -770,11 +770,18 @@ def rate_rule(lr, optimizer, dtype, anneal_factor=1.0):
 
 
 def resolve_device(name):
-    """torch.device for --device; asking for CUDA where there is none is a user's mistake."""
+    """torch.device for --device; asking for CUDA where there is none is a user's mistake, and
+    so is asking it of torch's CPU build (the README's default install) on a machine with a GPU."""
     import torch
 
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    cpu_build = torch.version.cuda is None and torch.version.hip is None
+    require(
+        name != "cuda" or not cpu_build,
+        f"--device cuda: this torch ({torch.__version__}) is a CPU-only build; install the CUDA"
+        " build: pip uninstall -y torch && pip install -r requirements.txt (README, GPU line)",
+    )
     require(
         name != "cuda" or torch.cuda.is_available(),
         "--device cuda: no CUDA device is available here; use --device cpu (or auto)",

@@ -28,9 +28,6 @@ import sys
 from collections import namedtuple
 
 if __name__ == "__main__":  # run or pasted: NumPy's BLAS on one thread, 4x faster here
-    if "numpy" in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ:  # too late
-        print("sts.py: NumPy loaded before OPENBLAS_NUM_THREADS=1: its BLAS keeps its threads"
-              " (about 4x slower): set it before NumPy loads", file=sys.stderr)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a 2nd thread spins idle
 import numpy as np  # noqa: E402
 
@@ -363,6 +360,9 @@ def main(argv=None):
         p.exit(2, "sts.py: error: --" + str(e).replace("d_e", "de", 1) + "\n")
     except KeyboardInterrupt:
         p.exit(130, "sts.py: interrupted\n")
+    except BrokenPipeError:  # `python sts.py | head -1`: the reader has gone, end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
     start = args.d / (2 * args.q)  # the loss at W = V = 0
     worst = [row[1] for row in rows if not row[1] < 100 * start]  # NaN fails `<` too
     if worst:

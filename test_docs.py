@@ -5,6 +5,9 @@ and timings is followed, with no space, by an HTML comment naming the one place 
 
     stochastic PE stops at 0.0982<!--{course/sgd: stochastic PE (3 seeds); val}-->
 
+The README's claims table keeps its rows short: its ties are in docs/claims-sources.md, a line
+"- NUMBER ANCHOR" each under its row's claim, put back after their numbers before the checks.
+`python sts.py`'s printout table in RESULTS.md is compared with a run of sts.py.
 A source, in braces, is one of
   {FOLDER/SECTION: ROW; COLUMN}  a cell of results/FOLDER/tables.md: SECTION is the name that
         opens its table's caption (the text before ": ", e.g. "sgd", "randomized/adam",
@@ -36,6 +39,7 @@ import math
 import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 
@@ -61,6 +65,12 @@ DOCS = ("README.md", "RESULTS.md")
 # Sections (## and their ###) that hold no result to tie: settings, history, timings (each with its machine and date),
 # and `python sts.py`'s printout (.ci/invariant hashes it).
 UNTIED = ("Contents", "Choices where", "The NumPy reference", "Speed", "History")
+PRINTOUT = (
+    "The NumPy reference"  # its table: `python sts.py`'s printout, compared with a run
+)
+CLAIMS = (
+    HERE / "docs" / "claims-sources.md"
+)  # the README claims table's ties, out of its cells
 # Integers a document may print untied: the settings of the runs (lengths, widths, sizes, steps,
 # seeds, set sizes) and small counts. A result (a step count, a width found, an m50) is tied.
 SETTINGS = {
@@ -189,6 +199,40 @@ def regenerated(request):
     return out
 
 
+@pytest.fixture(scope="module")
+def printout(request):
+    """`python sts.py`'s printout (deterministic), from pytest's cache while sts.py is unchanged."""
+    key = f"docs/sts/{hashlib.sha256((HERE / 'sts.py').read_bytes()).hexdigest()[:16]}"
+    text = request.config.cache.get(key, None)
+    if text is None:
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+        run = [sys.executable, "sts.py"]
+        text = subprocess.run(run, cwd=HERE, env=env, capture_output=True, text=True)
+        text = text.stdout
+        request.config.cache.set(key, text)
+    return text
+
+
+def stray_printout_lines(printout, text=None):
+    """The rows of RESULTS.md's table of `python sts.py`'s printout that the printout does not
+    print (the same cells, whitespace aside)."""
+    printed = {tuple(line.split()) for line in printout.splitlines()}
+    return [
+        f"RESULTS.md:{k}: {line[:70]}"
+        for k, line, kind in lines("RESULTS.md", text)
+        if kind == "printout"
+        and not line.startswith(("| PE", "|---"))
+        and tuple(line.strip("| ").split(" | ")) not in printed
+    ]
+
+
+def test_results_md_quotes_sts_py_s_printout_cell_by_cell(printout):
+    rows = [line for k, line, kind in lines("RESULTS.md") if kind == "printout"]
+    assert len(rows) == 4 and "\nfixed " in printout, (rows, printout)
+    stray = stray_printout_lines(printout)
+    assert not stray, "python sts.py prints otherwise:\n" + "\n".join(stray)
+
+
 def read(token):
     """(value, decimals) of a printed number: "0.0982", "−0.014", "121,500", "108%" (1.08)."""
     token = token.replace("−", "-").replace(",", "").removesuffix("×")
@@ -313,21 +357,60 @@ def tie_value(anchor):
     ), 17
 
 
+def claim_ties():
+    """{claim: [(number, its anchor's text)]} of CLAIMS, in the order its README row prints them."""
+    ties = {}
+    for line in CLAIMS.read_text().splitlines():
+        if line.startswith("## "):
+            claim = ties.setdefault(line[3:], [])
+        elif line.startswith("- "):
+            claim.append(line[2:].split(" ", 1))
+    return ties
+
+
+def with_ties(text):
+    """(README's text with each claims row's ties put back after its numbers as `<!--...-->`,
+    the ties no row took): a tie goes to the first number, after the last one placed, that prints
+    as it does, so a number moved in the row leaves its tie unplaced."""
+    ties, out, unplaced = claim_ties(), [], []
+    for line in text.splitlines():
+        claim = next((c for c in ties if line.startswith(f"| {c} |")), None)
+        found, at, places = [m for m, _ in numbers(line)], 0, []
+        for number, anchor in ties.pop(claim, []):
+            hits = [i for i in range(at, len(found)) if found[i][0] == number]
+            if hits:
+                places.append((found[hits[0]].end(), anchor))
+                at = hits[0] + 1
+            else:
+                unplaced.append(f"{claim}: {number}")
+        for end, anchor in reversed(places):
+            line = f"{line[:end]}<!--{anchor}-->{line[end:]}"
+        out.append(line)
+    unplaced += [f"{claim}: (no such row)" for claim in ties]
+    return "\n".join(out), unplaced
+
+
 def lines(doc, text=None):
-    """[(line number, line, kind)] of a document (its file's text, or `text`); kind: "code" (a
-    code block), "untied" (an UNTIED section), "copied" (a table of RESULTS.md, copied from a
-    tables.md) or "text" (whose numbers are tied)."""
-    out, code, untied = [], False, False
+    """[(line number, line, kind)] of a document (its file's text, or `text`; README's claims
+    rows with their ties put back); kind: "code" (a code block), "untied" (an UNTIED section),
+    "copied" (a table of RESULTS.md, copied from a tables.md), "printout" (its table of `python
+    sts.py`'s printout) or "text" (whose numbers are tied)."""
+    out, code, untied, section = [], False, False, ""
     text = (HERE / doc).read_text() if text is None else text
+    if doc == "README.md":
+        text = with_ties(text)[0]
     for k, line in enumerate(text.splitlines(), 1):
         fence = line.startswith("```")
         code ^= fence
         if line.startswith(("# ", "## ")) and not code:
-            untied = line.lstrip("# ").startswith(UNTIED)
+            section = line.lstrip("# ")
+            untied = section.startswith(UNTIED)
         table = line.startswith("|") and doc == "RESULTS.md"
         kind = (
             "code"
             if code or fence
+            else "printout"
+            if table and section.startswith(PRINTOUT)
             else "untied"
             if untied
             else "copied"
@@ -355,8 +438,12 @@ def untied_allowed(token):
 
 
 def wrong_numbers(doc, text=None):
-    """Each number of a document's text that is untied (and no setting) or not its source's."""
+    """Each number of a document's text that is untied (and no setting) or not its source's, and
+    each of CLAIMS' ties that found no number in its README row."""
     wrong = []
+    if doc == "README.md":
+        readme = (HERE / doc).read_text() if text is None else text
+        wrong += [f"{CLAIMS.name}: {t} is in no row" for t in with_ties(readme)[1]]
     for k, line, kind in lines(doc, text):
         for m, anchor in numbers(line) if kind == "text" else []:
             token = m[1] + (m[2] or "")
@@ -406,32 +493,49 @@ def moved(token, sign):
     return text.replace("-", "−") if "−" in token else text
 
 
-@pytest.mark.parametrize("pool", ["every number", "prose"])
-def test_twenty_numbers_moved_by_one_unit_in_their_last_digit_are_each_caught(pool):
-    """Issue 58's check, with a fixed seed: 20 numbers of README.md and RESULTS.md (outside code,
-    the UNTIED sections and the settings left untied; from the copied tables too, or not), each
-    moved by one unit in its last digit, each on its own: every move fails a check above."""
+def drawable(pool):
+    """[(document, line number, the number's place among its line's numbers)] of the numbers of
+    README.md and RESULTS.md outside code, the UNTIED sections and the settings left untied: the
+    tied ones (README's claims rows among them), and with pool "every number" those with a decimal
+    point of the copied tables and of the sts.py printout too."""
     drawn = []
     for doc in DOCS:
         for k, line, kind in lines(doc):
-            tied = (
-                [m for m, anchor in numbers(line) if anchor] if kind == "text" else []
-            )
-            table = (
-                [m for m, _ in numbers(line) if "." in m[1]] if kind == "copied" else []
-            )
-            drawn += [
-                (doc, k, m) for m in tied + (table if pool == "every number" else [])
-            ]
+            found = numbers(line)
+            tied = [j for j, (_, anchor) in enumerate(found) if anchor]
+            table = [j for j, (m, _) in enumerate(found) if "." in m[1]]
+            picks = tied if kind == "text" else []
+            if pool == "every number" and kind in ("copied", "printout"):
+                picks = table
+            drawn += [(doc, k, j) for j in picks]
+    return drawn
+
+
+def caught_if_moved(doc, k, j, sign, printout):
+    """The checks' complaints once the j-th number of line k of `doc` moves one unit (the line as
+    the file has it: README's claims rows without their ties, which lines() put back)."""
+    text = (HERE / doc).read_text().splitlines()
+    m = numbers(text[k - 1])[j][0]
+    text[k - 1] = (
+        text[k - 1][: m.start(1)] + moved(m[1], sign) + text[k - 1][m.end(1) :]
+    )
+    changed = "\n".join(text)
+    caught = wrong_numbers(doc, changed)
+    if doc == "RESULTS.md":
+        caught += stray_table_lines(changed) + stray_printout_lines(printout, changed)
+    return caught
+
+
+@pytest.mark.parametrize("pool", ["every number", "prose"])
+def test_twenty_numbers_moved_by_one_unit_in_their_last_digit_are_each_caught(
+    pool, printout
+):
+    """Issue 58's check, with a fixed seed: 20 numbers drawn (drawable), each moved by one unit in
+    its last digit, each on its own: every move fails a check above."""
     rng = random.Random(58)
-    for doc, k, m in rng.sample(drawn, 20):
-        text = (HERE / doc).read_text().splitlines()
-        line, to = text[k - 1], moved(m[1], rng.choice((1, -1)))
-        text[k - 1] = line[: m.start(1)] + to + line[m.end(1) :]
-        changed = "\n".join(text)
-        caught = wrong_numbers(doc, changed)
-        caught += stray_table_lines(changed) if doc == "RESULTS.md" else []
-        assert caught, f"{doc}:{k}: {m[1]} moved to {to} passes every check"
+    for doc, k, j in rng.sample(drawable(pool), 20):
+        sign = rng.choice((1, -1))
+        assert caught_if_moved(doc, k, j, sign, printout), f"{doc}:{k}: #{j} passes"
 
 
 def test_each_committed_tables_md_is_what_plots_py_table_gives_today(regenerated):
@@ -583,6 +687,86 @@ def test_run_course_reads_a_relative_out_from_the_callers_folder(tmp_path):
     ), r.stdout
 
 
+def test_run_course_help_prints_its_usage():
+    r = subprocess.run(
+        ["bash", "run_course.sh", "--help"], cwd=HERE, capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "--list" in r.stdout and not r.stderr, r.stderr
+
+
+def test_run_course_copies_runs_over_a_users_files_without_deleting_them(tmp_path):
+    """The copy lines (the figure set's runs into floor/ and randomized/) write file over file:
+    a user's file in a run folder there stays (they were `rm -rf` the folder, then `cp -r`)."""
+    out = tmp_path / "out"
+    listed = subprocess.run(
+        ["bash", str(HERE / "run_course.sh"), str(out), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()[-1]
+    copies = listed.split(" && python plots.py")[0]
+    for folder in ("sgd", "adam"):
+        for run in (
+            f"{pe}-de64-seed{s}" for pe in ("stochastic", "fixed") for s in "012"
+        ):
+            (out / folder / run).mkdir(parents=True)
+            (out / folder / run / "config.json").write_text("the run's")
+    mine = out / "floor" / "stochastic-de64-seed0" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    (mine.parent / "config.json").write_text("an older copy's")
+    subprocess.run(["bash", "-c", copies], check=True, capture_output=True)
+    assert mine.read_text() == "mine"
+    assert (mine.parent / "config.json").read_text() == "the run's"
+    copied = out / "randomized" / "adam" / "fixed-de64-seed2" / "config.json"
+    assert copied.read_text() == "the run's"
+
+
+WRITTEN = re.compile(r"(?:--out|--json|--evaluate|>)\s+(\S+)")  # what a command writes
+
+
+def test_no_reproduce_line_writes_into_the_committed_results():
+    """Every Reproduce line of RESULTS.md writes under runs/: each command's --out, --json,
+    --evaluate or redirect, run_course.sh's OUT, and every line its --list prints (which name no
+    results/ nor figures/ of the checkout: GALLERY=1 draws into figures/)."""
+    reproduce = [
+        line
+        for line in (HERE / "RESULTS.md").read_text().splitlines()
+        if line.startswith(("- **Reproduce:**", "**Reproduce.**"))
+    ]
+    assert len(reproduce) >= 11
+    for command in (c for line in reproduce for c in re.findall(r"`([^`]+)`", line)):
+        words = shlex.split(command)
+        targets = WRITTEN.findall(command)
+        if "bash" in words and "run_course.sh" in words:
+            env = dict(w.split("=", 1) for w in words[: words.index("bash")])
+            args = words[words.index("run_course.sh") + 1 :]
+            targets.append(args[0])
+            listed = subprocess.run(
+                ["bash", "run_course.sh", *args, "--list"],
+                cwd=HERE,
+                env=dict(os.environ, **env),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            inside = re.findall(r"(?<![\w/.-])(results|figures)\b", listed)
+            assert not inside, (command, inside)
+        assert all(t.startswith("runs/") for t in targets), (command, targets)
+
+
+def test_the_readme_set_up_offers_the_cpu_and_the_gpu_install_as_two_lines():
+    """A newcomer picks torch's build before pip runs (the CUDA build is 2.8 GB, and torch's CPU
+    build cannot serve --device cuda): the set-up block's two install lines, the CPU one with
+    PyTorch's CPU index, the GPU one without it."""
+    setup = (HERE / "README.md").read_text().split("```")[1].splitlines()
+    installs = [line.split("#") for line in setup if line.startswith("pip install")]
+    assert len(installs) == 2, setup
+    (cpu, cpu_note), (gpu, gpu_note) = installs
+    assert "download.pytorch.org/whl/cpu" in cpu and "CPU" in cpu_note, cpu
+    assert "download.pytorch.org" not in gpu and "GPU" in gpu_note, gpu
+
+
 def slug(heading):
     """GitHub's anchor of a Markdown heading."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
@@ -643,13 +827,14 @@ def test_the_documents_quote_the_plateau_models_extremes():
         for line in (HERE / "README.md").read_text().splitlines()
         if line.startswith("| Ours: the training curve")
     )
-    quoted = re.search(r"within (\d+\.\d)%<!--", row)
+    quoted = re.search(r"within (\d+\.\d)%", row)
     assert quoted and float(quoted.group(1)) == round(100 * worst, 1), (row, worst)
 
 
 def test_the_readme_reads_in_five_minutes():
-    """README.md: at most 1,800 words (as `wc -w` counts them, the ties' comments included); no
-    cell of its claims table over 45 words, nor a verdict over 30 once the ties are left out."""
+    """README.md: at most 1,800 words (as `wc -w` counts them, any ties' comments included); no
+    row of its claims table over 400 characters raw (their ties: CLAIMS), no cell over 45 words,
+    nor a verdict over 30."""
     text = (HERE / "README.md").read_text()
     assert len(text.split()) <= 1800, len(text.split())
     rows = [
@@ -659,6 +844,7 @@ def test_the_readme_reads_in_five_minutes():
     ]
     assert len(rows) >= 10
     for row in rows:
+        assert len(row) <= 400, row[:60]
         cells = row.split(" | ")
         assert max(len(cell.split()) for cell in cells) <= 45, row[:60]
         assert len(TIE.sub("", cells[1]).split()) <= 30, row[:60]

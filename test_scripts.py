@@ -472,6 +472,32 @@ def test_train_tf_bad_input_exits_2_in_one_line_before_anything_is_written(
     assert not (tmp_path / "out").exists()  # refused up front
 
 
+@pytest.mark.parametrize(
+    "build, gpu, fragment",
+    [
+        (
+            None,
+            True,
+            "a CPU-only build; install the CUDA build: pip uninstall -y torch",
+        ),
+        ("12.8", False, "no CUDA device is available here; use --device cpu"),
+    ],
+)
+def test_device_cuda_names_what_is_missing_the_cuda_build_or_the_gpu(
+    tmp_path, capsys, monkeypatch, build, gpu, fragment
+):
+    """Torch's CPU build on a machine with a GPU: the wheel, not the machine, lacks CUDA, and
+    the fix is the install line, not --device cpu (hours of training on the CPU)."""
+    monkeypatch.setattr(torch.version, "cuda", build)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    with pytest.raises(SystemExit) as done:
+        train_tf.main(TINY + ["--device", "cuda", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_fault_stays_python_s_traceback_and_every_run_says_it_failed(
     tmp_path, monkeypatch
 ):
@@ -866,18 +892,6 @@ def readme_commands():
         for words in lines
         if words[:1] == ["python"] and words[1] != "test_sts.py"
     ]
-
-
-def test_the_readme_set_up_chooses_the_torch_build_before_its_install_line():
-    """A newcomer copying the set-up top-down picks CPU or CUDA torch before pip runs (the CUDA
-    build is 2.8 GB): a line sets BUILD, the install line uses it."""
-    setup = (HERE / "README.md").read_text().split("```")[1].splitlines()
-    install = next(i for i, line in enumerate(setup) if line.startswith("pip install"))
-    assert "$BUILD" in setup[install].split("#")[0], setup[install]
-    assert any(
-        line.startswith("BUILD=") and "download.pytorch.org/whl/cpu" in line
-        for line in setup[:install]
-    ), setup
 
 
 def test_every_readme_command_runs_from_a_clean_checkout_or_says_in_one_line_what_to_do(

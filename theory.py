@@ -746,6 +746,8 @@ def main(argv=None):
         p.exit(2, f"theory.py: error: {e}; raise --eps\n")
     except KeyboardInterrupt:
         p.exit(130, "theory.py: interrupted\n")
+    except BrokenPipeError:  # `python theory.py ... | head -1`: the reader has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":
