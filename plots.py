@@ -48,10 +48,12 @@ from tables import (
     by_model_and_s,
     escape,
     family_curves,
+    models,
     partial,
     same_target,
     table_critical,
     table_dynamics,
+    table_floor_excess,
     table_largest,
     table_needed,
     table_plateau,
@@ -223,15 +225,17 @@ FAMILY_LINES = (
     "best of W = cW*, V = αV* (sts.py)",
     "W = cW*, V = αV* at the trained c, α (seeds' mean)",
 )
+MODEL_LINE = "SGD's model: W = cW* + W_xe, V = αV* (theory.whole_curve)"
 FIXED_LINES = (
     "fixed PE's table learned: best W = cM (theory.py; not drawn at 0)",
     "that W = cM at the training q's c, α (theory.py)",
 )
 
 
-def figure_tests(runs, out, name, group, suffix, curves):
+def figure_tests(runs, out, name, group, suffix, curves, model=None):
     """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and each
-    configuration's family there: its best, dashed; at its own c, α, dotted."""
+    configuration's family there: its best, dashed; at its own c, α, dotted; SGD's model's
+    whole curve (PLATEAU's `model`), dash-dotted, beside its configuration."""
     groups, names = logged(
         runs, sets(runs, group), "validation loss", f"{name}_{suffix}"
     )
@@ -249,6 +253,10 @@ def figure_tests(runs, out, name, group, suffix, curves):
             for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
                     ax.axhline(y, color=color(g, groups), ls=ls, label=text)
+            if model and models(model, g[0]["config"]) and key in model["sets"]:
+                steps = [r[0] for r in model["rows"]]
+                loss = model["sets"][key]["loss"]
+                ax.plot(steps, loss, "k-.", lw=1, label=MODEL_LINE)
         title = f"val ({trained}, as trained)" if key == "val" else f"test {key}"
         ax.set(xlabel="step", yscale="log", title=title)
     axes[0].set_ylabel(f"validation loss {LOSS}")
@@ -798,10 +806,13 @@ def draw(name, runs, out, report, predicted):
     if not tf:
         return
     curves = family_curves(configurations(tf), predicted)
+    folder = tf[0]["path"].parent
+    model = runlog.read(folder / PLATEAU)["rows"][0] if whole_curve(folder) else None
     report.draw(figure_training, tf, out, name)
     for group, suffix in (("T", "length"), ("q", "qtest")):
         if sets(tf, group) != ["val"]:  # some set of that group logged
-            report.draw(figure_tests, tf, out, name, group, suffix, curves)
+            both = (curves, model)
+            report.draw(figure_tests, tf, out, name, group, suffix, *both)
     report.draw(figure_weights, tf, out, name, report)
     T = tf[0]["config"]["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
@@ -868,10 +879,12 @@ def draw_all(experiments, summaries, out, report):
         report.draw(table_plateau, dynamics)
         if any((f / PLATEAU).exists() for f, *_, p in loaded if p):
             report.draw(table_plateau_model, dynamics)
-    models = [(f, name, runs) for f, name, runs, *_ in loaded if runs]
-    models = [(name, runs) for f, name, runs in models if whole_curve(f)]
+    models = [
+        (name, runs, p) for f, name, runs, p, _ in loaded if runs and whole_curve(f)
+    ]
     if out is None and models:
         report.draw(table_whole_curve, models)
+        report.draw(table_floor_excess, models)
     draw_summaries(summaries, out, report)
 
 

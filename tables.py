@@ -1214,19 +1214,29 @@ def final_gap(g, s, key):
     return f"{mean(finals) / model - 1:+.3f} ± {se / model:.3f}"
 
 
-def table_whole_curve(experiments):
-    """Every SGD stochastic-PE configuration beside a PLATEAU with sets: its whole curve against
-    the model's at every logged step and every set."""
-    rows = []
-    for folder, runs in experiments:
+def modelled(experiments):
+    """(folder, configuration, PLATEAU's row, FLOOR's rows) of each SGD stochastic-PE
+    configuration whose PLATEAU has theory.whole_curve's sets."""
+    for folder, runs, predicted in experiments:
         model = read(runs[0]["path"].parent / PLATEAU)["rows"][0]
         for g in configurations(runs):
-            cfg = g[0]["config"]
-            same = all(model[k] == cfg[k] for k in ("T", "q", "de", "lr", "batch"))
-            if not same or cfg["pe"] != "stochastic" or cfg["optimizer"] != "sgd":
-                continue  # the model's configuration alone
-            for key in model["sets"]:
-                rows.append(whole_curve_row(folder, g, model, key))
+            if models(model, g[0]["config"]):
+                yield folder, g, model, predicted
+
+
+def models(model, cfg):
+    """Whether PLATEAU's row `model` is of the configuration cfg: SGD, stochastic PE, its task."""
+    same = all(model[k] == cfg[k] for k in ("T", "q", "de", "lr", "batch"))
+    return same and cfg["pe"] == "stochastic" and cfg["optimizer"] == "sgd"
+
+
+def table_whole_curve(experiments):
+    """Every configuration of `modelled`: its whole curve against the model's at every logged
+    step and every set."""
+    rows = []
+    for folder, g, model, _ in modelled(experiments):
+        for key in model["sets"]:
+            rows.append(whole_curve_row(folder, g, model, key))
     caption = (
         "The whole curve: each set's validation loss at every logged step after 0 (over the"
         " seeds, the mean) against SGD's model there (theory.py --plateau --test-T --test-q:"
@@ -1244,5 +1254,46 @@ def table_whole_curve(experiments):
         f"experiment | {SETTING_COLUMNS} | set | steps compared (how many) | largest gap ± se"
         f" at step | beyond {GAP:.0%} in loss | their largest gap in steps | beyond both"
         " | at the end ± se"
+    )
+    return markdown(caption, header, rows)
+
+
+def excess_row(folder, g, model, predicted, key):
+    """table_floor_excess' row: the seeds' final loss above the family's floor, split."""
+    floor = best(predicted, g[0]["config"], key)
+    finals = [flat(r["summary"]["final"])[key] for r in g]
+    ses = [flat(r["summary"]["final_se"])[key] for r in g]
+    measured_se = math.hypot(mean(ses), np.std(finals, ddof=1) / math.sqrt(len(g)))
+    s = {k: x[-1] for k, x in model["sets"][key].items()}  # the model at the last step
+    excess = mean(finals) - floor["loss"]
+    short = s["loss"] - s["cost"] - floor["loss"]  # c, alpha short of the floor's
+    rest = mean(finals) - s["loss"]
+    cells = [
+        quoted(excess, math.hypot(measured_se, floor["se"])),
+        fmt(s["cost"]),
+        quoted(short, math.hypot(s["se"], floor["se"])),
+        quoted(rest, math.hypot(measured_se, s["se"])),
+    ]
+    return [folder, *plateau_setting(g), key, *cells]
+
+
+def table_floor_excess(experiments):
+    """Where the runs end above the family's floor: SGD's model's W_xe and its c, alpha."""
+    rows = []
+    for folder, g, model, predicted in modelled(experiments):
+        at_end = g[0]["summary"]["step"] == model["steps"]
+        keys = [k for k in model["sets"] if best(predicted, g[0]["config"], k)]
+        rows += [excess_row(folder, g, model, predicted, k) for k in keys if at_end]
+    caption = (
+        "The floor's excess: the seeds' final loss (summary.json, n_final common sequences)"
+        f" − the family's floor ({FLOOR}: sts.family_floor), against SGD's model at the last"
+        f" step ({PLATEAU}): W_xe's cost there (theory.set_loss, the model's ‖W_xe‖²), the"
+        " model's c, α short of the floor's (its loss without W_xe − the floor), and the"
+        " remainder (measured − the model). ± the se: the validation set's final_se and the"
+        " seeds' s/√seeds, the floor's and the model's over its draws, in quadrature."
+    )
+    header = (
+        f"experiment | {SETTING_COLUMNS} | set | measured − floor ± se | W_xe's cost"
+        " | c, α short ± se | remainder ± se"
     )
     return markdown(caption, header, rows)
