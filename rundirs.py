@@ -32,9 +32,11 @@ VARYING = "pe positions T width depth de optimizer attend init".split()
 PER_SEED = "seed threads device compile checkpoint_every n_final evaluate".split()
 FLOOR = "family_floor.json"  # sts.py --floor
 PREDICTED = "pe T q d de".split()  # its rows' keys
-DYNAMICS = "family_dynamics.json"  # sts.py --dynamics: the curves of a run's SCHEDULE
+DYNAMICS = (
+    "family_dynamics.json"  # theory.py --dynamics: GD's curve at a run's SCHEDULE
+)
 SCHEDULE = "pe positions T q d de lr anneal_at".split()
-# the runs it predicts: plain SGD, the rate annealed by 1/3
+# the runs it is drawn beside: plain SGD, the rate annealed by 1/3
 PLAIN = dict(optimizer="sgd", init="zero", attend="tokens", anneal_factor=1 / 3)
 NAN = float("nan")
 # how legends show a setting; others as key=value
@@ -364,27 +366,24 @@ def load_prediction(path, runs):
 
 
 def predicts(row, config):
-    """Whether a DYNAMICS row is the config's: the config PLAIN, the row of its SCHEDULE, no
-    longer than it trained, GD (batch None) or SGD at its batch."""
+    """Whether a DYNAMICS row is the config's: the config PLAIN, the row GD's (no batch) at its
+    SCHEDULE, no longer than it trained."""
     plain = all(config.get(k) == v for k, v in PLAIN.items())
     same = all(row.get(k) == config.get(k) for k in SCHEDULE)
-    batch = row["batch"] in (None, config["batch"])
-    return plain and same and batch and row["steps"] <= config["steps"]
+    return (
+        plain and same and row.get("batch") is None and row["steps"] <= config["steps"]
+    )
 
 
 def load_dynamics(path, runs):
-    """[(rows, group)]: each configuration of plain SGD and its rows of DYNAMICS at path
-    (sts.py --dynamics), the population's GD (batch None) first, then SGD's at its batch
-    (a row without positions: None); Skip if none."""
+    """[(row, group)]: each configuration of plain SGD and its GD row of DYNAMICS at path
+    (theory.py --dynamics; a row without positions: None); Skip if none."""
     rows = read(path)["rows"]
     pairs = []
     for group in configurations(runs):
-        config = group[0]["config"]
-        mine = [r for r in rows if predicts(r, config)]
+        mine = [r for r in rows if predicts(r, group[0]["config"])]
         if mine:
-            pairs.append(
-                (sorted(mine, key=lambda row: row["batch"] is not None), group)
-            )
+            pairs.append((mine[0], group))
     require(
         pairs, f"{path}: no row at these runs' {', '.join(SCHEDULE)} (plain SGD)", Skip
     )

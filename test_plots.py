@@ -1923,71 +1923,48 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
     )  # m = 16, 64 at the budget; 16, 32 settled
 
 
-def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient_descent(
+def test_plots_tabulates_and_draws_the_plateau_against_sgds_model_and_gd(
     three_seeds, tmp_path, capsys, one_thread, monkeypatch
 ):
-    """sgd/'s stochastic runs beside theory.py --dynamics at their schedule: every record's c, alpha
-    is the family's projection of its weights, t_1/2 is read from the logs; three copies under one
-    parent that differ in n are a scan, drawn as t_1/2 against n."""
+    """sgd/'s stochastic runs beside theory.py --dynamics (GD) and --plateau (SGD's model) at
+    their schedule: every record's c, alpha is the family's projection of its weights, t_1/2 is
+    interpolated from the logs (theory.crossing); three copies under one parent that differ in n
+    are a scan, drawn as t_1/2 against n beside the model, GD and GD's closed form."""
+    schedule = ["--steps", "40", "--anneal-at", "20", "--every", "5"]
+    models = {}
     for batch in (64, 128, 256):
+        folder = tmp_path / "scan" / f"n{batch}"
         shutil.copytree(
-            three_seeds / "sgd",
-            tmp_path / "scan" / f"n{batch}",
-            ignore=shutil.ignore_patterns("fixed-*"),
+            three_seeds / "sgd", folder, ignore=shutil.ignore_patterns("fixed-*")
         )
-        for config in (tmp_path / "scan" / f"n{batch}").glob("*/config.json"):
+        for config in folder.glob("*/config.json"):
             edit_json(config, lambda c, batch=batch: c.update(batch=batch))
+        task = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", *schedule]
+        json_out = ["--json", str(folder / "family_dynamics.json")]
+        theory.main(["--dynamics", *task, *json_out])
+        path = folder / "plateau_model.json"
         theory.main(
-            [
-                "--dynamics",
-                "--T",
-                "6",
-                "--q",
-                "2",
-                "--d",
-                "2",
-                "--de",
-                "8",
-                "--steps",
-                "40",
-                "--anneal-at",
-                "20",
-                "--every",
-                "5",
-                "--batch",
-                str(batch),
-                "--json",
-                str(tmp_path / "scan" / f"n{batch}" / "family_dynamics.json"),
-            ]
+            [*PLATEAU_TINY, *schedule, "--batch", str(batch), "--json", str(path)]
         )
+        models[batch] = json.loads(path.read_text())["rows"][0]["t_half"]
     run = three_seeds / "sgd" / "stochastic-de8-seed1"
-    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()][
-        -1
-    ]
+    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     with np.load(run / "weights_final.npz") as w:
-        assert (last["c"], last["alpha"]) == pytest.approx(
+        assert (last[-1]["c"], last[-1]["alpha"]) == pytest.approx(
             sts.family_fit(w["W"], w["V"], 2)
         )
     folder = tmp_path / "scan" / "n64"
-    gd, row = json.loads((folder / "family_dynamics.json").read_text())[
-        "rows"
-    ]  # GD, SGD
+    [gd] = json.loads((folder / "family_dynamics.json").read_text())["rows"]
     halves = []
     for seed in range(3):
-        log = [
-            json.loads(x)
-            for x in (folder / f"stochastic-de8-seed{seed}" / "log.jsonl")
-            .read_text()
-            .splitlines()
-        ]
-        halves.append(
-            theory.escape_step(
-                [r["step"] for r in log], [r["val"] for r in log], row["floor"]
-            )
-        )
+        log = (folder / f"stochastic-de8-seed{seed}" / "log.jsonl").read_text()
+        records = [json.loads(x) for x in log.splitlines()]
+        vals = [r["val"] for r in records]
+        level = (vals[0] + gd["floor"]) / 2
+        halves.append(theory.crossing([r["step"] for r in records], vals, level))
     out = tables_of(tmp_path / "scan", capsys)
     [cells] = table_cells(out, "| scan/n64 |")
-    assert cells[1:15] == [
+    assert cells[1:9] == [
         "6",
         "2",
         "8",
@@ -1995,38 +1972,20 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
         "64",
         "3",
         "5",
-        tables.mean_sd(halves, ".0f"),
-        str(gd["t_half"]),
-        str(row["t_half"]),
-        f"{gd['t_half_closed']:.0f}",
-        f"{row['t_half_closed']:.0f}",
-        tables.fmt(np.mean(halves) / gd["t_half"], ".2f"),
-        tables.fmt(np.mean(halves) / row["t_half"], ".2f"),
+        tables.mean_sd(halves, ".1f"),
     ]
-    assert (
-        "the logged curve against" not in out
-    )  # a scan's folders: the t_1/2 table alone
-    models = {}  # SGD's model with the tokens integrated beside two of the three
-    for batch in (64, 128):
-        path = tmp_path / "scan" / f"n{batch}" / "plateau_model.json"
-        schedule = ["--steps", "40", "--anneal-at", "20", "--every", "5"]
-        theory.main(
-            [*PLATEAU_TINY, *schedule, "--batch", str(batch), "--json", str(path)]
-        )
-        models[batch] = json.loads(path.read_text())["rows"][0]["t_half"]
+    assert cells[9].startswith(f"{models[64]:.1f} ± ")
     drawn, save = {}, plots.save
 
     def keep(figure, out, name, title):  # each line of the figure's first panel
         lines = figure.axes[0].lines
-        drawn[name] = [(ln.get_label(), *ln.get_data()) for ln in lines]
+        drawn[name] = {ln.get_label(): (*ln.get_data(),) for ln in lines}
         return save(figure, out, name, title)
 
     monkeypatch.setattr(plots, "save", keep)
-    capsys.readouterr()
     with pytest.raises(SystemExit):
         plots.main(
             [
-                str(tmp_path / "scan" / "n64"),
                 str(tmp_path / "scan"),
                 "--out",
                 str(tmp_path / "figs"),
@@ -2034,23 +1993,25 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
                 "png",
             ]
         )
-    assert {"scan.png"} <= {p.name for p in (tmp_path / "figs").iterdir()}
-    marked = [(list(x), list(y)) for label, x, y in drawn["scan"] if "tokens" in label]
-    assert marked == [([64, 128], pytest.approx([models[64], models[128]]))]
-    out = tables_of(folder, capsys)  # alone: its curve at a few steps
-    curve = out.split("the logged curve against")[1]
-    steps = [
-        int(r[2]) for r in table_cells(curve, "| stochastic PE (3 seeds) | SGD, n=64 |")
+    (sgd_x, sgd_y), (gd_x, gd_y), (closed_x, closed_y) = [
+        drawn["scan"][text] for _, text in plots.PLATEAU_LINES
     ]
-    assert steps[0] == 0 and steps[-1] == 40 and steps == sorted(set(steps))
+    assert list(sgd_x) == [64, 128, 256] and list(sgd_y) == pytest.approx(
+        [models[64], models[128], models[256]]
+    )
+    assert (
+        list(gd_y) == [gd["t_half"]] * 3 and list(closed_y) == [gd["t_half_closed"]] * 3
+    )
     with pytest.raises(SystemExit):
         plots.main([str(folder), "--out", str(tmp_path / "one"), "--formats", "png"])
-    assert (tmp_path / "one" / "n64_dynamics.png").is_file()
+    assert (tmp_path / "one" / "n64_dynamics.png").is_file()  # alone: its curve
     shutil.copytree(three_seeds / "sgd" / "fixed-de8-seed0", folder / "fixed-de8-seed0")
-    out = tables_of(
-        tmp_path / "scan", capsys
-    )  # n64 holds two configurations now: no scan left
-    assert out.count("the logged curve against") == 3 and "| scan/n64 |" in out
+    drawn.clear()  # n64 holds two configurations now: no scan left
+    with pytest.raises(SystemExit):
+        plots.main(
+            [str(tmp_path / "scan"), "--out", str(tmp_path / "two"), "--formats", "png"]
+        )
+    assert "scan" not in drawn and "n64_dynamics" in drawn
 
 
 def test_the_table_leaves_out_a_theory_json_row_of_weights_since_replaced(
