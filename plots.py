@@ -8,11 +8,11 @@
 Transformer runs give NAME_training, _length, _qtest, _weights (the paper's Figures 1-4), or
 NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs
 NAME_fcn_training; sweep.json, critical.json, needed_de.json NAME_separation, _critical,
-_needed_de. Seeds: their mean and a band from lowest to highest. What cannot be read or drawn
-(a damaged run, a file of no run) is a line on stderr, the rest drawn; exit status 2 after
-one, or when nothing is drawn; 0 after a warning alone (a log's cut last line). A rare fault
-(a full disk, a read-only --out, a hand-edited summary) is Python's traceback; a figure is
-written whole or not at all."""
+_needed_de. Seeds: their mean and a band from lowest to highest. What cannot be drawn (a run
+that diverged or is missing a file, a copy of a run) is a line on stderr, the rest drawn; exit
+status 2 after one, or when nothing is drawn; 0 after a warning alone (a log's cut last
+line). A rare fault (a full disk, a read-only --out, a hand-edited file) is Python's
+traceback."""
 
 import statistics
 import sys
@@ -143,8 +143,7 @@ def bars(ax, points, **kw):
 
 
 def save(fig, out, name, title):
-    """The title, wrapped; one legend below the axes, so that it hides no curve; the files,
-    each whole or not at all (no truncated figure is left behind, a full disk too)."""
+    """The title, wrapped; one legend below the axes, so that it hides no curve; the files."""
     width = fig.get_figwidth()
     fig.suptitle(textwrap.fill(title, int(width * 17)), fontsize=8)
     entries = {}
@@ -161,10 +160,7 @@ def save(fig, out, name, title):
     folder, formats = out  # main's --out and --formats
     folder.mkdir(parents=True, exist_ok=True)  # read-only: Python's traceback
     for ext in formats:
-        runlog.write_atomic(
-            folder / f"{name}.{ext}",
-            lambda handle, ext=ext: fig.savefig(handle, format=ext),
-        )
+        fig.savefig(folder / f"{name}.{ext}")
     plt.close(fig)
     print(f"wrote {folder / name}.{' and .'.join(formats)}")
     return True
@@ -262,8 +258,8 @@ def figure_weights(runs, out, name, report):
     groups = configurations(runs)
     rows = []
     for g in groups[:2]:
-        then = f"; not in {name}_weights"  # what a damaged run leaves out
-        pair = report.attempt(both_weights, g[0], then=then, at=g[0]["path"])
+        then = f"; not in {name}_weights"  # what a run without weights leaves out
+        pair = report.attempt(both_weights, g[0], then=then)
         if pair:
             rows.append((g[0]["config"], pair))
     if not rows:
@@ -819,7 +815,7 @@ def draw_summaries(summaries, out, report):
     """The figure (out=None: the table) of each summary; a needed_de.json's with the
     sweep.json's beside it; the tables of several sweep.json, their widths at the largest
     budgets."""
-    loaded = {p: report.attempt(load_summary, p, at=p) for p in summaries}
+    loaded = {p: report.attempt(load_summary, p) for p in summaries}
     for path, summary in loaded.items():
         if summary:
             sweep = loaded.get(path.parent / "sweep.json")

@@ -381,14 +381,14 @@ def tabulate(name, runs, report, predicted):
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     for mine in (fcn, tf):  # a table per model
         if mine:
-            report.draw(table, name, mine, at=at)
+            report.draw(table, name, mine)
     if tf:
-        report.attempt(table_paired, name, tf, report, at=at)
-        report.attempt(table_length, name, tf, predicted, at=at)
+        report.attempt(table_paired, name, tf, report)
+        report.attempt(table_length, name, tf, predicted)
     if predicted:
-        report.attempt(table_floor, name, tf, predicted, at=at)
+        report.attempt(table_floor, name, tf, predicted)
     if (at / "table_floor.json").exists():
-        report.attempt(table_selection, name, tf, at=at)
+        report.attempt(table_selection, name, tf)
 
 
 def config_row(g, groups, names, final, shape, cos):
@@ -477,7 +477,7 @@ def paired_rows(g, ref, groups, files, gaps):
 def table_paired(name, runs, report):
     """Each PE minus fixed PE, and randomized minus stochastic PE, where the configurations agree
     but for the PE: each seed's difference on the same sequences, over the seeds, beyond 2 se; a
-    seed whose final_losses.npz cannot be read (reported) is left out."""
+    seed whose final_losses.npz is skipped (reported) is left out."""
     groups = configurations(runs)
     files = {r["path"]: report.attempt(final_losses, r) or {} for r in runs}
     rows = []
