@@ -1,7 +1,6 @@
 """The Markdown tables of `plots.py --table`, each caption saying what its cells are ('-': data
 missing); the family W = c W*, V = alpha V* evaluated with sts.py's NumPy, no torch."""
 
-import hashlib
 import math
 
 import numpy as np
@@ -29,7 +28,7 @@ from rundirs import (
     value,
     weights,
 )
-from theory import crossing
+from theory import crossing, val_set_se
 
 # trained and family models on common sequences
 EVAL_SEED = 12345
@@ -137,25 +136,12 @@ def run_names(group):
     return tuple(r["path"].name for r in group)
 
 
-def weights_digest(run):
-    """A digest of a run's final weights: what THEORY's row of it scored (None: no file)."""
-    path = run["path"] / "weights_final.npz"
-    return hashlib.sha1(path.read_bytes()).hexdigest()[:12] if path.exists() else None
-
-
-def own_rows(folder, runs):
-    """THEORY's rows by (the runs' names, set), but a row of weights since replaced (a run
-    retrained with --force): its numbers are not these runs'; {} without the file."""
+def own_rows(folder):
+    """THEORY's rows by (the runs' names, set); {} without the file."""
     path = folder / THEORY
     if not path.exists():
         return {}
-    digests = {r["path"].name: weights_digest(r) for r in runs}
-    rows = {}
-    for r in read(path)["rows"]:
-        now = [digests.get(name) for name in r["runs"]]
-        if r.get("weights", now) == now:  # files written before digests: kept
-            rows[tuple(r["runs"]), r["set"]] = r
-    return rows
+    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]}
 
 
 def best(predicted, c, k):
@@ -178,7 +164,7 @@ def family_curves(groups, predicted):
     curves = {}
     for g in groups:
         c = g[0]["config"]
-        own = own_rows(g[0]["path"].parent, g)
+        own = own_rows(g[0]["path"].parent)
         key = "loss" if c["pe"] == "stochastic" else "table"
         at = {}
         for k in theory_sets(g):
@@ -249,10 +235,9 @@ def theory_rows(g, predicted, n):
     if c["pe"] == "fixed" and "table_c" not in row:
         return []
     each = {k: seeds_mean(g, row, k, n) for k in theory_sets(g)}
-    digests = [weights_digest(r) for r in g]
     rows = []
     for k, (trained, own) in each.items():
-        cell = dict(runs=list(run_names(g)), weights=digests, set=k, n=n)
+        cell = dict(runs=list(run_names(g)), set=k, n=n)
         cell["trained"] = float(trained.mean())
         cell["own"] = float(own.mean())
         cell["own_se"] = float(own.std(ddof=1) / n**0.5)
@@ -579,7 +564,7 @@ def table_length(name, runs, predicted):
     """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
     groups = configurations(runs)
     names = sets(runs, "T", "q")
-    own = own_rows(runs[0]["path"].parent, runs)
+    own = own_rows(runs[0]["path"].parent)
     sizes = sorted({r["n"] for r in own.values()})
     n = "/".join(map(str, sizes)) or "-"
     trained_at = groups[0][0]["config"]
@@ -967,24 +952,6 @@ def w_xe_squared(run):
     W, _ = weights(run)
     d = run["config"]["d"]
     return float((W[:d, d:] ** 2).sum())
-
-
-def val_set_se(model, n_test):
-    """The steps by which a validation set of n_test sequences, common to the seeds, moves their
-    crossing: the sd over sequences of l(t_1/2) - l(0)/2 at the model's (c, alpha) there (tokens
-    drawn, W_xe left out), over sqrt(n_test), over the model curve's slope at t_1/2."""
-    rows = np.array(model["rows"])
-    t_half = model["t_half"]
-    c = np.interp(t_half, rows[:, 0], rows[:, 2])
-    alpha = np.interp(t_half, rows[:, 0], rows[:, 3])
-    slopes = np.diff(rows[:, 1]) / np.diff(rows[:, 0])
-    slope = np.interp(t_half, rows[1:, 0], slopes)
-    setting = [model[k] for k in ("T", "q", "d", "de")]
-    draws = sts.family_draws("stochastic", *setting, n=1024)  # an sd to about 2%
-    target = draws[2]
-    r = alpha * sts.family_output(draws, c) - target  # f - STS_q
-    moved = 0.5 * (r * r).sum(-1) - 0.25 * (target * target).sum(-1)
-    return float(moved.std() / math.sqrt(n_test) / abs(slope))
 
 
 def plateau_row(folder, gd, g):

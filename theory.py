@@ -269,6 +269,24 @@ def model_t_half(
     return float(each.mean()), float(se), each.tolist()
 
 
+def val_set_se(model, n_test):
+    """The steps by which a validation set of n_test sequences, common to the seeds, moves their
+    crossing: the sd over sequences of l(t_1/2) - l(0)/2 at the model's (c, alpha) there (tokens
+    drawn, W_xe left out), over sqrt(n_test), over the model curve's slope at t_1/2."""
+    rows = np.array(model["rows"])
+    t_half = model["t_half"]
+    c = np.interp(t_half, rows[:, 0], rows[:, 2])
+    alpha = np.interp(t_half, rows[:, 0], rows[:, 3])
+    slopes = np.diff(rows[:, 1]) / np.diff(rows[:, 0])
+    slope = np.interp(t_half, rows[1:, 0], slopes)
+    setting = [model[k] for k in ("T", "q", "d", "de")]
+    draws = sts.family_draws("stochastic", *setting, n=1024)  # an sd to about 2%
+    target = draws[2]
+    r = alpha * sts.family_output(draws, c) - target  # f - STS_q
+    moved = 0.5 * (r * r).sum(-1) - 0.25 * (target * target).sum(-1)
+    return float(moved.std() / math.sqrt(n_test) / abs(slope))
+
+
 def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
     on `seed`'s draws) and {d_e tried: scale_floor's (floor, c, alpha, se)}. Up by 3/2, down by
