@@ -722,19 +722,24 @@ def plateau_panel(ax, points, base, k):
     line = [p for p in points if all(p[0][j] == base[j] for j in SCANNED if j != k)]
     line.sort(key=lambda p: p[0][k])
     x = [p[0][k] for p in line]
-    for i, (style, text) in enumerate(PLATEAU_LINES, 1):
-        ax.plot(x, [p[i] for p in line], style, ms=5, label=text)
-    trained = [(xi, np.mean(p[4]), min(p[4]), max(p[4])) for xi, p in zip(x, line)]
+    for i, (style, text) in enumerate(
+        PLATEAU_LINES, 1
+    ):  # a None: not crossed, not drawn
+        ax.plot(x, np.array([p[i] for p in line], float), style, ms=5, label=text)
+    seeds = [(xi, p[4]) for xi, p in zip(x, line) if p[4]]
+    trained = [(xi, np.mean(h), min(h), max(h)) for xi, h in seeds]
     bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
     x_ticks(ax, x)
 
 
 def plateau_point(gd, g):
-    """A configuration's (config, SGD's model's t_1/2, GD's, GD's closed form, the seeds')."""
+    """A configuration's (config, SGD's model's t_1/2, GD's, GD's closed form, the seeds' that
+    crossed)."""
     model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]["t_half"]
     halves = [interpolated(run, gd["floor"]) for run in g]
-    return g[0]["config"], model, gd["t_half"], gd["t_half_closed"], halves
+    crossed = [h for h in halves if h is not None]
+    return g[0]["config"], model, gd["t_half"], gd["t_half_closed"], crossed
 
 
 def figure_plateau(name, members, out):

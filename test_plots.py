@@ -1833,6 +1833,15 @@ def test_plots_tabulates_and_draws_the_plateau_against_sgds_model_and_gd(
     assert (
         list(gd_y) == [gd["t_half"]] * 3 and list(closed_y) == [gd["t_half_closed"]] * 3
     )
+    dynamics = tmp_path / "scan" / "n128" / "family_dynamics.json"
+    edit_json(dynamics, lambda f: f["rows"][0].update(floor=-1e9, t_half=None))
+    scan = [str(tmp_path / "scan"), "--out", str(tmp_path / "figs"), "--formats", "png"]
+    with pytest.raises(
+        SystemExit
+    ) as done:  # no seed at n = 128 crosses: none drawn there
+        plots.main(scan)
+    gd_y = drawn["scan"][plots.PLATEAU_LINES[1][1]][1]
+    assert done.value.code == 0 and gd_y[0] == gd["t_half"] and np.isnan(gd_y[1])
     with pytest.raises(SystemExit):
         plots.main([str(folder), "--out", str(tmp_path / "one"), "--formats", "png"])
     assert (tmp_path / "one" / "n64_dynamics.png").is_file()  # alone: its curve
