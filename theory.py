@@ -62,15 +62,13 @@ def family_gradient(draws, c, alpha):
     return each, dc, dalpha
 
 
-def family_dynamics(
-    kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, n=2048, seed=0, positions=None
-):
+def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, n=2048, seed=0):
     """Gradient descent on W = c W*, V = alpha V* from zero on n fixed draws, lr then lr/3 from
     anneal_at. A GD step's part along W* is <-lr dL/dW, W*> / |W*|^2, <dL/dW, W*> = dL/dc: so
     c <- c - lr dL/dc / d_e, alpha <- alpha - lr dL/dalpha / d. With stochastic PE the expected
     gradient at a family point lies in the family (P's law is invariant under rotations of
     R^{d_e}). Returns (loss, c, alpha, se), arrays of steps + 1; se = the losses' std / sqrt(n)."""
-    draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions)
+    draws = sts.family_draws(kind, T, q, d, d_e, n, seed)
     out = np.zeros((steps + 1, 4))  # rows (loss, c, alpha, se), all 0 at first
     for step in range(steps + 1):
         c, alpha = out[step, 1:3]
@@ -376,26 +374,26 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
         yield row
 
 
-def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0, positions=None):
+def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
     """--dynamics' row, printed: family_dynamics by GD (lr, lr/3 from anneal_at; 2048 sequences);
     t_1/2 (crossing) at the midpoint of the start and family_floor (4096 sequences, the same 2048
-    and more), plateau_steps', the curve (step, loss, c, alpha, se) every `every` steps."""
-    kind = "stochastic" if positions is None else "randomized"
-    floor = sts.family_floor(kind, T, q, d, d_e, seed=seed, positions=positions)[0]
+    and more), plateau_steps', the curve (step, loss, c, alpha, se) every `every` steps.
+    Stochastic PE."""
+    floor = sts.family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
     curve = family_dynamics(
-        kind, T, q, d, d_e, steps, lr, anneal_at, 2048, seed, positions
+        "stochastic", T, q, d, d_e, steps, lr, anneal_at, 2048, seed
     )
     level = (curve[0, 0] + floor) / 2
     t_half = crossing(np.arange(steps + 1), curve[0], level)
     closed = plateau_steps(T, q, d, d_e, lr, floor)
-    where = f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)}"
+    where = f"stochastic: T={T} q={q} d={d} d_e={d_e}"
     end = f"c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps} steps"
     found = f"t_1/2 {t_half and round(t_half, 1)} (closed form {closed:.0f})"
     print(
         f"{where} lr={lr}, GD on W = c W*, V = alpha V*: loss {curve[0, -1]:.4f}, {end};"
         f" {found}; floor {floor:.4f}"
     )
-    row = dict(pe=kind, positions=positions, T=T, q=q, d=d, de=d_e)
+    row = dict(pe="stochastic", T=T, q=q, d=d, de=d_e)
     row.update(lr=lr, steps=steps, anneal_at=anneal_at, anneal_factor=1 / 3)
     row.update(floor=floor, t_half=t_half, t_half_closed=closed)
     row["columns"] = ["step", "loss", "c", "alpha", "se"]
@@ -503,8 +501,8 @@ def add_mode_flags(add):
     needed = "print needed_de (target --eps d/(2q)), and exit"
     add("--needed-de", action="store_true", help=needed)
     dynamics = (
-        "print family_dynamics' curve by GD and t_1/2 at each --T, --de (--positions:"
-        " randomized PE), --q, --lr, --steps, and exit"
+        "print family_dynamics' curve by GD and t_1/2 at each --T, --de, --q, --lr,"
+        " --steps, and exit"
     )
     add("--dynamics", action="store_true", help=dynamics)
     plateau = (
@@ -538,9 +536,8 @@ def add_search_flags(add):
     json_help = "also write the rows to this file (plots.py)"
     add("--json", help=json_help)
     positions = (
-        "with --floor (or --dynamics): randomized PE with tables of these L >= T"
-        " positions instead: the floors of W = c W* and of a table-learning W"
-        " (table_floor); its curves"
+        "with --floor: randomized PE with tables of these L >= T positions instead: the"
+        " floors of W = c W* and of a table-learning W (table_floor)"
     )
     add("--positions", type=POSITIVE, nargs="+", help=positions)
 
@@ -553,12 +550,9 @@ def check_flags(p, args):
         p.error(f"--q must be one value without --floor (got {args.q})")
     if args.dynamics and args.batch:
         p.error("--batch: with --plateau alone (--dynamics is GD's curve)")
-    if args.positions and args.dynamics:
-        fits = min(args.positions) >= max(args.T)
-    else:
-        fits = args.floor and max(args.positions or [math.inf]) >= min(args.T)
+    fits = args.floor and max(args.positions or [math.inf]) >= min(args.T)
     if args.positions and not fits:
-        accepts = "table sizes L >= --T (some --T with --floor; each with --dynamics)"
+        accepts = "table sizes L >= some --T, with --floor"
         p.error(f"--positions must be {accepts} (got {args.positions})")
 
 
@@ -575,9 +569,9 @@ def search(args, q, d):
     elif args.dynamics:
         sequences = 2048
         rows = []
-        for T, d_e, L in itertools.product(args.T, args.de, args.positions or [None]):
+        for T, d_e in itertools.product(args.T, args.de):
             schedule = (args.steps, args.lr, anneal_at, args.every)
-            rows.append(dynamics(T, q, d, d_e, *schedule, args.seed, L))
+            rows.append(dynamics(T, q, d, d_e, *schedule, args.seed))
     elif args.plateau:  # the draws' seeds: 0, 1, ..., draws - 1
         family = "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
         rows = []
