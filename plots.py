@@ -8,11 +8,11 @@
 Transformer runs give NAME_training, _length, _qtest, _weights (the paper's Figures 1-4), or
 NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs
 NAME_fcn_training; sweep.json, critical.json, needed_de.json NAME_separation, _critical,
-_needed_de. Seeds: their mean and a band from lowest to highest. What cannot be read or drawn
-(a damaged run, a file of no run) is a line on stderr, the rest drawn; exit status 2 after
-one, or when nothing is drawn; 0 after a warning alone (a log's cut last line). A rare fault
-(a full disk, a read-only --out, a hand-edited summary) is Python's traceback; a figure is
-written whole or not at all."""
+_needed_de. Seeds: their mean and a band from lowest to highest. What cannot be drawn (a run
+that diverged or is missing a file, a copy of a run) is a line on stderr, the rest drawn; exit
+status 2 after one, or when nothing is drawn; 0 after a warning alone (a log's cut last
+line). A rare fault (a full disk, a read-only --out, a hand-edited file) is Python's
+traceback."""
 
 import statistics
 import sys
@@ -46,17 +46,15 @@ from tables import (
     THEORY,
     WIDTH_FORMS,
     by_model_and_s,
-    escape,
     family_curves,
+    interpolated,
     models,
     partial,
     same_target,
     table_critical,
-    table_dynamics,
     table_floor_excess,
     table_largest,
     table_needed,
-    table_plateau,
     table_plateau_model,
     table_sweep,
     table_whole_curve,
@@ -148,8 +146,7 @@ def bars(ax, points, **kw):
 
 
 def save(fig, out, name, title):
-    """The title, wrapped; one legend below the axes, so that it hides no curve; the files,
-    each whole or not at all (no truncated figure is left behind, a full disk too)."""
+    """The title, wrapped; one legend below the axes, so that it hides no curve; the files."""
     width = fig.get_figwidth()
     fig.suptitle(textwrap.fill(title, int(width * 17)), fontsize=8)
     entries = {}
@@ -166,10 +163,7 @@ def save(fig, out, name, title):
     folder, formats = out  # main's --out and --formats
     folder.mkdir(parents=True, exist_ok=True)  # read-only: Python's traceback
     for ext in formats:
-        runlog.write_atomic(
-            folder / f"{name}.{ext}",
-            lambda handle, ext=ext: fig.savefig(handle, format=ext),
-        )
+        fig.savefig(folder / f"{name}.{ext}")
     plt.close(fig)
     print(f"wrote {folder / name}.{' and .'.join(formats)}")
     return True
@@ -273,8 +267,8 @@ def figure_weights(runs, out, name, report):
     groups = configurations(runs)
     rows = []
     for g in groups[:2]:
-        then = f"; not in {name}_weights"  # what a damaged run leaves out
-        pair = report.attempt(both_weights, g[0], then=then, at=g[0]["path"])
+        then = f"; not in {name}_weights"  # what a run without weights leaves out
+        pair = report.attempt(both_weights, g[0], then=then)
         if pair:
             rows.append((g[0]["config"], pair))
     if not rows:
@@ -687,25 +681,33 @@ def figure_positions(runs, out, name):
     return save(fig, out, f"{name}_positions", caption)
 
 
+def logged_curve(group, last):
+    """The steps every seed logged up to `last`, and (val, c, α) there (seeds, steps, 3); c =
+    norm_W cos_W / √d_e in logs from before c was logged."""
+    steps, val = spread(group, "val")
+    c = spread(group, "c")[1]
+    old = spread(group, "norm_W")[1] * spread(group, "cos_W")[1]
+    c = np.where(np.isnan(c), old / np.sqrt(group[0]["config"]["de"]), c)
+    alpha = spread(group, "alpha")[1]
+    kept = steps <= last
+    return steps[kept], np.stack([val, c, alpha], -1)[:, kept]
+
+
 def figure_dynamics(name, pairs, out):
-    """The logged val, c and α with theory.family_dynamics' over: GD's dashed, SGD's model
-    dotted."""
+    """The logged val, c and α with theory.family_dynamics' (GD) over, dashed."""
     fig, axes = panels(3)
     groups = [g for _, g in pairs]
-    for mine, g in pairs:
-        _, steps, seeds, _ = escape(mine[-1], g)
+    for gd, g in pairs:
+        steps, seeds = logged_curve(g, gd["steps"])
         col = color(g, groups)
+        model = np.array(gd["rows"], float).T  # every few steps
         for k, ax in enumerate(axes):  # val, c, α; save() keeps one legend entry
             band(ax, steps, seeds[:, :, k], col, label=label(g, groups))
-            for row in mine:  # the family's: GD's dashed, SGD's model dotted
-                kept = np.array(row["rows"], float).T  # every few steps
-                ls = "--" if row["batch"] is None else ":"
-                ax.plot(kept[0], kept[k + 1], color=col, ls=ls)
+            ax.plot(model[0], model[k + 1], color=col, ls="--")
     legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
-    legend_key(axes[0], "k:", "the same by SGD's model at the runs' n")
     ylabels = (f"validation loss {LOSS}", "c = ⟨W, W*⟩ / d_e", "α = ⟨V, V*⟩ / d")
     titles = ("val", "c", "α (where logged)")
-    plateau = pairs[0][0][0]["t_half"] or 10
+    plateau = pairs[0][0]["t_half"] or 10
     for ax, ylabel, title in zip(axes, ylabels, titles):
         ax.set_xscale("symlog", linthresh=max(10, plateau))  # linear over the plateau
         ax.set(xlabel="step", xlim=(0, None), ylabel=ylabel, title=title)
@@ -715,56 +717,46 @@ def figure_dynamics(name, pairs, out):
 
 # figure_plateau's panels: the settings a scan varies
 SCANNED = ("T", "de", "lr", "q", "batch")
+# figure_plateau's model lines: (style, legend)
+PLATEAU_LINES = (
+    ("kx-", "SGD's model, tokens integrated (theory.sgd_curve)"),
+    ("k--", "GD on W = cW*, V = αV* (theory.family_dynamics)"),
+    ("k:", "GD's closed form (theory.plateau_steps)"),
+)
 
 
 def plateau_panel(ax, points, base, k):
-    """t_1/2 against setting k, the points at base in the others: the family's (GD, SGD's
-    model; each closed form), SGD's model with the tokens integrated (PLATEAU, where there
-    is one) and the trained seeds'."""
-    line = []  # (value, the family's rows, the seeds' t_1/2, PLATEAU's t_1/2), by value
-    for c, mine, halves, model in points:
-        if all(c[j] == base[j] for j in SCANNED if j != k):
-            line.append((c[k], mine, [h for h in halves if h is not None], model))
-    line.sort(key=lambda p: p[0])
-    x = [p[0] for p in line]
-    modelled = [(p[0], p[3]) for p in line if p[3] is not None]
-    if modelled:
-        label = "SGD's model, tokens integrated (theory.sgd_curve)"
-        ax.plot(*zip(*modelled), "x", color="k", ms=5, label=label)
-    for i, ls, text in ((0, "-", "GD"), (-1, ":", "SGD's model at the runs' n")):
-        rows = [p[1][i] for p in line]
-        steps = [r["t_half"] for r in rows]
-        ax.plot(x, steps, "k" + ls, label=f"{text} (theory.family_dynamics)")
-        closed = [r["t_half_closed"] for r in rows]
-        ax.plot(
-            x,
-            closed,
-            ls,
-            color="gray",
-            label=f"{text}: closed form (theory.plateau_steps)",
-        )
-    trained = [(xi, np.mean(h), min(h), max(h)) for xi, _, h, _ in line if h]
+    """t_1/2 against setting k, the points at base in the others: SGD's model (PLATEAU), GD on
+    the family and its closed form (DYNAMICS), and the trained seeds'."""
+    line = [p for p in points if all(p[0][j] == base[j] for j in SCANNED if j != k)]
+    line.sort(key=lambda p: p[0][k])
+    x = [p[0][k] for p in line]
+    for i, (style, text) in enumerate(
+        PLATEAU_LINES, 1
+    ):  # a None: not crossed, not drawn
+        ax.plot(x, np.array([p[i] for p in line], float), style, ms=5, label=text)
+    seeds = [(xi, p[4]) for xi, p in zip(x, line) if p[4]]
+    trained = [(xi, np.mean(h), min(h), max(h)) for xi, h in seeds]
     bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
     x_ticks(ax, x)
 
 
-def model_t_half(g):
-    """PLATEAU's t_1/2 beside a configuration's runs, else None."""
-    path = g[0]["path"].parent / PLATEAU
-    return runlog.read(path)["rows"][0]["t_half"] if path.exists() else None
+def plateau_point(gd, g):
+    """A configuration's (config, SGD's model's t_1/2, GD's, GD's closed form, the seeds' that
+    crossed)."""
+    model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]["t_half"]
+    halves = [interpolated(run, gd["floor"]) for run in g]
+    crossed = [h for h in halves if h is not None]
+    return g[0]["config"], model, gd["t_half"], gd["t_half_closed"], crossed
 
 
 def figure_plateau(name, members, out):
     """t_1/2 against each setting a scan varies from its most common point, trained,
     predicted."""
-    points = []  # (config, the family's rows, each seed's t_1/2) of each configuration
-    for _, pairs in members:
-        for mine, g in pairs:
-            halves = escape(mine[-1], g)[0]
-            points.append((g[0]["config"], mine, halves, model_t_half(g)))
-    base = {k: statistics.mode([c[k] for c, *_ in points]) for k in SCANNED}
-    varied = [k for k in SCANNED if len({c[k] for c, *_ in points}) > 1]
+    points = [plateau_point(gd, g) for _, pairs in members for gd, g in pairs]
+    base = {k: statistics.mode([p[0][k] for p in points]) for k in SCANNED}
+    varied = [k for k in SCANNED if len({p[0][k] for p in points}) > 1]
     runlog.require(
         varied,
         f"{name}: its runs differ in none of {', '.join(SCANNED)}; {name} not drawn",
@@ -776,7 +768,7 @@ def figure_plateau(name, members, out):
     legend_key(
         axes[0],
         "o",
-        "trained (seeds: mean, lowest to highest)",
+        "trained (seeds, interpolated: mean, lowest to highest)",
         color=COLORS["stochastic"],
         ms=3,
     )
@@ -840,7 +832,7 @@ def draw_summaries(summaries, out, report):
     """The figure (out=None: the table) of each summary; a needed_de.json's with the
     sweep.json's beside it; the tables of several sweep.json, their widths at the largest
     budgets."""
-    loaded = {p: report.attempt(load_summary, p, at=p) for p in summaries}
+    loaded = {p: report.attempt(load_summary, p) for p in summaries}
     for path, summary in loaded.items():
         if summary:
             sweep = loaded.get(path.parent / "sweep.json")
@@ -867,24 +859,19 @@ def draw_all(experiments, summaries, out, report):
             tabulate(name, runs, report, predicted)
         elif runs:
             draw(name.replace("/", "_"), runs, out, report, predicted)
-    for _, name, _, _, pairs in alone:  # DYNAMICS: the curves
-        if pairs and out is None:
-            report.draw(table_dynamics, name, pairs)
-        elif pairs:
+    for _, name, _, _, pairs in alone if out else ():  # DYNAMICS: the curves
+        if pairs:
             report.draw(figure_dynamics, name.replace("/", "_"), pairs, out)
     for parent, members in scans.items() if out else ():  # a scan's t_1/2
         report.draw(figure_plateau, parent.name, members, out)
-    dynamics = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
-    if out is None and dynamics:
-        report.draw(table_plateau, dynamics)
-        if any((f / PLATEAU).exists() for f, *_, p in loaded if p):
-            report.draw(table_plateau_model, dynamics)
-    models = [
-        (name, runs, p) for f, name, runs, p, _ in loaded if runs and whole_curve(f)
-    ]
-    if out is None and models:
-        report.draw(table_whole_curve, models)
-        report.draw(table_floor_excess, models)
+    modelled = [(f, p) for f, *_, p in loaded if p and (f / PLATEAU).exists()]
+    if out is None and modelled:
+        named = [(str(f.relative_to(f.parents[1])), p) for f, p in modelled]
+        report.draw(table_plateau_model, named)
+    whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
+    if out is None and whole:
+        report.draw(table_whole_curve, whole)
+        report.draw(table_floor_excess, whole)
     draw_summaries(summaries, out, report)
 
 
@@ -948,9 +935,6 @@ def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
     out = Path(args.out)
-    if not args.table and not runlog.nearest(out).is_dir():  # before anything is read
-        why = "is not a folder, nor can one be made there"
-        runlog.fail("plots.py", f"--out: {args.out} {why}; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
         write_theory(experiments, report, args.theory)

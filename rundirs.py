@@ -1,12 +1,11 @@
 """What the training scripts leave on disk, read for plots.py and tables.py. Each evaluation
-set has one name here, "val", "T=250" or "q=2"; what cannot be read raises Skip, naming the
+set has one name here, "val", "T=250" or "q=2"; what cannot be used raises Skip, naming the
 file and why."""
 
 import io
 import json
 import math
 import os
-import zipfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,13 +15,6 @@ import runlog
 from runlog import GROUPS, flat, require
 from runlog import Unusable as Skip  # Skip: what cannot be drawn
 
-# the config.json keys that a model's figures and tables read; a run without one is skipped
-NEEDS = {
-    "transformer": "T q d de pe seed batch optimizer lr init attend".split(),
-    "fcn": "T q d width seed batch optimizer lr".split(),
-}
-# those of them that are integers
-WHOLE = "T q d de width seed batch".split()
 # made by train_fcn.py, train_bool.py, sts.py
 SUMMARIES = "sweep.json critical.json needed_de.json".split()
 # the settings legends name, in this order
@@ -32,21 +24,20 @@ VARYING = "pe positions T width depth de optimizer attend init".split()
 PER_SEED = "seed threads device compile checkpoint_every n_final evaluate".split()
 FLOOR = "family_floor.json"  # sts.py --floor
 PREDICTED = "pe T q d de".split()  # its rows' keys
-DYNAMICS = "family_dynamics.json"  # sts.py --dynamics: the curves of a run's SCHEDULE
+DYNAMICS = (
+    "family_dynamics.json"  # theory.py --dynamics: GD's curve at a run's SCHEDULE
+)
 SCHEDULE = "pe positions T q d de lr anneal_at".split()
-# the runs it predicts: plain SGD, the rate annealed by 1/3
+# the runs it is drawn beside: plain SGD, the rate annealed by 1/3
 PLAIN = dict(optimizer="sgd", init="zero", attend="tokens", anneal_factor=1 / 3)
 NAN = float("nan")
 # how legends show a setting; others as key=value
 LEGEND = {"pe": "{} PE", "positions": "L={}"}
 
-# what a hand-edited file's content raises in the code that reads it: a key missing, a list
-# for a dict, a string for a number (never an OSError: a full disk or a read-only folder)
-DAMAGED = (LookupError, TypeError, ValueError, AttributeError)
-# what a parser raises on a cut or hand-edited file
-UNPARSABLE = (ValueError, EOFError, zipfile.BadZipFile)
-LEFT_OUT = "left out"  # what read() says of a damaged file by default
+LEFT_OUT = "left out"  # what read() says of a missing file by default
 EVALUATE = "rerun train_tf.py --evaluate on the run"  # what rewrites final_losses.npz
+# what restores a run's missing file: never --force, which would delete what its job can resume
+FIX = "rerun the command that made the run with --resume"
 
 
 class Report(list):
@@ -57,47 +48,21 @@ class Report(list):
     def say(self, kind, message):
         self.append(f"plots.py: {kind}: {message}")
 
-    def attempt(self, job, *args, then="", at=None):
-        """job(*args), or None with its Skip reported. With `at`, the file or folder that job
-        reads, a damaged file's error (DAMAGED) there is reported too; without, it is a bug
-        (in a figure, say) and ends in Python's traceback."""
-        caught = DAMAGED if at else Skip  # Skip is a ValueError
+    def attempt(self, job, *args, then=""):
+        """job(*args), or None with its Skip reported (then `then`); any other error is Python's
+        traceback (a hand-edited file, a bug in a figure)."""
         try:
             return job(*args)
-        except caught as e:
-            why = f"{at}: {type(e).__name__}: {e} (a malformed file?)"
-            self.say("skipped", f"{e if isinstance(e, Skip) else why}{then}")
+        except Skip as e:
+            self.say("skipped", f"{e}{then}")
 
     def draw(self, *job, **kw):  # a figure or table: counted if drawn
         self.drawn += bool(self.attempt(*job, **kw))
 
 
 def read(path, parse=json.loads, fix=LEFT_OUT):
-    """parse(the bytes of path); Skip if it is missing, not a regular file (a FIFO's read would
-    hang) or cannot be parsed (a cut write, a hand edit), naming path and then `fix`. An
-    OSError (a disk fault) is Python's traceback."""
-    data = runlog.read(path, bytes, fix)  # Unusable (Skip) if missing or irregular
-    try:
-        return parse(data)
-    except json.JSONDecodeError:
-        raise Skip(f"{path}: not valid JSON; {fix}") from None
-    except UNPARSABLE as e:
-        raise Skip(f"{path}: cannot be read ({type(e).__name__}); {fix}") from None
-
-
-def fix_for(run, alone="rerun the run with --force"):
-    """What restores a run's damaged file: --resume where a job's checkpoint lies in the run's
-    folder or up to two above it (a figure set's --out); `alone` (--force) only where none
-    does, so that nothing resumable is lost."""
-    if not (run / "config.json").exists() and not (run / "log.jsonl").exists():
-        return f"{run} holds no run: name a run folder"
-    for folder in (run, run.parent, run.parent.parent):
-        for checkpoint in sorted(folder.glob("checkpoint-*.pt")):
-            return (
-                f"{checkpoint} (its job's checkpoint) restores it: rerun the command that"
-                " made it with --resume"
-            )
-    return alone
+    """runlog.read: parse(the bytes of path); Skip if it is missing, naming path and `fix`."""
+    return runlog.read(path, parse, fix)
 
 
 def load_npz(data):
@@ -109,7 +74,7 @@ def load_npz(data):
 def weights(run, when="final"):
     """A run's weights_{when}.npz: W and V, in float64; Skip if missing or unreadable."""
     path = run["path"] / f"weights_{when}.npz"
-    w = read(path, load_npz, fix_for(run["path"]))
+    w = read(path, load_npz, FIX)
     return w["W"], w["V"]
 
 
@@ -119,10 +84,10 @@ def set_name(key):
 
 
 def final_losses(run):
-    """Each sequence's loss of final_losses.npz by set name; {}: none; Skip for a damaged file
-    or a size that is not summary.json's n_final (a kill between --evaluate's two renames)."""
+    """Each sequence's loss of final_losses.npz by set name; {}: none; Skip for a size that is
+    not summary.json's n_final (a kill between --evaluate's two renames)."""
     path = run["path"] / "final_losses.npz"
-    if not path.exists():  # a FIFO exists: read() refuses it
+    if not path.exists():
         return {}
     arrays = read(path, load_npz, EVALUATE)
     n = run["summary"].get("n_final")
@@ -173,31 +138,14 @@ def finite_loss(record):
     return any(map(finite, losses))
 
 
-def check_config(path, config):
-    """Skip a config.json without a key its model's figures read, or with a non-integer one."""
-    needs = NEEDS[config["model"]]  # no "model": KeyError
-    missing = [k for k in needs if k not in config]
-    keys = ", ".join(map(repr, missing))
-    require(not missing, f"{path}: no key {keys}", Skip)
-    odd = [
-        k for k in WHOLE if type(config.get(k, 0)) is not int
-    ]  # null; "0": unsortable
-    if odd:
-        raise Skip(f"{path}: {odd[0]} {config[odd[0]]!r} is not an integer")
-
-
 def load_run(path, report):
     """A run directory's config, log, summary, final numbers (end); Skip if it must not be
     drawn, saying what restores it."""
-    fix = fix_for(path)
-    # config.json, summary.json: --force would delete the weights of what may be a finished run
-    by_hand = fix_for(path, "repair it or move it away")
-    config = read(path / "config.json", fix=by_hand)
-    check_config(path / "config.json", config)
-    log = read_log(path / "log.jsonl", report, fix)
+    config = read(path / "config.json", fix=FIX)
+    log = read_log(path / "log.jsonl", report, FIX)
     summary = {}  # none: still running
     if (path / "summary.json").exists():
-        summary = read(path / "summary.json", fix=by_hand)
+        summary = read(path / "summary.json")
     require(
         summary.get("status") != "diverged",  # its curve would run off the axes
         f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}",
@@ -213,18 +161,8 @@ def load_run(path, report):
 
 
 def below(folder, names):
-    """The regular files called one of `names` at or below `folder`, symlinked folders
-    followed, each real folder once (links to . or .. would branch without end)."""
-    found, seen = [], set()
-    for top, dirs, files in os.walk(folder, followlinks=True):
-        real = os.path.realpath(top)
-        if real in seen:
-            dirs.clear()
-            continue
-        seen.add(real)
-        dirs.sort(key=lambda d: (os.path.islink(os.path.join(top, d)), d))  # links last
-        paths = [Path(top) / name for name in names if name in files]
-        found += [path for path in paths if path.is_file()]
+    """The files called one of `names` at or below `folder` (symlinked folders not followed)."""
+    found = [p for name in names for p in Path(folder).rglob(name) if p.is_file()]
     return sorted(found)
 
 
@@ -301,15 +239,15 @@ def load_all(experiments, report, dynamics=True):
     loaded = []
     then = "; the run is left out (of its configuration's mean too)"
     for folder, dirs in sorted(experiments.items()):
-        runs = [report.attempt(load_run, d, report, then=then, at=d) for d in dirs]
+        runs = [report.attempt(load_run, d, report, then=then) for d in dirs]
         runs = unique([run for run in runs if run], report)
         predicted = pairs = None
         floor = folder / FLOOR
         if runs and floor.exists():
-            predicted = report.attempt(load_prediction, floor, runs, at=floor)
+            predicted = report.attempt(load_prediction, floor, runs)
         curves = folder / DYNAMICS
         if dynamics and runs and curves.exists():
-            pairs = report.attempt(load_dynamics, curves, runs, at=curves)
+            pairs = report.attempt(load_dynamics, curves, runs)
         same = [f for f in experiments if f.name == folder.name]
         relative = folder.relative_to(os.path.commonpath(same)).as_posix()
         name = folder.name if relative == "." else relative  # "." for a lone folder
@@ -364,27 +302,24 @@ def load_prediction(path, runs):
 
 
 def predicts(row, config):
-    """Whether a DYNAMICS row is the config's: the config PLAIN, the row of its SCHEDULE, no
-    longer than it trained, GD (batch None) or SGD at its batch."""
+    """Whether a DYNAMICS row is the config's: the config PLAIN, the row GD's (no batch) at its
+    SCHEDULE, no longer than it trained."""
     plain = all(config.get(k) == v for k, v in PLAIN.items())
     same = all(row.get(k) == config.get(k) for k in SCHEDULE)
-    batch = row["batch"] in (None, config["batch"])
-    return plain and same and batch and row["steps"] <= config["steps"]
+    return (
+        plain and same and row.get("batch") is None and row["steps"] <= config["steps"]
+    )
 
 
 def load_dynamics(path, runs):
-    """[(rows, group)]: each configuration of plain SGD and its rows of DYNAMICS at path
-    (sts.py --dynamics), the population's GD (batch None) first, then SGD's at its batch
-    (a row without positions: None); Skip if none."""
+    """[(row, group)]: each configuration of plain SGD and its GD row of DYNAMICS at path
+    (theory.py --dynamics; a row without positions: None); Skip if none."""
     rows = read(path)["rows"]
     pairs = []
     for group in configurations(runs):
-        config = group[0]["config"]
-        mine = [r for r in rows if predicts(r, config)]
+        mine = [r for r in rows if predicts(r, group[0]["config"])]
         if mine:
-            pairs.append(
-                (sorted(mine, key=lambda row: row["batch"] is not None), group)
-            )
+            pairs.append((mine[0], group))
     require(
         pairs, f"{path}: no row at these runs' {', '.join(SCHEDULE)} (plain SGD)", Skip
     )
@@ -514,12 +449,12 @@ def describe(c, groups=()):
 
 
 def load_finished(paths, shared):
-    """--evaluate's runs, grouped by the config keys `shared`; a damaged or unfinished one is
-    a Skip, before any lock or write."""
-    try:
-        runs = [load_run(Path(path), Report()) for path in paths]
-    except DAMAGED as e:  # a Skip among them
-        raise Skip(f"--evaluate: {e if isinstance(e, Skip) else repr(e)}") from None
+    """--evaluate's runs, grouped by the config keys `shared`; a folder without a run or an
+    unfinished run is a Skip, before any lock or write."""
+    for path in paths:
+        there = (Path(path) / "config.json").exists()
+        require(there, f"--evaluate: {path} holds no run: name a run folder", Skip)
+    runs = [load_run(Path(path), Report()) for path in paths]
     groups = defaultdict(list)
     for run in runs:
         is_transformer = run["config"]["model"] == "transformer"

@@ -1,7 +1,6 @@
 """The Markdown tables of `plots.py --table`, each caption saying what its cells are ('-': data
 missing); the family W = c W*, V = alpha V* evaluated with sts.py's NumPy, no torch."""
 
-import hashlib
 import math
 
 import numpy as np
@@ -30,7 +29,7 @@ from rundirs import (
     value,
     weights,
 )
-from theory import crossing, escape_step
+from theory import crossing, val_set_se
 
 # trained and family models on common sequences
 EVAL_SEED = 12345
@@ -138,25 +137,12 @@ def run_names(group):
     return tuple(r["path"].name for r in group)
 
 
-def weights_digest(run):
-    """A digest of a run's final weights: what THEORY's row of it scored (None: no file)."""
-    path = run["path"] / "weights_final.npz"
-    return hashlib.sha1(path.read_bytes()).hexdigest()[:12] if path.exists() else None
-
-
-def own_rows(folder, runs):
-    """THEORY's rows by (the runs' names, set), but a row of weights since replaced (a run
-    retrained with --force): its numbers are not these runs'; {} without the file."""
+def own_rows(folder):
+    """THEORY's rows by (the runs' names, set); {} without the file."""
     path = folder / THEORY
     if not path.exists():
         return {}
-    digests = {r["path"].name: weights_digest(r) for r in runs}
-    rows = {}
-    for r in read(path)["rows"]:
-        now = [digests.get(name) for name in r["runs"]]
-        if r.get("weights", now) == now:  # files written before digests: kept
-            rows[tuple(r["runs"]), r["set"]] = r
-    return rows
+    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]}
 
 
 def best(predicted, c, k):
@@ -179,7 +165,7 @@ def family_curves(groups, predicted):
     curves = {}
     for g in groups:
         c = g[0]["config"]
-        own = own_rows(g[0]["path"].parent, g)
+        own = own_rows(g[0]["path"].parent)
         key = "loss" if c["pe"] == "stochastic" else "table"
         at = {}
         for k in theory_sets(g):
@@ -250,10 +236,9 @@ def theory_rows(g, predicted, n):
     if c["pe"] == "fixed" and "table_c" not in row:
         return []
     each = {k: seeds_mean(g, row, k, n) for k in theory_sets(g)}
-    digests = [weights_digest(r) for r in g]
     rows = []
     for k, (trained, own) in each.items():
-        cell = dict(runs=list(run_names(g)), weights=digests, set=k, n=n)
+        cell = dict(runs=list(run_names(g)), set=k, n=n)
         cell["trained"] = float(trained.mean())
         cell["own"] = float(own.mean())
         cell["own_se"] = float(own.std(ddof=1) / n**0.5)
@@ -382,14 +367,14 @@ def tabulate(name, runs, report, predicted):
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     for mine in (fcn, tf):  # a table per model
         if mine:
-            report.draw(table, name, mine, at=at)
+            report.draw(table, name, mine)
     if tf:
-        report.attempt(table_paired, name, tf, report, at=at)
-        report.attempt(table_length, name, tf, predicted, at=at)
+        report.attempt(table_paired, name, tf, report)
+        report.attempt(table_length, name, tf, predicted)
     if predicted:
-        report.attempt(table_floor, name, tf, predicted, at=at)
+        report.attempt(table_floor, name, tf, predicted)
     if (at / "table_floor.json").exists():
-        report.attempt(table_selection, name, tf, at=at)
+        report.attempt(table_selection, name, tf)
 
 
 def config_row(g, groups, names, final, shape, cos):
@@ -478,7 +463,7 @@ def paired_rows(g, ref, groups, files, gaps):
 def table_paired(name, runs, report):
     """Each PE minus fixed PE, and randomized minus stochastic PE, where the configurations agree
     but for the PE: each seed's difference on the same sequences, over the seeds, beyond 2 se; a
-    seed whose final_losses.npz cannot be read (reported) is left out."""
+    seed whose final_losses.npz is skipped (reported) is left out."""
     groups = configurations(runs)
     files = {r["path"]: report.attempt(final_losses, r) or {} for r in runs}
     rows = []
@@ -580,7 +565,7 @@ def table_length(name, runs, predicted):
     """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
     groups = configurations(runs)
     names = sets(runs, "T", "q")
-    own = own_rows(runs[0]["path"].parent, runs)
+    own = own_rows(runs[0]["path"].parent)
     sizes = sorted({r["n"] for r in own.values()})
     n = "/".join(map(str, sizes)) or "-"
     trained_at = groups[0][0]["config"]
@@ -944,76 +929,7 @@ def table_sweep(path, summary):
     return markdown(caption, header, rows)
 
 
-# ------------------------------------ the training curve against theory.family_dynamics (GD on c, α)
-def logged_points(run):
-    """{step: (val, c, α)} of a run's log, c = norm_W cos_W / √d_e in logs from before c was logged."""
-    root = math.sqrt(run["config"]["de"])
-    points = {}
-    for r in run["log"]:
-        if "c" in r:
-            c = value(r, "c")
-        else:
-            c = value(r, "norm_W") * value(r, "cos_W") / root
-        points[r["step"]] = (value(r, "val"), c, value(r, "alpha"))
-    return points
-
-
-def escape(row, group):
-    """Each seed's t_1/2 (theory.escape_step at the row's floor); the steps every seed logged up to the
-    row's last; the logged (val, c, α) there (seeds, steps, 3); family_dynamics' (loss, c, α)
-    there (interpolated), its gap's se."""
-    logs = [logged_points(run) for run in group]
-    common = set.intersection(*map(set, logs))
-    kept = sorted(s for s in common if s <= row["steps"])
-    steps = np.array(kept, float)
-    seeds = np.array([list(map(log.get, kept)) for log in logs])
-    model = np.array(row["rows"], float)
-    loss, c, alpha, se = [np.interp(steps, model[:, 0], y) for y in model[:, 1:5].T]
-    n_test = group[0]["config"]["n_test"]
-    gap_se = se * math.sqrt(1 + 2048 / n_test)  # --dynamics' 2048 draws
-    halves = [escape_step(steps, v, row["floor"]) for v in seeds[:, :, 0]]
-    return halves, steps, seeds, (loss, c, alpha, gap_se)
-
-
-def dynamics_rows(mine, g):
-    """table_dynamics' rows of a configuration g."""
-    row = mine[-1]  # SGD's where there is one
-    _, steps, seeds, (loss, c, alpha, se) = escape(row, g)
-    t_half = row["t_half"] or 0
-    near = {int(np.abs(steps - x * t_half).argmin()) for x in (0.5, 1, 1.5, 2, 4)}
-    model = "GD" if row["batch"] is None else f"SGD, n={row['batch']}"
-    rows = []
-    for i in sorted(near | {0, len(steps) - 1}):
-        at = seeds[:, i]
-        predicted = f"{loss[i]:.4f} ± {se[i]:.4f}"
-        c_cells = [mean_sd(at[:, 1], ".3f"), fmt(c[i], ".3f")]
-        alpha_cells = [mean_sd(at[:, 2], ".3f"), fmt(alpha[i], ".3f")]
-        step = [label(g, [g]), model, int(steps[i]), mean_sd(at[:, 0]), predicted]
-        rows.append([*step, *c_cells, *alpha_cells])
-    return rows
-
-
-def table_dynamics(name, pairs):
-    """A configuration's logged curve against family_dynamics' at a few steps around its t_1/2."""
-    rows = []
-    for mine, g in pairs:
-        rows += dynamics_rows(mine, g)
-    caption = (
-        f"{name}: the logged curve against W = c W*, V = α V* trained from zero ({DYNAMICS}:"
-        " theory.family_dynamics on its own 2,048 sequences at the runs' rate schedule; by SGD's"
-        " model at the runs' n where the file has it, else by GD), at the first and last steps"
-        " both logged and those nearest ½, 1, 1½, 2 and 4 times its t½. Over the seeds mean ± s"
-        " (the sample standard deviation); ± beside the prediction: the Monte-Carlo se of its"
-        " gap to the seeds' common val set, √(se² + se² 2048/n_test). c = ⟨W, W*⟩/d_e (logs"
-        " without it: norm_W cos_W / √d_e), α = ⟨V, V*⟩/d ('-': not logged)."
-    )
-    header = (
-        "configuration | model | step | val | predicted | c | c predicted | α"
-        " | α predicted"
-    )
-    return markdown(caption, header, rows)
-
-
+# ------------------------------------------- the plateau: t_1/2 against SGD's model (theory.py)
 SETTING_COLUMNS = "T | q | d_e | lr | n | seeds | logged every"
 
 
@@ -1022,57 +938,6 @@ def plateau_setting(g):
     cfg = g[0]["config"]
     setting = [cfg[k] for k in ("T", "q", "de", "lr", "batch")]
     return [*setting, len(g), cfg["eval_every"]]
-
-
-def measured_over(halves, row):
-    return fmt(mean(halves) / row["t_half"], ".2f") if row.get("t_half") else "-"
-
-
-def plateau_cells(folder, gd, last, g):
-    """table_plateau's row of a configuration g: GD's and the last model's (SGD's if any)."""
-    halves, steps, seeds, (loss, c, alpha, se) = escape(last, g)
-    halves = nan_if_none(halves)
-    gap = seeds[:, :, 0].mean(0) - loss
-    i = int(np.abs(gap).argmax())
-    beyond = (np.abs(gap) > 2 * se).sum()
-    positions = g[0]["config"].get("positions")
-    experiment = folder + (f", L={positions}" if positions else "")
-    sgd = last if last["batch"] is not None else {}
-    t_half = [gd["t_half"] if gd["batch"] is None else "-", sgd.get("t_half", "-")]
-    closed = [f"{gd['t_half_closed']:.0f}", fmt(sgd.get("t_half_closed", NAN), ".0f")]
-    ratios = [measured_over(halves, gd), measured_over(halves, sgd)]
-    ends = seeds[:, -1]
-    c_end = f"{mean(ends[:, 1]):.3f} / {c[-1]:.3f}"
-    alpha_end = f"{fmt(mean(ends[:, 2]), '.3f')} / {alpha[-1]:.3f}"
-    measured = [mean_sd(halves, ".0f"), *t_half, *closed, *ratios]
-    far = f"{beyond} of {len(gap)}; {gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
-    return [experiment, *plateau_setting(g), *measured, far, c_end, alpha_end]
-
-
-def table_plateau(experiments):
-    """Every configuration beside a DYNAMICS: t_1/2 measured and predicted, the gap, c and α."""
-    rows = []
-    for folder, pairs in experiments:
-        for mine, g in pairs:
-            rows.append(plateau_cells(folder, mine[0], mine[-1], g))
-    caption = (
-        "The plateau: t½, the first logged step whose val is below the midpoint of its first"
-        f" and the family's floor ({DYNAMICS}'s: sts.family_floor on 4,096 sequences), over"
-        " the seeds mean ± s; t½ of W = c W*, V = α V* trained from zero (theory.family_dynamics,"
-        " every step) by GD and by SGD's model at the runs' n, and their closed forms"
-        " (theory.plateau_steps); measured over each; the logged steps where the seeds' mean val"
-        " is more than 2 Monte-Carlo se from the last model's loss (the set's and the"
-        " model's sequences differ: √(se² + se² 2048/n_test)), and the largest gap; c and α"
-        " at the last step both logged, the seeds' mean / the last model's. A measured t½ is"
-        " a logged step: it is late by up to one logging interval (every 5 steps in plateau/)."
-    )
-    header = (
-        f"experiment (randomized PE: its L) | {SETTING_COLUMNS} | t½ measured | t½ GD"
-        " | t½ SGD | closed form: GD | SGD | measured / GD | measured / SGD"
-        " | val − model beyond 2 se; largest | c at end: measured / model"
-        " | α at end: measured / model"
-    )
-    return markdown(caption, header, rows)
 
 
 def interpolated(run, floor):
@@ -1090,29 +955,10 @@ def w_xe_squared(run):
     return float((W[:d, d:] ** 2).sum())
 
 
-def val_set_se(model, n_test):
-    """The steps by which a validation set of n_test sequences, common to the seeds, moves their
-    crossing: the sd over sequences of l(t_1/2) - l(0)/2 at the model's (c, alpha) there (tokens
-    drawn, W_xe left out), over sqrt(n_test), over the model curve's slope at t_1/2."""
-    rows = np.array(model["rows"])
-    t_half = model["t_half"]
-    c = np.interp(t_half, rows[:, 0], rows[:, 2])
-    alpha = np.interp(t_half, rows[:, 0], rows[:, 3])
-    slopes = np.diff(rows[:, 1]) / np.diff(rows[:, 0])
-    slope = np.interp(t_half, rows[1:, 0], slopes)
-    setting = [model[k] for k in ("T", "q", "d", "de")]
-    draws = sts.family_draws("stochastic", *setting, n=1024)  # an sd to about 2%
-    target = draws[2]
-    r = alpha * sts.family_output(draws, c) - target  # f - STS_q
-    moved = 0.5 * (r * r).sum(-1) - 0.25 * (target * target).sum(-1)
-    return float(moved.std() / math.sqrt(n_test) / abs(slope))
-
-
 def plateau_row(folder, gd, g):
     """One row of table_plateau_model: a configuration's measured t_1/2 against PLATEAU's model."""
     cfg = g[0]["config"]
     model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]
-    logged = nan_if_none(escape(gd, g)[0])
     halves = nan_if_none([interpolated(run, gd["floor"]) for run in g])
     seeds_se = np.std(halves, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
     val_se = val_set_se(model, cfg["n_test"])
@@ -1124,7 +970,7 @@ def plateau_row(folder, gd, g):
     rows = np.array(model["rows"])
     at_end = np.interp(end, rows[:, 0], rows[:, -1]) if end <= rows[-1, 0] else NAN
     t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
-    measured = [mean_sd(logged, ".0f"), mean_sd(halves, ".1f"), t_half]
+    measured = [mean_sd(halves, ".1f"), t_half]
     ratio_cells = [f"{ratio:.3f} ± {ratio_se:.3f}", f"{val_se:.1f}"]
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
     return [folder, *plateau_setting(g), *measured, *ratio_cells, end, w_xe]
@@ -1134,14 +980,14 @@ def table_plateau_model(experiments):
     """Every configuration beside a PLATEAU: t_1/2 interpolated against SGD's model's, |W_xe|^2."""
     rows = []
     for folder, pairs in experiments:
-        for mine, g in pairs:
+        for gd, g in pairs:
             if (g[0]["path"].parent / PLATEAU).exists():
-                rows.append(plateau_row(folder, mine[0], g))
+                rows.append(plateau_row(folder, gd, g))
     caption = (
         "SGD's model of the plateau: the tokens integrated (theory.py --plateau, in"
-        f" {PLATEAU}); t½ logged (the first logged step below the midpoint of the first val and"
-        f" {DYNAMICS}'s floor) and interpolated (between the two logged steps around it,"
-        " theory.crossing), over the seeds mean ± s; the model's t½ (theory.sgd_curve: exact"
+        f" {PLATEAU}); t½ measured where val crosses the midpoint of the first val and"
+        f" {DYNAMICS}'s floor, interpolated between the two logged steps around it"
+        " (theory.crossing), over the seeds mean ± s; the model's t½ (theory.sgd_curve: exact"
         " in the tokens, SGD's noise in W_xe from the full per-sequence gradient) ± its se over"
         " independent draws of the positions; measured (interpolated) over the model ± its se:"
         " the model's se, the seeds' (s/√seeds; one seed: none) and the validation set's in"
@@ -1153,7 +999,7 @@ def table_plateau_model(experiments):
         " curve stops before it)."
     )
     header = (
-        f"experiment | {SETTING_COLUMNS} | t½ logged | t½ interpolated | t½ model ± se"
+        f"experiment | {SETTING_COLUMNS} | t½ interpolated | t½ model ± se"
         " | interpolated / model ± se | validation set's se | final step"
         " | ‖W_xe‖² there: measured / model"
     )

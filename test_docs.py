@@ -11,7 +11,7 @@ The README's claims table keeps its rows short: its ties are in docs/claims-sour
 A source, in braces, is one of
   {FOLDER/SECTION: ROW; COLUMN}  a cell of results/FOLDER/tables.md: SECTION is the name that
         opens its table's caption (the text before ": ", e.g. "sgd", "randomized/adam",
-        "The plateau"; a prefix will do where it names one); ROW the first cell, or first cells
+        "SGD's model of the plateau"; a prefix will do where it names one); ROW the first cell, or first cells
         ("; "-joined), of the one row of that section's tables whose header holds COLUMN. `COLUMN#k` picks the cell's k-th number (k = 0, the default:
         "0.0924 ± 0.0001 [0.0005]" is 0.0924; #1 its s, #2 its se). ";", not "|", so that a
         tie inside a Markdown table does not split its cell.

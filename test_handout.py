@@ -224,14 +224,6 @@ def test_the_courses_functions_answer_a_bad_argument_with_a_value_error_naming_i
     )
 
 
-def test_theory_refuses_a_folder_as_json_in_one_line_before_it_searches(capsys):
-    with pytest.raises(SystemExit) as done:
-        theory.main(["--floor", "--T", "6", "--de", "4", "--json", "."])
-    out, err = capsys.readouterr()
-    assert done.value.code == 2 and "--json" in err and err.count("\n") == 1, err
-    assert "best loss" not in out  # nothing searched before
-
-
 @pytest.mark.parametrize("fault", [MemoryError, ValueError])
 def test_a_fault_inside_the_command_lines_is_a_traceback_not_a_users_exit_2(
     monkeypatch, fault

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +33,6 @@ from conftest import (
     fewer_sequences,
     hang_fails,
     read_log,
-    signal_in_step,
 )
 
 FIGURES = (
@@ -309,9 +307,7 @@ def test_a_null_setting_and_a_missing_one_are_one_configuration(
     assert "| stochastic PE (3 seeds) |" in out and "| stochastic PE |" not in out
 
 
-def test_a_run_reached_twice_or_copied_counts_once_and_a_symlinked_one_is_read(
-    three_seeds, tmp_path, capsys
-):
+def test_a_run_reached_twice_or_copied_counts_once(three_seeds, tmp_path, capsys):
     import shutil
 
     sgd = tmp_path / "sgd"
@@ -322,12 +318,12 @@ def test_a_run_reached_twice_or_copied_counts_once_and_a_symlinked_one_is_read(
     shutil.copytree(
         sgd / "fixed-de8-seed0", sgd / "fixed-de8-seed0.bak"
     )  # a backup copy
-    (sgd / "fixed-de8-seed2").symlink_to(three_seeds / "sgd" / "fixed-de8-seed2")
+    shutil.copytree(three_seeds / "sgd" / "fixed-de8-seed2", sgd / "fixed-de8-seed2")
     with pytest.raises(SystemExit) as done:  # the folder named twice, too
         plots.main([str(sgd), str(sgd / "fixed-de8-seed1"), "--table"])
     out, err = capsys.readouterr()
     (row,) = table_cells(out, "| fixed PE")
-    assert row[0] == "fixed PE (3 seeds)" and row[1] == "3"  # 0, 1 and the symlinked 2
+    assert row[0] == "fixed PE (3 seeds)" and row[1] == "3"  # 0, 1 and 2
     assert done.value.code == 2 and err.count("the same configuration and seed") == 1
     assert "fixed-de8-seed0" in err and "counts once" in err
 
@@ -738,31 +734,6 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(
         t, f, d = (float(cell.split(" ± ")[0]) for cell in (trained, family, diff))
         assert d == pytest.approx(t - f, abs=2e-4) and trained.count(" ± ") == 1
 
-    (floor / "family_floor.json").write_text(
-        '{"rows": ['
-    )  # malformed: one line; the rest is drawn
-    capsys.readouterr()
-    title, lines = plot(2)
-    err = capsys.readouterr().err.splitlines()
-    assert (
-        len(err) == 1
-        and "floor/family_floor.json: not valid JSON" in err[0]
-        and "predicted" not in title
-    )
-    assert not any(style == "--" for _, style, *_ in lines)
-    with pytest.raises(SystemExit) as done:
-        plots.main([str(floor), "--table"])
-    out, err = capsys.readouterr()
-    assert (
-        done.value.code == 2
-        and len(err.splitlines()) == 1
-        and "family_floor.json" in err
-    )
-    assert (
-        len(table_cells(out, "| configuration |")) == 1
-        and table_cells(out, "| pe |") == []
-    )
-
 
 def test_figures_and_table_sections_are_named_once_per_folder_path(
     tmp_path, capsys, monkeypatch
@@ -965,27 +936,6 @@ PLOT_CASES = {
         1,
         "fixed-de3-seed0/log.jsonl: line 2 cut mid-record or not a record",
     ),
-    "config.json {}": (
-        lambda r: (r / FIXED / "config.json").write_text("{}"),
-        2,
-        WHOLE,
-        1,
-        "fixed-de3-seed0: KeyError: 'model'",
-    ),
-    "config.json without d_e": (
-        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.pop("de")),
-        2,
-        WHOLE,
-        1,
-        "fixed-de3-seed0/config.json: no key 'de'",
-    ),
-    "a config.json whose model is a list": (
-        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.update(model=[])),
-        2,
-        WHOLE,
-        1,
-        "fixed-de3-seed0: TypeError",
-    ),
     "a folder where config.json belongs": (
         lambda r: [
             (r / FIXED / "config.json").unlink(),
@@ -1022,13 +972,6 @@ PLOT_CASES = {
         1,
         "fixed-de3-seed0/log.jsonl: every loss is null",
     ),
-    "unreadable weights": (
-        lambda r: (r / FIXED / "weights_final.npz").write_text("not a zip"),
-        2,
-        WHOLE,
-        1,
-        "fixed-de3-seed0/weights_final.npz: cannot be read",
-    ),
     "a family_floor.json for another T": (
         lambda r: (r / "exp" / "family_floor.json").write_text(
             json.dumps({"rows": [dict(pe="fixed", T=20, q=2, d=2, de=3, loss=0.1)]})
@@ -1047,32 +990,6 @@ PLOT_CASES = {
         WHOLE,
         1,
         "fixed-de3-seed0/weights_final.npz: not a regular file",
-    ),
-    "links to . and .. (a walk that would branch without end)": (
-        lambda r: [
-            os.symlink(".", r / "exp" / "a"),
-            os.symlink(".", r / "exp" / "b"),
-            os.symlink("..", r / FIXED / "up"),
-            os.symlink("..", r / "exp" / "stochastic-de3-seed0" / "up"),
-        ],
-        0,
-        WHOLE,
-        0,
-        "",
-    ),
-    "a config.json whose seed is null": (
-        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.update(seed=None)),
-        2,
-        WHOLE,
-        1,
-        "fixed-de3-seed0/config.json: seed None is not an integer",
-    ),
-    "a config.json whose seed is a string": (
-        lambda r: edit_json(r / FIXED / "config.json", lambda c: c.update(seed="0")),
-        2,
-        WHOLE,
-        1,
-        "fixed-de3-seed0/config.json: seed '0' is not an integer",
     ),
     "a copy whose name sorts first, with edited numbers": (
         lambda r: [
@@ -1176,7 +1093,7 @@ def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(
     # which figures are drawn is the point here, not their pixels (the tests above render them):
     # each figure is built whole, axes and legend included, and saved as a stub, 6x faster
     monkeypatch.setattr(
-        plots.plt.Figure, "savefig", lambda fig, handle, **_: handle.write(b"png")
+        plots.plt.Figure, "savefig", lambda fig, path, **_: path.write_bytes(b"png")
     )
     for pe in ("stochastic", "fixed"):
         fake_run(tmp_path / "runs" / "exp" / f"{pe}-de3-seed0", pe)
@@ -1196,10 +1113,6 @@ def test_plots_skips_what_it_cannot_draw_in_one_line_and_draws_the_rest(
 @pytest.mark.parametrize(
     "damage, why",
     [
-        (
-            lambda path: path.write_bytes(path.read_bytes()[:100]),
-            "cannot be read (BadZipFile)",
-        ),
         (lambda path: [path.unlink(), os.mkfifo(path)], "not a regular file"),
     ],
 )  # its read would hang
@@ -1357,20 +1270,13 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
         (["--theory", "0"], "--theory: must be a positive integer (got 0)"),
         (["--theory", "-5"], "--theory: must be a positive integer (got -5)"),
         (["--formats", "png", "png"], "--formats: lists a value twice (got png png)"),
-        (["--out", "exp/stochastic-de3-seed0/config.json/x"], "is not a folder"),
-        (["--out", "fifo"], "is not a folder"),
-        (["--out", "broken"], "is not a folder"),
-        (["--out", "broken/x"], "is not a folder"),
     ],
 )
 def test_plots_bad_input_is_one_line_and_exit_status_2_before_anything_is_read(
     tmp_path, capsys, monkeypatch, flags, fragment
 ):
-    """--out of the wrong kind (under a file, a FIFO, a broken link), a --theory N < 1, a format
-    twice: refused at the door, nothing written."""
+    """A --theory N < 1, a format twice: refused at the door, nothing written."""
     fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
-    os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as done:
@@ -1522,16 +1428,13 @@ def test_plots_onto_a_read_only_out_is_a_traceback_and_writes_nothing(tmp_path, 
     assert last.startswith("PermissionError: [Errno 13] Permission denied: "), r.stderr
 
 
-def test_plots_onto_a_full_disk_is_a_traceback_and_leaves_no_truncated_figure(
-    tmp_path, capsys, full_disk
-):
+def test_plots_onto_a_full_disk_is_a_traceback(tmp_path, capsys, full_disk):
     fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
     (tmp_path / "figures").mkdir()
     full_disk(lambda name: ".png" in name)
     with pytest.raises(OSError) as fault:  # a rare fault: not a user's mistake, exit 2
         plots.main([str(tmp_path / "exp"), "--out", str(tmp_path / "figures")])
     assert fault.value.errno == errno.ENOSPC and capsys.readouterr().err == ""
-    assert not list((tmp_path / "figures").iterdir())  # no truncated PNG, no .tmp
 
 
 @pytest.mark.parametrize("summary", ["sweep", "critical"])
@@ -1541,7 +1444,7 @@ def test_a_hand_edited_summary_row_is_a_traceback_after_the_runs_figures(
     """A row without its key ends in the figure's own KeyError (a rare fault, whose traceback
     loses nothing), after every run's figure is written whole; no catch-all reads it."""
     monkeypatch.setattr(
-        plots.plt.Figure, "savefig", lambda fig, handle, **_: handle.write(b"png")
+        plots.plt.Figure, "savefig", lambda fig, path, **_: path.write_bytes(b"png")
     )
     fake_run(tmp_path / "runs" / "exp" / "stochastic-de3-seed0", "stochastic")
     if summary == "sweep":
@@ -1567,7 +1470,7 @@ def test_a_bug_in_figure_code_is_a_traceback_not_a_skipped_malformed_file(
     """Issue 59: a TypeError raised by the code of a figure (figure_training's describe,
     figure_separation's partial) or a summary's table is Python's, not "a malformed file?"."""
     monkeypatch.setattr(
-        plots.plt.Figure, "savefig", lambda fig, handle, **_: handle.write(b"png")
+        plots.plt.Figure, "savefig", lambda fig, path, **_: path.write_bytes(b"png")
     )
     fake_run(tmp_path / "runs" / "exp" / "stochastic-de3-seed0", "stochastic")
     write_summary(
@@ -1579,78 +1482,6 @@ def test_a_bug_in_figure_code_is_a_traceback_not_a_skipped_malformed_file(
     monkeypatch.setattr(plots, where, bug)
     with pytest.raises(TypeError, match="NoneType"):
         plots.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig"), *flags])
-
-
-def test_a_damaged_run_file_beside_its_checkpoint_advises_resume_which_restores_it(
-    tmp_path, one_thread, capsys, monkeypatch
-):
-    """Issue 56: a damaged summary.json or log.jsonl of a cut run was "rerun the run with
-    --force", which deletes the checkpoint that --resume restores them from; it says --resume,
-    naming the checkpoint, and --resume gives the uninterrupted run's records and weights."""
-    flags = TINY + ["--steps", "30", "--out"]
-    train_tf.main(flags + [str(tmp_path / "whole")])
-    with monkeypatch.context() as m:  # cut at step 25: a checkpoint is left
-        signal_in_step(m, signal.SIGINT, 24)
-        with pytest.raises(SystemExit):
-            train_tf.main(flags + [str(tmp_path / "cut")])
-    run, checkpoint = (
-        tmp_path / "cut" / "stochastic-de8-seed0",
-        [*(tmp_path / "cut").glob("*.pt")],
-    )
-    assert len(checkpoint) == 1
-    for name, damage, why in (
-        ("summary.json", b'{"step": 2', "not valid JSON"),
-        ("log.jsonl", b"\xff\xfe", "cannot be read (UnicodeDecodeError)"),
-    ):
-        (run / name).write_bytes(damage)
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as done:
-            plots.main([str(run), "--table"])
-        err = capsys.readouterr().err
-        assert (
-            done.value.code == 2 and f"{run / name}: {why}; {checkpoint[0]}" in err
-        ), err
-        assert "--resume" in err and "--force" not in err, err
-    train_tf.main(flags + [str(tmp_path / "cut"), "--resume"])
-    whole = tmp_path / "whole" / run.name
-    records = [
-        [{k: x for k, x in r.items() if k != "time"} for r in read_log(path)]
-        for path in (whole, run)
-    ]
-    assert records[0] == records[1] and len(records[0]) == 4
-    for name in ("weights_init.npz", "weights_final.npz"):
-        assert (run / name).read_bytes() == (whole / name).read_bytes()
-
-
-@pytest.mark.parametrize("damaged", ["summary.json", "config.json"])
-def test_a_damaged_summary_of_a_finished_run_advises_repair_and_a_damaged_final_losses_evaluate(
-    tmp_path, capsys, damaged
-):
-    """No checkpoint beside a finished run: its summary.json or config.json is repaired or moved
-    away by hand (--force would delete its weights); final_losses.npz is rewritten by
-    --evaluate, which keeps the run (issue 56: never --force there)."""
-    for pe in ("stochastic", "fixed"):
-        fake_run(tmp_path / "exp" / f"{pe}-de3-seed0", pe)
-    (tmp_path / FIXED / damaged).write_text("{")
-    np.savez(
-        tmp_path / "exp" / "stochastic-de3-seed0" / "final_losses.npz", val=np.ones(16)
-    )
-    (tmp_path / "exp" / "stochastic-de3-seed0" / "final_losses.npz").write_bytes(
-        b"not a zip"
-    )
-    with pytest.raises(SystemExit) as done:
-        plots.main([str(tmp_path / "exp"), "--table"])
-    err = capsys.readouterr().err.splitlines()
-    assert done.value.code == 2 and len(err) == 2, err
-    assert (
-        f"{tmp_path / FIXED}/{damaged}: not valid JSON; repair it or move it away"
-        in err[0]
-    )
-    assert (
-        "final_losses.npz: cannot be read (ValueError); rerun train_tf.py --evaluate"
-        in err[1]
-    )
-    assert "--force" not in err[0] + err[1]
 
 
 @pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])
@@ -1923,71 +1754,48 @@ def test_a_width_below_that_reached_eps_on_longer_training_moves_the_answer_down
     )  # m = 16, 64 at the budget; 16, 32 settled
 
 
-def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient_descent(
+def test_plots_tabulates_and_draws_the_plateau_against_sgds_model_and_gd(
     three_seeds, tmp_path, capsys, one_thread, monkeypatch
 ):
-    """sgd/'s stochastic runs beside theory.py --dynamics at their schedule: every record's c, alpha
-    is the family's projection of its weights, t_1/2 is read from the logs; three copies under one
-    parent that differ in n are a scan, drawn as t_1/2 against n."""
+    """sgd/'s stochastic runs beside theory.py --dynamics (GD) and --plateau (SGD's model) at
+    their schedule: every record's c, alpha is the family's projection of its weights, t_1/2 is
+    interpolated from the logs (theory.crossing); three copies under one parent that differ in n
+    are a scan, drawn as t_1/2 against n beside the model, GD and GD's closed form."""
+    schedule = ["--steps", "40", "--anneal-at", "20", "--every", "5"]
+    models = {}
     for batch in (64, 128, 256):
+        folder = tmp_path / "scan" / f"n{batch}"
         shutil.copytree(
-            three_seeds / "sgd",
-            tmp_path / "scan" / f"n{batch}",
-            ignore=shutil.ignore_patterns("fixed-*"),
+            three_seeds / "sgd", folder, ignore=shutil.ignore_patterns("fixed-*")
         )
-        for config in (tmp_path / "scan" / f"n{batch}").glob("*/config.json"):
+        for config in folder.glob("*/config.json"):
             edit_json(config, lambda c, batch=batch: c.update(batch=batch))
+        task = ["--T", "6", "--q", "2", "--d", "2", "--de", "8", *schedule]
+        json_out = ["--json", str(folder / "family_dynamics.json")]
+        theory.main(["--dynamics", *task, *json_out])
+        path = folder / "plateau_model.json"
         theory.main(
-            [
-                "--dynamics",
-                "--T",
-                "6",
-                "--q",
-                "2",
-                "--d",
-                "2",
-                "--de",
-                "8",
-                "--steps",
-                "40",
-                "--anneal-at",
-                "20",
-                "--every",
-                "5",
-                "--batch",
-                str(batch),
-                "--json",
-                str(tmp_path / "scan" / f"n{batch}" / "family_dynamics.json"),
-            ]
+            [*PLATEAU_TINY, *schedule, "--batch", str(batch), "--json", str(path)]
         )
+        models[batch] = json.loads(path.read_text())["rows"][0]["t_half"]
     run = three_seeds / "sgd" / "stochastic-de8-seed1"
-    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()][
-        -1
-    ]
+    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     with np.load(run / "weights_final.npz") as w:
-        assert (last["c"], last["alpha"]) == pytest.approx(
+        assert (last[-1]["c"], last[-1]["alpha"]) == pytest.approx(
             sts.family_fit(w["W"], w["V"], 2)
         )
     folder = tmp_path / "scan" / "n64"
-    gd, row = json.loads((folder / "family_dynamics.json").read_text())[
-        "rows"
-    ]  # GD, SGD
+    [gd] = json.loads((folder / "family_dynamics.json").read_text())["rows"]
     halves = []
     for seed in range(3):
-        log = [
-            json.loads(x)
-            for x in (folder / f"stochastic-de8-seed{seed}" / "log.jsonl")
-            .read_text()
-            .splitlines()
-        ]
-        halves.append(
-            theory.escape_step(
-                [r["step"] for r in log], [r["val"] for r in log], row["floor"]
-            )
-        )
+        log = (folder / f"stochastic-de8-seed{seed}" / "log.jsonl").read_text()
+        records = [json.loads(x) for x in log.splitlines()]
+        vals = [r["val"] for r in records]
+        level = (vals[0] + gd["floor"]) / 2
+        halves.append(theory.crossing([r["step"] for r in records], vals, level))
     out = tables_of(tmp_path / "scan", capsys)
     [cells] = table_cells(out, "| scan/n64 |")
-    assert cells[1:15] == [
+    assert cells[1:9] == [
         "6",
         "2",
         "8",
@@ -1995,38 +1803,20 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
         "64",
         "3",
         "5",
-        tables.mean_sd(halves, ".0f"),
-        str(gd["t_half"]),
-        str(row["t_half"]),
-        f"{gd['t_half_closed']:.0f}",
-        f"{row['t_half_closed']:.0f}",
-        tables.fmt(np.mean(halves) / gd["t_half"], ".2f"),
-        tables.fmt(np.mean(halves) / row["t_half"], ".2f"),
+        tables.mean_sd(halves, ".1f"),
     ]
-    assert (
-        "the logged curve against" not in out
-    )  # a scan's folders: the t_1/2 table alone
-    models = {}  # SGD's model with the tokens integrated beside two of the three
-    for batch in (64, 128):
-        path = tmp_path / "scan" / f"n{batch}" / "plateau_model.json"
-        schedule = ["--steps", "40", "--anneal-at", "20", "--every", "5"]
-        theory.main(
-            [*PLATEAU_TINY, *schedule, "--batch", str(batch), "--json", str(path)]
-        )
-        models[batch] = json.loads(path.read_text())["rows"][0]["t_half"]
+    assert cells[9].startswith(f"{models[64]:.1f} ± ")
     drawn, save = {}, plots.save
 
     def keep(figure, out, name, title):  # each line of the figure's first panel
         lines = figure.axes[0].lines
-        drawn[name] = [(ln.get_label(), *ln.get_data()) for ln in lines]
+        drawn[name] = {ln.get_label(): (*ln.get_data(),) for ln in lines}
         return save(figure, out, name, title)
 
     monkeypatch.setattr(plots, "save", keep)
-    capsys.readouterr()
     with pytest.raises(SystemExit):
         plots.main(
             [
-                str(tmp_path / "scan" / "n64"),
                 str(tmp_path / "scan"),
                 "--out",
                 str(tmp_path / "figs"),
@@ -2034,42 +1824,31 @@ def test_plots_tabulates_and_draws_the_logged_curve_against_the_familys_gradient
                 "png",
             ]
         )
-    assert {"scan.png"} <= {p.name for p in (tmp_path / "figs").iterdir()}
-    marked = [(list(x), list(y)) for label, x, y in drawn["scan"] if "tokens" in label]
-    assert marked == [([64, 128], pytest.approx([models[64], models[128]]))]
-    out = tables_of(folder, capsys)  # alone: its curve at a few steps
-    curve = out.split("the logged curve against")[1]
-    steps = [
-        int(r[2]) for r in table_cells(curve, "| stochastic PE (3 seeds) | SGD, n=64 |")
+    (sgd_x, sgd_y), (gd_x, gd_y), (closed_x, closed_y) = [
+        drawn["scan"][text] for _, text in plots.PLATEAU_LINES
     ]
-    assert steps[0] == 0 and steps[-1] == 40 and steps == sorted(set(steps))
+    assert list(sgd_x) == [64, 128, 256] and list(sgd_y) == pytest.approx(
+        [models[64], models[128], models[256]]
+    )
+    assert (
+        list(gd_y) == [gd["t_half"]] * 3 and list(closed_y) == [gd["t_half_closed"]] * 3
+    )
+    dynamics = tmp_path / "scan" / "n128" / "family_dynamics.json"
+    edit_json(dynamics, lambda f: f["rows"][0].update(floor=-1e9, t_half=None))
+    scan = [str(tmp_path / "scan"), "--out", str(tmp_path / "figs"), "--formats", "png"]
+    with pytest.raises(
+        SystemExit
+    ) as done:  # no seed at n = 128 crosses: none drawn there
+        plots.main(scan)
+    gd_y = drawn["scan"][plots.PLATEAU_LINES[1][1]][1]
+    assert done.value.code == 0 and gd_y[0] == gd["t_half"] and np.isnan(gd_y[1])
     with pytest.raises(SystemExit):
         plots.main([str(folder), "--out", str(tmp_path / "one"), "--formats", "png"])
-    assert (tmp_path / "one" / "n64_dynamics.png").is_file()
+    assert (tmp_path / "one" / "n64_dynamics.png").is_file()  # alone: its curve
     shutil.copytree(three_seeds / "sgd" / "fixed-de8-seed0", folder / "fixed-de8-seed0")
-    out = tables_of(
-        tmp_path / "scan", capsys
-    )  # n64 holds two configurations now: no scan left
-    assert out.count("the logged curve against") == 3 and "| scan/n64 |" in out
-
-
-def test_the_table_leaves_out_a_theory_json_row_of_weights_since_replaced(
-    three_seeds, tmp_path, capsys
-):
-    """theory.json's rows scored the runs' final weights: once a run is retrained (its
-    weights_final.npz replaced), its configuration's row is not quoted beside the new weights
-    (it was: the old run's numbers, silently)."""
-    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
+    drawn.clear()  # n64 holds two configurations now: no scan left
     with pytest.raises(SystemExit):
-        plots.main([str(sgd), "--theory", "64"])
-    own = []
-    for _ in range(2):
-        capsys.readouterr()
-        with pytest.raises(SystemExit):
-            plots.main([str(sgd), "--table"])
-        (cells,) = table_cells(capsys.readouterr().out, "| T=8, q=2 | stochastic")
-        own.append(cells[3])  # at own c, α
-        weights = sgd / "stochastic-de8-seed1" / "weights_final.npz"
-        with np.load(weights) as w:
-            np.savez(weights, W=2 * w["W"], V=w["V"])  # as retrained
-    assert own[0] != "-" and own[1] == "-", own
+        plots.main(
+            [str(tmp_path / "scan"), "--out", str(tmp_path / "two"), "--formats", "png"]
+        )
+    assert "scan" not in drawn and "n64_dynamics" in drawn

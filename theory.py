@@ -4,16 +4,19 @@ NumPy only; imports sts.py (keep the two files side by side). The lesson's famil
 V = alpha V* (sts.family_floor) is where the research starts:
   - table_floor: fixed and randomized PE's W = c M that learns its table's cross-talk;
   - needed_de: the least d_e whose stochastic-PE floor meets a target (the FCN comparison);
-  - family_dynamics, plateau_steps: how training gets there, GD and SGD inside the family, t_1/2.
+  - family_dynamics, plateau_steps: how GD gets there inside the family, t_1/2;
+  - sgd_curve: the same with the tokens integrated and SGD's noise in W_xe (--plateau).
 
     python theory.py --floor --T 200 --de 170          # the loss floors, stochastic and fixed PE
     python theory.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor <= 0.3 d/(2q)
-    python theory.py --dynamics --T 20 --de 64 --steps 2000 --batch 256   # the curve, t_1/2
+    python theory.py --dynamics --T 20 --de 64 --steps 2000   # GD's curve, t_1/2
+    python theory.py --plateau --T 20 --de 64 --steps 2000 --batch 256 --n 2048  # SGD's t_1/2
 """
 
 import argparse
 import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -23,7 +26,7 @@ if __name__ == "__main__":  # run: NumPy's BLAS on one thread, before sts loads 
 import numpy as np  # noqa: E402
 
 import sts  # noqa: E402
-from sts import ARGUMENTS, check, check_args, whole  # noqa: E402
+from sts import check, check_args, whole  # noqa: E402
 
 RIDGES = (None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # table_floor's r: ridge = r L / d_e
 
@@ -59,55 +62,28 @@ def family_gradient(draws, c, alpha):
     return each, dc, dalpha
 
 
-def family_dynamics(
-    kind,
-    T,
-    q,
-    d,
-    d_e,
-    steps,
-    lr=1.0,
-    anneal_at=None,
-    n=2048,
-    seed=0,
-    positions=None,
-    batch=None,
-):
+def family_dynamics(kind, T, q, d, d_e, steps, lr=1.0, anneal_at=None, n=2048, seed=0):
     """Gradient descent on W = c W*, V = alpha V* from zero on n fixed draws, lr then lr/3 from
     anneal_at. A GD step's part along W* is <-lr dL/dW, W*> / |W*|^2, <dL/dW, W*> = dL/dc: so
     c <- c - lr dL/dc / d_e, alpha <- alpha - lr dL/dalpha / d. With stochastic PE the expected
     gradient at a family point lies in the family (P's law is invariant under rotations of
-    R^{d_e}). batch: SGD's model, its noise in W's token-to-PE block W_xe (M = I: per sequence
-    alpha r s^T, pull alpha^2 q/d_e), w = (q/d_e) |W_xe|^2, which lowers alpha's optimum to G/(N + w):
-        w <- w (1 - 2 lr alpha^2 q / d_e) + 2 lr^2 alpha^2 L q^2 / (batch d_e)   (-> lr L q / batch)
-    Returns (loss, c, alpha, se, w), arrays of steps + 1; se = the losses' std / sqrt(n)."""
-    draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions)
-    out = np.zeros((steps + 1, 5))  # rows (loss, c, alpha, se, w), all 0 at first
+    R^{d_e}). Returns (loss, c, alpha, se), arrays of steps + 1; se = the losses' std / sqrt(n)."""
+    draws = sts.family_draws(kind, T, q, d, d_e, n, seed)
+    out = np.zeros((steps + 1, 4))  # rows (loss, c, alpha, se), all 0 at first
     for step in range(steps + 1):
         c, alpha = out[step, 1:3]
-        w = out[step, 4]
         each, dc, dalpha = family_gradient(draws, c, alpha)
-        out[step, 0] = each.mean() + alpha**2 * w / 2
+        out[step, 0] = each.mean()
         out[step, 3] = each.std(ddof=1) / n**0.5
         if step == steps:
             break
         rate = sts.learning_rate(step, lr, anneal_at, 1 / 3)
         out[step + 1, 1] = c - rate * dc / d_e
-        out[step + 1, 2] = alpha - rate * (dalpha + alpha * w) / d
-        if batch is not None:  # w: the pull back to 0, and SGD's kick
-            pull = w * (1 - 2 * rate * alpha**2 * q / d_e)
-            kick = 2 * rate**2 * alpha**2 * out[step, 0] * q * q / (batch * d_e)
-            out[step + 1, 4] = pull + kick
+        out[step + 1, 2] = alpha - rate * dalpha / d
     return out.T
 
 
-def escape_step(steps, losses, floor):
-    """t_1/2: the first of `steps` whose loss is below the midpoint of the first and `floor`."""
-    below = np.flatnonzero(np.asarray(losses) < (losses[0] + floor) / 2)
-    return int(steps[below[0]]) if below.size else None
-
-
-def plateau_steps(T, q, d, d_e, lr, floor, batch=None):
+def plateau_steps(T, q, d, d_e, lr, floor):
     """t_1/2 in closed form, from the family's expected scores without cross-talk (S_i = 1 on the
     subset, 0 off it) at a constant rate. With K = T - q, U = e^{2c}: G = E<STS_q, g> = d e^c /
     (q e^c + K), N = E||g||^2 = d (q U + K) / (q e^c + K)^2, L = d/(2q) - alpha G + alpha^2 N / 2.
@@ -117,17 +93,14 @@ def plateau_steps(T, q, d, d_e, lr, floor, batch=None):
         t(U) = d_e / (2 lr d K) [q^2 (U - 1) + 2 q K ln U + K^2 (1 - 1/U)]
     at the U where L is the midpoint of d/(2q) and `floor`; plus T / lr, as alpha starts at 0
     (alpha(t) = 1 - e^{-lr t / T} while c ~ 0) and c's climb is proportional to it. For T >> q:
-    t_1/2 ~ T / lr + d_e (T + 2q ln(T/q)) / (2 lr d), linear in d_e T / (lr d). SGD's batch
-    (family_dynamics' w at its level lr L q / batch, L ~ d/(2q), next to N ~ d / T) slows alpha
-    and so the climb 1 + lr T / (2 batch) times: the batch enters only through T / batch."""
+    t_1/2 ~ T / lr + d_e (T + 2q ln(T/q)) / (2 lr d), linear in d_e T / (lr d). GD's: no batch."""
     K = T - q
     share = 1 / (2 * q) - floor / d  # U / (q U + K) at the midpoint
     U = max(1.0, share * K / (1 - q * share))
     climb = q * q * (U - 1)  # the bracket of t(U), term by term
     climb += 2 * q * K * np.log(U)
     climb += K * K * (1 - 1 / U)
-    noise = 1 if batch is None else 1 + lr * T / (2 * batch)
-    return float(T / lr + noise * d_e / (2 * lr * d * K) * climb)
+    return float(T / lr + d_e / (2 * lr * d * K) * climb)
 
 
 # ------------- The SGD model without its draws' error: tokens integrated, SGD's noise measured
@@ -203,13 +176,13 @@ def token_noise(draws, c, alpha, n=512, w=0.0):
     return E, A, B
 
 
-def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise="full"):
-    """family_dynamics' SGD model on exact_gradient (tokens integrated) with SGD's noise in W_xe
-    from token_noise ("full") or from M = I ("identity", family_dynamics' own). Stochastic PE.
+def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed):
+    """family_dynamics on exact_gradient (tokens integrated) with SGD's noise in W_xe from
+    token_noise. Stochastic PE.
     w = (q/d_e) |W_xe|^2 costs alpha^2 m w / 2 and moves as
         w <- w (1 - 2 lr alpha^2 m q / d_e) + lr^2 (q/d_e) E / batch,
     E = E ||dL/dW_xe||^2 of one sequence at the noise's own size w, m = E tr(M^2) / d
-    (token_noise's; with M = I, E = 2 alpha^2 L q and m = 1). GD (no batch): w stays 0.
+    (token_noise's). GD (no batch): w stays 0.
     Returns (loss, c, alpha, w)."""
     draws = curve_draws(T, q, d, d_e, n, seed)
     out = np.zeros((steps + 1, 4))  # rows (loss, c, alpha, w), all 0 at first
@@ -222,10 +195,6 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise="full"):
             spread, A, B = token_noise(draws, c, alpha, w=w)
         A = A / d_e  # token_noise's A, B are times d_e
         B = B / d_e
-        if noise == "identity":  # M = I: family_dynamics' account
-            spread = 2 * alpha**2 * (each.mean() + alpha**2 * w / 2) * q
-            A = q / d_e
-            B = 0.0
         kappa = alpha**2 * A + alpha * B  # |W_xe|^2's cost: kappa |W_xe|^2 / 2
         out[step, 0] = each.mean() + kappa * size / 2
         if step == steps:
@@ -295,19 +264,18 @@ def model_t_half(
     anneal_at=None,
     seeds=4,
     n=8192,
-    noise="full",
     steps=None,
 ):
     """t_1/2 of sgd_curve on `seeds` independent draws of n sequences each: (mean, se, each),
     se = their std / sqrt(seeds), the PE draws' Monte-Carlo error (the tokens are integrated).
     Each crossing is interpolated between steps, at the midpoint of d/(2q) and exact_floor."""
-    steps = steps or int(1.5 * plateau_steps(T, q, d, d_e, lr, 0.0, batch)) + 100
+    steps = steps or int(1.5 * plateau_steps(T, q, d, d_e, lr, 0.0)) + 100
     each = []
     for seed in range(seeds):
         floor = exact_floor(T, q, d, d_e, n, seed)
         crossed = None
         while crossed is None:  # not crossed within `steps`: twice as many
-            curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)
+            curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed)
             level = (curve[0, 0] + floor) / 2
             crossed = crossing(np.arange(steps + 1), curve[0], level)
             if crossed is None:
@@ -316,6 +284,24 @@ def model_t_half(
     each = np.array(each, float)
     se = each.std(ddof=1) / seeds**0.5
     return float(each.mean()), float(se), each.tolist()
+
+
+def val_set_se(model, n_test):
+    """The steps by which a validation set of n_test sequences, common to the seeds, moves their
+    crossing: the sd over sequences of l(t_1/2) - l(0)/2 at the model's (c, alpha) there (tokens
+    drawn, W_xe left out), over sqrt(n_test), over the model curve's slope at t_1/2."""
+    rows = np.array(model["rows"])
+    t_half = model["t_half"]
+    c = np.interp(t_half, rows[:, 0], rows[:, 2])
+    alpha = np.interp(t_half, rows[:, 0], rows[:, 3])
+    slopes = np.diff(rows[:, 1]) / np.diff(rows[:, 0])
+    slope = np.interp(t_half, rows[1:, 0], slopes)
+    setting = [model[k] for k in ("T", "q", "d", "de")]
+    draws = sts.family_draws("stochastic", *setting, n=1024)  # an sd to about 2%
+    target = draws[2]
+    r = alpha * sts.family_output(draws, c) - target  # f - STS_q
+    moved = 0.5 * (r * r).sum(-1) - 0.25 * (target * target).sum(-1)
+    return float(moved.std() / math.sqrt(n_test) / abs(slope))
 
 
 def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
@@ -407,40 +393,32 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
         yield row
 
 
-def dynamics(
-    T, q, d, d_e, steps, lr, anneal_at, every, seed=0, batch=None, positions=None
-):
-    """--dynamics' rows, each printed: family_dynamics (lr, lr/3 from anneal_at; 2048 sequences) by
-    GD, then with a batch by SGD; t_1/2 against family_floor (4096 sequences, the same 2048 and
-    more), plateau_steps', the curve (step, loss, c, alpha, se, w) every `every` steps."""
-    kind = "stochastic" if positions is None else "randomized"
-    floor = sts.family_floor(kind, T, q, d, d_e, seed=seed, positions=positions)[0]
-    batches = [None] if batch is None else [None, batch]  # GD, then SGD
-    for n in batches:
-        schedule = (steps, lr, anneal_at)
-        curve = family_dynamics(
-            kind, T, q, d, d_e, *schedule, seed=seed, positions=positions, batch=n
-        )
-        t_half = escape_step(range(steps + 1), curve[0], floor)
-        closed = plateau_steps(T, q, d, d_e, lr, floor, n)
-        where = (
-            f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={positions}' * bool(positions)}"
-        )
-        how = f"{'S' * bool(n)}GD on W = c W*, V = alpha V*{f' (batch {n})' * bool(n)}"
-        end = f"c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps} steps"
-        print(
-            f"{where} lr={lr}, {how}: loss {curve[0, -1]:.4f}, {end}; t_1/2 {t_half}"
-            f" (closed form {closed:.0f}; floor {floor:.4f})"
-        )
-        row = dict(pe=kind, positions=positions, T=T, q=q, d=d, de=d_e)
-        row.update(
-            lr=lr, steps=steps, anneal_at=anneal_at, anneal_factor=1 / 3, batch=n
-        )
-        row.update(floor=floor, t_half=t_half, t_half_closed=closed)
-        row["columns"] = ["step", "loss", "c", "alpha", "se", "w"]
-        table = np.column_stack([np.arange(steps + 1), *curve])
-        row["rows"] = table[::every].tolist()
-        yield row
+def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
+    """--dynamics' row, printed: family_dynamics by GD (lr, lr/3 from anneal_at; 2048 sequences);
+    t_1/2 (crossing) at the midpoint of the start and family_floor (4096 sequences, the same 2048
+    and more), plateau_steps', the curve (step, loss, c, alpha, se) every `every` steps.
+    Stochastic PE."""
+    floor = sts.family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
+    curve = family_dynamics(
+        "stochastic", T, q, d, d_e, steps, lr, anneal_at, 2048, seed
+    )
+    level = (curve[0, 0] + floor) / 2
+    t_half = crossing(np.arange(steps + 1), curve[0], level)
+    closed = plateau_steps(T, q, d, d_e, lr, floor)
+    where = f"stochastic: T={T} q={q} d={d} d_e={d_e}"
+    end = f"c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps} steps"
+    found = f"t_1/2 {t_half and round(t_half, 1)} (closed form {closed:.0f})"
+    print(
+        f"{where} lr={lr}, GD on W = c W*, V = alpha V*: loss {curve[0, -1]:.4f}, {end};"
+        f" {found}; floor {floor:.4f}"
+    )
+    row = dict(pe="stochastic", T=T, q=q, d=d, de=d_e)
+    row.update(lr=lr, steps=steps, anneal_at=anneal_at, anneal_factor=1 / 3)
+    row.update(floor=floor, t_half=t_half, t_half_closed=closed)
+    row["columns"] = ["step", "loss", "c", "alpha", "se"]
+    table = np.column_stack([np.arange(steps + 1), *curve])
+    row["rows"] = table[::every].tolist()
+    return row
 
 
 def whole_curve(curve, sets, d, d_e, n, seed, every):
@@ -460,9 +438,9 @@ def whole_curve(curve, sets, d, d_e, n, seed, every):
     return found
 
 
-def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise, sets=()):
-    """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise by `noise`; GD
-    without --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
+def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets=()):
+    """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise; GD without
+    --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
     the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
     curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps;
     "sets": whole_curve's loss on the training set ("val") and each of `sets` ((name, T, q)),
@@ -473,7 +451,7 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise, s
     sets = [("val", T, q), *sets]
     for seed in range(draws):
         floor = exact_floor(T, q, d, d_e, n, seed)
-        curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed, noise)
+        curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed)
         level = (curve[0, 0] + floor) / 2
         halves.append(crossing(np.arange(steps + 1), curve[0], level))
         curves.append(curve)
@@ -484,12 +462,12 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise, s
     mean = float(found.mean())
     se = float(found.std(ddof=1) / draws**0.5)
     print(
-        f"T={T} q={q} d={d} d_e={d_e} lr={lr} batch={batch} noise={noise}: t_1/2 {mean:.1f}"
+        f"T={T} q={q} d={d} d_e={d_e} lr={lr} batch={batch}: t_1/2 {mean:.1f}"
         f" ± {se:.1f} (se over {draws} draws of {n} sequences)",
         flush=True,
     )
     row = dict(T=T, q=q, d=d, de=d_e, lr=lr, batch=batch)
-    row.update(anneal_at=anneal_at, noise=noise, steps=steps, draws=draws, n=n)
+    row.update(anneal_at=anneal_at, steps=steps, draws=draws, n=n)
     row.update(t_half=mean, se=se, each=halves)
     row["columns"] = ["step", "loss", "c", "alpha", "W_xe2"]
     table = np.column_stack([np.arange(steps + 1), *curve])
@@ -503,6 +481,26 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, noise, s
     return row
 
 
+def number(kind, low, accepts):
+    """argparse's type=: a `kind` above `low`, finite; else argparse's one line."""
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan  # fails the test below
+        if not low < value < math.inf:
+            raise argparse.ArgumentTypeError(f"must be {accepts} (got {text!r})")
+        return value
+
+    return parse
+
+
+POSITIVE = number(int, 0, "a positive integer")
+COUNT = number(int, -1, "an integer >= 0")
+RATE = number(float, 0, "a positive finite number")
+
+
 def parser():
     """The command line's flags; an error is one line on stderr (no usage block), exit 2."""
     p = argparse.ArgumentParser(
@@ -512,7 +510,7 @@ def parser():
     )
     p.error = lambda message: p.exit(2, f"theory.py: error: {message}\n")
     add_task_flags(p.add_argument)
-    add_mode_flags(p.add_argument)
+    add_mode_flags(p.add_mutually_exclusive_group(required=True).add_argument)
     add_curve_flags(p.add_argument)
     add_search_flags(p.add_argument)
     return p
@@ -521,24 +519,26 @@ def parser():
 def add_task_flags(add):
     """The task's and the schedule's flags."""
     several = " (several with --floor)"
-    add("--T", type=int, nargs="+", default=[20], help="sequence length" + several)
+    add("--T", type=POSITIVE, nargs="+", default=[20], help="sequence length" + several)
+    q_help = "subset size, 1 <= q <= T" + several
+    add("--q", type=POSITIVE, nargs="+", default=[3], help=q_help)
+    add("--d", type=POSITIVE, default=5, help="token dimension")
     add(
-        "--q",
-        type=int,
+        "--de",
+        type=POSITIVE,
         nargs="+",
-        default=[3],
-        help="subset size, 1 <= q <= T" + several,
+        default=[64],
+        help="PE dimension d_e" + several,
     )
-    add("--d", type=int, default=5, help="token dimension")
-    add("--de", type=int, nargs="+", default=[64], help="PE dimension d_e" + several)
-    add("--steps", type=int, default=1500, help="with --dynamics: steps of the curve")
-    add("--lr", type=float, default=1.0, help="SGD learning rate")
     add(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the sequences and the fixed PE table",
+        "--steps",
+        type=POSITIVE,
+        default=1500,
+        help="with --dynamics: steps of the curve",
     )
+    add("--lr", type=RATE, default=1.0, help="SGD learning rate")
+    seed = "seed of the sequences and the fixed PE table"
+    add("--seed", type=COUNT, default=0, help=seed)
 
 
 def add_mode_flags(add):
@@ -548,8 +548,8 @@ def add_mode_flags(add):
     needed = "print needed_de (target --eps d/(2q)), and exit"
     add("--needed-de", action="store_true", help=needed)
     dynamics = (
-        "print family_dynamics' curves (GD's; with --batch SGD's too) and t_1/2 at each"
-        " --T, --de (--positions: randomized PE), --q, --lr, --steps, and exit"
+        "print family_dynamics' curve by GD and t_1/2 at each --T, --de, --q, --lr,"
+        " --steps, and exit"
     )
     add("--dynamics", action="store_true", help=dynamics)
     plateau = (
@@ -561,103 +561,51 @@ def add_mode_flags(add):
 
 def add_curve_flags(add):
     """--dynamics' and --plateau's options."""
-    noise = (
-        "with --plateau: SGD's noise in W_xe from the full per-sequence gradient, or"
-        " from M = I"
-    )
-    add("--noise", choices=("full", "identity"), default="full", help=noise)
-    draws = "with --plateau: independent sets of sequences"
-    add("--draws", type=int, default=4, help=draws)
-    every = "with --dynamics: --json keeps every this many steps"
-    add("--every", type=int, default=10, help=every)
-    batch = (
-        "with --dynamics: also the curve of SGD on this many sequences a step"
-        " (family_dynamics' batch)"
-    )
-    add("--batch", type=int, help=batch)
+    draws = number(int, 1, "an integer >= 2 (an se needs two)")
+    add("--draws", type=draws, default=4, help="with --plateau: independent sets")
+    every = "with --dynamics, --plateau: --json keeps every this many steps"
+    add("--every", type=POSITIVE, default=10, help=every)
+    batch = "with --plateau: SGD on this many sequences a step (else GD)"
+    add("--batch", type=POSITIVE, help=batch)
     anneal = (
-        "with --dynamics: the step from which lr is a third [half the --steps, as"
-        " train_tf.py's]"
+        "with --dynamics, --plateau: the step from which lr is a third [half the"
+        " --steps, as train_tf.py's]"
     )
-    add("--anneal-at", type=int, help=anneal)
+    add("--anneal-at", type=COUNT, help=anneal)
     lengths = "with --plateau: the curve at these test lengths too (--q's subsets)"
-    add("--test-T", type=int, nargs="+", default=[], help=lengths)
+    add("--test-T", type=POSITIVE, nargs="+", default=[], help=lengths)
     sizes = "with --plateau: the curve at these subset sizes too (length --T)"
-    add("--test-q", type=int, nargs="+", default=[], help=sizes)
+    add("--test-q", type=POSITIVE, nargs="+", default=[], help=sizes)
 
 
 def add_search_flags(add):
     """--needed-de's and --floor's options, and --json."""
     eps = "--needed-de's target over d/(2q), the loss at zero"
-    add("--eps", type=float, default=0.3, help=eps)
-    add(
-        "--n",
-        type=int,
-        default=4096,
-        help="with --floor, --needed-de: sequences per floor",
-    )
-    json_help = (
-        "with --floor, --needed-de or --dynamics: also write the rows to this file"
-        " (plots.py)"
-    )
+    add("--eps", type=RATE, default=0.3, help=eps)
+    n = "with --floor, --needed-de, --plateau: sequences per floor or set"
+    add("--n", type=POSITIVE, default=4096, help=n)
+    json_help = "also write the rows to this file (plots.py)"
     add("--json", help=json_help)
     positions = (
-        "with --floor (or --dynamics): randomized PE with tables of these L >= T"
-        " positions instead: the floors of W = c W* and of a table-learning W"
-        " (table_floor); its curves"
+        "with --floor: randomized PE with tables of these L >= T positions instead: the"
+        " floors of W = c W* and of a table-learning W (table_floor)"
     )
-    add("--positions", type=int, nargs="+", help=positions)
+    add("--positions", type=POSITIVE, nargs="+", help=positions)
 
 
-def check_flag(flag, name, value):
-    """A flag by the rule of the argument `name` it sets (sts.ARGUMENTS)."""
-    accepts, test = ARGUMENTS[name]
-    check(test(value), flag, accepts, value)
-
-
-def check_flags(args):
-    """Every flag checked before anything runs: otherwise an ArgumentError naming it."""
-    for T, q in itertools.product(args.T + args.test_T, args.q + args.test_q):
-        check_args(T, q, d=args.d)
-    check_flag("--steps", "steps", args.steps)
-    check_flag("--lr", "lr", args.lr)
-    check_flag("--eps", "target", args.eps)
-    check_flag("--seed", "seed", args.seed)
-    check_flag("--n", "n", args.n)
-    for d_e in args.de:
-        check_flag("--de", "d_e", d_e)
-    if args.anneal_at is not None:
-        check_flag("--anneal-at", "seed", args.anneal_at)
-    searches = args.dynamics or args.needed_de or args.plateau
-    single = len(args.T) == len(args.de) == 1
-    lists = args.floor or len(args.q) == 1 and (searches or single)
-    values = (args.T, args.q, args.de)
-    check(lists, "--T, --q and --de", "one value each without --floor", values)
-    chosen = args.floor + args.needed_de + args.dynamics + args.plateau
-    modes = "--floor, --needed-de, --dynamics or --plateau"
-    check(chosen == 1, modes, "given, exactly one", chosen)
-    check(
-        whole(args.draws, 2), "--draws", "an integer >= 2 (an se needs two)", args.draws
-    )
-    check(whole(args.every), "--every", ARGUMENTS["steps"][0], args.every)
-    batch = args.batch is None or whole(args.batch)
-    check(batch, "--batch", ARGUMENTS["n"][0], args.batch)
-    if args.json:
-        folder = os.path.dirname(os.path.abspath(args.json))
-        writable = os.access(folder, os.W_OK) and not os.path.isdir(args.json)
-        check(writable, "--json", "a file in a writable folder", args.json)
-    if args.positions:
-        check_positions(args)
-
-
-def check_positions(args):
-    """--positions: table sizes L >= T, each with --dynamics, some with --floor."""
-    if args.dynamics:
-        fits = min(args.positions) >= max(args.T)
-    else:
-        fits = args.floor and max(args.positions) >= min(args.T)
-    accepts = "table sizes L >= --T (some --T with --floor; each with --dynamics)"
-    check(fits, "--positions", accepts, args.positions)
+def check_flags(p, args):
+    """The flags together, before anything runs: a mistake is p.error's line, exit 2."""
+    if max(args.q + args.test_q) > min(args.T + args.test_T):
+        largest = max(args.q + args.test_q)
+        p.error(f"--q, --test-q must be <= --T, --test-T (got q {largest})")
+    if len(args.q) > 1 and not args.floor:
+        p.error(f"--q must be one value without --floor (got {args.q})")
+    if args.dynamics and args.batch:
+        p.error("--batch: with --plateau alone (--dynamics is GD's curve)")
+    fits = args.floor and max(args.positions or [math.inf]) >= min(args.T)
+    if args.positions and not fits:
+        accepts = "table sizes L >= some --T, with --floor"
+        p.error(f"--positions must be {accepts} (got {args.positions})")
 
 
 def search(args, q, d):
@@ -673,9 +621,9 @@ def search(args, q, d):
     elif args.dynamics:
         sequences = 2048
         rows = []
-        for T, d_e, L in itertools.product(args.T, args.de, args.positions or [None]):
+        for T, d_e in itertools.product(args.T, args.de):
             schedule = (args.steps, args.lr, anneal_at, args.every)
-            rows += dynamics(T, q, d, d_e, *schedule, args.seed, args.batch, L)
+            rows.append(dynamics(T, q, d, d_e, *schedule, args.seed))
     elif args.plateau:  # the draws' seeds: 0, 1, ..., draws - 1
         family = "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
         rows = []
@@ -683,7 +631,7 @@ def search(args, q, d):
             schedule = (args.lr, args.batch, anneal_at, args.steps)
             sets = [(f"T={t}", t, q) for t in args.test_T]
             sets += [(f"q={k}", T, k) for k in args.test_q]
-            draws = (args.draws, args.n, args.every, args.noise)
+            draws = (args.draws, args.n, args.every)
             rows.append(plateau(T, q, d, d_e, *schedule, *draws, sets))
     else:
         rows = list(
@@ -711,19 +659,13 @@ def stop_if_diverged(rows, start):
 
 def write_json(args, found, head):
     """--json: the rows with what they belong to (--needed-de: its target too); strict JSON (a
-    NaN or an infinity: null), written whole: a temporary file renamed onto it."""
+    NaN or an infinity: null)."""
     if args.needed_de:
         found.update(head)
     curves = args.dynamics or args.plateau  # one line a row
     found = json.loads(json.dumps(found), parse_constant=lambda nan: None)
-    tmp = f"{args.json}.{os.getpid()}.tmp"  # a full disk leaves the old file as it was
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(found, fh, indent=None if curves else 2)
-        os.replace(tmp, args.json)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with open(args.json, "w") as fh:
+        json.dump(found, fh, indent=None if curves else 2)
 
 
 def main(argv=None):
@@ -733,9 +675,7 @@ def main(argv=None):
     p = parser()
     try:
         args = p.parse_args(argv)
-        check_flags(args)
-    except sts.ArgumentError as e:
-        p.exit(2, f"theory.py: error: {e}\n")
+        check_flags(p, args)
     except (
         SystemExit
     ) as done:  # --help printed: return, as a kernel shows SystemExit(0)

@@ -13,8 +13,9 @@ with the noise of M = I (family_dynamics' own) and, at course scale, GD (no nois
 midpoint of the first val and the family's floor, each interpolated between logged steps.
 
 The files were written at commits 2ea2917 (plateau_registered.json) and 4409a9b (_T8), with the
-theory.py of 2ea2917; theory.py has changed since (the noise at its own size, after the runs), so
-run this at 2ea2917 to reproduce them. It never writes over a file: a registration is a record.
+theory.py of 2ea2917; theory.py has changed since (the noise at its own size, after the runs;
+M = I's noise= gone), so run this at 2ea2917 to reproduce them: not run on today's code. It
+never writes over a file: a registration is a record.
 """
 import json
 import os

@@ -3,6 +3,7 @@ reduction's t_1/2 with the tokens integrated (theory.model_t_half, GD, one draw 
 sequences; at the floor exact_floor finds) over a grid of T, q, d_e at lr = 1.
 
     python results/theory/closed_form_grid.py results/theory/closed_form_grid.json
+Ran at commit 483692c (closed_form_grid.json), kept as it ran there: not run on today's code.
 """
 import itertools
 import json

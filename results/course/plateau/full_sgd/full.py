@@ -1,7 +1,9 @@
 """Full-model NumPy SGD (sts.py's model, gradients by hand, batched over R replicas), stochastic PE,
 zero init; t1/2 = crossing of midpoint (first val, floor) on a large fixed val set.
 keep: which blocks SGD may move: 'all', or projections: 'fam' (W_pp -> cW*, V -> aV*, W_xe kept),
-'fam+pp' (W_pp full), 'fam+V' (V full), 'famonly' (no W_xe either)."""
+'fam+pp' (W_pp full), 'fam+V' (V full), 'famonly' (no W_xe either).
+Ran at commit c5ded6b (full_sgd.json), kept as it ran there: not run on today's code.
+"""
 import sys, json, time, os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository

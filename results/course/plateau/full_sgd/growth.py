@@ -7,7 +7,9 @@
    at w = 0 (2,048 draws); the pull <mean gradient, W_xe>/|W_xe|^2 and the loss W_xe adds, beside
    kappa and kappa |W_xe|^2 / 2.
 Run 2026-11-28 from the worktree root: python results/course/plateau/full_sgd/growth.py, then, the
-probe's update fixed (it had moved W_xe alone, c stayed 0), growth.py probe (which also wrote every point's model t_1/2 at cd52c3b)."""
+probe's update fixed (it had moved W_xe alone, c stayed 0), growth.py probe (which also wrote every point's model t_1/2 at cd52c3b).
+Ran at commit efe8f34 (growth.json), kept as it ran there: not run on today's code.
+"""
 import json, os, subprocess, sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))

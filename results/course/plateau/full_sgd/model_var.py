@@ -1,4 +1,6 @@
-# sgd_curve variants: + c's gradient of the W_xe cost (d kappa / dc)
+"""sgd_curve variants: + c's gradient of the W_xe cost (d kappa / dc)
+Ran at commit c5ded6b (full_sgd.json), kept as it ran there: not run on today's code.
+"""
 import sys, os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository

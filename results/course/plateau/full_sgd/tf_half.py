@@ -1,3 +1,6 @@
+"""Each torch run's t_1/2 in OUT at plateau point NAME, interpolated (theory.crossing): tf_half.py OUT NAME.
+Ran at commit c5ded6b (full_sgd.json), kept as it ran there: not run on today's code.
+"""
 import os, sys, json, glob
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository
 sys.path.insert(0, ROOT)

@@ -1,4 +1,6 @@
-# NumPy full SGD at a point; crossings on 4 disjoint val sets of 512 (the same trajectories)
+"""NumPy full SGD at a point; crossings on 4 disjoint val sets of 512 (the same trajectories)
+Ran at commit c5ded6b (full_sgd.json), kept as it ran there: not run on today's code.
+"""
 import os, sys, json, numpy as np
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))  # the repository
 sys.path.insert(0, ROOT)
