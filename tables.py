@@ -1027,13 +1027,11 @@ def whole_curve_row(folder, g, model, key):
     se = np.sqrt(spread_sq) / s["loss"]
     i = int(np.abs(gap).argmax())
     far = np.abs(gap) > GAP
-    lags = [
-        abs(t / (crossing(at, model["sets"][key]["loss"], m) or NAN) - 1)
-        for t, m in zip(steps[far], measured[far])
-    ]
-    lags = np.array(lags, float)
-    worst = f"{fmt(np.nanmax(lags), '.3f')}" if lags.size else "-"
-    outside = int((~(lags <= LAG)).sum())
+    lags = np.array(
+        [lag(at, model["sets"][key]["loss"], *x) for x in zip(steps, measured)]
+    )
+    worst = fmt(np.nanmax(lags[far]), ".3f") if np.isfinite(lags[far]).any() else "-"
+    outside = int((far & ~(lags <= LAG)).sum())
     largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
     compared = f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})"
     counts = [int(far.sum()), worst, outside]
@@ -1046,6 +1044,18 @@ def whole_curve_row(folder, g, model, key):
         *counts,
         final_gap(g, s, key),
     ]
+
+
+def lag(at, loss, step, measured):
+    """A logged point's gap in steps on the model's drop: step / the model's step at the measured
+    loss (after the plateau's top, the highest after step 0) - 1, where the model's curve is
+    steep there: |d ln loss / d ln step| >= GAP / LAG, so that a gap of LAG in steps is one of
+    GAP or more in loss. NaN elsewhere: where the curve is flat a step gap means nothing."""
+    top = 1 + int(np.argmax(loss[1:]))  # SGD's noise can lift the plateau after a dip
+    crossed = crossing(at[top:], loss[top:], measured)
+    steepness = np.abs(np.gradient(np.log(loss[1:]), np.log(at[1:])))
+    steep = crossed and np.interp(crossed, at[1:], steepness) >= GAP / LAG
+    return step / crossed - 1 if steep else NAN
 
 
 def final_gap(g, s, key):
@@ -1091,8 +1101,10 @@ def table_whole_curve(experiments):
         " measured / model − 1 where its size is largest, ± its se (the common validation set's"
         " sd/√n_test, the seeds' s/√seeds and the model's se over its draws, in quadrature,"
         f" over the model), at that step. Beyond {GAP:.0%}: the steps whose gap in loss is"
-        f" larger; of those, the largest gap in steps at the same loss (the step / the model's"
-        f" first step at that loss − 1) and how many are beyond {LAG:.0%} in steps too. At the"
+        f" larger; of those, on the drop (where the model's |d ln loss / d ln step| is"
+        f" {GAP / LAG:g} or more, so that {LAG:.0%} in steps is {GAP:.0%} or more in loss),"
+        f" the largest gap in steps at the same loss (the step / the model's step at that"
+        f" loss, after its plateau's top, − 1); and how many are beyond {LAG:.0%} in steps too or off the drop. At the"
         " end: the seeds' final loss (summary.json, on n_final common sequences, its se"
         " final_se) / the model's at the last step − 1 ± se."
     )
