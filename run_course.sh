@@ -80,10 +80,12 @@ if [ "$SCALE" = paper ]; then
     # the training curve the family W = c W*, V = alpha V* predicts (sts.family_dynamics), beside the
     # seeds of sgd/; and the plateau at n = 1,024 (the seeds' 256: 4x less SGD noise), seed 0, 10,000 steps
     # (GD's and SGD's at n = 256, through the plateau and the drop: 20,000 steps, about 10 min)
-    "mkdir -p $O/sgd && python theory.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 6500 --anneal-at $PAPER_ANNEAL --batch 256 --every 100 --n 1024 --draws 2 --json $O/sgd/plateau_model.json$Q_PLATEAU"
-    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python theory.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 6000 --anneal-at 50000 --batch 1024 --every 100 --n 1024 --json $O/plateau/n1024/plateau_model.json$Q_PLATEAU"
+    "mkdir -p $O/sgd && python theory.py --dynamics --T 200 --de 170 --steps 20000 --anneal-at $PAPER_ANNEAL --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 100000 --anneal-at $PAPER_ANNEAL --batch 256 --every 500 --n 1024 --draws 2 --test-T 250 300 350 400 --test-q 2 4 6 --json $O/sgd/plateau_model.json$Q_PLATEAU"
+    "$TF --batch 1024 --steps 10000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/n1024$Q_TF && python theory.py --dynamics --T 200 --de 170 --steps 10000 --anneal-at 50000 --every 100 --json $O/plateau/n1024/family_dynamics.json$Q_DYN && python theory.py --plateau --T 200 --de 170 --steps 10000 --anneal-at 50000 --batch 1024 --every 100 --n 1024 --json $O/plateau/n1024/plateau_model.json$Q_PLATEAU"
     # t_1/2 registered before the run (results/predictions/plateau_registered.json): T = 100, seed 0
-    "$TF --T 100 --steps 8000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/T100$Q_TF && python theory.py --dynamics --T 100 --de 170 --steps 4000 --anneal-at 50000 --batch 256 --every 100 --json $O/plateau/T100/family_dynamics.json$Q_DYN && python theory.py --plateau --T 100 --de 170 --steps 4000 --anneal-at 50000 --batch 256 --every 100 --n 2048 --json $O/plateau/T100/plateau_model.json$Q_PLATEAU"
+    "$TF --T 100 --steps 8000 --anneal-at 50000 --eval-every 100 --test-T --test-q --seed 0 $MODE --out $O/plateau/T100$Q_TF && python theory.py --dynamics --T 100 --de 170 --steps 4000 --anneal-at 50000 --every 100 --json $O/plateau/T100/family_dynamics.json$Q_DYN && python theory.py --plateau --T 100 --de 170 --steps 8000 --anneal-at 50000 --batch 256 --every 100 --n 2048 --json $O/plateau/T100/plateau_model.json$Q_PLATEAU"
+    # the whole curve registered before the run (results/predictions/curve_registered_T150.json): T = 150, seed 0
+    "$TF --T 150 --steps 12000 --anneal-at 6000 --eval-every 100 --n-test 2048 --test-T 200 300 --test-q 2 6 --seed 0 $MODE --out $O/plateau/T150$Q_TF && python theory.py --dynamics --T 150 --de 170 --steps 12000 --anneal-at 6000 --every 100 --json $O/plateau/T150/family_dynamics.json$Q_DYN && python theory.py --plateau --T 150 --de 170 --steps 12000 --anneal-at 6000 --batch 256 --every 100 --n 2048 --test-T 200 300 --test-q 2 6 --json $O/plateau/T150/plateau_model.json$Q_PLATEAU"
   )
   AFTER="python plots.py $O/sgd --theory $NT && python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
@@ -108,8 +110,6 @@ else
     LANE_B+=("$TF --optimizer $opt --pe randomized --positions 40 80 160 320 --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && $TF --optimizer $opt --pe randomized --positions 20 --test-T --seed $SEEDS $MODE --out $O/randomized/$opt$Q_TF && python theory.py --floor --T 20 --q 3 --d 5 --de 64 --positions 20 40 80 160 320 $NF --json $O/randomized/$opt/table_floor.json$Q_TABLE")
   done
   LANE_B+=(
-    # randomized PE's training curves by W = c W*, V = alpha V* (sts.family_dynamics), GD's and SGD's
-    "mkdir -p $O/randomized/sgd && python theory.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --positions 20 40 80 160 320 --every 100 --json $O/randomized/sgd/family_dynamics.json$Q_DYN"
     "mkdir -p $O/floor && python theory.py --floor --T 20 --q 3 --d 5 --de 8 16 32 64 128 256 $NF --json $O/floor/family_floor.json$Q_FLOOR"  # its prediction
     # and at the test lengths and q_test
     "mkdir -p $O/logs $O/sgd && python theory.py --floor --T 20 25 30 35 40 --q 3 --d 5 --de 64 $NF --json $O/logs/floor_T.json$Q_FLOOR && python theory.py --floor --T 20 --q 2 4 6 --d 5 --de 64 $NF --json $O/logs/floor_q.json$Q_FLOOR && python -c '$MERGE' $O/logs/floor_T.json $O/logs/floor_q.json $O/sgd/family_floor.json"
@@ -119,7 +119,7 @@ else
     "python train_fcn.py --preset course --sweep $MODE --out $O/fcn_sweep$Q_FCN && python theory.py --needed-de --T 10 20 40 80 160 320 640 1280 --eps 0.3 --json $O/fcn_sweep/needed_de.json$Q_NEEDED"
     "python train_bool.py $MODE --out $O/bool$Q_BOOL"                              # Edelman et al.: sparse-AND m50
     # the family's predicted training curves beside the stochastic-PE SGD runs (sts.family_dynamics)
-    "mkdir -p $O/sgd $O/floor $O/de_below_T && python theory.py --dynamics --T 20 --de 64 --steps 10000 --batch 256 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 20 --de 8 16 32 64 128 256 --steps 10000 --batch 256 --every 100 --json $O/floor/family_dynamics.json$Q_DYN && python theory.py --dynamics --T 64 --de 32 --steps 10000 --batch 256 --every 100 --json $O/de_below_T/family_dynamics.json$Q_DYN"
+    "mkdir -p $O/sgd && python theory.py --dynamics --T 20 --de 64 --steps 10000 --every 100 --json $O/sgd/family_dynamics.json$Q_DYN && python theory.py --plateau --T 20 --de 64 --steps 10000 --batch 256 --every 100 --n 2048 --test-T 25 30 35 40 --test-q 2 4 6 --json $O/sgd/plateau_model.json$Q_PLATEAU"
   )
   # the plateau's length t_1/2 around the course point (T 20, d_e 64, lr 1, q 3, n 256), 3 seeds a point
   # (2 to 6 min each, d_e = 256 about 14), each beside family_dynamics' GD and SGD at its n. Most of the time
@@ -130,7 +130,15 @@ else
       "q2:--q 2" "q6:--q 6" "n64:--batch 64" "n1024:--batch 1024" "n4096:--steps 1000 --batch 4096" \
       "T12q6:--T 12 --q 6" "T40n32:--T 40 --batch 32" "T8:--T 8"; do   # the last three registered before their runs
     name=${point%%:*} flags="--steps 2000 ${point#*:}"
-    LANE_B+=("$TF $flags --eval-every 5 --n-test 8192 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics --batch 256 $flags --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN && python theory.py --plateau --batch 256 $flags --every 5 --n 2048 --json $O/plateau/$name/plateau_model.json$Q_PLATEAU")
+    LANE_B+=("$TF $flags --eval-every 5 --n-test 8192 --test-T --test-q --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics ${flags%%--batch*} --every 5 --json $O/plateau/$name/family_dynamics.json$Q_DYN && python theory.py --plateau --batch 256 $flags --every 5 --n 2048 --json $O/plateau/$name/plateau_model.json$Q_PLATEAU")
+  done
+  # the whole curve registered before its run (n16: results/predictions/curve_registered_n16.json) and SGD's
+  # noise beyond the grid (n8, d_e = 16 at n = 64 and 16), each logged every 10 steps on 4,096 sequences
+  for point in "n16:--batch 16 --test-T 30 40 --test-q 2 6" "n8:--batch 8" "de16n64:--de 16 --batch 64" \
+      "de16n16:--de 16 --batch 16"; do
+    name=${point%%:*} flags="--steps 2000 ${point#*:}" sets=""
+    [[ $flags == *--test-T* ]] || sets=" --test-T --test-q"
+    LANE_B+=("$TF $flags$sets --eval-every 10 --n-test 4096 --seed $SEEDS $MODE --out $O/plateau/$name$Q_TF && python theory.py --dynamics ${flags%%--batch*} --every 10 --json $O/plateau/$name/family_dynamics.json$Q_DYN && python theory.py --plateau $flags --every 10 --n 2048 --json $O/plateau/$name/plateau_model.json$Q_PLATEAU")
   done
   # the figure set's runs, copied: stochastic d_e = 64 into floor/, and stochastic and fixed PE beside
   # randomized PE; then every figure
