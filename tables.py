@@ -1037,8 +1037,8 @@ def whole_curve_row(folder, g, model, key):
     counts = [int(far.sum()), worst, outside]
     return [
         folder,
-        *plateau_setting(g),
         key,
+        *plateau_setting(g),
         compared,
         largest,
         *counts,
@@ -1109,7 +1109,7 @@ def table_whole_curve(experiments):
         " final_se) / the model's at the last step − 1 ± se."
     )
     header = (
-        f"experiment | {SETTING_COLUMNS} | set | steps compared (how many) | largest gap ± se"
+        f"experiment | set | {SETTING_COLUMNS} | steps compared (how many) | largest gap ± se"
         f" at step | beyond {GAP:.0%} in loss | their largest gap in steps | beyond both"
         " | at the end ± se"
     )
@@ -1132,7 +1132,7 @@ def excess_row(folder, g, model, predicted, key):
         quoted(short, math.hypot(s["se"], floor["se"])),
         quoted(rest, math.hypot(measured_se, s["se"])),
     ]
-    return [folder, *plateau_setting(g), key, *cells]
+    return [folder, key, *plateau_setting(g), *cells]
 
 
 def table_floor_excess(experiments):
@@ -1151,7 +1151,7 @@ def table_floor_excess(experiments):
         " seeds' s/√seeds, the floor's and the model's over its draws, in quadrature."
     )
     header = (
-        f"experiment | {SETTING_COLUMNS} | set | measured − floor ± se | W_xe's cost"
+        f"experiment | set | {SETTING_COLUMNS} | measured − floor ± se | W_xe's cost"
         " | c, α short ± se | remainder ± se"
     )
     return markdown(caption, header, rows)
