@@ -1852,3 +1852,32 @@ def test_plots_tabulates_and_draws_the_plateau_against_sgds_model_and_gd(
             [str(tmp_path / "scan"), "--out", str(tmp_path / "two"), "--formats", "png"]
         )
     assert "scan" not in drawn and "n64_dynamics" in drawn
+
+
+def test_the_whole_curve_reads_each_logged_step_against_the_model_and_its_steps_on_the_drop():
+    """table_whole_curve's cells from a model curve and seeds 10% above it after step 200 (the
+    largest gap), on a drop steep enough for a gap in steps; the end against the finals."""
+    steps = np.arange(0, 1001, 100)
+    loss = 0.8 / (1 + (steps / 400.0) ** 6) + 0.1  # a plateau, a drop, a floor
+    model = dict(T=20, q=3, de=64, lr=1.0, batch=256, steps=1000)
+    model["rows"] = [[s, x, 0, 0, 0] for s, x in zip(steps, loss)]
+    zeros = [0.0] * len(steps)
+    model["sets"] = {"val": dict(loss=list(loss), sd=zeros, se=zeros, cost=zeros)}
+    config = dict(T=20, q=3, de=64, lr=1.0, batch=256, steps=1000, pe="stochastic")
+    config.update(optimizer="sgd", n_test=512, eval_every=100)
+    runs = []
+    for seed in (0, 1):
+        measured = loss * np.where(steps > 200, 1.1, 1.0)
+        log = [{"step": int(s), "val": float(x)} for s, x in zip(steps, measured)]
+        summary = dict(step=1000, final={"val": 1.02 * loss[-1]}, final_se={"val": 0.0})
+        runs.append(dict(config=dict(config, seed=seed), log=log, summary=summary))
+    g = rundirs.configurations(runs)[0]
+    row = tables.whole_curve_row("x", g, model, "val")
+    assert row[9:11] == ["100–1000 (10)", "+0.100 ± 0.000 at 300"]
+    assert row[11] == 8  # steps 300 to 1000 are 10% above
+    lags = [tables.lag(steps, loss, s, m) for s, m in zip(steps, loss * 1.1)]
+    steep = [s for s, x in zip(steps, lags) if np.isfinite(x)]
+    assert steep and all(300 <= s <= 600 for s in steep)  # the drop alone
+    assert (
+        row[-1] == tables.final_gap(g, model["sets"]["val"], "val") == "+0.020 ± 0.000"
+    )
