@@ -924,9 +924,6 @@ def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
     out = Path(args.out)
-    if not args.table and not runlog.nearest(out).is_dir():  # before anything is read
-        why = "is not a folder, nor can one be made there"
-        runlog.fail("plots.py", f"--out: {args.out} {why}; name a folder")
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
         write_theory(experiments, report, args.theory)

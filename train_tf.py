@@ -14,7 +14,6 @@ final_losses.npz (each sequence's loss).
 """
 
 import functools
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -352,7 +351,13 @@ def new_job(args, specs, d_e):
     dirs = [spec["dir"] for spec in specs]
     file = runlog.job_file(args.out, f"de{d_e}", dirs)
     return runlog.Job(
-        dirs, configs, file, args.resume, args.force, args.checkpoint_every
+        "train_tf.py",
+        dirs,
+        configs,
+        file,
+        args.resume,
+        args.force,
+        args.checkpoint_every,
     )
 
 
@@ -390,7 +395,6 @@ def parse_args(argv=None):
     if "randomized" in args.pe and not args.positions:
         args.positions = [longest]
     check(args, longest)
-    check_limits(args)
     return args
 
 
@@ -442,16 +446,6 @@ def check(args, longest):
         require(d_e >= longest, message)
 
 
-def check_limits(args):
-    """--threads within this machine's cores; the largest learning rate within --dtype's range."""
-    cores = max(os.cpu_count() or 1, 2)  # the default 2 too
-    message = f"--threads must be at most {cores}, this machine's CPU cores (got {args.threads})"
-    require(args.threads <= cores, message)
-    lr = args.lr or DEFAULT_LR[args.optimizer]
-    rule = runlog.rate_rule(lr, args.optimizer, args.dtype, args.anneal_factor)
-    require(*rule)
-
-
 def main(argv=None):
     def body():
         args = parse_args(argv)
@@ -462,11 +456,11 @@ def main(argv=None):
         torch.set_num_threads(1 if args.step == "fused" else args.threads)
         if args.evaluate:
             return rescore(args, device)
-        with runlog.lock(args.out):
-            for d_e in args.de:  # under the lock: no other writer comes between
-                new_job(args, run_specs(args, d_e), d_e).check()
-            for d_e in args.de:
-                train(args, d_e, device)
+        runlog.check_out(args)
+        for d_e in args.de:  # every job's door before the first trains
+            new_job(args, run_specs(args, d_e), d_e).check()
+        for d_e in args.de:
+            train(args, d_e, device)
 
     runlog.run_command("train_tf.py", body, argv=argv)
 
