@@ -28,8 +28,11 @@ SUMMARIES = "sweep.json critical.json needed_de.json".split()
 # the settings legends name, in this order
 VARYING = "pe positions T width depth de optimizer attend init".split()
 # the keys seeds may differ in ("compile": a flag since removed, in the configs of the paper's
-# seed 0; n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
-PER_SEED = "seed threads device compile checkpoint_every n_final evaluate".split()
+# seed 0; n_final: the final sets' size, summary.json's after train_tf.py --evaluate; script:
+# the writer, in the configs written since)
+PER_SEED = (
+    "seed threads device compile checkpoint_every n_final evaluate script".split()
+)
 FLOOR = "family_floor.json"  # sts.py --floor
 PREDICTED = "pe T q d de".split()  # its rows' keys
 DYNAMICS = "family_dynamics.json"  # sts.py --dynamics: the curves of a run's SCHEDULE

@@ -348,7 +348,7 @@ def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_re
     def interrupted(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_tf, "evaluate", interrupted)
+    monkeypatch.setattr(train_tf, "estimate_loss", interrupted)
     with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + ["--out", str(tmp_path)])
     run = tmp_path / "stochastic-de8-seed0"
@@ -452,7 +452,7 @@ def test_a_fault_stays_python_s_traceback_and_every_run_says_it_failed(
     def broken(*_):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(train_tf, "evaluate", broken)
+    monkeypatch.setattr(train_tf, "estimate_loss", broken)
     with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
         train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
     assert [summary_of(run)["status"] for run in tmp_path.glob("*-seed0")] == [

@@ -421,7 +421,7 @@ def test_runs_of_one_seed_share_their_batches_and_every_run_of_every_seed_shares
         for W, V in zip(model.W, model.V):
             W.zero_()
             V.copy_(torch.as_tensor(sts.ground_truth(2, 8)[1]))
-    sets = train_tf.evaluate(model, streams, args, 64)
+    sets = train_tf.estimate_loss(model, streams, args, 64)
     seeds = [spec["seed"] for spec in specs]
     losses = model(streams.get_batch(3, 64, 6, 2)).tolist()
     assert [name for name, _ in sets] == [

@@ -34,7 +34,7 @@ from tqdm import tqdm
 import data
 import runlog
 import sts
-from model import Model, checkpoint, configure_optimizers, load_checkpoint
+from model import Model, checkpoint, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
@@ -280,8 +280,7 @@ def build(args, T, width, seed, steps, device):
 def new_job(args, path, config):
     """The runlog.Job of a run directory with its checkpoint; a sweep's --resume goes on with a
     run it started (and leaves a finished one alone), and starts the others without a word."""
-    started = (path / CHECKPOINT).exists() or runlog.finished(path)
-    resume = args.resume and (started or not args.sweep)
+    resume = args.resume and (path.exists() or not args.sweep)
     file = path / CHECKPOINT
     return runlog.Job("train_fcn.py", [path], [config], file, resume, args.force)
 
@@ -366,7 +365,7 @@ def transformer_vals(args, T, d_e, device):
     specs = [dict(run, seed=seed, optimizer="adam", lr=TF_LR) for seed in args.seed]
     dtype = getattr(torch, args.dtype)
     model = Model(specs, args.d, d_e, device, dtype, "fused", 1)
-    optimizers = configure_optimizers(model, specs)
+    optimizers = model.configure_optimizers(specs)
     streams = data.Streams(specs, args.d, d_e, T, device, dtype)
     path = cell_dir(args, T, d_e)
     job = new_job(args, path, cell_config(args, T, d_e))

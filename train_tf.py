@@ -7,7 +7,7 @@
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
 Read top to bottom: config, the model (model.py, nanoGPT's split: train_fcn.py's sweep trains it
-too), the batches (data.py's keyed streams), evaluate, the loop.
+too), the batches (data.py's keyed streams), estimate_loss, the loop.
 Runs of several --pe and --seed (--figure-set: seven) train side by side on shared draws, several
 --de in turn; each writes a run directory under --out (runlog.py): weights_init/final.npz,
 final_losses.npz (each sequence's loss).
@@ -25,7 +25,7 @@ import data
 import rundirs
 import runlog
 import sts
-from model import Model, checkpoint, configure_optimizers, load_checkpoint
+from model import Model, checkpoint, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
 
 # ------------------------------------------------------------------------------------- the config
@@ -191,9 +191,9 @@ def new_streams(args, specs, d_e, device):
     return data.Streams(specs, args.d, d_e, longest, device, dtype, args.threads)
 
 
-# --------------------------------------------------------------------------------------- evaluate
+# ---------------------------------------------------------------------------------- estimate_loss
 @torch.no_grad()
-def evaluate(model, streams, args, n):
+def estimate_loss(model, streams, args, n):
     """Each run's loss on each of the first n sequences of every validation set, common to every
     run of every seed (val at T, then each T_test and q_test): [((group, key), (n, R))]."""
     sets = [("val", None, args.T, args.q)]
@@ -212,7 +212,7 @@ def finals(model, streams, args):
     standard errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired
     differences)."""
     n = args.n_final
-    evaluated = evaluate(model, streams, args, n)
+    evaluated = estimate_loss(model, streams, args, n)
     out = []
     for r in range(len(model.W)):
         run = [(name, x[:, r]) for name, x in evaluated]
@@ -230,7 +230,7 @@ def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
     model = new_model(args, specs, d_e, device)
-    optimizers = configure_optimizers(model, specs)
+    optimizers = model.configure_optimizers(specs)
     streams = new_streams(args, specs, d_e, device)
     job = new_job(args, specs, d_e)
     if job.finished():
@@ -292,7 +292,7 @@ def log(args, model, optimizers, streams, job, step):
         if step > last
         else [None] * len(optimizers)
     )
-    evaluated = evaluate(model, streams, args, args.n_test)
+    evaluated = estimate_loss(model, streams, args, args.n_test)
     losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
     seconds = round(time.time() - job.t0, 3)
     d = args.d
