@@ -1603,15 +1603,15 @@ def test_resume_of_an_out_that_is_not_there_is_one_line_and_makes_nothing(
     def killed(*args, **kwargs):
         raise SystemExit(9)
 
-    monkeypatch.setattr(runlog.Job, "save", killed)
-    assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 9
-    monkeypatch.undo()
-    train_tf.main(TINY + ["--resume", "--out", str(tmp_path)])
-    notice = [
-        line for line in capsys.readouterr().err.splitlines() if "--resume" in line
-    ]
-    assert len(notice) == 1 and "no checkpoint" in notice[0], notice
-    assert summary_of(tmp_path / "stochastic-de8-seed0")["status"] == "finished"
+    for script, (main, flags, run) in SCRIPTS.items():
+        out = tmp_path / script
+        monkeypatch.setattr(runlog.Job, "save", killed)
+        assert ended(main, flags + ["--out", str(out)]) == 9
+        monkeypatch.undo()
+        assert (out / run / "config.json").exists()
+        assert ended(main, flags + ["--resume", "--out", str(out)]) == 0
+        assert "no checkpoint" in capsys.readouterr().err
+        assert summary_of(out / run)["status"] == "finished"
 
 
 @pytest.mark.slow  # a process: run by `python test_sts.py --all` (CI)
