@@ -430,11 +430,6 @@ class Job:
             f"--resume: {self.file} predates this format of checkpoint;"
             " rerun with --force, or give another --out",
         )
-        require(
-            saved["dirs"] == self.names(),
-            f"--resume: {self.file} holds the runs "
-            f"{', '.join(saved['dirs'])}; resume with the flags that train them",
-        )
         for old, new in zip(saved["configs"], self.configs):
             differ = compared(old, new)
             require(
