@@ -82,20 +82,19 @@ class Model(nn.Module):
                 losses[r] = loss(f, part.target)
         return torch.stack(losses, 1)
 
+    def configure_optimizers(self, specs):
+        """Each run's optimiser (SGD or Adam) over its W and V."""
+        kinds = dict(sgd=torch.optim.SGD, adam=torch.optim.Adam)
+        return [
+            kinds[spec["optimizer"]]([W, V], lr=spec["lr"])
+            for spec, W, V in zip(specs, self.W, self.V)
+        ]
+
     def weights(self, r):
         """Run r's weights, for its .npz."""
         W = self.W[r].detach().cpu().numpy()
         V = self.V[r].detach().cpu().numpy()
         return dict(W=W, V=V)
-
-
-def configure_optimizers(model, specs):
-    """Each run's optimiser (SGD or Adam) over its W and V."""
-    kinds = dict(sgd=torch.optim.SGD, adam=torch.optim.Adam)
-    return [
-        kinds[spec["optimizer"]]([W, V], lr=spec["lr"])
-        for spec, W, V in zip(specs, model.W, model.V)
-    ]
 
 
 def checkpoint(model, optimizers):

@@ -20,8 +20,11 @@ SUMMARIES = "sweep.json critical.json needed_de.json".split()
 # the settings legends name, in this order
 VARYING = "pe positions T width depth de optimizer attend init".split()
 # the keys seeds may differ in ("compile": a flag since removed, in the configs of the paper's
-# seed 0; n_final: the final sets' size, summary.json's after train_tf.py --evaluate)
-PER_SEED = "seed threads device compile checkpoint_every n_final evaluate".split()
+# seed 0; n_final: the final sets' size, summary.json's after train_tf.py --evaluate; script:
+# the writer, in the configs written since)
+PER_SEED = (
+    "seed threads device compile checkpoint_every n_final evaluate script".split()
+)
 FLOOR = "family_floor.json"  # sts.py --floor
 PREDICTED = "pe T q d de".split()  # its rows' keys
 DYNAMICS = (
@@ -473,30 +476,22 @@ def rescore(paths, shared, score, n):
     """train_tf.py --evaluate: the finished transformer runs at `paths`, those that agree on
     the config keys `shared` scored together by score(their runs) -> [(final numbers,
     arrays)] on n sequences a set, every number before any file is rewritten, under each
-    --out's lock, a signal held until every run's final_losses.npz and summary.json are
-    written."""
+    run folder's lock."""
     runs, groups = load_finished(paths, shared)
-    folders = []
-    for run in runs:
-        parent = run["path"].parent
-        folders.append(parent)
-        if (parent.parent / ".lock").exists():  # a figure set's --out
-            folders.append(parent.parent)
-    with runlog.lock(*folders):
+    with runlog.lock(*[run["path"] for run in runs]):
         scored = []  # every run's numbers, before any file is written
         for group in groups.values():
             scored += zip(group, score(group))
-        with runlog.held():  # signals wait for every run's two files
-            for run, (final, arrays) in scored:
-                path = run["path"]
-                summary = dict(run["summary"], **final)
-                runlog.write_npz(path / "final_losses.npz", arrays)
-                runlog.write_json(path / "summary.json", summary)
-                print(
-                    runlog.closing_line(
-                        path, "rescored", summary.get("stopped_at"), summary
-                    )
+        for run, (final, arrays) in scored:
+            path = run["path"]
+            summary = dict(run["summary"], **final)
+            runlog.write_npz(path / "final_losses.npz", arrays)
+            runlog.write_json(path / "summary.json", summary)
+            print(
+                runlog.closing_line(
+                    path, "rescored", summary.get("stopped_at"), summary
                 )
+            )
     print(
         f"train_tf.py: {len(runs)} run(s) rescored on {n} sequences per set;"
         " final_losses.npz and summary.json rewritten"

@@ -1,41 +1,43 @@
 """The run API of every training script: run folders, flags, checkpoints, exit codes.
 
-A run directory holds config.json (every resolved setting), log.jsonl (one strict-JSON
-record per evaluation, flushed as written), summary.json (how the run ended: finished,
-diverged, interrupted, terminated or failed; its step; its last record and final
-numbers) and the script's arrays (.npz): OWN names them all. A script deletes only those
-(and its checkpoint and temporaries), only with --force, and refuses a fresh run in a
-folder holding anything else. A Job is the runs one process trains together: one lock on
---out, one checkpoint file holding the whole job (each run's config and log as
-checkpointed, the trainer's state), renamed into place. Exit status (run_command): 0
-finished (a signal that came as the last job finished too), 1 a run diverged, 2 a user's
-mistake (one line naming the flag and the fix, before anything is written), 130 Ctrl-C,
-143 SIGTERM, 129 SIGHUP, each with the command that goes on. Rare faults (a full disk,
-out of memory, a hand-edited file) end in Python's traceback, and lose nothing: files
-are written whole or not at all, the last checkpoint is intact. It knows nothing of the
-models; it imports torch only for a checkpoint or a device.
+A run directory holds config.json (every resolved setting, and the script that wrote it),
+log.jsonl (one strict-JSON record per evaluation, flushed as written), summary.json (how
+the run ended: finished, diverged, interrupted, terminated or failed; its step; its last
+record and final numbers) and the script's arrays (.npz): OWN names them all. The door
+(Job.check, docs/run-folders.md): a fresh run writes only into empty folders; --force
+deletes only OWN, only in a folder its own script wrote; one writer per run folder (its
+.lock). A Job is the runs one process trains together, one checkpoint file holding the
+whole job (each run's config and log as checkpointed, the trainer's state), renamed into
+place. Exit status (run_command): 0 finished, 1 a run diverged, 2 a user's mistake (one
+line naming the flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM,
+129 SIGHUP, each with the command that goes on. Rare faults (a full disk, a hand-edited
+file, a FIFO) end in Python's traceback: files are written whole or not at all, the last
+checkpoint is intact. It knows nothing of the models; it imports torch only for a
+checkpoint or a device.
 """
 
 import argparse
 import contextlib
 import copy
+import csv
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
 import shlex
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 # the files a run directory holds
 OWN = (
     "config.json log.jsonl summary.json weights_init.npz weights_final.npz"
-    " final_losses.npz critical.json critical.csv"
+    " final_losses.npz critical.json critical.csv checkpoint.pt"
 ).split()
+TEMPORARIES = [f".{name}.tmp" for name in OWN]  # write_atomic's, left by a kill
 # a loss this many times the starting loss d/(2q) means the run has diverged
 DIVERGED = 100.0
 # the checkpoint's layout: one more wherever a script's saved state changes, so that --resume
@@ -91,17 +93,13 @@ def ended_by(error):
 # ------------------------------------------------------------------------------------------ files
 def strict(value):
     """Strict JSON: NaN and infinities become null, inside nested dicts and lists too."""
-    if isinstance(value, dict):
-        return {k: strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    return value if not isinstance(value, float) or math.isfinite(value) else None
+    return json.loads(json.dumps(value), parse_constant=lambda name: None)
 
 
 def write_atomic(path, write):
-    """path written whole or not at all: write(handle) fills a temporary file of a name of its own
-    (two writers never share one), renamed onto path; on any error it is removed."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    """path written whole or not at all: write(handle) fills a temporary file (one writer a
+    folder: its lock), renamed onto path; on any error it is removed."""
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "wb") as handle:
             write(handle)
@@ -154,107 +152,61 @@ def run_name(c):
     return f"{c['pe']}{L}-de{c['de']}-seed{c['seed']}"
 
 
-# a run whose summary.json is there but cannot be read (cut, hand-edited): maybe finished
-DAMAGED = "with a summary.json that cannot be read"
-
-
 def run_state(path):
     """A run directory's state, as "finished at step 100000"; a job with no steps as "finished"."""
-    summary = path / "summary.json"
-    try:
-        state = read(summary)
-        step = state.get("stopped_at")
-        return state["status"] + (f" at step {step}" if step is not None else "")
-    except (ValueError, LookupError, TypeError, AttributeError):
-        missing = "with no summary (still running, or killed)"
-        return DAMAGED if summary.exists() else missing
-
-
-def redo(path, force="pass --force to redo it"):
-    """The advice for a run that cannot go on: `force`, but never where its summary.json cannot
-    be read: --force would delete what may be a finished run's weights."""
-    damaged = run_state(path) == DAMAGED
-    return f"repair {path / 'summary.json'} or move it away" if damaged else force
+    if not (path / "summary.json").exists():
+        return "with no summary (still running, or killed)"
+    state = json.loads((path / "summary.json").read_bytes())
+    step = state["stopped_at"]
+    return state["status"] + ("" if step is None else f" at step {step}")
 
 
 def finished(path):
     return run_state(path).startswith("finished")
 
 
-def nearest(path):
-    """path or its nearest ancestor that is there (a broken link counts): where mkdir would
-    fail unless it is a folder."""
-    while not path.exists() and not path.is_symlink():
-        path = path.parent
-    return path
+# the script that wrote a config.json without a "script" (before it had one): by its model
+WRITERS = {
+    "transformer": "train_tf.py",
+    "fcn": "train_fcn.py",
+    "sweep transformer": "train_fcn.py",
+}
 
 
-def regular(path):
-    """A file of ours, where there is one, is a regular file (a FIFO's read would hang)."""
-    require(
-        path.is_file() or not path.exists(),
-        f"{path}: not a regular file (a FIFO?); move it away, or give another --out",
-    )
-
-
-def own(name, checkpoint):
-    """Whether a file of a run directory is one the scripts write: OWN, the job's checkpoint, the
-    lock, or a temporary of one of them (.NAME.PID.TID.tmp, left by a kill)."""
-    ours = (*OWN, checkpoint, ".lock")
-    return name in ours or any(
-        name.startswith(f".{n}.") and name.endswith(".tmp") for n in ours
-    )
+def writer(config):
+    """The script that wrote a run folder, from its config.json (a train_bool.py grid: its grid)."""
+    if "grid" in config:
+        return "train_bool.py"
+    return config.get("script") or WRITERS.get(config.get("model"))
 
 
 @contextlib.contextmanager
-def lock(*outs):
-    """One writer per folder: an exclusive lock on each distinct real folder's .lock while the block
-    runs, removed as it ends (the kernel drops it when the process dies, SIGKILL too). A folder held
-    by another process is a user's mistake, and nothing is written."""
+def lock(*folders):
+    """One writer per folder however its path is spelt: an exclusive lock on each one's .lock while
+    the block runs (the kernel drops it when the process dies, SIGKILL too), the file removed as
+    the block ends only where this process made it. A folder another process holds is a user's
+    mistake: one line."""
     import fcntl
 
-    with contextlib.ExitStack() as held:
-        for out in dict.fromkeys(map(os.path.realpath, outs)):
-            path = Path(out) / ".lock"
+    with contextlib.ExitStack() as stack:
+        for folder in dict.fromkeys(map(os.path.realpath, folders)):
+            path = Path(folder) / ".lock"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made = not path.exists()
+            handle = stack.enter_context(open(path, "a"))
+            busy = (
+                f"--out: another process is writing {folder}; wait for it to end, or"
+                " give another --out"
+            )
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise Unusable(
-                    f"--out: {out} is a file or under one; name a folder"
-                ) from None
-            while True:
-                handle = held.enter_context(open(path, "a"))
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise Unusable(
-                        f"--out: another process is writing {out} (it holds "
-                        f"{path}); wait for it to end, or give another --out"
-                    ) from None
-                if (
-                    path.exists()
-                    and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
-                ):
-                    break  # else its holder removed it as we opened it: anew
-            held.callback(path.unlink, missing_ok=True)  # removed while still held
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise Unusable(busy) from None
+            # a .lock its maker removed as this process opened it: that writer was still there
+            require(os.fstat(handle.fileno()).st_nlink, busy)
+            if made:
+                stack.callback(path.unlink)  # before its handle closes: still held
         yield
-
-
-@contextlib.contextmanager
-def held():
-    """Signals wait while the block writes; the first is raised as it ends (a transaction)."""
-    caught = []
-    before = {
-        s: signal.signal(s, lambda signum, frame: caught.append(signum))
-        for s in SIGNALS
-    }
-    try:
-        yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
-    if caught:
-        raise Interrupted(caught[0])
 
 
 def write(path, contents):
@@ -267,11 +219,12 @@ def write(path, contents):
 
 
 def table(rows, fields):
-    """The rows' fields as CSV (train_bool.py's critical.csv, train_fcn.py's sweep.csv), a row a
-    line ("\n"; None: empty)."""
-    lines = [fields] + [[r[k] for k in fields] for r in rows]
-    texts = [["" if v is None else str(v) for v in line] for line in lines]
-    return "".join(",".join(text) + "\n" for text in texts)
+    """The rows' fields as CSV (train_bool.py's critical.csv, train_fcn.py's sweep.csv)."""
+    text = io.StringIO()
+    lines = csv.writer(text)
+    lines.writerow(fields)
+    lines.writerows([r[k] for k in fields] for r in rows)
+    return text.getvalue()
 
 
 def kept(path):
@@ -283,11 +236,20 @@ def kept(path):
 
 def compared(old, new):
     """The settings in which two configs differ (those that may change on a resume left out)."""
-    free = "checkpoint_every threads evaluate".split()
+    free = "checkpoint_every threads evaluate script".split()
     return [k for k in new if k not in free and old.get(k) != new[k]]
 
 
 # ------------------------------------------------------------------------------------------ a job
+def check_out(args):
+    """--resume of an --out that is not there (a typo, which would train afresh): one line."""
+    require(
+        not args.resume or Path(args.out).exists(),
+        f"--resume: {args.out} does not exist; give the --out of the runs to go on with,"
+        " or drop --resume",
+    )
+
+
 def job_file(out, family, dirs):
     """A job's checkpoint in `out`, named by its family and its runs: the same flags find it."""
     names = "\n".join(os.path.relpath(path, out) for path in dirs).encode()
@@ -298,25 +260,38 @@ class Job:
     """The runs one process trains together, as one unit: their directories, one checkpoint. Every
     script reaches its runs through the same calls, in this order:
 
-        job = Job(dirs, configs, file, resume, force, every)
+        job = Job(script, dirs, configs, file, resume, force, every)
         job.check()                       # at the door: refused in one line, nothing written
         if job.finished(): ...            # --resume of runs that all finished: nothing to do
-        with job:
+        with job:                         # the runs' folders locked, checked again
             job.open(load, ending)        # the checkpoint read into load(), or fresh directories
             ... job.save(step, state) ... job.log(r, record, start_loss) ...
             job.close("finished", step, finals)
     Signals wait while the job writes its files (open, close) and are acted on at the next save(),
-    once the checkpoint is written (a second one at once); reading the checkpoint, they act at
-    once. ending(r, status) gives run r's (numbers, {file name: contents}) at any ending; close
-    adds finals[r]'s to them and writes them as one transaction (see close)."""
+    once the checkpoint is written (a second one at once), or as the job ends; reading the
+    checkpoint, they act at once. ending(r, status) gives run r's (numbers, {file name: contents})
+    at any ending; close adds finals[r]'s to them. replays: the job's log is its state (a
+    train_bool.py grid): --resume without a checkpoint goes on from it."""
 
-    def __init__(self, dirs, configs, file, resume=False, force=False, every=300.0):
+    def __init__(
+        self,
+        script,
+        dirs,
+        configs,
+        file,
+        resume=False,
+        force=False,
+        every=300.0,
+        replays=False,
+    ):
+        self.script = script
         self.dirs = dirs
-        self.configs = json.loads(json.dumps(configs))  # as config.json holds them
+        self.configs = json.loads(json.dumps([dict(c, script=script) for c in configs]))
         self.file = file
         self.resume = resume
         self.force = force
         self.every = every
+        self.replays = replays
         self.status = ["running"] * len(self.dirs)
         self.records = [{} for _ in self.dirs]
         self.logs = [b""] * len(self.dirs)
@@ -327,112 +302,70 @@ class Job:
         self.saved = -math.inf
 
     def check(self):
-        """At the door: a fresh run's directory holds no run (unless --force) and nothing the
-        scripts did not write; a --resume has its checkpoint, or its runs finished with these
-        flags; another job's checkpoint is named, never lost; no file of ours is a FIFO."""
-        regular(self.file)
-        if self.resume and not self.file.exists() and not self.finished():
-            self.check_others()
+        """The door (see docs/run-folders.md): a fresh run writes only into empty folders, where
+        no checkpoint of its job is; --force only into folders of this script holding only its
+        names; --resume only into folders of these flags, and goes on from a checkpoint, a log
+        that replays, or nothing yet logged."""
+        fresh = not (self.resume or self.force)
+        require(
+            not (fresh and self.file.exists()),
+            f"--out: {self.file} holds this job's checkpoint; pass --resume to go on"
+            " from it, or give another --out",
+        )
         for path, config in zip(self.dirs, self.configs):
-            self.check_dir(path, config)
+            if self.resume:
+                self.check_resumed(path, config)
+            else:
+                self.check_fresh(path)
 
-    def others(self):
-        """The other checkpoints of the job's family beside its own: (file, its runs' names)."""
-        import torch
-
-        family = self.file.name.rsplit("-", 1)[0] + "-*.pt"
-        for other in sorted(self.file.parent.glob(family)):
-            runs = ["?"]
-            if other.is_file():
-                runs = torch.load(other, weights_only=False).get("dirs", runs)
-            yield other, runs
-
-    def check_others(self):
-        """A --resume whose checkpoint is missing, beside another job's of the same family."""
-        for other, runs in self.others():
-            raise Unusable(
-                f"--resume: {other} holds the checkpoint of other runs"
-                f" ({', '.join(runs)}); resume with the flags that train them, or give"
-                " another --out"
+    def check_fresh(self, path):
+        """A fresh run's folder (see check)."""
+        names = sorted(p.name for p in path.iterdir()) if path.exists() else []
+        names = [name for name in names if name != ".lock"]
+        if not names:
+            return
+        config = path / "config.json"
+        ours = config.exists() and writer(read(config)) == self.script
+        foreign = [name for name in names if name not in OWN + TEMPORARIES]
+        if ours and not foreign and self.force:
+            return
+        state = f"a run {run_state(path)}"
+        if foreign or not ours:
+            state = (
+                f"files a run of {self.script} does not write ({', '.join(names[:3])})"
             )
-
-    def go_on(self, path):
-        """What goes on with a run that logged: the job's checkpoint, or another job's that holds
-        the run unfinished (a finished one it would replace), else redo()."""
-        if self.file.exists():
-            return "pass --resume to go on from its checkpoint"
-        for other, runs in [] if finished(path) else self.others():
-            if os.path.relpath(path, other.parent) in runs:
-                return (
-                    f"{other} holds its job ({', '.join(runs)}): pass --resume with"
-                    " the flags that train those runs"
-                )
-        return redo(path)
-
-    def check_dir(self, path, config):
-        """One run directory, at the door (see check)."""
-        above = nearest(path)
-        require(
-            above.is_dir(),
-            f"--out: {above} is a file where a run's folder goes; move it away, or"
-            " give another --out",
-        )
-        for name in OWN:
-            regular(path / name)
-        # glob: none where path is no folder
-        foreign = sorted(
-            p.name for p in path.glob("*") if not own(p.name, self.file.name)
-        )
-        require(
-            self.resume or not foreign,
-            f"--out: {path} holds files a run does not write"
-            f" ({', '.join(foreign[:3])}); give a new or empty folder",
-        )
-        log = path / "log.jsonl"
-        held = log.exists() and log.stat().st_size > 0
-        if self.resume and held and not self.file.exists():
-            self.check_finished(path, config)
-        if self.resume and self.file.exists():
-            self.check_kept(path, config)
-        # as a refusal only: go_on() may read other checkpoints
-        if held and not (self.force or self.resume):
-            raise Unusable(
-                f"--out: {path} holds a run"
-                f" {run_state(path)}; {self.go_on(path)}, or give another --out"
+            advice = "give a new or empty folder"
+        elif self.replays and kept(path):
+            advice = "pass --resume to replay its log, or give another --out"
+        elif self.checkpoints() and not finished(path):
+            advice = (
+                "pass --resume with the flags that trained it, or give another --out"
             )
+        else:
+            advice = "pass --force to redo it, or give another --out"
+        raise Unusable(f"--out: {path} holds {state}; {advice}")
 
-    def check_kept(self, path, config):
-        """A --resume from the checkpoint never replaces a run finished with other flags (one
-        trained since, with --force, by another job): a lost config.json is the flags'."""
-        if finished(path) and (path / "config.json").exists():
-            differ = compared(read(path / "config.json"), config)
+    def checkpoints(self):
+        """Whether a job's checkpoint is where this job's lies (a job of other flags may hold a run)."""
+        return any(self.file.parent.glob("checkpoint*.pt"))
+
+    def check_resumed(self, path, config):
+        """A resumed run's folder (see check)."""
+        if (path / "config.json").exists():
+            differ = ", ".join(compared(read(path / "config.json"), config))
             require(
                 not differ,
-                f"--resume: {path} holds a run finished with other flags"
-                f" ({', '.join(differ)}) than {self.file}'s; move that folder away to"
-                " go on from the checkpoint, or give another --out",
+                f"--resume: {path} holds a run of other flags ({differ}); resume with its"
+                " own flags, or give another --out",
             )
-
-    def check_finished(self, path, config):
-        """A --resume without a checkpoint, of a run that logged: it finished with these flags,
-        as the job's other runs did; or its log was copied in (no config.json beside it)."""
-        if not finished(path):
-            require(
-                not (path / "config.json").exists(),
-                f"--resume: {path} has no checkpoint to go on from (it is"
-                f" {run_state(path)}); {redo(path, 'rerun it with --force')}",
-            )
+        if self.file.exists() or self.replays or self.finished() or not kept(path):
             return
-        differ = compared(read(path / "config.json", fix="give another --out"), config)
-        require(
-            not differ,
-            f"--resume: {path} finished with other flags ({', '.join(differ)});"
-            " give its own flags, or another --out",
-        )
-        require(
-            self.finished(),
-            f"--resume: {path} finished, but not the other runs of its job;"
-            " train those alone, or give another --out",
+        advice = "pass --force to redo it"
+        if self.checkpoints():
+            advice = "resume with the flags that trained it"
+        raise Unusable(
+            f"--resume: {path} holds a run {run_state(path)} that no checkpoint of these"
+            f" flags goes on with; {advice}, or give another --out"
         )
 
     def finished(self):
@@ -444,8 +377,10 @@ class Job:
         return [os.path.relpath(path, self.file.parent) for path in self.dirs]
 
     def __enter__(self):
-        if PENDING:  # a signal as the last job finished: this one waits
-            raise Interrupted(PENDING.pop())
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(lock(*self.dirs))
+            self.check()  # again: another writer may have been first
+            self.unlock = stack.pop_all()
         self.before = {s: signal.signal(s, self.note) for s in SIGNALS}
         self.t0 = time.time()
         return self
@@ -458,10 +393,9 @@ class Job:
 
     def open(self, load, ending):
         """With --resume, load(the trainer's state in the checkpoint); then, signals held, each
-        log as checkpointed and config.json from the flags. A fresh job removes the files the
-        scripts write (--force: an old run's) and their temporaries, never another file; a
-        --resume with no checkpoint keeps each log (a log copied in is replayed). Whether it
-        resumed."""
+        log as checkpointed and config.json from the flags. A fresh job removes the names the
+        scripts write (--force: an old run's) and its old checkpoint; a --resume with no
+        checkpoint keeps each log (one that replays goes on). Whether it resumed."""
         resumed = self.resume and self.file.exists()
         if resumed:
             self.restore(load)
@@ -475,10 +409,10 @@ class Job:
         self.hold = True
         self.ending = ending
         for path in self.dirs:
-            path.mkdir(parents=True, exist_ok=True)
-            self.remove(path, [] if self.resume else OWN)
-        # an old job's state
-        self.remove(self.file.parent, [] if resumed else [self.file.name])
+            for name in TEMPORARIES + OWN * (not self.resume):
+                (path / name).unlink(missing_ok=True)
+        if not self.resume:
+            self.file.unlink(missing_ok=True)  # an old job's state (--force)
         for path, config, log in zip(self.dirs, self.configs, self.logs):
             write_json(path / "config.json", config)
             write_bytes(path / "log.jsonl", log)
@@ -496,11 +430,6 @@ class Job:
             f"--resume: {self.file} predates this format of checkpoint;"
             " rerun with --force, or give another --out",
         )
-        require(
-            saved["dirs"] == self.names(),
-            f"--resume: {self.file} holds the runs "
-            f"{', '.join(saved['dirs'])}; resume with the flags that train them",
-        )
         for old, new in zip(saved["configs"], self.configs):
             differ = compared(old, new)
             require(
@@ -515,13 +444,6 @@ class Job:
         self.logs = saved["logs"]
         self.t0 -= saved["seconds"]
         self.saved = time.time()
-
-    def remove(self, path, names):
-        """The files `names` of path (a fresh job's), and every temporary of the scripts' files."""
-        for old in path.iterdir():
-            temporary = old.name.endswith(".tmp") and own(old.name, self.file.name)
-            if old.name in names or temporary:
-                old.unlink()
 
     def log(self, r, record, start_loss):
         """Append run r's record to its log (a kill keeps it); a run whose losses (val,
@@ -580,12 +502,10 @@ class Job:
         )
 
     def close(self, status, step, finals=None):
-        """Each run ends: ending(r, status)'s files and finals[r]'s, and (a run still running)
-        its summary with their numbers, then its closing line. Its old summary and files go
-        first; a summary of how it stopped is written before the files, a "finished" one after
-        them: "finished" stands only beside the files of that same step. A
-        signal that came in the final evaluation ends the job as interrupted: its checkpoint
-        goes on; one that comes while a finishing job closes waits for the next job."""
+        """Each run ends: its old summary goes, ending(r, status)'s files and finals[r]'s are
+        written, then (a run still running) its summary with their numbers: a summary stands only
+        beside the files of its step. A signal that came in the final evaluation ends the job as
+        interrupted: its checkpoint goes on."""
         if self.caught and status == "finished":
             raise Interrupted(self.caught)
         self.hold = True
@@ -594,17 +514,13 @@ class Job:
             numbers, files = self.ending(r, status)
             more_numbers, more_files = finals[r] if finals else ({}, {})
             numbers = dict(numbers, **more_numbers)
-            files = dict(files, **more_files)
             running = self.status[r] == "running"
-            for name in ["summary.json"] * running + list(files):
-                (path / name).unlink(missing_ok=True)  # none stale beside a new summary
-            if running and status != "finished":  # how it stopped, before all else
-                self.summary(r, status, step, numbers)
-            for name, contents in files.items():
-                write(path / name, contents)
-            if running and status == "finished":  # only beside its step's files
-                self.summary(r, status, step, numbers)
             if running:
+                (path / "summary.json").unlink(missing_ok=True)
+            for name, contents in dict(files, **more_files).items():
+                write(path / name, contents)
+            if running:
+                self.summary(r, status, step, numbers)
                 self.records[r] = dict(self.records[r], **numbers)
             ended = status if running else self.status[r]
             print(
@@ -625,8 +541,10 @@ class Job:
         finally:
             for s, handler in self.before.items():
                 signal.signal(s, handler)
+            self.unlock.close()
+        # a signal that came as the job closed: the next job does not start
         if self.caught and kind is None:
-            PENDING.append(self.caught)  # the job finished: the next one will not start
+            raise Interrupted(self.caught)
         diverged = self.status.count("diverged")
         require(
             not diverged or kind is not None,
@@ -754,21 +672,6 @@ def given(namespace):
     return {k: v for k, v in vars(namespace).items() if v is not None}
 
 
-def rate_rule(lr, optimizer, dtype, anneal_factor=1.0):
-    """The rule that dtype holds the largest step of a learning rate: lr times an anneal factor
-    above 1, over 1 - beta1 = 0.1 in Adam's first step (else torch.optim's overflow traceback)."""
-    import torch
-
-    adam = 10 if optimizer == "adam" else 1
-    peak = lr * max(1, anneal_factor) * adam
-    biggest = torch.finfo(getattr(torch, dtype)).max
-    message = (
-        f"--lr: the largest rate, {peak:.3g} (x10 in Adam's first step, x an anneal"
-        f" factor above 1), overflows {dtype}; lower --lr"
-    )
-    return peak < biggest, message
-
-
 def resolve_device(name):
     """torch.device for --device; asking for CUDA where there is none is a user's mistake, and
     so is asking it of torch's CPU build (the README's default install) on a machine with a GPU."""
@@ -833,9 +736,6 @@ def interrupted(program, argv, signum, resumable=True):
     return f"{how}; the logs and checkpoints so far are kept; go on with: {go_on}"
 
 
-PENDING = []  # a signal that came while a finishing job closed: the next job will not start
-
-
 def run_command(program, body, argv=None, resumable=True):
     """body() under the module docstring's exit statuses; a signal's line ends with the command
     (`argv`, default sys.argv's) that goes on with --resume, where the program is resumable."""
@@ -843,15 +743,8 @@ def run_command(program, body, argv=None, resumable=True):
     before = {s: signal.signal(s, take) for s in SIGNALS}
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Mute(sys.stdout), Mute(sys.stderr)
-    PENDING.clear()
     try:
         body()
-        if PENDING:
-            name = signal.Signals(PENDING[0]).name
-            print(
-                f"{program}: {name} came as the last job finished; every run finished",
-                file=sys.stderr,
-            )
     except Unusable as e:
         fail(program, e)
     except Stop as e:

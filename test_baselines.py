@@ -375,7 +375,7 @@ def test_bool_rerun_into_a_finished_folder_says_it_finished(
         train_bool.main(job)
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1, err
-    assert "holds a run finished;" in err and "--force" in err
+    assert "holds a run finished; pass --resume" in err and "--force" not in err
     log = (tmp_path / "log.jsonl").read_text()
     critical = (tmp_path / "critical.json").read_bytes()
     train_bool.main(job + ["--resume"])  # the log replayed: nothing trained again
@@ -638,16 +638,6 @@ BOOL, FCN = "train_bool", "train_fcn"
             "--test-q must satisfy 1 <= q <= T (got q=7, T=6, --T)",
         ),
         (FCN, ["--resume", "--force"], "exclude each other"),
-        (
-            FCN,
-            ["--lr", "1e39", "--dtype", "float32", "--optimizer", "sgd"],
-            "--lr: the largest rate, 1e+39",
-        ),
-        (  # Adam's first step is 10 lr
-            FCN,
-            ["--lr", "1e38", "--dtype", "float32", "--optimizer", "adam"],
-            "--lr: the largest rate, 1e+39 (x10 in Adam's first step",
-        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_status_2_and_writes_nothing(
@@ -929,7 +919,7 @@ def test_a_sweep_cut_short_resumes_to_the_same_rows_retraining_only_what_was_cut
     assert done.value.code == 130
     with pytest.raises(SystemExit) as done:  # without --resume: refused, untouched
         train_fcn.main(BUDGETS + ["--sweep-steps", "20", "60", "--out", str(out)])
-    assert done.value.code == 2 and "already holds a sweep" in capsys.readouterr().err
+    assert done.value.code == 2 and "holds sweep.json;" in capsys.readouterr().err
     before = len(calls)
     train_fcn.main(
         BUDGETS + ["--sweep-steps", "20", "60", "--out", str(out), "--resume"]
@@ -1079,47 +1069,21 @@ def files_of(folder):
     return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("budget", [["--steps", "30"], ["--sweep-steps", "30", "40"]])
-def test_a_cut_sweep_resumed_with_budgets_its_runs_lack_is_refused_and_changes_nothing(
-    tmp_path, one_thread, monkeypatch, capsys, budget
-):
-    """Issue 56: a sweep's --resume with other budgets replaced its finished runs by runs of the new
-    budget, without --force. Runs it would train again with other flags are refused at the door,
-    in one line, every file as it was; with its own flags it goes on."""
-    out = tmp_path / "cut"
-    cut_the_first_cell(monkeypatch, out)
-    monkeypatch.undo()
-    before, _ = files_of(out), capsys.readouterr()
-    with pytest.raises(SystemExit) as done:
-        train_fcn.main(CELL + budget + ["--out", str(out), "--resume"])
-    err = capsys.readouterr().err
-    assert (
-        done.value.code == 2
-        and err.count("\n") == 1
-        and "with other flags (steps" in err
-    ), err
-    assert "--force" not in err and files_of(out) == before
-    with pytest.raises(SystemExit) as done:  # another --seed: it advised --force, which
-        train_fcn.main(CELL + budget + ["--seed", "0", "--out", str(out), "--resume"])
-    err = capsys.readouterr().err  # deletes the cut cell's checkpoint
-    assert done.value.code == 2 and "(seeds)" in err and "--force" not in err, err
-    assert files_of(out) == before
-    train_fcn.main(CELL + ["--sweep-steps", "20", "60", "--out", str(out), "--resume"])
-    assert json.loads((out / "sweep.json").read_text())["status"] == "finished"
-
-
-def test_a_finished_sweep_resumed_with_fewer_steps_is_refused_and_changes_nothing(
+def test_a_finished_sweep_resumed_with_other_budgets_is_refused_and_changes_nothing(
     tmp_path, one_thread, capsys
 ):
-    # issue 56 (6): `--sweep --resume --steps 10` on a finished 40-step sweep replaced its runs
-    job = SWEEP_TINY + ["--out", str(tmp_path)]
-    train_fcn.main(job + ["--steps", "40"])
+    # issue 56 (6): `--sweep --resume --steps 10` on a finished 40-step sweep replaced its runs;
+    # issue 70: a subset of its budgets rewrote sweep.json and sweep.csv, without --force
+    job = [f for f in SWEEP_TINY if f not in ("--steps", "150")]
+    job += ["--out", str(tmp_path)]
+    train_fcn.main(job + ["--sweep-steps", "20", "40"])
     before, _ = files_of(tmp_path), capsys.readouterr()
-    with pytest.raises(SystemExit) as done:
-        train_fcn.main(job + ["--steps", "10", "--resume"])
-    err = capsys.readouterr().err
-    assert done.value.code == 2 and err.count("\n") == 1 and "other flags" in err, err
-    assert files_of(tmp_path) == before
+    for budgets in (["--sweep-steps", "40"], ["--steps", "10"]):
+        with pytest.raises(SystemExit) as done:
+            train_fcn.main(job + budgets + ["--resume"])
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("\n") == 1, err
+        assert "other settings (budgets)" in err and files_of(tmp_path) == before
 
 
 def test_each_transformer_cell_is_in_sweep_json_before_the_next_begins(
@@ -1226,15 +1190,3 @@ def test_bool_replay_of_a_copied_log_never_deletes_it_even_on_a_full_disk(
             + ["--T", "8", "16", "32", "--resume", "--out", str(tmp_path / "long")]
         )
     assert (tmp_path / "long" / "log.jsonl").read_bytes() == log
-
-
-def test_bool_a_fifo_log_is_refused_in_one_line_and_never_hangs(tmp_path, capsys):
-    from conftest import hang_fails
-
-    os.mkfifo(tmp_path / "log.jsonl")
-    with hang_fails(20), pytest.raises(SystemExit) as done:
-        train_bool.main(BOOL_JOB + ["--resume", "--out", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert (
-        done.value.code == 2 and err.count("\n") == 1 and "not a regular file" in err
-    ), err

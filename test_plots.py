@@ -1172,51 +1172,12 @@ def test_a_final_losses_npz_of_another_size_than_its_summary_is_skipped_not_mixe
         assert d_cell == f"{statistics.mean(d):.4f} ± {statistics.stdev(d):.4f}"
 
 
-# issue 49's hole: two writers of one file shared its path.tmp, and one failed
 def test_runlog_write_json_writes_null_for_a_nan_or_an_infinity_in_a_list_too(tmp_path):
     runlog.write_json(
         tmp_path / "x.json", {"a": [float("nan"), {"b": -math.inf}], "c": 1}
     )
     found = json.loads((tmp_path / "x.json").read_text(), parse_constant=pytest.fail)
     assert found == {"a": [None, {"b": None}], "c": 1}
-
-
-def test_two_writers_of_one_file_each_write_their_own_temporary_file(tmp_path):
-    """Two plots.py into one --out save the same figure at once: each write_atomic must succeed,
-    the file is one writer's whole, and no temporary file is left behind."""
-    import threading
-
-    target, held, release, errors = (
-        tmp_path / "exp_training.png",
-        threading.Event(),
-        threading.Event(),
-        [],
-    )
-
-    def slow(handle):  # the first writer, held open mid-write
-        handle.write(b"A" * 1000)
-        held.set()
-        assert release.wait(30)
-        handle.write(b"A" * 1000)
-
-    def first():
-        try:
-            runlog.write_atomic(target, slow)
-        except Exception as e:  # noqa: BLE001  reported below
-            errors.append(e)
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    assert held.wait(30)
-    try:
-        runlog.write_atomic(
-            target, lambda handle: handle.write(b"B" * 2000)
-        )  # the second
-    finally:
-        release.set()
-        thread.join(30)
-    assert errors == [] and target.read_bytes() in (b"A" * 2000, b"B" * 2000)
-    assert [f.name for f in tmp_path.iterdir()] == [target.name]  # no temporary left
 
 
 def test_plots_keeps_the_intact_records_of_a_cut_log(tmp_path):

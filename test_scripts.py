@@ -128,7 +128,7 @@ def test_the_final_evaluation_gives_each_loss_its_standard_error_and_keeps_every
 
 def test_logs_and_summaries_are_strict_json_with_null_for_non_finite_numbers(tmp_path):
     job = runlog.Job(
-        [tmp_path / "run"], [dict(model="transformer")], tmp_path / "job.pt", False
+        "train_tf.py", [tmp_path / "run"], [{}], tmp_path / "job.pt", False
     )
     with pytest.raises(runlog.Stop), job:  # a NaN loss: the run diverged
         job.open(None, lambda r, status: ({}, {}))
@@ -252,45 +252,31 @@ def signalled_from_outside(flags, run, sig):
     return proc.returncode, out, err
 
 
-def test_resume_starts_what_never_started_leaves_what_finished_and_refuses_a_run_it_cannot_resume(
+def test_resume_leaves_what_finished_and_refuses_a_run_it_cannot_resume(
     tmp_path, capsys
 ):
-    train_tf.main(TINY + ["--out", str(tmp_path / "plain")])
-    train_tf.main(
-        TINY + ["--resume", "--out", str(tmp_path / "new")]
-    )  # nothing there: starts
-    run = "stochastic-de8-seed0"
-    timeless = lambda path: [dict(r, time=0) for r in read_log(path / run)]  # noqa: E731
-    assert timeless(tmp_path / "new") == timeless(tmp_path / "plain")
-    before = (tmp_path / "new" / run / "summary.json").read_bytes()
-    train_tf.main(
-        TINY + ["--resume", "--out", str(tmp_path / "new")]
-    )  # finished: left alone
+    train_tf.main(TINY + ["--out", str(tmp_path)])
+    run = tmp_path / "stochastic-de8-seed0"
+    before = (run / "summary.json").read_bytes()
+    train_tf.main(TINY + ["--resume", "--out", str(tmp_path)])  # finished: left alone
     assert "every run finished already" in capsys.readouterr().out
-    assert (tmp_path / "new" / run / "summary.json").read_bytes() == before
-    summary = json.loads(before)  # killed before any checkpoint
-    (tmp_path / "new" / run / "summary.json").write_text(
-        json.dumps(dict(summary, status="failed"))
-    )
-    with pytest.raises(SystemExit) as done:
-        train_tf.main(TINY + ["--resume", "--out", str(tmp_path / "new")])
-    assert (
-        done.value.code == 2
-        and "has no checkpoint to go on from" in capsys.readouterr().err
-    )
+    assert (run / "summary.json").read_bytes() == before
+    summary = json.loads(before)  # killed after its checkpoint went
+    (run / "summary.json").write_text(json.dumps(dict(summary, status="failed")))
+    assert ended(train_tf.main, TINY + ["--resume", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint of these flags goes on with; pass --force" in err, err
 
 
-def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_nothing(
-    tmp_path, capsys
-):
+def test_one_writer_per_run_folder_however_out_is_nested(tmp_path, capsys):
+    # issue 70's hole: the lock was per --out, so that --figure-set --out X and --out X/sgd
+    # --force wrote one run folder together; and train_bool.py --force into a train_tf.py run
     proc = subprocess.Popen(
         [
             sys.executable,
             str(HERE / "train_tf.py"),
             *TINY,
-            "--de",
-            "8",
-            "16",
+            "--figure-set",
             "--steps",
             "10000000",
             "--out",
@@ -300,27 +286,22 @@ def test_a_second_writer_on_the_same_out_is_refused_in_one_line_and_touches_noth
         stderr=subprocess.DEVNULL,
     )
     try:
-        log, deadline = (
-            tmp_path / "stochastic-de8-seed0" / "log.jsonl",
-            time.time() + 60,
-        )
-        while (
-            not (log.exists() and list(tmp_path.glob("checkpoint-*.pt")))
-            and time.time() < deadline
-        ):
+        run, deadline = tmp_path / "sgd" / "stochastic-de8-seed0", time.time() + 60
+        while not list(tmp_path.glob("checkpoint-*.pt")) and time.time() < deadline:
             time.sleep(0.05)  # its files made: the job's start checkpoint is last
-        before = sorted(p.name for p in tmp_path.iterdir())
-        with pytest.raises(SystemExit) as done:  # a d_e the first will reach
-            train_tf.main(TINY + ["--de", "16", "--force", "--out", str(tmp_path)])
-        err = capsys.readouterr().err
-        assert (
-            done.value.code == 2
-            and err.count("\n") == 1
-            and "another process is writing" in err
-        )
-        assert (
-            sorted(p.name for p in tmp_path.iterdir()) == before and proc.poll() is None
-        )
+        before = sorted(tmp_path.rglob("*"))  # its logs grow
+        nested = TINY + ["--force", "--out", str(tmp_path / "sgd")]
+        for main, flags in [
+            (train_tf.main, nested),
+            (train_tf.main, nested[:-1] + [str(tmp_path / "sgd" / ".." / "sgd")]),
+            (train_bool.main, BOOL_TINY + ["--force", "--out", str(run)]),
+        ]:
+            assert ended(main, flags) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and str(run) in err and "--force" not in err, (
+                err
+            )
+            assert sorted(tmp_path.rglob("*")) == before and proc.poll() is None
         proc.terminate()
         assert proc.wait(timeout=60) == 143
     finally:
@@ -335,7 +316,7 @@ def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summar
 ):
     # SIGTERM inside the first write of the job's config.json or weights_init.npz, or twice inside
     # its first summary: taken once every file is whole, every run's summary written, no .tmp left;
-    # in the close of a finishing job it ends nothing: exit 0, and no advice to --resume
+    # in the close of a finishing job, as the job ends (its runs finished)
     write, sent = runlog.write_atomic, []
 
     def signalled(path, *rest):
@@ -345,12 +326,11 @@ def test_sigterm_while_a_job_starts_or_twice_while_it_closes_leaves_every_summar
 
     monkeypatch.setattr(runlog, "write_atomic", signalled)
     capsys.readouterr()
-    with pytest.raises(SystemExit) as done:  # a finished job: no "go on with --resume"
+    with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
-        raise SystemExit(0)
     err = capsys.readouterr().err.splitlines()[-1]
-    assert done.value.code == (143 if times == 1 else 0) and sent
-    assert ("--resume" in err) == (times == 1) and not list(tmp_path.rglob("*.tmp"))
+    assert done.value.code == 143 and sent and "--resume" in err
+    assert not list(tmp_path.rglob("*.tmp"))
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
         summary = summary_of(tmp_path / run)
         assert summary["status"] == ("terminated" if times == 1 else "finished"), (
@@ -369,7 +349,7 @@ def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_re
     def interrupted(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_tf, "evaluate", interrupted)
+    monkeypatch.setattr(train_tf, "estimate_loss", interrupted)
     with pytest.raises(SystemExit) as done:
         train_tf.main(TINY + ["--out", str(tmp_path)])
     run = tmp_path / "stochastic-de8-seed0"
@@ -381,7 +361,7 @@ def test_ctrl_c_in_the_first_evaluation_leaves_a_summary_and_does_not_block_a_re
         and summary["stopped_at"] == 0
     )
     monkeypatch.undo()
-    train_tf.main(TINY + ["--out", str(tmp_path)])  # no --force: nothing was logged
+    train_tf.main(TINY + ["--out", str(tmp_path), "--resume"])  # its step-0 checkpoint
     assert summary_of(run)["status"] == "finished"
 
 
@@ -450,13 +430,6 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
     ),
     (["--test-T", "8", "8"], "argument --test-T: lists a value twice (got 8 8)"),
     (["--test-q", "1", "1"], "argument --test-q: lists a value twice (got 1 1)"),
-    (["--threads", str(os.cpu_count() + 1)], "--threads must be at most"),
-    (
-        ["--lr", "1e39", "--dtype", "float32"],
-        "--lr: the largest rate, 1e+39 (x10 in Adam's first step",
-    ),
-    (["--lr", "1e38", "--optimizer", "adam", "--dtype", "float32"], "1e+39"),
-    (["--anneal-factor", "1e39", "--dtype", "float32"], "overflows float32"),
 ]
 
 
@@ -506,7 +479,7 @@ def test_a_fault_stays_python_s_traceback_and_every_run_says_it_failed(
     def broken(*_):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(train_tf, "evaluate", broken)
+    monkeypatch.setattr(train_tf, "estimate_loss", broken)
     with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
         train_tf.main(TINY + ["--pe", "stochastic", "fixed", "--out", str(tmp_path)])
     assert [summary_of(run)["status"] for run in tmp_path.glob("*-seed0")] == [
@@ -691,9 +664,9 @@ def test_a_real_full_disk_inside_a_checkpoint_keeps_the_last_one_and_the_job_res
 ):
     """A full disk on a real disk: a tmpfs (mounted in namespaces of the test's own) with room for
     a job's files and its first checkpoint, and for half of its second, which torch.save is
-    writing when the disk fills. A traceback, no .tmp left, the run's summary written, the first
-    checkpoint whole: --resume goes on from it (on a disk with room) to the files of the job
-    never stopped."""
+    writing when the disk fills. A traceback, no .tmp left, no summary but a failed one (it comes
+    after the files), the first checkpoint whole: --resume goes on from it (on a disk with
+    room) to the files of the job never stopped."""
     flags, run = [*TINY, "--de", "64"], "stochastic-de64-seed0"
     save, written = runlog.write_atomic, []
     monkeypatch.setattr(
@@ -748,12 +721,9 @@ def test_a_real_full_disk_inside_a_checkpoint_keeps_the_last_one_and_the_job_res
     )
     assert r.returncode == 1 and "Traceback" in r.stderr, r.stderr[-3000:]
     assert not list(copy.rglob("*.tmp"))
-    state = summary_of(copy / run)
-    assert (
-        state["status"] == "failed"
-        and state["stopped_at"] == 20
-        and state["step"] == 10
-    ), state
+    if (copy / run / "summary.json").exists():
+        state = summary_of(copy / run)
+        assert state["status"] == "failed" and state["stopped_at"] == 20, state
     (left,) = copy.glob("checkpoint-*.pt")
     assert torch.load(left, weights_only=False)["step"] == 0  # the first: whole, kept
     if (copy / run / "weights_final.npz").exists():  # written whole where it fitted
@@ -1255,15 +1225,12 @@ def test_a_resume_with_other_flags_names_the_runs_the_job_holds_and_never_advise
             train_tf.main(stopped_job + extra + ["--resume"])
         err = capsys.readouterr().err
         assert done.value.code == 2 and err.count("\n") == 1, err
-        assert (
-            "holds the checkpoint of other runs (stochastic-de8-seed0, fixed-de8-seed0)"
-            in err
-        )
+        assert "resume with the flags that trained it" in err
         assert "--force" not in err and files_of(tmp_path) == before
     with pytest.raises(SystemExit) as done:  # the same runs, another rate
         train_tf.main(stopped_job + ["--lr", "0.5", "--resume"])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and "differ from the checkpoint's in lr" in err, err
+    assert done.value.code == 2 and "holds a run of other flags (lr)" in err, err
     assert files_of(tmp_path) == before
     train_tf.main(stopped_job + ["--resume"])  # the job's own flags: it goes on
     assert (
@@ -1272,9 +1239,8 @@ def test_a_resume_with_other_flags_names_the_runs_the_job_holds_and_never_advise
     )
 
 
-@pytest.mark.parametrize("damage", ["missing", "truncated"])
-def test_a_damaged_config_beside_an_intact_checkpoint_resumes_from_the_checkpoint(
-    tmp_path, tmp_path_factory, capsys, stopped_job, damage
+def test_a_missing_config_beside_an_intact_checkpoint_resumes_from_the_checkpoint(
+    tmp_path, tmp_path_factory, capsys, stopped_job
 ):
     # issue 49's hole: --resume advised --force, which throws the job's progress away; config.json
     # is rewritten from the flags, checked against the checkpoint's own copy
@@ -1282,7 +1248,7 @@ def test_a_damaged_config_beside_an_intact_checkpoint_resumes_from_the_checkpoin
     train_tf.main([f if f != str(tmp_path) else str(whole) for f in stopped_job])
     config = tmp_path / "fixed-de8-seed0" / "config.json"
     text = config.read_text()
-    config.unlink() if damage == "missing" else config.write_text(text[:30])
+    config.unlink()
     train_tf.main(stopped_job + ["--resume"])
     assert config.read_text() == text
     for run in ("stochastic-de8-seed0", "fixed-de8-seed0"):
@@ -1293,13 +1259,12 @@ def test_a_damaged_config_beside_an_intact_checkpoint_resumes_from_the_checkpoin
 def test_a_hand_edited_job_checkpoint_never_restarts_a_run_nor_rewrites_a_file(
     tmp_path, capsys, stopped_job
 ):
-    # a rare fault: a traceback, or one line for other runs' names; nothing written either way
+    # a rare fault: Python's traceback, and nothing written
     checkpoint, _ = *tmp_path.glob("checkpoint-*.pt"), capsys.readouterr()
     state = torch.load(checkpoint, weights_only=False)
-    fewer = dict(state, dirs=state["dirs"][:1])
     model = {k: x[:2] for k, x in state["state"]["model"].items()}  # W's first rows
     narrow = dict(state, state=dict(state["state"], model=model))
-    for edited in (fewer, {"runs": 3}, [1, 2], narrow):
+    for edited in ({"runs": 3}, [1, 2], narrow):
         torch.save(edited, checkpoint)
         before = files_of(tmp_path)
         with pytest.raises((SystemExit, LookupError, TypeError, RuntimeError)):
@@ -1364,54 +1329,25 @@ def test_evaluate_of_a_damaged_run_never_hangs_and_rewrites_nothing(
     } == before
 
 
-def test_evaluate_is_one_transaction_under_the_lock_and_a_sigterm_waits_for_its_writes(
-    two_runs, tmp_path, monkeypatch, capsys
+def test_evaluate_takes_each_run_folder_s_lock_however_it_is_spelt(
+    two_runs, tmp_path, capsys
 ):
     shutil.copytree(two_runs, tmp_path / "out")
     runs = [str(p) for p in sorted((tmp_path / "out").iterdir()) if p.is_dir()]
-    flags = [
-        "--evaluate",
-        *runs,
-        "--n-final",
-        "128",
-        "--dtype",
-        "float64",
-        "--device",
-        "cpu",
-    ]
+    flags = ["--n-final", "128", "--dtype", "float64", "--device", "cpu"]
     before = files_of(tmp_path / "out")
-    with runlog.lock(tmp_path / "out"):  # a job writing there: refused
-        with pytest.raises(SystemExit) as done:
-            train_tf.main(flags)
-    assert (
-        done.value.code == 2 and "another process is writing" in capsys.readouterr().err
-    )
+    with runlog.lock(runs[1]):  # a job writing there: refused
+        assert ended(train_tf.main, ["--evaluate", *runs, *flags]) == 2
+    assert "another process is writing" in capsys.readouterr().err
     assert files_of(tmp_path / "out") == before
-    (tmp_path / "link").symlink_to(
-        tmp_path / "out"
-    )  # issue 49's hole: one folder spelt two
+    (tmp_path / "link").symlink_to(tmp_path / "out")  # one folder spelt two ways
     spelt = [
-        str(tmp_path / "link" / Path(runs[0]).name),  # ways, locked once
-        str(tmp_path / "out" / ".." / "out" / Path(runs[1]).name),
+        str(tmp_path / "link" / Path(runs[0]).name),
+        str(tmp_path / "out" / ".." / "out" / Path(runs[0]).name),
+        runs[1],
     ]
-    train_tf.main(flags[:1] + spelt + flags[3:])
-    assert "2 run(s) rescored" in capsys.readouterr().out
-    write = runlog.write_atomic
-
-    def signalled(path, *rest):  # SIGTERM at the first file written
-        if path.name == "final_losses.npz" and not signalled.sent:
-            signalled.sent = os.kill(os.getpid(), signal.SIGTERM) or True
-        return write(path, *rest)
-
-    signalled.sent = False
-    monkeypatch.setattr(runlog, "write_atomic", signalled)
-    with pytest.raises(SystemExit) as done:
-        train_tf.main(flags)
-    assert done.value.code == 143 and signalled.sent
-    for run in map(Path, runs):  # every run's two files: both rewritten
-        with np.load(run / "final_losses.npz") as losses:
-            assert len(losses["val"]) == 128
-        assert json.loads((run / "summary.json").read_text())["n_final"] == 128
+    train_tf.main(["--evaluate", *spelt, *flags])
+    assert "3 run(s) rescored" in capsys.readouterr().out
 
 
 @pytest.mark.slow  # a process stopped from outside: run by `python test_sts.py --all` (CI)
@@ -1491,7 +1427,7 @@ def test_every_script_leaves_the_files_it_did_not_write_byte_identical_with_forc
         capsys.readouterr()
         assert ended(main, flags + force + ["--out", str(out)]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "holds files a run does not write" in err, err
+        assert err.count("\n") == 1 and "does not write (" in err, err
         assert files_of(out) == before
 
 
@@ -1529,9 +1465,7 @@ def test_a_disk_that_fills_as_a_resumed_run_finishes_leaves_no_finished_summary_
     with pytest.raises(OSError):
         train_tf.main(TINY + ["--out", str(tmp_path / "out"), "--resume"])
     monkeypatch.undo()
-    assert (
-        not (run / "summary.json").exists() and not (run / "weights_final.npz").exists()
-    )
+    assert not (run / "summary.json").exists()
     capsys.readouterr()
     assert ended(train_tf.main, ["--evaluate", str(run), "--device", "cpu"]) == 2
     train_tf.main(
@@ -1554,29 +1488,6 @@ def test_a_full_disk_under_the_log_still_leaves_every_run_its_summary(
         summary_of(tmp_path / f"{pe}-de8-seed0")["status"]
         for pe in ("stochastic", "fixed")
     ] == ["failed"] * 2
-
-
-@pytest.mark.parametrize("what", ["checkpoint", "log"])
-def test_a_fifo_where_a_job_reads_is_refused_in_one_line_and_never_hangs(
-    tmp_path, monkeypatch, capsys, what
-):
-    signal_in_step(monkeypatch, signal.SIGTERM, 5)
-    assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
-    monkeypatch.undo()
-    file = (
-        next(tmp_path.glob("checkpoint-*.pt"))
-        if what == "checkpoint"
-        else tmp_path / "stochastic-de8-seed0" / "log.jsonl"
-    )
-    file.unlink()
-    os.mkfifo(file)
-    capsys.readouterr()
-    with hang_fails(20):
-        assert ended(train_tf.main, TINY + ["--out", str(tmp_path), "--resume"]) == 2
-    err = capsys.readouterr().err
-    assert (
-        err.count("\n") == 1 and "not a regular file" in err and "--force" not in err
-    ), err
 
 
 def test_a_signal_while_the_checkpoint_is_read_ends_the_job_at_once_and_writes_nothing(
@@ -1616,23 +1527,21 @@ def test_resume_of_a_finished_line_beside_another_line_s_cut_job_goes_on(
     assert summary_of(tmp_path / "fixed-de8-seed0")["status"] == "finished"
 
 
-def test_a_resume_or_rerun_removes_the_temporaries_a_kill_left_and_no_other_file(
+def test_a_resume_removes_the_temporaries_a_kill_left_and_no_other_file(
     tmp_path, monkeypatch
 ):
+    # a user's .summary.json.1.2.tmp was taken for a temporary of the scripts' and deleted
     signal_in_step(monkeypatch, signal.SIGTERM, 5)
     assert ended(train_tf.main, TINY + ["--out", str(tmp_path)]) == 143
     monkeypatch.undo()
     run = tmp_path / "stochastic-de8-seed0"
-    left = [
-        run / ".summary.json.123.456.tmp",
-        run / ".weights_final.npz.7.8.tmp",
-        tmp_path / f".{next(tmp_path.glob('checkpoint-*.pt')).name}.9.10.tmp",
-    ]
-    foreign = tmp_path / ".notes.txt.1.2.tmp"  # not a temporary of a run's file
-    for file in [*left, foreign]:
+    left = [run / ".summary.json.tmp", run / ".weights_final.npz.tmp"]
+    users = [run / ".summary.json.1.2.tmp", run / ".lock", tmp_path / ".lock"]
+    for file in [*left, *users]:
         file.write_bytes(b"cut")
     train_tf.main(TINY + ["--out", str(tmp_path), "--resume"])
-    assert not any(file.exists() for file in left) and foreign.read_bytes() == b"cut"
+    assert not any(file.exists() for file in left)
+    assert all(file.read_bytes() == b"cut" for file in users)
 
 
 def test_evaluate_refuses_a_terminated_run_and_a_missing_folder_in_one_line(
@@ -1680,31 +1589,29 @@ def test_a_checkpoint_of_an_older_format_is_one_line_saying_so(
     assert files_of(tmp_path) == before
 
 
-# ------------------------------------------------- issue 59: user mistakes that ended wrong
-def test_resume_of_an_out_with_no_checkpoint_says_so_in_one_line_then_trains(
-    tmp_path, capsys
+def test_resume_of_an_out_that_is_not_there_is_one_line_and_makes_nothing(
+    tmp_path, capsys, monkeypatch
 ):
-    train_tf.main(
-        TINY + ["--resume", "--out", str(tmp_path / "typo")]
-    )  # a requeued job: it trains
-    notice = [
-        line for line in capsys.readouterr().err.splitlines() if "--resume" in line
-    ]
-    assert len(notice) == 1 and "no checkpoint" in notice[0], notice
-    assert (
-        summary_of(tmp_path / "typo" / "stochastic-de8-seed0")["status"] == "finished"
-    )
+    # issue 67: a typo in --out trained a full fresh run, exit 0
+    for main, flags, _ in SCRIPTS.values():
+        assert ended(main, flags + ["--resume", "--out", str(tmp_path / "typo")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "typo does not exist" in err, err
+        assert not (tmp_path / "typo").exists()
 
+    # a run folder killed before its first checkpoint (a requeued job): it starts afresh
+    def killed(*args, **kwargs):
+        raise SystemExit(9)
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_out_under_a_file_is_one_line_exit_2_without_force_advice(
-    tmp_path, capsys, script, one_thread
-):
-    main, flags, _ = SCRIPTS[script]
-    (tmp_path / "afile").write_text("a file")
-    assert ended(main, flags + ["--out", str(tmp_path / "afile" / "sub")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is a file" in err and "--force" not in err, err
+    for script, (main, flags, run) in SCRIPTS.items():
+        out = tmp_path / script
+        monkeypatch.setattr(runlog.Job, "save", killed)
+        assert ended(main, flags + ["--out", str(out)]) == 9
+        monkeypatch.undo()
+        assert (out / run / "config.json").exists()
+        assert ended(main, flags + ["--resume", "--out", str(out)]) == 0
+        assert "no checkpoint" in capsys.readouterr().err
+        assert summary_of(out / run)["status"] == "finished"
 
 
 @pytest.mark.slow  # a process: run by `python test_sts.py --all` (CI)
@@ -1820,44 +1727,6 @@ def test_a_sigkill_and_a_resume_end_as_a_job_never_killed(tmp_path, script):
     assert timeless(tmp_path / "cut") == timeless(tmp_path / "whole")
 
 
-# --------------------------------- the run layer's door: a file for a folder, a damaged summary, a replaced run
-@pytest.mark.parametrize(
-    "script, place",
-    [
-        ("train_tf", "stochastic-de8-seed0"),
-        ("figure_set", "query"),  # after sgd/: its folders were made, then a traceback
-        ("train_fcn", "fcn-T6-m8-depth1-seed0"),
-    ],
-)
-def test_a_file_where_a_run_folder_goes_is_one_line_exit_2_and_nothing_is_made(
-    tmp_path, capsys, one_thread, script, place
-):
-    # was mkdir's FileExistsError or NotADirectoryError: a traceback, exit 1, folders left
-    main, flags, _ = {**SCRIPTS, "figure_set": (train_tf.main, TINY, "")}[script]
-    flags = flags + ["--figure-set"] * (script == "figure_set")
-    (tmp_path / place).write_text("a file")
-    assert ended(main, flags + ["--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{tmp_path / place} is a file where" in err, err
-    assert [*tmp_path.iterdir()] == [tmp_path / place]
-
-
-def test_a_damaged_summary_of_a_finished_run_is_named_and_never_brings_force_advice(
-    two_runs, tmp_path, capsys
-):
-    # "no summary" and --force were advised, which would delete the finished run's weights
-    run = broken_copy(two_runs, tmp_path, "summary.json", "truncated")[1]
-    out, before = tmp_path / "out", files_of(tmp_path / "out")
-    flags = TINY + ["--pe", "fixed", "--out", str(tmp_path / "out")]
-    for command in (flags, flags + ["--resume"]):
-        assert ended(train_tf.main, command) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "--force" not in err, err
-        assert "summary.json that cannot be read" in err, err
-        assert re.search(f"repair ({run / 'summary.json'}|it) or move it away", err)
-    assert files_of(out) == before
-
-
 def test_a_rerun_of_a_run_another_job_s_checkpoint_holds_names_that_checkpoint(
     tmp_path, capsys, stopped_job
 ):
@@ -1868,8 +1737,8 @@ def test_a_rerun_of_a_run_another_job_s_checkpoint_holds_names_that_checkpoint(
     assert ended(train_tf.main, alone) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--force" not in err, err
-    assert f"{checkpoint} holds its job (stochastic-de8-seed0, fixed-de8-seed0)" in err
-    assert "pass --resume" in err and files_of(tmp_path) == before
+    assert "pass --resume with the flags that trained it" in err
+    assert checkpoint.exists() and files_of(tmp_path) == before
 
 
 def test_a_resume_never_replaces_a_run_finished_since_with_other_flags(
@@ -1883,7 +1752,7 @@ def test_a_resume_never_replaces_a_run_finished_since_with_other_flags(
     assert ended(train_tf.main, stopped_job + ["--resume"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--force" not in err, err
-    assert "stochastic-de8-seed0 holds a run finished with other flags (steps" in err
+    assert "stochastic-de8-seed0 holds a run of other flags (steps" in err
     assert files_of(tmp_path) == before
 
 
@@ -1902,3 +1771,107 @@ def test_bench_interrupted_offers_no_resume_and_takes_the_device_its_hint_names(
         bench.main(["--repeats", "1", "--preset", "course", "--device", "auto"])
     err = capsys.readouterr().err
     assert done.value.code == 130 and err == "bench.py: interrupted\n", err
+
+
+# ------------------------------------------------- issue 70: the door in a few strong rules
+@pytest.mark.parametrize("log", ["missing", "empty"])
+@pytest.mark.parametrize("script", ["train_tf", "train_bool"])
+def test_a_fresh_run_never_replaces_a_finished_run_whose_log_is_gone(
+    tmp_path, capsys, one_thread, script, log
+):
+    # Job.check_dir counted a folder as a run only by a non-empty log: a fresh run without
+    # --force then deleted the finished run's weights, per-sequence losses and summary
+    main, flags, run = SCRIPTS[script]
+    flags = flags + ["--out", str(tmp_path)]
+    main(flags)
+    logged = tmp_path / run / "log.jsonl"
+    logged.unlink() if log == "missing" else logged.write_bytes(b"")
+    before, _ = files_of(tmp_path), capsys.readouterr()
+    assert ended(main, flags) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a run finished" in err, err
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.parametrize("script", ["train_tf", "train_bool"])
+def test_a_fresh_run_never_deletes_its_cut_job_s_checkpoint(
+    tmp_path, monkeypatch, capsys, one_thread, script
+):
+    # with the run folders moved aside (train_tf) or the log emptied (train_bool), a fresh run
+    # without --force deleted the cut job's checkpoint and trained from step 0
+    main, flags, run = SCRIPTS[script]
+    flags = flags + ["--out", str(tmp_path / "out")]
+    log, logged = runlog.Job.log, []
+
+    def sigterm_at_the_second(*args):  # its second record: a step, or a training
+        log(*args)
+        logged.append(len(logged) == 1 and os.kill(os.getpid(), signal.SIGTERM))
+
+    monkeypatch.setattr(runlog.Job, "log", sigterm_at_the_second)
+    assert ended(main, flags) == 143
+    monkeypatch.undo()
+    if script == "train_tf":
+        (tmp_path / "out" / run).rename(tmp_path / "aside")
+    else:
+        (tmp_path / "out" / "log.jsonl").write_bytes(b"")
+    before, _ = files_of(tmp_path), capsys.readouterr()
+    assert ended(main, flags) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pass --resume" in err and "--force" not in err, err
+    assert files_of(tmp_path) == before
+
+
+def test_a_fresh_sweep_never_replaces_a_user_s_sweep_csv(tmp_path, capsys):
+    (tmp_path / "sweep.csv").write_text("the user's table")
+    for force in ([], ["--force"]):
+        flags = SWEEP_TINY + ["--steps", "20", "--out", str(tmp_path)] + force
+        assert ended(train_fcn.main, flags) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds sweep.csv" in err, err
+        assert [p.name for p in tmp_path.iterdir()] == ["sweep.csv"]
+    assert (tmp_path / "sweep.csv").read_text() == "the user's table"
+
+
+def test_a_sweep_cut_between_its_last_writes_says_finished_only_beside_its_own_table(
+    tmp_path, monkeypatch
+):
+    # a --sweep --force killed between its two final writes left a "finished" sweep.json
+    # beside the previous sweep's sweep.csv
+    flags = SWEEP_TINY + ["--steps", "20", "--out", str(tmp_path)]
+    train_fcn.main(flags)
+    old = (tmp_path / "sweep.csv").read_bytes()
+
+    def cut(*args):
+        raise OSError(errno.ENOSPC, "full")
+
+    monkeypatch.setattr(train_fcn, "write_table", cut)
+    with pytest.raises(OSError):
+        train_fcn.main([f if f != "20" else "30" for f in flags] + ["--force"])
+    status = json.loads((tmp_path / "sweep.json").read_text())["status"]
+    csv = tmp_path / "sweep.csv"
+    assert status != "finished" and not (csv.exists() and csv.read_bytes() == old)
+
+
+def test_train_bool_never_advises_force_over_another_script_s_run_or_its_own_log(
+    two_runs, tmp_path, capsys, one_thread
+):
+    # train_bool.py --out on a finished train_tf.py run said "pass --force", which deleted its
+    # weights and per-sequence losses; on a grid whose log holds its trainings (a replay cut
+    # short), --force, where --resume replays the log
+    run = two_runs / "fixed-de8-seed0"
+    before = files_of(two_runs)
+    for force in ([], ["--force"]):
+        assert ended(train_bool.main, BOOL_TINY + force + ["--out", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--force" not in err, err
+        assert "does not write" in err and files_of(two_runs) == before
+    out = tmp_path / "grid"
+    train_bool.main(BOOL_TINY + ["--out", str(out)])
+    (out / "summary.json").unlink()  # as a replay cut by a full disk leaves it
+    log, _ = (out / "log.jsonl").read_bytes(), capsys.readouterr()
+    assert ended(train_bool.main, BOOL_TINY + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "pass --resume to replay its log" in err and "--force" not in err, err
+    train_bool.main(BOOL_TINY + ["--out", str(out), "--resume"])
+    assert (out / "log.jsonl").read_bytes() == log  # replayed: nothing trained again
+    assert summary_of(out)["status"] == "finished"

@@ -350,8 +350,7 @@ def results(rows, status):
         columns = ([o[k] for o in mine] for k in ("T", "m50", "lo", "hi"))
         fits.setdefault(r["model"], {})[str(r["s"])] = fit_curves(*columns)
     critical = {"status": status, "rows": rows, "fits": fits}
-    csv = runlog.table(rows, FIELDS).replace("\n", "\r\n")  # as csv.writer writes it
-    files = {"critical.json": critical, "critical.csv": csv}
+    files = {"critical.json": critical, "critical.csv": runlog.table(rows, FIELDS)}
     return dict(rows=rows, fits=fits), files
 
 
@@ -393,7 +392,10 @@ def new_job(args, device):
         fit_loss=FIT_LOSS,
         hparams=HPARAMS,
     )
-    return runlog.Job([out], [config], out / CHECKPOINT, args.resume, args.force)
+    file = out / CHECKPOINT  # its log holds its trainings: a --resume replays it
+    return runlog.Job(
+        "train_bool.py", [out], [config], file, args.resume, args.force, replays=True
+    )
 
 
 def logged(out):
@@ -475,16 +477,15 @@ def main(argv=None):
     def body():
         args = parse_args(argv)
         device = runlog.resolve_device(args.device)
+        runlog.check_out(args)
         job = new_job(args, device)
         job.check()
         reproducible(device)
         torch.set_num_threads(1)  # small tensors: more threads cost more
-        with runlog.lock(args.out):
-            job.check()  # again: another writer may have been first
-            if job.finished():
-                done = f"{args.out} finished already; nothing to resume"
-                return print(f"train_bool.py: {done}")
-            run(args, device, job)
+        if job.finished():
+            done = f"{args.out} finished already; nothing to resume"
+            return print(f"train_bool.py: {done}")
+        run(args, device, job)
 
     runlog.run_command("train_bool.py", body, argv=argv)
 

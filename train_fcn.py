@@ -34,7 +34,7 @@ from tqdm import tqdm
 import data
 import runlog
 import sts
-from model import Model, checkpoint, configure_optimizers, load_checkpoint
+from model import Model, checkpoint, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
@@ -196,7 +196,6 @@ def parse_args(argv=None):
             not (args.resume and args.force),
             "--resume and --force exclude each other; pick one",
         ),
-        runlog.rate_rule(args.lr, args.optimizer, args.dtype),
     ]
     runlog.check(rules)
     return args
@@ -216,15 +215,17 @@ def ignored(args, given):
 
 
 def check_runs(args):
-    """Every run directory this job may write (a sweep's transformer cells too) holds no run, or
-    one --resume goes on with (a sweep's runs: their flags are checked as each is trained)."""
-    cut = any(Path(args.out).glob(f"*/{CHECKPOINT}"))
-    redo = "" if cut else " (--force: redo it)"
-    held = args.sweep and (Path(args.out) / "sweep.json").exists()
+    """Every run directory this job may write (a sweep's transformer cells too) passes its
+    door (a sweep's runs: their flags are checked as each is trained); a fresh sweep replaces
+    no sweep.csv but its own (--force, beside its sweep.json)."""
+    runlog.check_out(args)
+    out = Path(args.out)
+    held = [name for name in ("sweep.json", "sweep.csv") if (out / name).exists()]
+    ours = args.force and "sweep.json" in held
     runlog.require(
-        args.force or args.resume or not held,
-        f"--out: {args.out} already holds a sweep; pass --resume to go on with it,"
-        f" or give another --out{redo}",
+        not args.sweep or args.resume or not held or ours,
+        f"--out: {args.out} holds {' and '.join(held)}; pass --resume to go on with"
+        " its sweep, or give another --out",
     )
     grid = (args.sweep_T, args.sweep_width) if args.sweep else (args.T, args.width)
     for T, width, seed in itertools.product(*grid, args.seed):
@@ -232,8 +233,6 @@ def check_runs(args):
         new_job(args, run_dir(args, T, width, seed), config).check()
     for T, d_e in itertools.product(args.sweep_T, args.sweep_de if args.sweep else []):
         new_job(args, cell_dir(args, T, d_e), {}).check()
-    if args.sweep and args.resume:
-        check_sweep(args)
 
 
 def run_dir(args, T, width, seed):
@@ -281,9 +280,9 @@ def build(args, T, width, seed, steps, device):
 def new_job(args, path, config):
     """The runlog.Job of a run directory with its checkpoint; a sweep's --resume goes on with a
     run it started (and leaves a finished one alone), and starts the others without a word."""
-    started = (path / CHECKPOINT).exists() or runlog.finished(path)
-    resume = args.resume and (started or not args.sweep)
-    return runlog.Job([path], [config], path / CHECKPOINT, resume, args.force)
+    resume = args.resume and (path.exists() or not args.sweep)
+    file = path / CHECKPOINT
+    return runlog.Job("train_fcn.py", [path], [config], file, resume, args.force)
 
 
 NO_FILES = lambda r, status: ({}, {})  # noqa: E731  what a run writes at its end: none
@@ -366,7 +365,7 @@ def transformer_vals(args, T, d_e, device):
     specs = [dict(run, seed=seed, optimizer="adam", lr=TF_LR) for seed in args.seed]
     dtype = getattr(torch, args.dtype)
     model = Model(specs, args.d, d_e, device, dtype, "fused", 1)
-    optimizers = configure_optimizers(model, specs)
+    optimizers = model.configure_optimizers(specs)
     streams = data.Streams(specs, args.d, d_e, T, device, dtype)
     path = cell_dir(args, T, d_e)
     job = new_job(args, path, cell_config(args, T, d_e))
@@ -512,54 +511,20 @@ def sweep_settings(args):
 
 
 def old_cells(args):
-    """The cells of the sweep.json that --resume goes on from (of the same settings but eps and
-    budgets); none without --resume."""
+    """The cells of the sweep.json that --resume goes on from (of the same settings); none
+    without --resume."""
     path = Path(args.out) / "sweep.json"
     if not (args.resume and path.exists()):
         return {}
-    fix = "move it away and --resume again (its cells are read again from its runs)"
-    old = runlog.read(path, fix=fix)
-    free = ("eps_fraction", "budgets")
-    settings = sweep_settings(args).items()
-    differ = [k for k, v in settings if old and k not in free and old.get(k) != v]
+    old = json.loads(path.read_bytes())
+    differ = [k for k, v in sweep_settings(args).items() if old.get(k) != v]
     runlog.require(
         not differ,
         f"--resume: {path} was made with other settings"
         f" ({', '.join(differ)}); resume with the sweep's own flags, or give"
         " another --out",
     )
-    return old.get("cells", {})  # a hand-edited one may end in a traceback
-
-
-def check_sweep(args):
-    """--resume of a sweep: a run it may train again (its cell lacks a budget) holds the flags it
-    would be trained with; one of other flags (--steps, --sweep-steps) is never replaced."""
-    cells = old_cells(args)
-    for T, width, seed in itertools.product(args.sweep_T, args.sweep_width, args.seed):
-        cell = cells.get(f"fcn {T} {width} {seed}", {})
-        lacking = [b for b in args.sweep_steps if str(b) not in cell]
-        if lacking:
-            config = run_config(args, T, width, seed, lacking[0])
-            check_same(run_dir(args, T, width, seed), config)
-    for T, d_e in itertools.product(args.sweep_T, args.sweep_de):
-        cell = cells.get(f"{T} {d_e}", {})
-        if any(str(b) not in cell for b in args.sweep_steps):
-            path = cell_dir(args, T, d_e)
-            check_same(path, cell_config(args, T, d_e))
-
-
-def check_same(path, config):
-    """A run the sweep would train again, if any, holds `config`."""
-    if not (path / "config.json").exists():
-        return
-    held = runlog.read(path / "config.json", fix="give another --out")
-    differ = ", ".join(runlog.compared(held, config))
-    runlog.require(
-        not differ,
-        f"--resume: {path} was trained with other flags ({differ}) and"
-        " the sweep would train it again: resume with the sweep's own flags, or"
-        " give another --out",
-    )
+    return old["cells"]
 
 
 def sweep(args, device):
@@ -589,6 +554,8 @@ def sweep(args, device):
 
     searches = list(itertools.product(args.sweep_T, args.sweep_steps, MODELS))
     bar = tqdm(searches, desc="sweep (T, budget, model)", dynamic_ncols=True)
+    if args.force:  # the old sweep's table: none beside this sweep's sweep.json
+        (path.parent / "sweep.csv").unlink(missing_ok=True)
     try:
         save("running")  # its settings, for a --resume after a kill in its first cell
         for T, steps, model in bar:
@@ -597,18 +564,18 @@ def sweep(args, device):
             row, first[key] = smallest(args, model, T, steps, first[key], cache, device)
             rows.append(row)
             save("running")
+        write_table(args, rows, fits(rows, args.sweep_steps))  # before "finished"
     except BaseException as error:
         save(runlog.ended_by(error))
         raise
     save("finished")
-    write_table(args, rows, fits(rows, args.sweep_steps))
 
 
 def write_table(args, rows, slopes):
     """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
     fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
     text = runlog.table(rows, fields)
-    runlog.write(Path(args.out) / "sweep.csv", text.replace("\n", "\r\n"))  # as csv
+    runlog.write(Path(args.out) / "sweep.csv", text)
     eps = args.eps * args.d / (2 * args.q)
     print(
         f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after"
@@ -638,14 +605,13 @@ def main(argv=None):
         device = runlog.resolve_device(args.device)
         args = replace(args, device=str(device))  # config.json's, compared on --resume
         check_runs(args)
-        with runlog.lock(args.out):
-            check_runs(args)  # again: another writer may have been first
-            # a sweep on one thread: on 2 shared cores a second cost more than it saved
-            if args.sweep:
-                torch.set_num_threads(1)
+        # a sweep on one thread: on 2 shared cores a second cost more than it saved
+        if args.sweep:
+            torch.set_num_threads(1)
+            with runlog.lock(args.out):  # its sweep.json and sweep.csv: one writer
                 return sweep(args, device)
-            for T, width, seed in itertools.product(args.T, args.width, args.seed):
-                train(args, T, width, seed, device, args.steps)
+        for T, width, seed in itertools.product(args.T, args.width, args.seed):
+            train(args, T, width, seed, device, args.steps)
 
     runlog.run_command("train_fcn.py", body, argv=argv)
 

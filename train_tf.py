@@ -7,14 +7,13 @@
     python train_tf.py --figure-set --out runs/paper --resume # go on from the last checkpoint
 
 Read top to bottom: config, the model (model.py, nanoGPT's split: train_fcn.py's sweep trains it
-too), the batches (data.py's keyed streams), evaluate, the loop.
+too), the batches (data.py's keyed streams), estimate_loss, the loop.
 Runs of several --pe and --seed (--figure-set: seven) train side by side on shared draws, several
 --de in turn; each writes a run directory under --out (runlog.py): weights_init/final.npz,
 final_losses.npz (each sequence's loss).
 """
 
 import functools
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ import data
 import rundirs
 import runlog
 import sts
-from model import Model, checkpoint, configure_optimizers, load_checkpoint
+from model import Model, checkpoint, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
 
 # ------------------------------------------------------------------------------------- the config
@@ -192,9 +191,9 @@ def new_streams(args, specs, d_e, device):
     return data.Streams(specs, args.d, d_e, longest, device, dtype, args.threads)
 
 
-# --------------------------------------------------------------------------------------- evaluate
+# ---------------------------------------------------------------------------------- estimate_loss
 @torch.no_grad()
-def evaluate(model, streams, args, n):
+def estimate_loss(model, streams, args, n):
     """Each run's loss on each of the first n sequences of every validation set, common to every
     run of every seed (val at T, then each T_test and q_test): [((group, key), (n, R))]."""
     sets = [("val", None, args.T, args.q)]
@@ -213,7 +212,7 @@ def finals(model, streams, args):
     standard errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired
     differences)."""
     n = args.n_final
-    evaluated = evaluate(model, streams, args, n)
+    evaluated = estimate_loss(model, streams, args, n)
     out = []
     for r in range(len(model.W)):
         run = [(name, x[:, r]) for name, x in evaluated]
@@ -231,7 +230,7 @@ def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
     model = new_model(args, specs, d_e, device)
-    optimizers = configure_optimizers(model, specs)
+    optimizers = model.configure_optimizers(specs)
     streams = new_streams(args, specs, d_e, device)
     job = new_job(args, specs, d_e)
     if job.finished():
@@ -293,7 +292,7 @@ def log(args, model, optimizers, streams, job, step):
         if step > last
         else [None] * len(optimizers)
     )
-    evaluated = evaluate(model, streams, args, args.n_test)
+    evaluated = estimate_loss(model, streams, args, args.n_test)
     losses = [(name, x.mean(0).tolist()) for name, x in evaluated]
     seconds = round(time.time() - job.t0, 3)
     d = args.d
@@ -352,7 +351,13 @@ def new_job(args, specs, d_e):
     dirs = [spec["dir"] for spec in specs]
     file = runlog.job_file(args.out, f"de{d_e}", dirs)
     return runlog.Job(
-        dirs, configs, file, args.resume, args.force, args.checkpoint_every
+        "train_tf.py",
+        dirs,
+        configs,
+        file,
+        args.resume,
+        args.force,
+        args.checkpoint_every,
     )
 
 
@@ -390,7 +395,6 @@ def parse_args(argv=None):
     if "randomized" in args.pe and not args.positions:
         args.positions = [longest]
     check(args, longest)
-    check_limits(args)
     return args
 
 
@@ -442,16 +446,6 @@ def check(args, longest):
         require(d_e >= longest, message)
 
 
-def check_limits(args):
-    """--threads within this machine's cores; the largest learning rate within --dtype's range."""
-    cores = max(os.cpu_count() or 1, 2)  # the default 2 too
-    message = f"--threads must be at most {cores}, this machine's CPU cores (got {args.threads})"
-    require(args.threads <= cores, message)
-    lr = args.lr or DEFAULT_LR[args.optimizer]
-    rule = runlog.rate_rule(lr, args.optimizer, args.dtype, args.anneal_factor)
-    require(*rule)
-
-
 def main(argv=None):
     def body():
         args = parse_args(argv)
@@ -462,11 +456,11 @@ def main(argv=None):
         torch.set_num_threads(1 if args.step == "fused" else args.threads)
         if args.evaluate:
             return rescore(args, device)
-        with runlog.lock(args.out):
-            for d_e in args.de:  # under the lock: no other writer comes between
-                new_job(args, run_specs(args, d_e), d_e).check()
-            for d_e in args.de:
-                train(args, d_e, device)
+        runlog.check_out(args)
+        for d_e in args.de:  # every job's door before the first trains
+            new_job(args, run_specs(args, d_e), d_e).check()
+        for d_e in args.de:
+            train(args, d_e, device)
 
     runlog.run_command("train_tf.py", body, argv=argv)
 
