@@ -150,7 +150,14 @@ fi
 [ $LIST = 0 ] || { printf '%s\n' "${LANE_A[@]}" ${LANE_B[@]+"${LANE_B[@]}"} "$AFTER"; exit 0; }
 
 LANES=()   # the lanes under way
-lane() { local line; for line; do eval "$line"; done; }   # in a subshell of its own: each run is its child
+lane() {   # in a subshell of its own: each run is its child. RESUME=1 makes a line's --out first: a line the
+           # cut-off never reached goes on from nothing (--resume refuses an --out that is not there)
+  local line out
+  for line; do
+    [ "${RESUME:-0}" = 0 ] || for out in $(grep -o -- '--out [^ ]*' <<< "$line" | cut -c7-); do eval mkdir -p "$out"; done
+    eval "$line"
+  done
+}
 stop() {   # Ctrl-C (exit 130), SIGTERM (143) or SIGHUP (129, a closed terminal): stop the lanes and the run
            # each has under way (it checkpoints and writes its summaries)
   trap - INT TERM HUP
