@@ -25,7 +25,7 @@ VARYING = "pe positions T width depth de optimizer attend init".split()
 PER_SEED = (
     "seed threads device compile checkpoint_every n_final evaluate script".split()
 )
-FLOOR = "family_floor.json"  # sts.py --floor
+FLOOR = "family_floor.json"  # theory.py --floor --json
 PREDICTED = "pe T q d de".split()  # its rows' keys
 DYNAMICS = (
     "family_dynamics.json"  # theory.py --dynamics: GD's curve at a run's SCHEDULE

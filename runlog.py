@@ -620,6 +620,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(prog=prog, description=description, allow_abbrev=False)
 
     def error(self, message):
+        if message.startswith("argument --step:"):  # --step 100 meant --steps 100
+            message += "; the number of steps is --steps"
         fail(self.prog, message)
 
 

@@ -567,7 +567,12 @@ def table_length(name, runs, predicted):
     names = sets(runs, "T", "q")
     own = own_rows(runs[0]["path"].parent)
     sizes = sorted({r["n"] for r in own.values()})
-    n = "/".join(map(str, sizes)) or "-"
+    n = "/".join(map(str, sizes))
+    scored = (
+        f"on {n} sequences a set"
+        if n
+        else f"none here (plots.py DIR --theory N: {THEORY})"
+    )
     trained_at = groups[0][0]["config"]
     rows = []
     for k in names if len(names) > 1 else []:
@@ -579,8 +584,8 @@ def table_length(name, runs, predicted):
         " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each"
         f" seed's own c, α (sts.family_fit; {THEORY}) and the family's best ({FLOOR}); fixed"
         " PE, at the training T: W = c M that learned its table (theory.table_floor) at the"
-        f" training q's c, M ({THEORY}) and retuned ({FLOOR}); ± its Monte-Carlo se. Own: on"
-        f" {n} sequences a set, each seed's trained run"
+        f" training q's c, M ({THEORY}) and retuned ({FLOOR}: theory.py --floor --json); ± its"
+        f" Monte-Carlo se. Own: {scored}, each seed's trained run"
         " and its family on the same sequences, the q-sets nested in the training set's;"
         " its share of the trained rise from the training set paired sequence by sequence"
         " (± se). Best: its rise over the trained rise on the common sets. The slope of the"

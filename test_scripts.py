@@ -413,6 +413,10 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
         ["--step", "eager"],
         "argument --step: invalid choice: 'eager'",
     ),  # not taken for --steps
+    (
+        ["--step", "100"],
+        "(choose from 'autograd', 'fused'); the number of steps is --steps",
+    ),
     (["--figure-set", "--pe", "onehot"], "--figure-set sets --pe per run itself"),
     (
         ["--figure-set", "--optimizer", "adam", "--attend", "query", "--init", "random"]
