@@ -1070,8 +1070,9 @@ def final_gap(g, s, key):
     ses = [flat(r["summary"].get("final_se", {})).get(key, NAN) for r in g]
     seeds_se = np.std(finals, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
     se = math.sqrt(mean(ses) ** 2 + seeds_se**2 + s["se"][-1] ** 2)
-    at_end = g[0]["summary"]["step"] == g[0]["config"]["steps"]
-    model = s["loss"][-1] if at_end else NAN
+    if g[0]["summary"]["step"] != g[0]["config"]["steps"]:
+        return "-"  # stopped early (T100): its finals are not at the model's last step
+    model = s["loss"][-1]
     return f"{mean(finals) / model - 1:+.3f} ± {se / model:.3f}"
 
 
