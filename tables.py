@@ -88,6 +88,12 @@ def over_seeds(pairs):
     return [mean_sd([d for d, _ in pairs]), fmt(se)]
 
 
+def over_seeds_se(x):
+    """The seeds' s / sqrt(seeds) (along the first axis); one seed: 0."""
+    x = np.asarray(x, float)
+    return np.std(x, 0, ddof=1) / math.sqrt(len(x)) if len(x) > 1 else 0.0
+
+
 def slope(run, name):
     """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
     last = run["log"][-1]["step"]
@@ -965,7 +971,7 @@ def plateau_row(folder, gd, g):
     cfg = g[0]["config"]
     model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]
     halves = nan_if_none([interpolated(run, gd["floor"]) for run in g])
-    seeds_se = np.std(halves, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
+    seeds_se = over_seeds_se(halves)
     val_se = val_set_se(model, cfg["n_test"])
     measured_se = math.hypot(seeds_se, val_se) / mean(halves)
     ratio = mean(halves) / model["t_half"]
@@ -1027,7 +1033,7 @@ def whole_curve_row(folder, g, model, key):
     measured = seeds.mean(0)
     gap = measured / s["loss"] - 1
     n_test = g[0]["config"]["n_test"]
-    seeds_se = seeds.std(0, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
+    seeds_se = over_seeds_se(seeds)
     spread_sq = s["sd"] ** 2 / n_test + seeds_se**2 + s["se"] ** 2
     se = np.sqrt(spread_sq) / s["loss"]
     i = int(np.abs(gap).argmax())
@@ -1068,7 +1074,7 @@ def final_gap(g, s, key):
     last step - 1, ± se as whole_curve_row's with final_se for the validation set's."""
     finals = [flat(r["summary"].get("final", {})).get(key, NAN) for r in g]
     ses = [flat(r["summary"].get("final_se", {})).get(key, NAN) for r in g]
-    seeds_se = np.std(finals, ddof=1) / math.sqrt(len(g)) if len(g) > 1 else 0.0
+    seeds_se = over_seeds_se(finals)
     se = math.sqrt(mean(ses) ** 2 + seeds_se**2 + s["se"][-1] ** 2)
     if g[0]["summary"]["step"] != g[0]["config"]["steps"]:
         return "-"  # stopped early (T100): its finals are not at the model's last step
@@ -1127,7 +1133,7 @@ def excess_row(folder, g, model, predicted, key):
     floor = best(predicted, g[0]["config"], key)
     finals = [flat(r["summary"]["final"])[key] for r in g]
     ses = [flat(r["summary"]["final_se"])[key] for r in g]
-    measured_se = math.hypot(mean(ses), np.std(finals, ddof=1) / math.sqrt(len(g)))
+    measured_se = math.hypot(mean(ses), over_seeds_se(finals))
     s = {k: x[-1] for k, x in model["sets"][key].items()}  # the model at the last step
     excess = mean(finals) - floor["loss"]
     short = s["loss"] - s["cost"] - floor["loss"]  # c, alpha short of the floor's

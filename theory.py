@@ -472,13 +472,20 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets=())
     row["columns"] = ["step", "loss", "c", "alpha", "W_xe2"]
     table = np.column_stack([np.arange(steps + 1), *curve])
     row["rows"] = table[::every].tolist()
-    row["sets"] = {}
-    for name, *_ in sets:
-        each = np.stack([found[name] for found in at_sets], 1)  # (3, draws, steps)
-        means = dict(zip(("loss", "sd", "cost"), each.mean(1).tolist()))
-        means["se"] = (each[0].std(0, ddof=1) / draws**0.5).tolist()
-        row["sets"][name] = means
+    row["sets"] = over_draws(at_sets)
     return row
+
+
+def over_draws(at_sets):
+    """whole_curve's sets of each draw, over the draws: the means of loss, sd and W_xe's cost,
+    and the loss' se (std / sqrt(draws))."""
+    found = {}
+    for name in at_sets[0]:
+        each = np.stack([curves[name] for curves in at_sets], 1)  # (3, draws, steps)
+        found[name] = dict(zip(("loss", "sd", "cost"), each.mean(1).tolist()))
+        se = each[0].std(0, ddof=1) / len(at_sets) ** 0.5
+        found[name]["se"] = se.tolist()
+    return found
 
 
 def number(kind, low, accepts):
