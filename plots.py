@@ -26,7 +26,6 @@ import numpy as np
 import runlog
 from rundirs import (
     Report,
-    Skip,
     configurations,
     describe,
     find_experiments,
@@ -114,11 +113,11 @@ def curve(ax, group, groups, name, **kw):
 def color(group, groups):
     """Its PE's (its model's) colour where each configuration has its own, else one of
     OTHERS."""
-    configs = [g[0]["config"] for g in groups]
-    keys = [c.get("pe") or c["model"] for c in configs]
+    keys = [g[0]["config"].get("pe") or g[0]["config"]["model"] for g in groups]
     i = groups.index(group)
-    own = len(set(keys)) == len(keys)  # PE kinds and models all have one
-    return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
+    if len(set(keys)) == len(keys):  # PE kinds and models all have one
+        return COLORS[keys[i]]
+    return OTHERS[i % len(OTHERS)]
 
 
 def x_ticks(ax, xs, labels=None):  # ticks at the values drawn alone, no minor ones
@@ -169,24 +168,9 @@ def save(fig, out, name, title):
     return True
 
 
-def logged(runs, names, what, figure):
-    """The runs' configurations and those of `names` logged finite; Skip if none, naming
-    `what`."""
-    groups = configurations(runs)
-    finite_names = []
-    for n in names:
-        if any(np.isfinite(spread(g, n)[1]).any() for g in groups):
-            finite_names.append(n)
-    folder = runs[0]["path"].parent
-    runlog.require(
-        finite_names, f"{folder}: no finite {what}; {figure} not drawn", Skip
-    )
-    return groups, finite_names
-
-
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), the cosines."""
-    groups, _ = logged(runs, ["train_loss"], "training loss", f"{name}_training")
+    groups = configurations(runs)
     fig, (ax_loss, ax_inv, ax_cos) = panels(3)
     for g in groups:
         curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
@@ -230,9 +214,8 @@ def figure_tests(runs, out, name, group, suffix, curves, model=None):
     """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and each
     configuration's family there: its best, dashed; at its own c, α, dotted; SGD's model's
     whole curve (PLATEAU's `model`), dash-dotted, beside its configuration."""
-    groups, names = logged(
-        runs, sets(runs, group), "validation loss", f"{name}_{suffix}"
-    )
+    groups = configurations(runs)
+    names = sets(runs, group)
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
     trained = f"q={c['q']}"  # the transformer's at its T too
@@ -257,22 +240,13 @@ def figure_tests(runs, out, name, group, suffix, curves, model=None):
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
 
 
-def both_weights(run):
-    """(W, V) at init and at the end."""
-    return [weights(run, when) for when in ("init", "final")]
-
-
-def figure_weights(runs, out, name, report):
+def figure_weights(runs, out, name):
     """Figure 3: W and V at init and at the end, a row per configuration (two at most)."""
     groups = configurations(runs)
     rows = []
     for g in groups[:2]:
-        then = f"; not in {name}_weights"  # what a run without weights leaves out
-        pair = report.attempt(both_weights, g[0], then=then)
-        if pair:
-            rows.append((g[0]["config"], pair))
-    if not rows:
-        return None
+        pair = [weights(g[0], when) for when in ("init", "final")]
+        rows.append((g[0]["config"], pair))
     # W at init and end; V (d x D, far wider than tall) as its token block, square, beside
     size = (4.6 * PANEL[0], len(rows) * PANEL[1] * 1.1)
     widths = [4, 4, 1.1, 2.9, 1.1, 2.9]
@@ -363,16 +337,12 @@ def predicted_floors(predicted, pe, config):
 
 
 def floor_bottom(by_pe, guess):
-    """A third of the lowest positive floor, trained or predicted, but onehot's (~0); where
-    there is none, of the lowest trained."""
-    scale, trained = [], []
+    """A third of the lowest positive floor, trained or predicted, but onehot's (~0)."""
+    scale = []
     for pe, points in by_pe.items():
-        floors = sum(points.values(), [])
-        trained += floors
         if pe != "onehot":
-            scale += floors + [y for _, y in guess[pe]]
-    positive = [x for x in scale if x > 0]
-    return min(positive or trained) / 3
+            scale += sum(points.values(), []) + [y for _, y in guess[pe] if y > 0]
+    return min(scale) / 3
 
 
 def figure_floor(runs, out, name, predicted):
@@ -384,10 +354,6 @@ def figure_floor(runs, out, name, predicted):
         floor = value(run["end"], "val")  # its final val, else the last logged
         if floor > 0:  # a null or zero loss: no place on the log axis
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    folder = runs[0]["path"].parent
-    runlog.require(
-        by_pe, f"{folder}: no positive final loss; {name}_floor not drawn", Skip
-    )
     config = runs[0]["config"]
     guess = {pe: predicted_floors(predicted, pe, config) for pe in by_pe}
     low = floor_bottom(by_pe, guess)
@@ -484,11 +450,6 @@ def bounds(row):
     return [row["m50"], row["lo"], row["hi"]]
 
 
-def unbounded(row):
-    """Whether a critical.json row's m50 lies beyond the scan: a bound unknown."""
-    return None in bounds(row)
-
-
 def figure_critical(summary, out, name):
     """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, its two fits
     and whether they separate; a colour per model, a marker per s."""
@@ -504,10 +465,6 @@ def figure_critical(summary, out, name):
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], mark, ylim)
     legend_key(ax, "k-", "fit a + b ln T")
     legend_key(ax, "k:", "fit c T^k")
-    if any(map(unbounded, rows)):
-        legend_key(
-            ax, "ko", "open: m50 beyond the scan, the one bound known", mfc="none"
-        )
     ax.set_xscale("log")
     x_ticks(ax, sorted({r["T"] for r in rows}))
     ax.set(
@@ -527,27 +484,15 @@ def figure_critical(summary, out, name):
 
 
 def critical_points(ax, rows, fit, text, col, mark, ylim):
-    """One (model, s): m50 with its interval where both bounds are known, its fits there (the
-    T they were fitted to) within ylim; where one bound is known, an open marker and an
-    arrow."""
+    """One (model, s): m50 with its interval where both bounds are known (an m50 beyond the
+    scan is not drawn), its fits there (the T they were fitted to) within ylim."""
     if fit:
         verdict = (
             f"{fit['better']} fits better" if fit["separated"] else "fits not separated"
         )
         text += f": {verdict} (Δχ² {fit['delta_chi2']:.1f})"
-    points = [(r["T"], *bounds(r)) for r in rows if not unbounded(r)]
+    points = [(r["T"], *bounds(r)) for r in rows if None not in bounds(r)]
     bars(ax, points, fmt=mark, color=col, ms=4, label=text)
-    for r in rows:
-        bound = r["lo"] or r["hi"]
-        if unbounded(r) and bound is not None:
-            tip = bound * (2 if r["lo"] else 1 / 2)
-            ax.annotate(
-                "",
-                (r["T"], tip),
-                (r["T"], bound),
-                arrowprops=dict(arrowstyle="->", color=col),
-            )
-            ax.semilogx(r["T"], bound, mark, mfc="none", color=col)
     if fit:  # its two forms within ylim, over the T it was fitted to
         Ts = [p[0] for p in points]
         T = np.geomspace(min(Ts), max(Ts), 200)
@@ -757,11 +702,6 @@ def figure_plateau(name, members, out):
     points = [plateau_point(gd, g) for _, pairs in members for gd, g in pairs]
     base = {k: statistics.mode([p[0][k] for p in points]) for k in SCANNED}
     varied = [k for k in SCANNED if len({p[0][k] for p in points}) > 1]
-    runlog.require(
-        varied,
-        f"{name}: its runs differ in none of {', '.join(SCANNED)}; {name} not drawn",
-        Skip,
-    )
     fig, axes = panels(len(varied), sharey=True)
     for ax, k in zip(axes, varied):
         plateau_panel(ax, points, base, k)
@@ -798,14 +738,13 @@ def draw(name, runs, out, report, predicted):
     if not tf:
         return
     curves = family_curves(configurations(tf), predicted)
-    folder = tf[0]["path"].parent
-    model = runlog.read(folder / PLATEAU)["rows"][0] if whole_curve(folder) else None
+    model = whole_curve(tf[0]["path"].parent)
     report.draw(figure_training, tf, out, name)
     for group, suffix in (("T", "length"), ("q", "qtest")):
         if sets(tf, group) != ["val"]:  # some set of that group logged
             both = (curves, model)
             report.draw(figure_tests, tf, out, name, group, suffix, *both)
-    report.draw(figure_weights, tf, out, name, report)
+    report.draw(figure_weights, tf, out, name)
     T = tf[0]["config"]["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
         report.draw(figure_floor, tf, out, name, predicted)
@@ -832,19 +771,18 @@ def draw_summaries(summaries, out, report):
     """The figure (out=None: the table) of each summary; a needed_de.json's with the
     sweep.json's beside it; the tables of several sweep.json, their widths at the largest
     budgets."""
-    loaded = {p: report.attempt(load_summary, p) for p in summaries}
+    loaded = {p: load_summary(p) for p in summaries}
     for path, summary in loaded.items():
-        if summary:
-            sweep = loaded.get(path.parent / "sweep.json")
-            needed = path.name == "needed_de.json"
-            if sweep and needed and not same_target(summary, sweep):
-                why = "trained to another --eps, q or d: its trained d_e left out"
-                report.say("warning", f"{path}: the sweep.json beside it {why}")
-                sweep = None
-            report.draw(draw_summary, path, summary, sweep, out)
+        sweep = loaded.get(path.parent / "sweep.json")
+        needed = path.name == "needed_de.json"
+        if sweep and needed and not same_target(summary, sweep):
+            why = "trained to another --eps, q or d: its trained d_e left out"
+            report.say("warning", f"{path}: the sweep.json beside it {why}")
+            sweep = None
+        report.draw(draw_summary, path, summary, sweep, out)
     sweeps = [(p, s) for p, s in loaded.items() if p.name == "sweep.json"]
     if out is None and len(sweeps) > 1:
-        report.attempt(table_largest, [(p, s) for p, s in sweeps if s])
+        report.attempt(table_largest, sweeps)
 
 
 def draw_all(experiments, summaries, out, report):
@@ -854,31 +792,40 @@ def draw_all(experiments, summaries, out, report):
     scans = scans_of(loaded)
     # a scan's points: its table and figure alone
     alone = [x for x in loaded if x[0].parent not in scans]
-    for _, name, runs, predicted, _ in alone:
-        if runs and out is None:
-            tabulate(name, runs, report, predicted)
-        elif runs:
-            draw(name.replace("/", "_"), runs, out, report, predicted)
-    for _, name, _, _, pairs in alone if out else ():  # DYNAMICS: the curves
-        if pairs:
-            report.draw(figure_dynamics, name.replace("/", "_"), pairs, out)
-    for parent, members in scans.items() if out else ():  # a scan's t_1/2
+    if out is None:
+        return tabulate_all(loaded, alone, summaries, report)
+    for _, name, runs, predicted, pairs in alone:
+        name = name.replace("/", "_")
+        if runs:
+            draw(name, runs, out, report, predicted)
+        if pairs:  # DYNAMICS: the curves
+            report.draw(figure_dynamics, name, pairs, out)
+    for parent, members in scans.items():  # a scan's t_1/2
         report.draw(figure_plateau, parent.name, members, out)
-    modelled = [(f, p) for f, *_, p in loaded if p and (f / PLATEAU).exists()]
-    if out is None and modelled:
-        named = [(str(f.relative_to(f.parents[1])), p) for f, p in modelled]
-        report.draw(table_plateau_model, named)
-    whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
-    if out is None and whole:
-        report.draw(table_whole_curve, whole)
-        report.draw(table_floor_excess, whole)
     draw_summaries(summaries, out, report)
 
 
+def tabulate_all(loaded, alone, summaries, report):
+    """Every table of the experiments (those of a scan's points: `alone`) and summaries."""
+    for _, name, runs, predicted, _ in alone:
+        if runs:
+            tabulate(name, runs, report, predicted)
+    modelled = [(f, p) for f, *_, p in loaded if p and (f / PLATEAU).exists()]
+    if modelled:
+        named = [(str(f.relative_to(f.parents[1])), p) for f, p in modelled]
+        report.draw(table_plateau_model, named)
+    whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
+    if whole:
+        report.draw(table_whole_curve, whole)
+        report.draw(table_floor_excess, whole)
+    draw_summaries(summaries, None, report)
+
+
 def whole_curve(folder):
-    """Whether the folder's PLATEAU has theory.whole_curve's sets."""
+    """The folder's PLATEAU row where it has theory.whole_curve's sets, else None."""
     path = folder / PLATEAU
-    return path.exists() and "sets" in runlog.read(path)["rows"][0]
+    row = runlog.read(path)["rows"][0] if path.exists() else {}
+    return row if "sets" in row else None
 
 
 def write_theory(experiments, report, n):
