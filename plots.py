@@ -6,8 +6,8 @@
     python plots.py results/paper/sgd --theory 16384  # theory.json: each run, its own family
 
 Transformer runs give NAME_training, _length, _qtest, _weights (the paper's Figures 1-4), or
-NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs
-NAME_fcn_training; sweep.json, critical.json, needed_de.json NAME_separation, _critical,
+NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs their
+table alone; sweep.json, critical.json, needed_de.json NAME_separation, _critical,
 _needed_de. Seeds: their mean and a band from lowest to highest. What cannot be drawn (a run
 that diverged or is missing a file, a copy of a run) is a line on stderr, the rest drawn; exit
 status 2 after one, or when nothing is drawn; 0 after a warning alone (a log's cut last
@@ -111,11 +111,10 @@ def curve(ax, group, groups, name, **kw):
 
 
 def color(group, groups):
-    """Its PE's (its model's) colour where each configuration has its own, else one of
-    OTHERS."""
-    keys = [g[0]["config"].get("pe") or g[0]["config"]["model"] for g in groups]
+    """Its PE's colour where each configuration has its own, else one of OTHERS."""
+    keys = [g[0]["config"]["pe"] for g in groups]
     i = groups.index(group)
-    if len(set(keys)) == len(keys):  # PE kinds and models all have one
+    if len(set(keys)) == len(keys):  # PE kinds all have one
         return COLORS[keys[i]]
     return OTHERS[i % len(OTHERS)]
 
@@ -210,22 +209,22 @@ FIXED_LINES = (
 )
 
 
-def figure_tests(runs, out, name, group, suffix, curves, model=None):
-    """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and each
-    configuration's family there: its best, dashed; at its own c, α, dotted; SGD's model's
-    whole curve (PLATEAU's `model`), dash-dotted, beside its configuration."""
+def figure_tests(runs, out, name, group, suffix, predicted):
+    """Figures 2, 4: a panel per set of `group` ("T", "q"), and each configuration's family
+    there: its best, dashed; at its own c, α, dotted; SGD's model's whole curve (PLATEAU's),
+    dash-dotted, beside its configuration."""
     groups = configurations(runs)
     names = sets(runs, group)
+    curves = family_curves(groups, predicted)
+    model = whole_curve(runs[0]["path"].parent)
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
-    trained = f"q={c['q']}"  # the transformer's at its T too
-    if c["model"] == "transformer":
-        trained = f"T={c['T']}, {trained}"
+    trained = f"val (T={c['T']}, q={c['q']}, as trained)"
     for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            own, best = curves.get(g[0]["path"], {}).get(key, (None, None))
-            fixed = g[0]["config"].get("pe") == "fixed"  # FCN: no PE
+            own, best = curves[g[0]["path"]].get(key, (None, None))
+            fixed = g[0]["config"]["pe"] == "fixed"
             texts = FIXED_LINES if fixed else FAMILY_LINES
             for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
@@ -234,7 +233,7 @@ def figure_tests(runs, out, name, group, suffix, curves, model=None):
                 steps = [r[0] for r in model["rows"]]
                 loss = model["sets"][key]["loss"]
                 ax.plot(steps, loss, "k-.", lw=1, label=MODEL_LINE)
-        title = f"val ({trained}, as trained)" if key == "val" else f"test {key}"
+        title = trained if key == "val" else f"test {key}"
         ax.set(xlabel="step", yscale="log", title=title)
     axes[0].set_ylabel(f"validation loss {LOSS}")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
@@ -577,10 +576,9 @@ def position_points(groups, pe, at, key):
     each, by L: at[pe], else its table's size."""
     points = []
     for g in groups:
-        config = g[0]["config"]
-        y = [value(r["end"], key) for r in g]
-        if config["pe"] == pe and np.isfinite(y).all():
-            L = config.get("positions") or at[pe]
+        if g[0]["config"]["pe"] == pe:
+            L = g[0]["config"].get("positions") or at[pe]
+            y = [value(r["end"], key) for r in g]
             points.append((L, np.mean(y), min(y), max(y)))
     return sorted(points)
 
@@ -595,23 +593,22 @@ def figure_positions(runs, out, name):
     at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}  # L -> ∞ at 4 L_max
     names = sets(runs, "T")
     fig, axes = panels(len(names))
-    prediction = runs[0]["path"].parent / "table_floor.json"
     ticks = [c["T"], *Ls, at["stochastic"]]
     labels = [*map(str, ticks[:-1]), "∞"]
+    # in distribution: randomized PE's constructions at the training T
+    rows = read(runs[0]["path"].parent / "table_floor.json")["rows"]
+    points = [
+        (r["positions"], r["table"], r["family"])
+        for r in rows
+        if r["pe"] == "randomized" and r["T"] == c["T"]
+    ]
+    L, table, family = np.array(sorted(points), float).T
     for key, ax in zip(names, axes):
         for pe, style in POSITIONS.items():
             points = position_points(groups, pe, at, key)
             if points:
                 bars(ax, points, color=COLORS[pe], ms=3.5, **style)
-        if key == "val" and prediction.exists():
-            # in distribution: randomized PE's constructions at the training T
-            rows = read(prediction)["rows"]
-            points = [
-                (r["positions"], r["table"], r["family"])
-                for r in rows
-                if r["pe"] == "randomized" and r["T"] == c["T"]
-            ]
-            L, table, family = np.array(sorted(points), float).T
+        if key == "val":  # after the points, over them
             ax.plot(L, table, "k--", label="best of a W that learns its table")
             ax.plot(L, family, "k:", label="best of W = cW*, V = αV*")
         title = f"val (T={c['T']}, as trained)" if key == "val" else key
@@ -627,15 +624,15 @@ def figure_positions(runs, out, name):
 
 
 def logged_curve(group, last):
-    """The steps every seed logged up to `last`, and (val, c, α) there (seeds, steps, 3); c =
-    norm_W cos_W / √d_e in logs from before c was logged."""
+    """The steps every seed logged up to `last`, and [val, c, α] there (each seeds x steps); c
+    = norm_W cos_W / √d_e in logs from before c was logged."""
     steps, val = spread(group, "val")
     c = spread(group, "c")[1]
     old = spread(group, "norm_W")[1] * spread(group, "cos_W")[1]
     c = np.where(np.isnan(c), old / np.sqrt(group[0]["config"]["de"]), c)
     alpha = spread(group, "alpha")[1]
     kept = steps <= last
-    return steps[kept], np.stack([val, c, alpha], -1)[:, kept]
+    return steps[kept], [y[:, kept] for y in (val, c, alpha)]
 
 
 def figure_dynamics(name, pairs, out):
@@ -645,10 +642,10 @@ def figure_dynamics(name, pairs, out):
     for gd, g in pairs:
         steps, seeds = logged_curve(g, gd["steps"])
         col = color(g, groups)
-        model = np.array(gd["rows"], float).T  # every few steps
-        for k, ax in enumerate(axes):  # val, c, α; save() keeps one legend entry
-            band(ax, steps, seeds[:, :, k], col, label=label(g, groups))
-            ax.plot(model[0], model[k + 1], color=col, ls="--")
+        model = np.array(gd["rows"], float).T  # every few steps: step, val, c, α
+        for ax, y, m in zip(axes, seeds, model[1:]):  # save() keeps one legend entry
+            band(ax, steps, y, col, label=label(g, groups))
+            ax.plot(model[0], m, color=col, ls="--")
     legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
     ylabels = (f"validation loss {LOSS}", "c = ⟨W, W*⟩ / d_e", "α = ⟨V, V*⟩ / d")
     titles = ("val", "c", "α (where logged)")
@@ -676,12 +673,10 @@ def plateau_panel(ax, points, base, k):
     line = [p for p in points if all(p[0][j] == base[j] for j in SCANNED if j != k)]
     line.sort(key=lambda p: p[0][k])
     x = [p[0][k] for p in line]
-    for i, (style, text) in enumerate(
-        PLATEAU_LINES, 1
-    ):  # a None: not crossed, not drawn
+    # a None: not crossed, not drawn
+    for i, (style, text) in enumerate(PLATEAU_LINES, 1):
         ax.plot(x, np.array([p[i] for p in line], float), style, ms=5, label=text)
-    seeds = [(xi, p[4]) for xi, p in zip(x, line) if p[4]]
-    trained = [(xi, np.mean(h), min(h), max(h)) for xi, h in seeds]
+    trained = [(xi, np.mean(h), min(h), max(h)) for xi, (*_, h) in zip(x, line) if h]
     bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
     x_ticks(ax, x)
@@ -721,13 +716,10 @@ def figure_plateau(name, members, out):
 
 
 def draw(name, runs, out, report, predicted):
-    """Every figure an experiment's runs allow; one that cannot be drawn is reported. Of
-    transformer runs of one d_e Figures 1-4, and the floor figure (the trained d_e against
-    these) where FLOOR predicts 3 d_e or more at their T."""
+    """Every figure an experiment's transformer runs allow (FCN runs: their table alone); one
+    that cannot be drawn is reported. Of runs of one d_e Figures 1-4, and the floor figure
+    (the trained d_e against these) where FLOOR predicts 3 d_e or more at their T."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    fcn = [r for r in runs if r not in tf]
-    if fcn:
-        report.draw(figure_tests, fcn, out, name, "q", "fcn_training", {})
     tables_sizes = {r["config"].get("positions") for r in tf} - {None}
     if len(tables_sizes) >= 2:
         report.draw(figure_positions, tf, out, name)
@@ -737,13 +729,10 @@ def draw(name, runs, out, report, predicted):
         return
     if not tf:
         return
-    curves = family_curves(configurations(tf), predicted)
-    model = whole_curve(tf[0]["path"].parent)
     report.draw(figure_training, tf, out, name)
     for group, suffix in (("T", "length"), ("q", "qtest")):
         if sets(tf, group) != ["val"]:  # some set of that group logged
-            both = (curves, model)
-            report.draw(figure_tests, tf, out, name, group, suffix, *both)
+            report.draw(figure_tests, tf, out, name, group, suffix, predicted)
     report.draw(figure_weights, tf, out, name)
     T = tf[0]["config"]["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
