@@ -242,21 +242,19 @@ def figure_tests(runs, out, name, group, suffix, predicted):
 def figure_weights(runs, out, name):
     """Figure 3: W and V at init and at the end, a row per configuration (two at most)."""
     groups = configurations(runs)
-    rows = []
-    for g in groups[:2]:
-        pair = [weights(g[0], when) for when in ("init", "final")]
-        rows.append((g[0]["config"], pair))
+    firsts = [g[0] for g in groups[:2]]
+    pairs = [[weights(run, when) for when in ("init", "final")] for run in firsts]
     # W at init and end; V (d x D, far wider than tall) as its token block, square, beside
-    size = (4.6 * PANEL[0], len(rows) * PANEL[1] * 1.1)
+    size = (4.6 * PANEL[0], len(firsts) * PANEL[1] * 1.1)
     widths = [4, 4, 1.1, 2.9, 1.1, 2.9]
     fig, axes = plt.subplots(
-        len(rows), 6, figsize=size, squeeze=False, width_ratios=widths
+        len(firsts), 6, figsize=size, squeeze=False, width_ratios=widths
     )
-    for row, (c, pair) in zip(axes, rows):
-        what = f"{c['pe']} PE, seed {c['seed']}"
+    for row, run, pair in zip(axes, firsts, pairs):
+        c = run["config"]
         for k, when in enumerate(("init", "end")):
             V_axes = row[2 + 2 * k : 4 + 2 * k]  # its token block, its PE block
-            title = f"at {when}, {what}"
+            title = f"at {when}, {c['pe']} PE, seed {c['seed']}"
             weights_at(row[k], V_axes, *pair[k], c["d"], title, symlog=when == "end")
     one = "; one run per configuration, its lowest seed" * (max(map(len, groups)) > 1)
     return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
@@ -299,9 +297,9 @@ def floor_lines(ax, pe, points, guess, low):
     """A PE's floors against d_e: trained ({d_e: seeds' floors}), the seeds' mean, solid,
     with a band; predicted ([(d_e, loss)]), dashed, open squares; below `low` a triangle at
     `low`."""
-    de = np.array(sorted(points), float)
+    de, seeds = zip(*sorted(points.items()))
+    de = np.array(de, float)
     col = COLORS[pe]
-    seeds = [points[x] for x in sorted(points)]
     mean = np.array([np.mean(f) for f in seeds])
     n = max(map(len, seeds))
     under = mean < low
@@ -455,24 +453,23 @@ def figure_critical(summary, out, name):
     fig, (ax,) = panels(1, 2, 1.6)
     config = summary["config"]
     rows = summary["rows"]
-    known = [x for x in np.ravel([bounds(r) for r in rows]) if x is not None]
-    scale = known or config["grid"]
-    ylim = (min(scale) / 1.5, max(scale) * 2.5)  # room for the arrows
+    drawn = [bounds(r) for r in rows if None not in bounds(r)]
+    ylim = (np.min(drawn) / 1.5, np.max(drawn) * 2.5)
     ss = sorted({r["s"] for r in rows})
     for model, s, mine, fit in by_model_and_s(summary):
         mark = "os^Dv"[ss.index(s) % 5]
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], mark, ylim)
     legend_key(ax, "k-", "fit a + b ln T")
     legend_key(ax, "k:", "fit c T^k")
-    ax.set_xscale("log")
-    x_ticks(ax, sorted({r["T"] for r in rows}))
     ax.set(
+        xscale="log",
         xlabel="sequence length T (bits)",
         ylabel="m50 (training-set size), 95% interval",
         yscale="log",
         ylim=ylim,
         title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50",
     )
+    x_ticks(ax, sorted({r["T"] for r in rows}))
     seeds = len(config["seeds"])
     parts = [f"{seeds} seeds per grid m, held-out set {config['n_test']}"]
     for model, hparams in config["hparams"].items():  # a model's after its name
@@ -720,8 +717,7 @@ def draw(name, runs, out, report, predicted):
     that cannot be drawn is reported. Of runs of one d_e Figures 1-4, and the floor figure
     (the trained d_e against these) where FLOOR predicts 3 d_e or more at their T."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    tables_sizes = {r["config"].get("positions") for r in tf} - {None}
-    if len(tables_sizes) >= 2:
+    if len({r["config"].get("positions") for r in tf} - {None}) >= 2:
         report.draw(figure_positions, tf, out, name)
         return
     if len({r["config"]["de"] for r in tf}) >= 3:
@@ -785,8 +781,7 @@ def draw_all(experiments, summaries, out, report):
         return tabulate_all(loaded, alone, summaries, report)
     for _, name, runs, predicted, pairs in alone:
         name = name.replace("/", "_")
-        if runs:
-            draw(name, runs, out, report, predicted)
+        draw(name, runs, out, report, predicted)
         if pairs:  # DYNAMICS: the curves
             report.draw(figure_dynamics, name, pairs, out)
     for parent, members in scans.items():  # a scan's t_1/2
@@ -799,14 +794,12 @@ def tabulate_all(loaded, alone, summaries, report):
     for _, name, runs, predicted, _ in alone:
         if runs:
             tabulate(name, runs, report, predicted)
-    modelled = [(f, p) for f, *_, p in loaded if p and (f / PLATEAU).exists()]
-    if modelled:
-        named = [(str(f.relative_to(f.parents[1])), p) for f, p in modelled]
-        report.draw(table_plateau_model, named)
+    # tables without a row are not printed
+    named = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
+    report.draw(table_plateau_model, named)
     whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
-    if whole:
-        report.draw(table_whole_curve, whole)
-        report.draw(table_floor_excess, whole)
+    report.draw(table_whole_curve, whole)
+    report.draw(table_floor_excess, whole)
     draw_summaries(summaries, None, report)
 
 
@@ -841,6 +834,7 @@ def parser():
     p.add_argument(
         "--out",
         default="runs/figures",
+        type=Path,
         help="folder for the PNG and PDF files"
         " (default runs/figures: the committed gallery figures/ is written only"
         " when named here)",
@@ -861,7 +855,6 @@ def parser():
         nargs="+",
         default=FORMATS,
         choices=("png", "pdf", "svg"),
-        action=runlog.Distinct,
         help="file formats of each figure (default png pdf; PDF takes half the time)",
     )
     return p
@@ -870,19 +863,17 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
-    out = Path(args.out)
     experiments, summaries = find_experiments(args.paths, report)
     if args.theory:
         write_theory(experiments, report, args.theory)
     else:
-        figures = None if args.table else (out, args.formats)
+        figures = None if args.table else (args.out, args.formats)
         draw_all(experiments, summaries, figures, report)
     for line in report:
         print(line, file=sys.stderr)
     if not report.drawn:
         what = "printed" if args.table else "drawn"
-        why = " (every run and summary was skipped, see above)" if report else ""
-        runlog.fail("plots.py", f"nothing {what} from {' '.join(args.paths)}{why}")
+        runlog.fail("plots.py", f"nothing {what} from {' '.join(args.paths)}")
     skipped = any(line.startswith("plots.py: skipped:") for line in report)
     sys.exit(2 if skipped else 0)
 

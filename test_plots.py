@@ -1230,13 +1230,12 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
     [
         (["--theory", "0"], "--theory: must be a positive integer (got 0)"),
         (["--theory", "-5"], "--theory: must be a positive integer (got -5)"),
-        (["--formats", "png", "png"], "--formats: lists a value twice (got png png)"),
     ],
 )
 def test_plots_bad_input_is_one_line_and_exit_status_2_before_anything_is_read(
     tmp_path, capsys, monkeypatch, flags, fragment
 ):
-    """A --theory N < 1, a format twice: refused at the door, nothing written."""
+    """A --theory N < 1: refused at the door, nothing written."""
     fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.rglob("*"))
