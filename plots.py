@@ -324,15 +324,6 @@ def floor_lines(ax, pe, points, guess, low):
             ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
 
 
-def predicted_floors(predicted, pe, config):
-    """[(d_e, loss)] of FLOOR's rows of a PE at the runs' T, q and d, by d_e (FLOOR also
-    holds rows at other q, the test sets')."""
-    trained = (pe, config["T"], config["q"], config["d"])
-    return sorted(
-        (k[4], row["loss"]) for k, row in predicted.items() if k[:4] == trained
-    )
-
-
 def floor_bottom(by_pe, guess):
     """A third of the lowest positive floor, trained or predicted, but onehot's (~0)."""
     scale = []
@@ -352,13 +343,17 @@ def figure_floor(runs, out, name, predicted):
         if floor > 0:  # a null or zero loss: no place on the log axis
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
     config = runs[0]["config"]
-    guess = {pe: predicted_floors(predicted, pe, config) for pe in by_pe}
+    task = [config["T"], config["q"], config["d"]]  # FLOOR holds the test sets' q too
+    guess = defaultdict(list)  # {pe: [(d_e, loss)] by d_e}
+    for (pe, *at, de), row in sorted(predicted.items()):
+        if at == task:
+            guess[pe].append((de, row["loss"]))
     low = floor_bottom(by_pe, guess)
     fig, (ax,) = panels(1, 1.8, 1.5)
     for pe in sorted(by_pe):
         floor_lines(ax, pe, by_pe[pe], guess[pe], low)
     title = "loss floor against d_e"
-    if any(guess.values()):  # one legend entry for every PE's prediction
+    if any(guess[pe] for pe in by_pe):  # one legend entry for every PE's prediction
         legend_key(ax, "ks--", "best of W = cW*, V = αV* (predicted)", mfc="none", ms=4)
         title += ": trained (solid) vs predicted (dashed)"
     if any(low in line.get_ydata() for line in ax.lines):  # what lies below: at low
@@ -461,15 +456,15 @@ def figure_critical(summary, out, name):
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], mark, ylim)
     legend_key(ax, "k-", "fit a + b ln T")
     legend_key(ax, "k:", "fit c T^k")
+    ax.set_xscale("log")
+    x_ticks(ax, sorted({r["T"] for r in rows}))  # before the y scale: its minor ticks
     ax.set(
-        xscale="log",
         xlabel="sequence length T (bits)",
         ylabel="m50 (training-set size), 95% interval",
         yscale="log",
         ylim=ylim,
         title="s-sparse AND: P(≥ 99% held-out accuracy) = ½ at m = m50",
     )
-    x_ticks(ax, sorted({r["T"] for r in rows}))
     seeds = len(config["seeds"])
     parts = [f"{seeds} seeds per grid m, held-out set {config['n_test']}"]
     for model, hparams in config["hparams"].items():  # a model's after its name
