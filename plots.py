@@ -448,8 +448,9 @@ def figure_critical(summary, out, name):
     fig, (ax,) = panels(1, 2, 1.6)
     config = summary["config"]
     rows = summary["rows"]
-    drawn = [bounds(r) for r in rows if None not in bounds(r)]
-    ylim = (np.min(drawn) / 1.5, np.max(drawn) * 2.5)
+    known = [x for x in np.ravel([bounds(r) for r in rows]) if x is not None]
+    scale = known or config["grid"]  # every m50 beyond the scan: its grid
+    ylim = (min(scale) / 1.5, max(scale) * 2.5)
     ss = sorted({r["s"] for r in rows})
     for model, s, mine, fit in by_model_and_s(summary):
         mark = "os^Dv"[ss.index(s) % 5]
