@@ -205,10 +205,6 @@ BAD = [  # issue 40: calls that raised another error, went on silently or blamed
         lambda: sts.family_floor("stochastic", 6, 2, 3, 4, n=0),
     ),  # not "not enough values"
     ("positions", lambda: sts.family_floor("randomized", 6, 2, 3, 4, positions=5)),
-    (
-        "de_max",
-        lambda: theory.needed_de(6, 2, 3, 0.5, start=16, de_max=8),
-    ),  # not "target"
 ]
 
 
