@@ -390,7 +390,6 @@ TF_BAD_INPUT = [  # (flags, fragment of the one-line message); each must exit 2 
         ["--checkpoint-every", "0"],
         "argument --checkpoint-every: must be a positive finite number",
     ),
-    (["--n-final", "32"], "--n-final must be >= --n-test (got 32 < 64)"),
     (["--resume", "--force"], "--resume and --force exclude each other"),
     (
         ["--pe", "onehot", "--de", "64", "7"],

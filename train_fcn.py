@@ -49,15 +49,6 @@ SWEEP = dict(
 )
 
 
-def as_flags(values):
-    """{"eval_every": 1500, "seed": [0, 1]} as "--eval-every 1500 --seed 0 1"."""
-    words = []
-    for key, value in values.items():
-        words.append("--" + key.replace("_", "-"))
-        words += map(str, value if isinstance(value, list) else [value])
-    return " ".join(words)
-
-
 @dataclass
 class Args:
     preset: str = flag(
@@ -116,7 +107,7 @@ class Args:
         " from the numbers of its sweep.json and finished runs, training the rest",
     )
     sweep: bool = flag(
-        False, "the width-vs-T sweep of both models; unless given: " + as_flags(SWEEP)
+        False, "the width-vs-T sweep of both models; unless given: " + json.dumps(SWEEP)
     )
     sweep_T: list = flag(
         [10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE
@@ -180,14 +171,13 @@ def parse_args(argv=None):
     args.sweep_de = sorted(set(args.sweep_de))
     budgets = set(args.sweep_steps or [args.steps])
     args.sweep_steps = sorted(budgets, reverse=True)  # largest first
-    name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
-    qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
-    rules = []
-    for T, (which, q) in itertools.product(lengths, qs):
-        fix = f"(got q={q}, T={T}, --{name}): pick a smaller q or a longer T"
-        rules.append((q <= T, f"--{which} must satisfy 1 <= q <= T {fix}"))
+    name = "sweep-T" if args.sweep else "T"
+    T = min(args.sweep_T if args.sweep else args.T)
+    q = max([args.q, *args.test_q])
+    fix = f"(got q={q}, T={T}, --{name}): pick a smaller q or a longer T"
     one_budget = not {"steps", "sweep_steps"} <= given.keys()
-    rules += [
+    rules = [
+        (q <= T, f"--q, --test-q must satisfy 1 <= q <= T {fix}"),
         ignored(args, given),
         (
             one_budget,
