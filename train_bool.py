@@ -105,9 +105,8 @@ def sample(rng, n, T, s, relevant):
 
 def make_task(T, s, m, seed):
     """The relevant positions (sorted), the training and held-out sets of one seed, as numpy."""
-    fixed = np.random.default_rng(
-        [seed, 0]
-    )  # apart from the training stream: same for all m
+    # apart from the training stream: the same for every m
+    fixed = np.random.default_rng([seed, 0])
     relevant = np.sort(fixed.choice(T, s, replace=False))
     test = sample(fixed, N_TEST, T, s, relevant)
     train = sample(np.random.default_rng([seed, 1]), m, T, s, relevant)
