@@ -62,24 +62,24 @@ class PositionalEncoding:
             G = stream(seed, "table").standard_normal((d_e, max_len))  # drawn once
             self.table = unit_columns(G)
 
-    def __call__(self, rng, n, T, dtype="float64"):
+    def __call__(self, rng, n, T):
         """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
         if self.kind == "stochastic":
-            return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
+            return unit_columns(rng.standard_normal((n, self.d_e, T)))
         if self.kind == "randomized":  # T of the L positions, uniform, in order
             order = np.argsort(rng.random((n, self.table.shape[1])), -1)
             pick = np.sort(order[:, :T], -1)
-            return self.table[:, pick].transpose(1, 0, 2).astype(dtype, copy=False)
-        return self.table[None, :, :T].astype(dtype, copy=False)
+            return self.table[:, pick].transpose(1, 0, 2)
+        return self.table[None, :, :T]
 
 
-def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
+def sample_batch(rng, n, T, q, d, pe):
     """n fresh sequences: Z (n, D, T), z_q (n, D), target (n, d), y as idx and mask."""
-    X = rng.standard_normal((n, d, T), dtype=dtype)  # x_i ~ N(0, I_d)
+    X = rng.standard_normal((n, d, T))  # x_i ~ N(0, I_d)
     idx = np.argsort(rng.random((n, T)), axis=-1)[:, :q]  # a uniform permutation's first q
-    mask = np.zeros((n, T), dtype=X.dtype)
+    mask = np.zeros((n, T))
     np.put_along_axis(mask, idx, 1.0, axis=-1)
-    P = np.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))  # a shared table: a view
+    P = np.broadcast_to(pe(rng, n, T), (n, pe.d_e, T))  # a shared table: a view
     return Batch(*embed(X, P, mask), sts_target(X, mask), idx, mask)  # Z, z_q, target
 
 
@@ -215,17 +215,16 @@ def family_output(draws, c):
     return np.einsum("ndt,nt->nd", draws[0], softmax(c * draws[1]))  # draws: X, scores
 
 
-def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ridge=None):
-    """The loss of W = c W*, V = alpha V* (with a ridge, W = c M) on n draws."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
+def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
+    """The loss of W = c W*, V = alpha V* on n draws."""
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
-def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None,
-                 ridge=None):
+def family_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None):
     """(loss, c, alpha): the least family_loss on n sequences, the floor of W*'s line."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
-    return scale_floor(draws, c_max)[:3]
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
+    return scale_floor(draws)[:3]
 
 
 def golden_min(f, lo, hi):
@@ -238,13 +237,13 @@ def golden_min(f, lo, hi):
     return (lo + hi) / 2
 
 
-def scale_floor(draws, c_max=1e4):
+def scale_floor(draws):
     """(loss, c, alpha, se): the family's least loss on `draws`, its Monte-Carlo se."""
     def best(log_c):  # the loss at c = e^log_c and alpha by least squares
         g = family_output(draws, np.exp(log_c))
         alpha = (g * draws[2]).sum() / (g * g).sum()
         return loss(alpha * g, draws[2]), alpha
-    log_c = golden_min(lambda x: best(x)[0], np.log(1e-3), np.log(c_max))  # unimodal
+    log_c = golden_min(lambda x: best(x)[0], np.log(1e-3), np.log(1e4))  # unimodal
     value, alpha = best(log_c)
     c = float(np.exp(log_c))
     each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # per sequence
