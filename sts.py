@@ -347,7 +347,7 @@ def main(argv=None):
     try:
         rows = demo(**vars(args))  # the flags are demo's arguments: q checked before it runs
     except ArgumentError as e:  # q > T: status 2
-        p.exit(2, f"sts.py: error: --{e}\n")
+        p.error(f"--{e}")
     except KeyboardInterrupt:
         p.exit(130, "sts.py: interrupted\n")
     except BrokenPipeError:  # `python sts.py | head -1`: the reader has gone, end quietly
