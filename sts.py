@@ -19,8 +19,8 @@ Fully-Connected Nets Cannot", ICML 2024. Notation (the paper's values in bracket
 
     python sts.py [--T 40 --de 128 --steps 3000]   # SGD on STS_q: stochastic vs fixed PE
 
-NumPy only: run it, paste it in a notebook cell (then demo()) or `%run sts.py`; demo,
-train, evaluate, family_floor name a bad argument in a ValueError. theory.py: research.
+NumPy only: run it, paste it in a notebook cell (then demo()) or `%run sts.py`. A typo
+in a name, q outside 1..T or T past the PE table is a ValueError. theory.py: research.
 """
 import argparse
 import os
