@@ -33,7 +33,6 @@ try:  # --own's reader of run folders; theory.py copied beside sts.py alone runs
     import rundirs
 except ImportError:
     rundirs = None
-from sts import check  # noqa: E402
 
 RIDGES = (None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # table_floor's r: ridge = r L / d_e
 
@@ -286,7 +285,9 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     tried = {}
 
     def met(d_e):  # is the floor at d_e <= target? (cached)
-        check(d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target)
+        if d_e > de_max:  # caught by main: --eps too small
+            reach = f"a loss that d_e <= {de_max} reaches"
+            raise sts.ArgumentError(f"target must be {reach} (got {target!r})")
         if d_e not in tried:
             draws = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
             tried[d_e] = sts.scale_floor(draws)
