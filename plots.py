@@ -3,7 +3,6 @@
     python plots.py results/paper                 # every figure they allow, in runs/figures/
     python plots.py results/course --out figures  # the committed gallery: only when named
     python plots.py results/paper --table         # the numbers as Markdown tables instead
-    python plots.py results/paper/sgd --theory 16384  # theory.json: each run, its own family
 
 Transformer runs give NAME_training, _length, _qtest, _weights (the paper's Figures 1-4), or
 NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs their
@@ -42,7 +41,6 @@ from rundirs import (
 from tables import (
     FORM_WORDS,
     PLATEAU,
-    THEORY,
     WIDTH_FORMS,
     by_model_and_s,
     family_curves,
@@ -58,8 +56,6 @@ from tables import (
     table_sweep,
     table_whole_curve,
     tabulate,
-    theory,
-    theory_kept,
     trained_de,
     width_fits,
 )
@@ -806,22 +802,6 @@ def whole_curve(folder):
     return row if "sets" in row else None
 
 
-def write_theory(experiments, report, n):
-    """THEORY beside the runs of each folder with a family_floor.json (none without runs), alone;
-    none replaced with less than it holds, checked before any is written."""
-    loaded = load_all(experiments, report, dynamics=False)
-    folders = [(f, runs, predicted) for f, _, runs, predicted, _ in loaded if predicted]
-    for folder, runs, _ in folders:
-        if not theory_kept(folder, runs, n):
-            runlog.fail(
-                "plots.py",
-                f"--theory {n}: {folder / THEORY} holds another N or runs not loaded here;"
-                " move it away to write it anew",
-            )
-    for folder, runs, predicted in folders:
-        report.draw(theory, folder, runs, predicted, n)
-
-
 def parser():
     p = runlog.Parser("plots.py", __doc__.split("\n")[0])  # an error: one line, exit 2
     p.add_argument(
@@ -839,14 +819,6 @@ def parser():
         "--table", action="store_true", help="print the numbers as Markdown tables"
     )
     p.add_argument(
-        "--theory",
-        type=runlog.POSITIVE,
-        metavar="N",
-        help=f"write {THEORY} beside the runs"
-        " of each folder with a family_floor.json: the family against each trained"
-        " run on N sequences a set, paired (read by --table)",
-    )
-    p.add_argument(
         "--formats",
         nargs="+",
         default=FORMATS,
@@ -860,11 +832,8 @@ def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
     experiments, summaries = find_experiments(args.paths, report)
-    if args.theory:
-        write_theory(experiments, report, args.theory)
-    else:
-        figures = None if args.table else (args.out, args.formats)
-        draw_all(experiments, summaries, figures, report)
+    figures = None if args.table else (args.out, args.formats)
+    draw_all(experiments, summaries, figures, report)
     for line in report:
         print(line, file=sys.stderr)
     if not report.drawn:

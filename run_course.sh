@@ -87,7 +87,7 @@ if [ "$SCALE" = paper ]; then
     # the whole curve registered before the run (results/predictions/curve_registered_T150.json): T = 150, seed 0
     "$TF --T 150 --steps 12000 --anneal-at 6000 --eval-every 100 --n-test 2048 --test-T 200 300 --test-q 2 6 --seed 0 $MODE --out $O/plateau/T150$Q_TF && python theory.py --dynamics --T 150 --de 170 --steps 12000 --anneal-at 6000 --every 100 --json $O/plateau/T150/family_dynamics.json$Q_DYN && python theory.py --plateau --T 150 --de 170 --steps 12000 --anneal-at 6000 --batch 256 --every 100 --n 2048 --test-T 200 300 --test-q 2 6 --json $O/plateau/T150/plateau_model.json$Q_PLATEAU"
   )
-  AFTER="python plots.py $O/sgd --theory $NT && python plots.py $O --out $O/figures$Q_PLOTS"
+  AFTER="python theory.py --own $O/sgd --n $NT && python plots.py $O --out $O/figures$Q_PLOTS"
   [ "${GALLERY:-0}" = 1 ] && AFTER+=" && (set -e; for f in $O/figures/*.png; do cp \"\$f\" \"figures/paper_\${f##*/}\"; done)"
 else
   # Course scale: two lanes, one per core (a course-scale step is too small to keep two cores busy on its
@@ -144,7 +144,7 @@ else
   # randomized PE; then every figure
   AFTER="$(copy "$O/sgd" "$O/floor" $(runs stochastic))"
   for opt in sgd adam; do AFTER+=" && $(copy "$O/$opt" "$O/randomized/$opt" $(runs stochastic fixed))"; done
-  AFTER+=" && python plots.py $O/sgd $O/floor --theory $NT && python plots.py $O --out $FIGS$Q_PLOTS"
+  AFTER+=" && python theory.py --own $O/sgd $O/floor --n $NT && python plots.py $O --out $FIGS$Q_PLOTS"
 fi
 
 [ $LIST = 0 ] || { printf '%s\n' "${LANE_A[@]}" ${LANE_B[@]+"${LANE_B[@]}"} "$AFTER"; exit 0; }

@@ -6,7 +6,6 @@ import math
 import numpy as np
 
 import runlog
-import sts
 from rundirs import (
     DYNAMICS,
     FLOOR,
@@ -19,7 +18,6 @@ from rundirs import (
     finite,
     flat,
     label,
-    lengths,
     read,
     read_log,
     sets,
@@ -29,18 +27,22 @@ from rundirs import (
     value,
     weights,
 )
-from theory import crossing, val_set_se
+from theory import (
+    FLOOR_N,
+    OWN,
+    best,
+    crossing,
+    metric,
+    own_sets,
+    paired,
+    pe_of,
+    val_set_se,
+)
 
-# trained and family models on common sequences
-EVAL_SEED = 12345
-EVAL_N = 2048
-CHUNK = 256
 # settled: a move below ~1 Monte-Carlo se of 1,024 sequences' val near a loss 0.25
 SETTLED = 0.005
 # slopes over the last WINDOW steps: after the paper's lr anneal at 50k of 100k
 WINDOW = 50_000
-# plots.py --theory N: the family against the trained runs, paired
-THEORY = "theory.json"
 # theory.py --plateau: t_1/2 of SGD's model, tokens integrated
 PLATEAU = "plateau_model.json"
 
@@ -73,14 +75,6 @@ def nan_if_none(xs):
     return [NAN if x is None else x for x in xs]
 
 
-def paired(a, b):
-    """mean(a - b) over the sequences both scored, and its Monte-Carlo se std(a - b) / sqrt(n)."""
-    n = min(len(a), len(b))
-    diff = np.asarray(a[:n], float) - b[:n]
-    se = diff.std(ddof=1) / math.sqrt(n) if n > 1 else NAN
-    return float(diff.mean()), float(se)
-
-
 def over_seeds(pairs):
     """Cells of per-seed (d, se): d's mean ± s over the seeds, the mean's se sqrt(sum se^2) / k."""
     squares = sum(s * s for _, s in pairs)
@@ -106,67 +100,24 @@ def slope(run, name):
     return float(np.polyfit(steps, ys, 1)[0] * 1e4)
 
 
-def pe_of(c):
-    """The table of positions of a run (config c) as train_tf.py builds it."""
-    positions = c.get("positions") or max(lengths(c))
-    return sts.PositionalEncoding(c["pe"], c["de"], positions, c["seed"])
-
-
-def pair_losses(models, c, rng, n, T, q):
-    """Each sequence's loss 1/2 |f - target|^2 (2, n) under the two models (W, V), on n
-    sequences of sts.sample_batch from rng on run config c's table, CHUNK at a time."""
-    pe = pe_of(c)
-    out = []
-    for lo in range(0, n, CHUNK):
-        b = sts.sample_batch(rng, min(CHUNK, n - lo), T, q, c["d"], pe)
-        fs = [sts.forward(W, V, b.Z, b.z_q, c["attend"])[0] for W, V in models]
-        out.append([0.5 * ((f - b.target) ** 2).sum(-1) for f in fs])
-    return np.concatenate(out, axis=1)
-
-
-def family_weights(config, c, alpha):
-    """(W, V) = (c W*, alpha V*) at a run config's d, d_e."""
-    W_star, V_star = sts.ground_truth(config["d"], config["de"])
-    return c * W_star, alpha * V_star
-
-
-def family_pair(run, row):
-    """Each sequence's loss (2, n), trained and at the row's c W*, alpha V*, on EVAL_SEED's."""
-    c = run["config"]
-    models = [weights(run), family_weights(c, row["c"], row["alpha"])]
-    rng = np.random.default_rng(EVAL_SEED)
-    n = min(c.get("n_final", EVAL_N), EVAL_N)
-    return pair_losses(models, c, rng, n, c["T"], c["q"])
-
-
 def run_names(group):
     return tuple(r["path"].name for r in group)
 
 
+def own_of(folder):
+    """OWN beside the runs ({} without the file)."""
+    path = folder / OWN
+    return read(path) if path.exists() else {}
+
+
 def own_rows(folder):
-    """THEORY's rows by (the runs' names, set); {} without the file."""
-    path = folder / THEORY
-    if not path.exists():
-        return {}
-    return {(tuple(r["runs"]), r["set"]): r for r in read(path)["rows"]}
-
-
-def best(predicted, c, k):
-    """FLOOR's row at set k's T and q for the configuration c ({}: none)."""
-    key = (c["pe"], *task(k, c), c["d"], c["de"])
-    return predicted.get(key, {})
-
-
-def theory_sets(group):
-    """The sets THEORY scores: stochastic PE's every set, fixed PE's at its T alone."""
-    names = sets(group, "T", "q")
-    if group[0]["config"]["pe"] == "stochastic":
-        return names
-    return [k for k in names if k[0] != "T"]
+    """OWN's rows by (the runs' names, set)."""
+    rows = own_of(folder).get("rows", [])
+    return {(tuple(r["runs"]), r["set"]): r for r in rows}
 
 
 def family_curves(groups, predicted):
-    """{first run's path: {set name: (own, best)}}: THEORY's own family at the set, FLOOR's best at
+    """{first run's path: {set name: (own, best)}}: OWN's own family at the set, FLOOR's best at
     the set's T and q (fixed PE: W = c M, which learns its table, at its T alone)."""
     curves = {}
     for g in groups:
@@ -174,110 +125,11 @@ def family_curves(groups, predicted):
         own = own_rows(g[0]["path"].parent)
         key = "loss" if c["pe"] == "stochastic" else "table"
         at = {}
-        for k in theory_sets(g):
+        for k in own_sets(g):
             mine = own.get((run_names(g), k), {})
             at[k] = (mine.get("own"), best(predicted, c, k).get(key))
         curves[g[0]["path"]] = at
     return curves
-
-
-def own_model(run, row):
-    """The run's own family's (W, V): stochastic PE's W = c W*, V = alpha V* at the run's
-    sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
-    c = run["config"]
-    d = c["d"]
-    if c["pe"] == "stochastic":
-        return family_weights(c, *sts.family_fit(*weights(run), d))
-    W, V = family_weights(c, row["table_c"], row["table_alpha"])
-    P = pe_of(c).table[:, : c["T"]]
-    W[d:, d:] = row["table_c"] * metric(row, P)
-    return W, V
-
-
-def metric(row, P):
-    """sts.table_metric's M on the table P (d_e x L) at the row's ridge, scaled by L / d_e."""
-    d_e, L = P.shape
-    ridge = row["ridge"]
-    if ridge is not None:
-        ridge = ridge * L / d_e
-    return sts.table_metric(d_e, P, ridge)
-
-
-def seeds_mean(group, row, k, n):
-    """(model, sequence) losses at set k, the seeds' mean: model 0 the trained run, 1 its own
-    family, each seed on its own table; every seed's sequences at every q draw the same
-    numbers (a uniform permutation's first q positions are its q-subset), so a q-set is
-    nested in the training set's sequences and the seeds share stochastic PE's P."""
-    c = group[0]["config"]
-    T, q = task(k, c)
-    seeds = []
-    for r in group:
-        rng = np.random.default_rng([EVAL_SEED, T])
-        models = [weights(r), own_model(r, row)]
-        seeds.append(pair_losses(models, r["config"], rng, n, T, q))
-    return np.mean(seeds, 0)
-
-
-def share_of_rise(at_set, at_val, paired_sets):
-    """The own family's share of the trained rise from the training set, and its se: paired
-    sequence by sequence on a q-set (the training set's sequences)."""
-    trained, own = at_set
-    trained_val, own_val = at_val
-    rise = trained.mean() - trained_val.mean()
-    share = float((own.mean() - own_val.mean()) / rise)
-    u = own - share * trained
-    u0 = own_val - share * trained_val
-    if paired_sets:
-        var = (u - u0).var(ddof=1)
-    else:
-        var = u.var(ddof=1) + u0.var(ddof=1)
-    share_se = float(np.sqrt(var / len(u)) / abs(rise))
-    return dict(share=share, share_se=share_se)
-
-
-def theory_rows(g, predicted, n):
-    """THEORY's rows of a configuration: one a set."""
-    c = g[0]["config"]
-    row = best(predicted, dict(c, pe="fixed"), "val")
-    if c["pe"] == "fixed" and "table_c" not in row:
-        return []
-    each = {k: seeds_mean(g, row, k, n) for k in theory_sets(g)}
-    rows = []
-    for k, (trained, own) in each.items():
-        cell = dict(runs=list(run_names(g)), set=k, n=n)
-        cell["trained"] = float(trained.mean())
-        cell["own"] = float(own.mean())
-        cell["own_se"] = float(own.std(ddof=1) / n**0.5)
-        if k != "val":
-            paired_sets = task(k, c)[0] == c["T"]
-            cell.update(share_of_rise(each[k], each["val"], paired_sets))
-        rows.append(cell)
-    return rows
-
-
-def theory(folder, runs, predicted, n):
-    """plots.py --theory: THEORY's rows, per configuration of stochastic or fixed PE and set, the
-    trained and own family's losses on n sequences (the seeds' mean, se), and the family's share of
-    the trained rise from the training set, paired sequence by sequence."""
-    learned = [r for r in runs if r["config"]["pe"] in ("stochastic", "fixed")]
-    rows = []
-    for g in configurations(learned):
-        rows += theory_rows(g, predicted, n)
-    summary = dict(sequences=n, seed=EVAL_SEED, rows=rows)
-    runlog.write_json(folder / THEORY, summary)
-    print(f"wrote {folder / THEORY}")
-    return True
-
-
-def theory_kept(folder, runs, n):
-    """Whether THEORY written anew keeps what the file holds: none yet, or n sequences a set
-    and runs all among these (a rerun, more seeds); else a call would replace it with less."""
-    path = folder / THEORY
-    if not path.exists():
-        return True
-    old = read(path)
-    names = set(run_names(runs))
-    return old["sequences"] == n and all(set(r["runs"]) <= names for r in old["rows"])
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
@@ -502,13 +354,13 @@ def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = g[0]["config"]
     row = best(predicted, c, "val")
-    # none without FLOOR's row of the configuration
-    pairs = [Report().attempt(family_pair, run, row) for run in g if row]
-    both = [x for x in pairs if x is not None]
-    trained = [x[0].mean() for x in both]
-    family = [x[1].mean() for x in both]
+    floor = own_of(g[0]["path"].parent).get("floor", [])
+    pairs = {x["run"]: x for x in floor}  # theory.py --own's
+    both = [pairs[name] for name in run_names(g) if name in pairs]
+    trained = [x["trained"] for x in both]
+    family = [x["family"] for x in both]
     seeds = f"{len(both)} of {len(g)}"
-    differences = over_seeds([paired(*x) for x in both])
+    differences = over_seeds([(x["difference"], x["se"]) for x in both])
     ratio = fmt(mean(trained) / mean(family), "#.3g")
     floor = quoted_from(row, "loss", "se")
     losses = [floor, mean_sd(trained), mean_sd(family), *differences, ratio]
@@ -521,7 +373,7 @@ def table_floor(name, runs, predicted):
     rows.sort(key=lambda row: row[:2])  # by pe, then d_e
     caption = (
         f"{name}: trained against W = c W*, V = α V* at {FLOOR}'s best c, α, on the same"
-        f" min(n_final, {EVAL_N}) sequences; over the seeds mean ± s (the sample standard"
+        f" min(n_final, {FLOOR_N}) sequences; over the seeds mean ± s (the sample standard"
         " deviation), trained − family paired, its Monte-Carlo se √(Σ se²)/k."
     )
     header = (
@@ -568,7 +420,7 @@ def length_row(k, g, groups, own, predicted):
 
 
 def table_length(name, runs, predicted):
-    """At each set a configuration's loss, THEORY's, FLOOR's, their share of the rise, its slope."""
+    """At each set a configuration's loss, OWN's, FLOOR's, their share of the rise, its slope."""
     groups = configurations(runs)
     names = sets(runs, "T", "q")
     own = own_rows(runs[0]["path"].parent)
@@ -577,7 +429,7 @@ def table_length(name, runs, predicted):
     scored = (
         f"on {n} sequences a set"
         if n
-        else f"none here (plots.py DIR --theory N: {THEORY})"
+        else f"none here (theory.py --own DIR --n N: {OWN})"
     )
     trained_at = groups[0][0]["config"]
     rows = []
@@ -588,9 +440,9 @@ def table_length(name, runs, predicted):
         f"{name}: at each length and subset size (T={trained_at['T']},"
         f" q={trained_at['q']}: as trained), the final loss, mean ± s (the sample"
         " standard deviation) over the seeds; stochastic PE: W = c W*, V = α V* at each"
-        f" seed's own c, α (sts.family_fit; {THEORY}) and the family's best ({FLOOR}); fixed"
+        f" seed's own c, α (sts.family_fit; {OWN}) and the family's best ({FLOOR}); fixed"
         " PE, at the training T: W = c M that learned its table (theory.table_floor) at the"
-        f" training q's c, M ({THEORY}) and retuned ({FLOOR}: theory.py --floor --json); ± its"
+        f" training q's c, M ({OWN}) and retuned ({FLOOR}: theory.py --floor --json); ± its"
         f" Monte-Carlo se. Own: {scored}, each seed's trained run"
         " and its family on the same sequences, the q-sets nested in the training set's;"
         " its share of the trained rise from the training set paired sequence by sequence"

@@ -452,11 +452,11 @@ def test_fcn_search_returns_the_first_width_that_reaches_the_target():
         [],
     )
 
-    def cached(key, compute):  # "fcn T width seed": reached from width 4
+    def cache(key, compute, steps):  # "fcn T width seed": reached from width 4
         tried.append(int(key.split()[2]))
         return 0.0 if tried[-1] >= 4 else 1.0
 
-    row, k = train_fcn.smallest(args, "fcn", 10, args.steps, 1, cached, "cpu")
+    row, k = train_fcn.smallest(args, "fcn", 10, args.steps, 1, cache, "cpu")
     assert (
         k == 2
         and row["width"] == 4
@@ -464,7 +464,7 @@ def test_fcn_search_returns_the_first_width_that_reaches_the_target():
         and row["tried_seeds"] == [1, 1]
     )
     # a shorter T failed: only the largest is tried
-    assert train_fcn.smallest(args, "fcn", 10, args.steps, None, cached, "cpu")[1] == 3
+    assert train_fcn.smallest(args, "fcn", 10, args.steps, None, cache, "cpu")[1] == 3
     assert tried == [2, 4, 8]
 
 
@@ -919,7 +919,10 @@ def test_a_sweep_cut_short_resumes_to_the_same_rows_retraining_only_what_was_cut
     assert done.value.code == 130
     with pytest.raises(SystemExit) as done:  # without --resume: refused, untouched
         train_fcn.main(BUDGETS + ["--sweep-steps", "20", "60", "--out", str(out)])
-    assert done.value.code == 2 and "holds sweep.json;" in capsys.readouterr().err
+    assert (
+        done.value.code == 2
+        and "holds sweep.json and sweep.csv;" in capsys.readouterr().err
+    )
     before = len(calls)
     train_fcn.main(
         BUDGETS + ["--sweep-steps", "20", "60", "--out", str(out), "--resume"]

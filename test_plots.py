@@ -363,16 +363,17 @@ def test_plots_tabulates_stochastic_minus_fixed_sequence_by_sequence(
 
 
 def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequences(
-    three_seeds, capsys
+    three_seeds, tmp_path, capsys
 ):
     import statistics
 
-    sgd = three_seeds / "sgd"
+    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
     family = {
         r["pe"]: r
         for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
         if (r["T"], r["q"]) == (6, 2)
     }
+    theory.main(["--own", str(sgd), "--n", "64"])  # the pairs: theory.json's
     out = tables_of(sgd, capsys)
     W_star, V_star = sts.ground_truth(2, 8)
     for pe, row in family.items():
@@ -383,7 +384,7 @@ def test_plots_tabulates_the_trained_model_against_the_family_on_the_same_sequen
                 pe, 8, 10, seed=seed
             )  # as train_tf.py: max(T, test T)
             b = sts.sample_batch(
-                np.random.default_rng(tables.EVAL_SEED), 128, 6, 2, 2, table
+                np.random.default_rng(theory.EVAL_SEED), 128, 6, 2, 2, table
             )
             loss = []
             for W, V in (
@@ -423,8 +424,7 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
         {"val": (6, 2), "T=8": (8, 2), "T=10": (10, 2), "q=1": (6, 1)},
     )
     sgd = shutil.copytree(sgd, tmp_path / "sgd")
-    with pytest.raises(SystemExit):
-        plots.main([str(sgd), "--theory", "128"])  # the own family: theory.json's
+    theory.main(["--own", str(sgd), "--n", "128"])  # the own family: theory.json's
     rows = {
         (r["pe"], r["T"], r["q"]): r
         for r in json.loads((sgd / "family_floor.json").read_text())["rows"]
@@ -474,14 +474,12 @@ def test_plots_draws_and_tabulates_the_length_and_q_curves_of_each_seeds_own_c_a
 def test_theory_scores_each_seed_and_its_own_family_on_nested_sequences_and_the_table_quotes_it(
     three_seeds, tmp_path, capsys
 ):
-    """plots.py --theory N: each seed's trained run and its own family (stochastic PE: its
+    """theory.py --own DIR --n N: each seed's trained run and its own family (stochastic PE: its
     family_fit; fixed PE: the construction at the q = 3 fit, on the run's table) on N sequences of
     the set's T, the q-sets the first q positions of the training set's own permutations; the share
     of the rise paired; --table quotes each to its se's digit."""
     sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
-    with pytest.raises(SystemExit) as done:
-        plots.main([str(sgd), "--theory", "256"])
-    assert done.value.code == 0
+    theory.main(["--own", str(sgd), "--n", "256"])
     rows = {
         (r["runs"][0].split("-")[0], r["set"]): r
         for r in json.loads((sgd / "theory.json").read_text())["rows"]
@@ -512,7 +510,7 @@ def test_theory_scores_each_seed_and_its_own_family_on_nested_sequences_and_the_
                 ridge = None if r["ridge"] is None else r["ridge"] * 6 / 8
                 own[0][2:, 2:] = r["table_c"] * sts.table_metric(8, table[:, :6], ridge)
             b = sts.sample_batch(
-                np.random.default_rng([tables.EVAL_SEED, 6]),
+                np.random.default_rng([theory.EVAL_SEED, 6]),
                 256,
                 6,
                 6,
@@ -557,33 +555,6 @@ def test_theory_scores_each_seed_and_its_own_family_on_nested_sequences_and_the_
         assert row[3] == tables.quoted(r["own"], r["own_se"]) and row[
             5
         ] == tables.quoted(r["share"], r["share_se"]), (pe, k, row)
-
-
-def test_theory_rewrites_a_theory_json_of_its_n_and_runs_and_refuses_to_replace_one_with_less(
-    three_seeds, tmp_path, capsys
-):
-    """plots.py --theory N beside a theory.json: the same N and runs (a rerun) write it anew;
-    another N, one run named alone, or a run that cannot be read are one line, exit 2, the file
-    as it was."""
-    sgd = shutil.copytree(three_seeds / "sgd", tmp_path / "sgd")
-    for _ in range(2):  # written, then rewritten the same
-        with pytest.raises(SystemExit) as done:
-            plots.main([str(sgd), "--theory", "64"])
-        assert done.value.code == 0
-    written = (sgd / "theory.json").read_bytes()
-    capsys.readouterr()
-    for args, damage in (
-        ([str(sgd), "--theory", "32"], None),
-        ([str(sgd / "stochastic-de8-seed0"), "--theory", "64"], None),
-        ([str(sgd), "--theory", "64"], sgd / "fixed-de8-seed2" / "log.jsonl"),
-    ):
-        if damage:
-            damage.unlink()
-        with pytest.raises(SystemExit) as done:
-            plots.main(args)
-        err = capsys.readouterr().err.splitlines()
-        assert done.value.code == 2 and len(err) == 1 and "move it away" in err[0], err
-        assert (sgd / "theory.json").read_bytes() == written
 
 
 def test_plots_tabulates_the_slope_of_the_logged_loss_over_the_last_steps(
@@ -1228,14 +1199,13 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
 @pytest.mark.parametrize(
     "flags, fragment",
     [
-        (["--theory", "0"], "--theory: must be a positive integer (got 0)"),
-        (["--theory", "-5"], "--theory: must be a positive integer (got -5)"),
+        (["--formats", "pgn"], "--formats: invalid choice: 'pgn'"),
     ],
 )
 def test_plots_bad_input_is_one_line_and_exit_status_2_before_anything_is_read(
     tmp_path, capsys, monkeypatch, flags, fragment
 ):
-    """A --theory N < 1: refused at the door, nothing written."""
+    """A format mistyped: refused at the door, nothing written."""
     fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.rglob("*"))
@@ -1841,3 +1811,25 @@ def test_the_whole_curve_reads_each_logged_step_against_the_model_and_its_steps_
     assert (
         row[-1] == tables.final_gap(g, model["sets"]["val"], "val") == "+0.020 ± 0.000"
     )
+
+
+def test_tables_formats_what_producers_wrote_and_draws_no_sequences():
+    """tables.py scores no model: theory.py (--own, --plateau) and the trainers do."""
+    import ast
+
+    tree = ast.parse((HERE / "tables.py").read_text())
+    names = {getattr(n, "id", getattr(n, "attr", None)) for n in ast.walk(tree)}
+    samplers = {"family_draws", "sgd_curve", "random", "default_rng", "sample_batch"}
+    assert not names & samplers  # its captions may name them
+
+
+def test_theory_own_without_a_family_floor_is_one_line_and_exit_status_2(
+    three_seeds, tmp_path, capsys
+):
+    """theory.py --own on a folder of runs with no family_floor.json beside them."""
+    run = three_seeds / "sgd" / "stochastic-de8-seed0"
+    shutil.copytree(run, tmp_path / "exp" / run.name)
+    with pytest.raises(SystemExit) as done:
+        theory.main(["--own", str(tmp_path / "exp")])
+    err = capsys.readouterr().err.splitlines()
+    assert done.value.code == 2 and len(err) == 1 and "--own" in err[0], err

@@ -1,16 +1,18 @@
 """The theory beside sts.py: the floors of other constructions, the training curve, their CLIs.
 
-NumPy only; imports sts.py (keep the two files side by side). The lesson's family W = c W*,
+NumPy only; imports sts.py (keep the two files side by side), and rundirs.py for --own's runs. The lesson's family W = c W*,
 V = alpha V* (sts.family_floor) is where the research starts:
   - table_floor: fixed and randomized PE's W = c M that learns its table's cross-talk;
   - needed_de: the least d_e whose stochastic-PE floor meets a target (the FCN comparison);
   - family_dynamics, plateau_steps: how GD gets there inside the family, t_1/2;
-  - sgd_curve: the same with the tokens integrated and SGD's noise in W_xe (--plateau).
+  - sgd_curve: the same with the tokens integrated and SGD's noise in W_xe (--plateau);
+  - own_family: each trained run against its own c, alpha and the family's best (--own).
 
     python theory.py --floor --T 200 --de 170          # the loss floors, stochastic and fixed PE
     python theory.py --needed-de --T 10 20 40 --eps 0.3  # the least d_e whose floor <= 0.3 d/(2q)
     python theory.py --dynamics --T 20 --de 64 --steps 2000   # GD's curve, t_1/2
     python theory.py --plateau --T 20 --de 64 --steps 2000 --batch 256 --n 2048  # SGD's t_1/2
+    python theory.py --own results/paper/sgd --n 16384  # theory.json: each run, its own family
 """
 
 import argparse
@@ -26,7 +28,11 @@ if __name__ == "__main__":  # run: NumPy's BLAS on one thread, before sts loads 
 import numpy as np  # noqa: E402
 
 import sts  # noqa: E402
-from sts import check, check_args, whole  # noqa: E402
+
+try:  # --own's reader of run folders; theory.py copied beside sts.py alone runs without it
+    import rundirs
+except ImportError:
+    rundirs = None
 
 RIDGES = (None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # table_floor's r: ridge = r L / d_e
 
@@ -254,38 +260,6 @@ def crossing(steps, losses, level):
     return float(steps[k - 1] + share * (steps[k] - steps[k - 1]))
 
 
-def model_t_half(
-    T,
-    q,
-    d,
-    d_e,
-    lr=1.0,
-    batch=None,
-    anneal_at=None,
-    seeds=4,
-    n=8192,
-    steps=None,
-):
-    """t_1/2 of sgd_curve on `seeds` independent draws of n sequences each: (mean, se, each),
-    se = their std / sqrt(seeds), the PE draws' Monte-Carlo error (the tokens are integrated).
-    Each crossing is interpolated between steps, at the midpoint of d/(2q) and exact_floor."""
-    steps = steps or int(1.5 * plateau_steps(T, q, d, d_e, lr, 0.0)) + 100
-    each = []
-    for seed in range(seeds):
-        floor = exact_floor(T, q, d, d_e, n, seed)
-        crossed = None
-        while crossed is None:  # not crossed within `steps`: twice as many
-            curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed)
-            level = (curve[0, 0] + floor) / 2
-            crossed = crossing(np.arange(steps + 1), curve[0], level)
-            if crossed is None:
-                steps = 2 * steps
-        each.append(crossed)
-    each = np.array(each, float)
-    se = each.std(ddof=1) / seeds**0.5
-    return float(each.mean()), float(se), each.tolist()
-
-
 def val_set_se(model, n_test):
     """The steps by which a validation set of n_test sequences, common to the seeds, moves their
     crossing: the sd over sequences of l(t_1/2) - l(0)/2 at the model's (c, alpha) there (tokens
@@ -308,12 +282,12 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     """The smallest d_e whose stochastic-PE family_floor is <= target (taken to fall with d_e; all
     on `seed`'s draws) and {d_e tried: scale_floor's (floor, c, alpha, se)}. Up by 3/2, down by
     2/3, then bisection."""
-    check_args(T, q, d=d, target=target, n=n, seed=seed, start=start)
-    check(whole(de_max, start), "de_max", f"an integer >= start = {start}", de_max)
     tried = {}
 
     def met(d_e):  # is the floor at d_e <= target? (cached)
-        check(d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target)
+        if d_e > de_max:  # caught by main: --eps too small
+            reach = f"a loss that d_e <= {de_max} reaches"
+            raise sts.ArgumentError(f"target must be {reach} (got {target!r})")
         if d_e not in tried:
             draws = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
             tried[d_e] = sts.scale_floor(draws)
@@ -488,6 +462,185 @@ def over_draws(at_sets):
     return found
 
 
+# ------------------- Each trained run against the family (--own): theory.json beside its runs
+OWN = "theory.json"  # read by plots.py --table and its length figures
+EVAL_SEED = 12345  # the sequences every trained run and family are scored on
+FLOOR_N = 2048  # the floor table's sequences a run: min(n_final, FLOOR_N)
+CHUNK = 256
+
+
+def pe_of(c):
+    """The table of positions of a run (config c) as train_tf.py builds it."""
+    positions = c.get("positions") or max(rundirs.lengths(c))
+    return sts.PositionalEncoding(c["pe"], c["de"], positions, c["seed"])
+
+
+def pair_losses(models, c, rng, n, T, q):
+    """Each sequence's loss 1/2 |f - target|^2 (2, n) under the two models (W, V), on n
+    sequences of sts.sample_batch from rng on run config c's table, CHUNK at a time."""
+    pe = pe_of(c)
+    out = []
+    for lo in range(0, n, CHUNK):
+        b = sts.sample_batch(rng, min(CHUNK, n - lo), T, q, c["d"], pe)
+        fs = [sts.forward(W, V, b.Z, b.z_q, c["attend"])[0] for W, V in models]
+        out.append([0.5 * ((f - b.target) ** 2).sum(-1) for f in fs])
+    return np.concatenate(out, axis=1)
+
+
+def paired(a, b):
+    """mean(a - b) over the sequences both scored, and its Monte-Carlo se std(a - b) / sqrt(n)."""
+    n = min(len(a), len(b))
+    diff = np.asarray(a[:n], float) - b[:n]
+    se = diff.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
+    return float(diff.mean()), float(se)
+
+
+def family_weights(config, c, alpha):
+    """(W, V) = (c W*, alpha V*) at a run config's d, d_e."""
+    W_star, V_star = sts.ground_truth(config["d"], config["de"])
+    return c * W_star, alpha * V_star
+
+
+def best(predicted, c, k):
+    """family_floor.json's row at set k's T and q for the configuration c ({}: none)."""
+    key = (c["pe"], *rundirs.task(k, c), c["d"], c["de"])
+    return predicted.get(key, {})
+
+
+def floor_pair(run, row):
+    """A run against the family at the row's c W*, alpha V*, paired on EVAL_SEED's sequences."""
+    c = run["config"]
+    models = [rundirs.weights(run), family_weights(c, row["c"], row["alpha"])]
+    rng = np.random.default_rng(EVAL_SEED)
+    n = min(c.get("n_final", FLOOR_N), FLOOR_N)
+    trained, family = pair_losses(models, c, rng, n, c["T"], c["q"])
+    difference, se = paired(trained, family)
+    name = run["path"].name
+    return dict(
+        run=name,
+        trained=float(trained.mean()),
+        family=float(family.mean()),
+        difference=difference,
+        se=se,
+    )
+
+
+def own_sets(group):
+    """The sets --own scores: stochastic PE's every set, fixed PE's at its T alone."""
+    names = rundirs.sets(group, "T", "q")
+    if group[0]["config"]["pe"] == "stochastic":
+        return names
+    return [k for k in names if k[0] != "T"]
+
+
+def own_model(run, row):
+    """The run's own family's (W, V): stochastic PE's W = c W*, V = alpha V* at the run's
+    sts.family_fit; fixed PE's W = c M on the run's table (the row's q = 3 fit)."""
+    c = run["config"]
+    d = c["d"]
+    if c["pe"] == "stochastic":
+        return family_weights(c, *sts.family_fit(*rundirs.weights(run), d))
+    W, V = family_weights(c, row["table_c"], row["table_alpha"])
+    P = pe_of(c).table[:, : c["T"]]
+    W[d:, d:] = row["table_c"] * metric(row, P)
+    return W, V
+
+
+def metric(row, P):
+    """sts.table_metric's M on the table P (d_e x L) at the row's ridge, scaled by L / d_e."""
+    d_e, L = P.shape
+    ridge = row["ridge"]
+    if ridge is not None:
+        ridge = ridge * L / d_e
+    return sts.table_metric(d_e, P, ridge)
+
+
+def seeds_mean(group, row, k, n):
+    """(model, sequence) losses at set k, the seeds' mean: model 0 the trained run, 1 its own
+    family, each seed on its own table; every seed's sequences at every q draw the same
+    numbers (a uniform permutation's first q positions are its q-subset), so a q-set is
+    nested in the training set's sequences and the seeds share stochastic PE's P."""
+    c = group[0]["config"]
+    T, q = rundirs.task(k, c)
+    seeds = []
+    for r in group:
+        rng = np.random.default_rng([EVAL_SEED, T])
+        models = [rundirs.weights(r), own_model(r, row)]
+        seeds.append(pair_losses(models, r["config"], rng, n, T, q))
+    return np.mean(seeds, 0)
+
+
+def share_of_rise(at_set, at_val, paired_sets):
+    """The own family's share of the trained rise from the training set, and its se: paired
+    sequence by sequence on a q-set (the training set's sequences)."""
+    trained, own = at_set
+    trained_val, own_val = at_val
+    rise = trained.mean() - trained_val.mean()
+    share = float((own.mean() - own_val.mean()) / rise)
+    u = own - share * trained
+    u0 = own_val - share * trained_val
+    if paired_sets:
+        var = (u - u0).var(ddof=1)
+    else:
+        var = u.var(ddof=1) + u0.var(ddof=1)
+    share_se = float(np.sqrt(var / len(u)) / abs(rise))
+    return dict(share=share, share_se=share_se)
+
+
+def family_rows(g, predicted, n):
+    """OWN's rows of a configuration of stochastic or fixed PE: one a set."""
+    c = g[0]["config"]
+    row = best(predicted, dict(c, pe="fixed"), "val")
+    if c["pe"] == "fixed" and "table_c" not in row:
+        return []
+    each = {k: seeds_mean(g, row, k, n) for k in own_sets(g)}
+    rows = []
+    for k, (trained, own) in each.items():
+        names = [r["path"].name for r in g]
+        cell = dict(runs=names, set=k, n=n)
+        cell["trained"] = float(trained.mean())
+        cell["own"] = float(own.mean())
+        cell["own_se"] = float(own.std(ddof=1) / n**0.5)
+        if k != "val":
+            paired_sets = rundirs.task(k, c)[0] == c["T"]
+            cell.update(share_of_rise(each[k], each["val"], paired_sets))
+        rows.append(cell)
+    return rows
+
+
+def own_family(folder, runs, predicted, n):
+    """OWN beside the runs: per configuration of stochastic or fixed PE and set, the trained
+    and own family's losses on n sequences (the seeds' mean, se) and the family's share of the
+    trained rise, paired sequence by sequence; each run against the family's best (floor)."""
+    tf = [r for r in runs if r["config"]["model"] == "transformer"]
+    rows = []
+    floor = []
+    for g in rundirs.configurations(tf):
+        if g[0]["config"]["pe"] in ("stochastic", "fixed"):
+            rows += family_rows(g, predicted, n)
+        row = best(predicted, g[0]["config"], "val")
+        floor += [floor_pair(run, row) for run in g if row]
+    summary = dict(sequences=n, seed=EVAL_SEED, rows=rows, floor=floor)
+    (folder / OWN).write_text(json.dumps(summary, indent=2))
+    print(f"wrote {folder / OWN}")
+
+
+def own_families(paths, n):
+    """--own: OWN beside the runs of each folder with a family_floor.json."""
+    report = rundirs.Report()
+    experiments, _ = rundirs.find_experiments(paths, report)
+    loaded = rundirs.load_all(experiments, report, dynamics=False)
+    folders = [(f, runs, p) for f, _, runs, p, _ in loaded if p]
+    for line in report:  # the runs left out, and why
+        print(line, file=sys.stderr)
+    if not folders:
+        why = f"--own: no runs beside a {rundirs.FLOOR} in {' '.join(paths)}"
+        print(f"theory.py: error: {why}", file=sys.stderr)
+        sys.exit(2)
+    for folder, runs, predicted in folders:
+        own_family(folder, runs, predicted, n)
+
+
 def number(kind, low, accepts):
     """argparse's type=: a `kind` above `low`, finite; else argparse's one line."""
 
@@ -549,7 +702,7 @@ def add_task_flags(add):
 
 
 def add_mode_flags(add):
-    """--floor, --needed-de, --dynamics, --plateau: what to compute (exactly one)."""
+    """--floor, --needed-de, --dynamics, --plateau, --own: what to compute (exactly one)."""
     floor = "print family_floor at each --T and --de, and exit"
     add("--floor", action="store_true", help=floor)
     needed = "print needed_de (target --eps d/(2q)), and exit"
@@ -564,6 +717,11 @@ def add_mode_flags(add):
         " --batch) at --T, --q, --de, --lr, over --draws sets of --n sequences, and exit"
     )
     add("--plateau", action="store_true", help=plateau)
+    own = (
+        f"write {OWN} beside the runs of each DIR with a family_floor.json: each trained"
+        " run against its own family and the family's best, on --n sequences a set"
+    )
+    add("--own", nargs="+", metavar="DIR", help=own)
 
 
 def add_curve_flags(add):
@@ -589,7 +747,7 @@ def add_search_flags(add):
     """--needed-de's and --floor's options, and --json."""
     eps = "--needed-de's target over d/(2q), the loss at zero"
     add("--eps", type=RATE, default=0.3, help=eps)
-    n = "with --floor, --needed-de, --plateau: sequences per floor or set"
+    n = "with --floor, --needed-de, --plateau, --own: sequences per floor or set"
     add("--n", type=POSITIVE, default=4096, help=n)
     json_help = "also write the rows to this file (plots.py)"
     add("--json", help=json_help)
@@ -623,6 +781,8 @@ def search(args, q, d):
     family = "W = c W*, V = alpha V*"
     sequences = args.n
     anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
+    if args.own:
+        return own_families(args.own, args.n)
     if args.needed_de:
         rows = list(widths(args.T, q, d, target, args.seed, n=args.n))
     elif args.dynamics:

@@ -23,7 +23,6 @@ cell) and summary.json, through runlog.Job: its checkpoint holds the trainings s
 and --resume goes on from it (with the same flags).
 """
 
-import contextlib
 import functools
 import itertools
 import json
@@ -39,6 +38,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import runlog
+import tables
 from runlog import POSITIVE, Distinct, flag
 
 MODELS = ("transformer", "fcn")
@@ -105,9 +105,8 @@ def sample(rng, n, T, s, relevant):
 
 def make_task(T, s, m, seed):
     """The relevant positions (sorted), the training and held-out sets of one seed, as numpy."""
-    fixed = np.random.default_rng(
-        [seed, 0]
-    )  # apart from the training stream: same for all m
+    # apart from the training stream: the same for every m
+    fixed = np.random.default_rng([seed, 0])
     relevant = np.sort(fixed.choice(T, s, replace=False))
     test = sample(fixed, N_TEST, T, s, relevant)
     train = sample(np.random.default_rng([seed, 1]), m, T, s, relevant)
@@ -354,27 +353,6 @@ def results(rows, status):
     return dict(rows=rows, fits=fits), files
 
 
-def report(out, rows, fits, status, seconds):
-    """The table and the fits, printed as a grid ends."""
-    print(
-        f"\nm50 [lo, hi: 95% profile-likelihood interval] of P(held-out accuracy >= "
-        f"{PASS_ACC:.0%}); w: its width in ln m; n: trainings; capped: at the step cap; "
-        "empty: beyond the scan\n" + runlog.table(rows, FIELDS)
-    )
-    for model, by_s in fits.items():
-        for s, f in by_s.items():
-            if f is None:
-                print(f"{model} s={s}: fewer than 3 bounded points, no fit")
-                continue
-            log = "{a:.1f} + {b:.1f} ln T (chi2 {chi2:.1f})".format(**f["log"])
-            power = "{c:.2f} T^{k:.3f} (chi2 {chi2:.1f})".format(**f["power"])
-            verdict = (
-                f"{f['better']} fits better" if f["separated"] else "not separated"
-            )
-            print(f"{model} s={s}: {log}; {power}; dof {f['dof']}: {verdict}")
-    print(f"{status} in {seconds:.1f} s; written to {out}/")
-
-
 def new_job(args, device):
     """The grid's runlog.Job: --out its one directory, whose config.json holds every setting but
     where it is (a grid moved to another disk resumes), its checkpoint the trainings so far."""
@@ -401,12 +379,8 @@ def new_job(args, device):
 def logged(out):
     """The trainings {(model, m, T, s, seed): record} of a log that --resume replays (one copied in
     by hand, as RESULTS' recipe for bool_tf_long does)."""
-    done = {}
-    for line in (out / "log.jsonl").read_bytes().splitlines():
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            record = json.loads(line)
-            done[tuple(record[k] for k in KEY)] = record
-    return done
+    records = map(json.loads, (out / "log.jsonl").read_bytes().splitlines())
+    return {tuple(record[k] for k in KEY): record for record in records}
 
 
 def run(args, device, job):
@@ -417,9 +391,11 @@ def run(args, device, job):
     grid = job.configs[0]["grid"]
     rows = []
 
-    def ending(r, status):
+    def ending(r, status):  # tables.py's table printed as the grid ends
         numbers, files = results(rows, status)
-        report(out, rows, numbers["fits"], status, time.time() - job.t0)
+        summary = dict(files["critical.json"], config=job.configs[0])
+        tables.table_critical(out / "critical.json", summary)
+        print(f"{status} in {time.time() - job.t0:.1f} s; written to {out}/")
         return numbers, files
 
     with job:

@@ -12,7 +12,7 @@ The FCN maps [vec(X); 1_y] (the tokens, then the subset's indicator) to R^d unde
 on the very batches that train_tf.py's runs of its seed see; each run writes a directory in
 train_tf.py's format. --sweep: for each T, the smallest FCN hidden width m and transformer width
 D = d + d_e (fused.py's step) whose seed-mean final validation loss is <= --eps * d/(2q), on the
-same budget; it writes sweep.json and sweep.csv, and prints the table and the log-log slopes.
+same budget; it writes sweep.json and sweep.csv and prints them (tables.py's table, the slopes).
 --sweep-steps B1 B2 ...: the search at each budget, the largest first: a run trained to it holds
 every smaller budget's number in its log (constant lr: its first B steps are a B-step run's), so
 only widths a smaller budget needs beyond are trained anew.
@@ -34,6 +34,7 @@ from tqdm import tqdm
 import data
 import runlog
 import sts
+import tables
 from model import Model, checkpoint, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
 
@@ -46,15 +47,6 @@ SWEEP = dict(
     test_q=[],
     eval_every=1500,  # one evaluation, at the end
 )
-
-
-def as_flags(values):
-    """{"eval_every": 1500, "seed": [0, 1]} as "--eval-every 1500 --seed 0 1"."""
-    words = []
-    for key, value in values.items():
-        words.append("--" + key.replace("_", "-"))
-        words += map(str, value if isinstance(value, list) else [value])
-    return " ".join(words)
 
 
 @dataclass
@@ -115,7 +107,7 @@ class Args:
         " from the numbers of its sweep.json and finished runs, training the rest",
     )
     sweep: bool = flag(
-        False, "the width-vs-T sweep of both models; unless given: " + as_flags(SWEEP)
+        False, "the width-vs-T sweep of both models; unless given: " + json.dumps(SWEEP)
     )
     sweep_T: list = flag(
         [10, 20, 40, 80, 160], "--sweep: sequence lengths", type=POSITIVE
@@ -144,6 +136,7 @@ FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
 MODELS = ("fcn", "transformer")
 CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
+FIELDS = ["model", "T", "steps", "width", "params", "val", "val_sd"]  # sweep.csv's
 
 
 def FCN(in_features, width, out_features):  # noqa: N802  named as the model it builds
@@ -178,14 +171,13 @@ def parse_args(argv=None):
     args.sweep_de = sorted(set(args.sweep_de))
     budgets = set(args.sweep_steps or [args.steps])
     args.sweep_steps = sorted(budgets, reverse=True)  # largest first
-    name, lengths = ("sweep-T", args.sweep_T) if args.sweep else ("T", args.T)
-    qs = [("q", args.q), *(("test-q", q) for q in args.test_q)]
-    rules = []
-    for T, (which, q) in itertools.product(lengths, qs):
-        fix = f"(got q={q}, T={T}, --{name}): pick a smaller q or a longer T"
-        rules.append((q <= T, f"--{which} must satisfy 1 <= q <= T {fix}"))
+    name = "sweep-T" if args.sweep else "T"
+    T = min(args.sweep_T if args.sweep else args.T)
+    q = max([args.q, *args.test_q])
+    fix = f"(got q={q}, T={T}, --{name}): pick a smaller q or a longer T"
     one_budget = not {"steps", "sweep_steps"} <= given.keys()
-    rules += [
+    rules = [
+        (q <= T, f"--q, --test-q must satisfy 1 <= q <= T {fix}"),
         ignored(args, given),
         (
             one_budget,
@@ -303,7 +295,8 @@ def train(args, T, width, seed, device, steps):
     bar = tqdm(
         total=steps, desc=name, dynamic_ncols=True, disable=args.sweep, leave=False
     )
-    load, state = checkpointed(model, optimizer)
+    load = functools.partial(load_checkpoint, model, [optimizer])
+    state = functools.partial(checkpoint, model, [optimizer])
     with job, bar:
         job.open(load, NO_FILES)
         bar.update(job.step)
@@ -322,19 +315,6 @@ def train(args, T, width, seed, device, steps):
             model.loss_sum += loss.detach()
             bar.update()
         job.close("finished", steps)
-
-
-def checkpointed(model, optimizer):
-    """An FCN run's load(state) and state(), for its checkpoint."""
-
-    def load(state):
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-
-    def state():
-        return dict(model=model.state_dict(), optimizer=optimizer.state_dict())
-
-    return load, state
 
 
 def log(args, job, t, model, sets):
@@ -456,11 +436,11 @@ def size_of(args, model, T, size):
     return D, D * (2 * args.d + size)
 
 
-def smallest(args, model, T, steps, first, cached, device):
+def smallest(args, model, T, steps, first, cache, device):
     """A sweep's row of a model at (T, budget) and the grid index of its answer (None: no size
     reached eps d/(2q)): the sizes from grid[first] up (the loss is taken to fall with size; first
     None, a shorter T failed at every size: only the largest), the first whose seed-mean val loss
-    is <= eps its answer. cached(key, compute) is what a model and size gave at the budget: the
+    is <= eps its answer. cache(key, compute, steps) is what a model and size gave then: the
     transformer's seeds side by side (every budget at once), the FCN's one by one until those so
     far put the mean of all above eps (losses are >= 0: the size has failed, whatever the rest)."""
     eps = args.eps * args.d / (2 * args.q)
@@ -472,10 +452,10 @@ def smallest(args, model, T, steps, first, cached, device):
         vals = []
         if model == "transformer":
             trained = functools.partial(transformer_vals, args, T, size, device)
-            vals = cached(f"{T} {size}", trained)
+            vals = cache(f"{T} {size}", trained, steps)
         for seed in args.seed if model == "fcn" else []:
             run = functools.partial(fcn_vals, args, T, size, seed, steps, device)
-            vals.append(cached(f"fcn {T} {size} {seed}", run))
+            vals.append(cache(f"fcn {T} {size} {seed}", run, steps))
             if not sum(vals) / len(args.seed) <= eps:
                 break
         width, params = size_of(args, model, T, size)
@@ -534,17 +514,17 @@ def sweep(args, device):
     path = Path(args.out) / "sweep.json"
     rows = []
     cells = old_cells(args)
-    if args.resume and not path.exists():
-        print(f"--resume: no {path}: starting the sweep afresh", file=sys.stderr)
     first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
     eps = args.eps * args.d / (2 * args.q)
 
     def save(status):  # after each cell, atomically: an ending keeps the rows
+        # sweep.csv first: a sweep.json says "finished" only beside its own table
+        runlog.write(path.parent / "sweep.csv", runlog.table(rows, FIELDS))
         table = dict(status=status, eps=eps, **sweep_settings(args), rows=rows)
         slopes = fits(rows, args.sweep_steps)
         runlog.write_json(path, dict(table, loglog_slope=slopes, cells=cells))
 
-    def cached(key, compute, steps):
+    def cache(key, compute, steps):
         """compute()'s {budget: value} at `steps`: computed where absent, kept at once."""
         if str(steps) not in cells.get(key, {}):
             values = {str(b): v for b, v in compute().items()}
@@ -553,50 +533,19 @@ def sweep(args, device):
         return cells[key].get(str(steps), math.inf)  # inf: it gave none
 
     searches = list(itertools.product(args.sweep_T, args.sweep_steps, MODELS))
-    bar = tqdm(searches, desc="sweep (T, budget, model)", dynamic_ncols=True)
-    if args.force:  # the old sweep's table: none beside this sweep's sweep.json
-        (path.parent / "sweep.csv").unlink(missing_ok=True)
     try:
         save("running")  # its settings, for a --resume after a kill in its first cell
-        for T, steps, model in bar:
+        for T, steps, model in tqdm(searches, desc="sweep (T, budget, model)"):
             key = model, steps
-            cache = functools.partial(cached, steps=steps)
             row, first[key] = smallest(args, model, T, steps, first[key], cache, device)
             rows.append(row)
             save("running")
-        write_table(args, rows, fits(rows, args.sweep_steps))  # before "finished"
     except BaseException as error:
         save(runlog.ended_by(error))
         raise
     save("finished")
-
-
-def write_table(args, rows, slopes):
-    """sweep.csv, printed with each model's log-log slopes (every width tried: sweep.json)."""
-    fields = ["model", "T", "steps", "width", "params", "val", "val_sd"]
-    text = runlog.table(rows, fields)
-    runlog.write(Path(args.out) / "sweep.csv", text)
-    eps = args.eps * args.d / (2 * args.q)
-    print(
-        f"\nsmallest width with seed-mean val loss <= {eps:.4f} ({args.eps} x d/(2q)) after"
-        f" each budget of steps of {args.batch} (seeds {args.seed}); FCN: hidden width m;"
-        " transformer: D = d + d_e\n" + text
-    )
-
-    def shown(s):
-        return "fewer than 2 points" if s is None else f"{s:.2f}"
-
-    for m, at in slopes.items():
-        settled = at.pop("settled", None)
-        budgets = ", ".join(f"{b} steps {shown(s)}" for b, s in at.items())
-        print(
-            f"{m}: log-log slope of width against T (over the T that reached eps): {budgets}"
-        )
-        if settled:
-            print(
-                f"{m}: the same width at the two largest budgets at T = {settled['T']};"
-                f" slope over those: {shown(settled['slope'])}"
-            )
+    tables.table_sweep(path, runlog.read(path))  # as plots.py --table prints it
+    print("log-log slope of width against T:", json.dumps(fits(rows, args.sweep_steps)))
 
 
 def main(argv=None):

@@ -112,8 +112,7 @@ class Args:
     )
     n_final: int = flag(
         4096,
-        "sequences per set at the end (summary.json's final, final_se; the "
-        "--n-test sets are its first part)",
+        "sequences per set at the end (summary.json's final, final_se)",
         type=POSITIVE,
     )
     eval_every: int = flag(
@@ -421,11 +420,6 @@ def check(args, longest):
             "pick a smaller q or a longer T"
         )
         require(q <= T, message)
-    message = (
-        f"--n-final must be >= --n-test (got {args.n_final} < {args.n_test}): "
-        "raise --n-final or lower --n-test"
-    )
-    require(args.n_final >= args.n_test or args.evaluate, message)
     require(
         not (args.resume and args.force),
         "--resume and --force exclude each other; pick one",
@@ -438,12 +432,12 @@ def check(args, longest):
         f"--test-T; got {L}); raise --positions or drop the longer --test-T"
     )
     require(L >= longest, message)
-    for d_e in args.de if "onehot" in args.pe else []:
-        message = (
-            f"--de: onehot PE needs d_e >= the largest length {longest} (got d_e={d_e}); "
-            "raise --de or use --pe fixed/stochastic"
-        )
-        require(d_e >= longest, message)
+    d_e = min(args.de) if "onehot" in args.pe else longest
+    message = (
+        f"--de: onehot PE needs d_e >= the largest length {longest} (got d_e={d_e}); "
+        "raise --de or use --pe fixed/stochastic"
+    )
+    require(d_e >= longest, message)
 
 
 def main(argv=None):
