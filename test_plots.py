@@ -675,6 +675,7 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(
     assert ("--", [4, 8, 16], stochastic) in [
         tuple(drawing) for _, *drawing in lines
     ]  # dashed
+    theory.main(["--own", str(floor), "--n", "64"])  # the table's pairs
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         plots.main([str(floor), "--table"])
