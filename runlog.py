@@ -40,9 +40,6 @@ OWN = (
 TEMPORARIES = [f".{name}.tmp" for name in OWN]  # write_atomic's, left by a kill
 # a loss this many times the starting loss d/(2q) means the run has diverged
 DIVERGED = 100.0
-# the checkpoint's layout: one more wherever a script's saved state changes, so that --resume
-# refuses an older one in one line (2: train_tf's and train_fcn's state as state_dicts)
-LAYOUT = 2
 # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
 GROUPS = ("test_T", "test_q")
 SIGNALS = (
@@ -119,11 +116,9 @@ def write_json(path, obj):
 
 
 def read(path, parse=json.loads, fix="rerun the run with --force"):
-    """parse(the bytes of path), a regular file; one that is missing or is not one (a folder; a
-    FIFO, whose read would hang) is Unusable, naming path and then `fix`. A file that cannot be
-    read or parsed (cut, hand-edited) raises the reader's or the parser's own error."""
+    """parse(the bytes of path); a missing one is Unusable, naming path and then `fix`. Any other
+    fault (a folder, a FIFO, a cut or hand-edited file) is the reader's or the parser's own."""
     require(path.exists(), f"{path}: missing; {fix}")
-    require(path.is_file(), f"{path}: not a regular file; {fix}")
     return parse(path.read_bytes())
 
 
@@ -267,11 +262,11 @@ class Job:
             job.open(load, ending)        # the checkpoint read into load(), or fresh directories
             ... job.save(step, state) ... job.log(r, record, start_loss) ...
             job.close("finished", step, finals)
-    Signals wait while the job writes its files (open, close) and are acted on at the next save(),
-    once the checkpoint is written (a second one at once), or as the job ends; reading the
-    checkpoint, they act at once. ending(r, status) gives run r's (numbers, {file name: contents})
-    at any ending; close adds finals[r]'s to them. replays: the job's log is its state (a
-    train_bool.py grid): --resume without a checkpoint goes on from it."""
+    A signal ends the job at once until it is open, or when a second comes; else it is acted on at
+    the next save(), once the checkpoint is written, or as the job ends. ending(r, status) gives
+    run r's (numbers, {file name: contents}) at any ending; close adds finals[r]'s to them.
+    replays: the job's log is its state (a train_bool.py grid): --resume without a checkpoint goes
+    on from it."""
 
     def __init__(
         self,
@@ -297,7 +292,7 @@ class Job:
         self.logs = [b""] * len(self.dirs)
         self.step = 0
         self.caught = None
-        self.hold = False
+        self.ending = None  # set as open ends: from then on a signal waits
         self.opened = False  # open, and not yet closed
         self.saved = -math.inf
 
@@ -319,7 +314,7 @@ class Job:
                 self.check_fresh(path)
 
     def check_fresh(self, path):
-        """A fresh run's folder (see check)."""
+        """A fresh run's folder (see check): a run that has not finished is resumed, not redone."""
         names = sorted(p.name for p in path.iterdir()) if path.exists() else []
         names = [name for name in names if name != ".lock"]
         if not names:
@@ -329,25 +324,17 @@ class Job:
         foreign = [name for name in names if name not in OWN + TEMPORARIES]
         if ours and not foreign and self.force:
             return
-        state = f"a run {run_state(path)}"
-        if foreign or not ours:
-            state = (
-                f"files a run of {self.script} does not write ({', '.join(names[:3])})"
-            )
-            advice = "give a new or empty folder"
-        elif self.replays and kept(path):
-            advice = "pass --resume to replay its log, or give another --out"
-        elif self.checkpoints() and not finished(path):
-            advice = (
-                "pass --resume with the flags that trained it, or give another --out"
-            )
-        else:
-            advice = "pass --force to redo it, or give another --out"
-        raise Unusable(f"--out: {path} holds {state}; {advice}")
-
-    def checkpoints(self):
-        """Whether a job's checkpoint is where this job's lies (a job of other flags may hold a run)."""
-        return any(self.file.parent.glob("checkpoint*.pt"))
+        require(
+            ours and not foreign,
+            f"--out: {path} holds files a run of {self.script} does not write"
+            f" ({', '.join(names[:3])}); give a new or empty folder",
+        )
+        advice = "pass --resume with the flags that trained it"
+        if finished(path):
+            advice = "pass --force to redo it"
+        raise Unusable(
+            f"--out: {path} holds a run {run_state(path)}; {advice}, or give another --out"
+        )
 
     def check_resumed(self, path, config):
         """A resumed run's folder (see check)."""
@@ -361,7 +348,7 @@ class Job:
         if self.file.exists() or self.replays or self.finished() or not kept(path):
             return
         advice = "pass --force to redo it"
-        if self.checkpoints():
+        if any(self.file.parent.glob("checkpoint*.pt")):  # another job's
             advice = "resume with the flags that trained it"
         raise Unusable(
             f"--resume: {path} holds a run {run_state(path)} that no checkpoint of these"
@@ -371,10 +358,6 @@ class Job:
     def finished(self):
         """--resume of a job every run of which finished: nothing to do."""
         return self.resume and not self.file.exists() and all(map(finished, self.dirs))
-
-    def names(self):
-        """The runs' folders, relative to the checkpoint's: what a checkpoint holds."""
-        return [os.path.relpath(path, self.file.parent) for path in self.dirs]
 
     def __enter__(self):
         with contextlib.ExitStack() as stack:
@@ -386,16 +369,16 @@ class Job:
         return self
 
     def note(self, signum, frame):
-        """A signal: at once while the job reads or after a first; else noted, for save()."""
-        if not self.hold and (self.caught or not self.opened):
+        """A signal: at once until the job is open, or a second; else noted, for save()."""
+        if self.caught or self.ending is None:
             raise Interrupted(signum)
-        self.caught = self.caught or signum
+        self.caught = signum
 
     def open(self, load, ending):
-        """With --resume, load(the trainer's state in the checkpoint); then, signals held, each
-        log as checkpointed and config.json from the flags. A fresh job removes the names the
-        scripts write (--force: an old run's) and its old checkpoint; a --resume with no
-        checkpoint keeps each log (one that replays goes on). Whether it resumed."""
+        """With --resume, load(the trainer's state in the checkpoint); then each log as
+        checkpointed and config.json from the flags. A fresh job removes the names the scripts
+        write (--force: an old run's) and its old checkpoint; a --resume with no checkpoint keeps
+        each log (one that replays goes on). Whether it resumed."""
         resumed = self.resume and self.file.exists()
         if resumed:
             self.restore(load)
@@ -406,8 +389,6 @@ class Job:
                 + " from the records of its log" * any(self.logs),
                 file=sys.stderr,
             )
-        self.hold = True
-        self.ending = ending
         for path in self.dirs:
             for name in TEMPORARIES + OWN * (not self.resume):
                 (path / name).unlink(missing_ok=True)
@@ -416,7 +397,7 @@ class Job:
         for path, config, log in zip(self.dirs, self.configs, self.logs):
             write_json(path / "config.json", config)
             write_bytes(path / "log.jsonl", log)
-        self.hold = False
+        self.ending = ending
         self.opened = True
         return resumed
 
@@ -425,11 +406,6 @@ class Job:
         import torch
 
         saved = torch.load(self.file, weights_only=False)
-        require(
-            "layout" in saved and saved["layout"] == LAYOUT,
-            f"--resume: {self.file} predates this format of checkpoint;"
-            " rerun with --force, or give another --out",
-        )
         for old, new in zip(saved["configs"], self.configs):
             differ = compared(old, new)
             require(
@@ -447,16 +423,21 @@ class Job:
 
     def log(self, r, record, start_loss):
         """Append run r's record to its log (a kill keeps it); a run whose losses (val,
-        train_loss) diverge stops alone: its summary says so."""
+        train_loss) are NaN or above DIVERGED times start_loss stops alone: its summary says so."""
         self.records[r] = record
         line = (json.dumps(strict(record)) + "\n").encode()
         self.logs[r] += line
         with open(self.dirs[r] / "log.jsonl", "ab") as log:
             log.write(line)
-        if why := divergence([record.get("val"), record.get("train_loss")], start_loss):
+        losses = [record.get("val"), record.get("train_loss")]  # None: not measured
+        # NaN fails every comparison
+        if any(x is not None and not x <= DIVERGED * start_loss for x in losses):
             self.status[r] = "diverged"
-            at = f"loss at step {record['step']}"
-            print(f"run {self.dirs[r]}: {why.replace('loss', at, 1)}", file=sys.stderr)
+            print(
+                f"run {self.dirs[r]}: a loss at step {record['step']} is NaN or diverging"
+                f" ({losses}, start {start_loss:.3g}); lower --lr",
+                file=sys.stderr,
+            )
             self.summary(r, "diverged", record["step"], {})
         require("running" in self.status, "every run diverged; lower --lr", Stop)
 
@@ -470,10 +451,8 @@ class Job:
         import torch
 
         job = dict(
-            layout=LAYOUT,
             step=step,
             seconds=time.time() - self.t0,
-            dirs=self.names(),
             configs=self.configs,
             status=self.status,
             records=self.records,
@@ -502,35 +481,25 @@ class Job:
         )
 
     def close(self, status, step, finals=None):
-        """Each run ends: its old summary goes, ending(r, status)'s files and finals[r]'s are
-        written, then (a run still running) its summary with their numbers: a summary stands only
-        beside the files of its step. A signal that came in the final evaluation ends the job as
-        interrupted: its checkpoint goes on."""
+        """Each run still running ends, in one order: its old summary goes, ending(r, status)'s
+        files and finals[r]'s are written, then its summary with their numbers: a summary stands
+        only beside the files of its step. A diverged run stays as it stopped. A signal that came
+        in the final evaluation ends the job as interrupted: its checkpoint goes on."""
         if self.caught and status == "finished":
             raise Interrupted(self.caught)
-        self.hold = True
         self.opened = False
         for r, path in enumerate(self.dirs):
+            if self.status[r] != "running":
+                continue
             numbers, files = self.ending(r, status)
-            more_numbers, more_files = finals[r] if finals else ({}, {})
-            numbers = dict(numbers, **more_numbers)
-            running = self.status[r] == "running"
-            if running:
-                (path / "summary.json").unlink(missing_ok=True)
-            for name, contents in dict(files, **more_files).items():
+            if finals:
+                numbers = dict(numbers, **finals[r][0])
+                files = dict(files, **finals[r][1])
+            (path / "summary.json").unlink(missing_ok=True)
+            for name, contents in files.items():
                 write(path / name, contents)
-            if running:
-                self.summary(r, status, step, numbers)
-                self.records[r] = dict(self.records[r], **numbers)
-            ended = status if running else self.status[r]
-            print(
-                closing_line(
-                    path,
-                    ended,
-                    step if running else self.records[r].get("step"),
-                    self.records[r],
-                )
-            )
+            self.summary(r, status, step, numbers)
+            print(closing_line(path, status, step, dict(self.records[r], **numbers)))
         if status == "finished":
             self.file.unlink(missing_ok=True)  # nothing left to resume
 
@@ -557,15 +526,6 @@ def write_npz(path, arrays):
     import numpy as np
 
     write_atomic(path, lambda handle: np.savez(handle, **arrays))
-
-
-def divergence(losses, start_loss):
-    """Why a run must stop (a loss NaN or above DIVERGED times the starting loss), or None; a None
-    in `losses` is a loss not measured (no training step since the last record)."""
-    for x in losses:
-        # NaN fails every comparison
-        if x is not None and not x <= DIVERGED * start_loss:
-            return f"loss {x} is NaN or diverging (start {start_loss:.3g}); lower --lr"
 
 
 def closing_line(path, status, step, rec):
