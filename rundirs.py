@@ -135,12 +135,6 @@ def read_log(path, report, fix=LEFT_OUT):
     return records
 
 
-def finite_loss(record):
-    """Whether a flat record has a finite loss: train_loss, val or a set's."""
-    losses = [x for k, x in record.items() if k in ("train_loss", "val") or "=" in k]
-    return any(map(finite, losses))
-
-
 def load_run(path, report):
     """A run directory's config, log, summary, final numbers (end); Skip if it must not be
     drawn, saying what restores it."""
@@ -152,11 +146,6 @@ def load_run(path, report):
     require(
         summary.get("status") != "diverged",  # its curve would run off the axes
         f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}",
-        Skip,
-    )
-    require(
-        any(map(finite_loss, log)),
-        f"{path / 'log.jsonl'}: every loss is null (non-finite)",
         Skip,
     )
     end = flat(summary.get("final") or log[-1])  # the final numbers, or the last logged
@@ -209,16 +198,8 @@ def keep_real(same, report):
     name = runlog.run_name(same[0]["config"])
     real = [r for r in same if r["path"].name == name]
     copies = ", ".join(str(r["path"]) for r in same if r not in real)
-    why = (
-        f"the same configuration and seed, none named {name}; all left out: keep"
-        " the real one alone"
-    )
-    if real:
-        why = (
-            f"the same configuration and seed as {real[0]['path']}; left out, so that"
-            " the seed counts once"
-        )
-    report.say("skipped", f"{copies}: {why}")
+    why = f"the same configuration and seed as a run named {name}; left out, so that"
+    report.say("skipped", f"{copies}: {why} the seed counts once at its own name")
     return real
 
 
@@ -290,17 +271,9 @@ def tested(configs):
 
 
 def load_prediction(path, runs):
-    """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets; Skip if none at a run's."""
+    """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets."""
     rows = read(path)["rows"]
-    tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
-    trained = {floor_key(c, 4) for c in tf}
-    listed = ", ".join(sorted(map(str, trained))) or "none"
-    require(
-        trained & {floor_key(r, 4) for r in rows},
-        f"{path}: no row for the runs' (pe, T, q, d): {listed}",
-        Skip,
-    )
-    at = tested(tf)
+    at = tested([r["config"] for r in runs if r["config"]["model"] == "transformer"])
     return {floor_key(r): r for r in rows if floor_key(r, 4) in at}
 
 
@@ -411,11 +384,11 @@ def varying(groups):
     """The config keys whose value tells configurations apart, VARYING's first."""
     configs = [g[0]["config"] for g in groups]
     keys = dict.fromkeys([*VARYING, *sorted(set().union(*configs))])
-    return [k for k in keys if k not in PER_SEED and differ(configs, k)]
-
-
-def differ(configs, key):
-    return len({repr(c.get(key)) for c in configs}) > 1
+    return [
+        k
+        for k in keys
+        if k not in PER_SEED and len({repr(c.get(k)) for c in configs}) > 1
+    ]
 
 
 def label(group, groups):
