@@ -175,13 +175,10 @@ def find_experiments(paths, report):
     for path in map(Path, paths):
         found = below(path, SUMMARIES)
         dirs = run_dirs(path, found)
-        if not path.exists():
-            report.say("skipped", f"{path}: no such file or directory")
-        elif not dirs and not found:
+        if not dirs and not found:
             report.say(
                 "skipped",
-                f"{path}: holds no run directory (no config.json or"
-                " log.jsonl below it)",
+                f"{path}: no run directory at or below it (no config.json or log.jsonl)",
             )
         summaries += [f for f in found if f.resolve() not in seen]
         seen |= {f.resolve() for f in found}
@@ -225,17 +222,15 @@ def load_all(experiments, report, dynamics=True):
     for folder, dirs in sorted(experiments.items()):
         runs = [report.attempt(load_run, d, report, then=then) for d in dirs]
         runs = unique([run for run in runs if run], report)
-        predicted = pairs = None
-        floor = folder / FLOOR
-        if runs and floor.exists():
-            predicted = report.attempt(load_prediction, floor, runs)
-        curves = folder / DYNAMICS
-        if dynamics and runs and curves.exists():
-            pairs = report.attempt(load_dynamics, curves, runs)
+        predicted, pairs = {}, []
+        if (folder / FLOOR).exists():
+            predicted = load_prediction(folder / FLOOR, runs)
+        if dynamics and (folder / DYNAMICS).exists():
+            pairs = load_dynamics(folder / DYNAMICS, runs)
         same = [f for f in experiments if f.name == folder.name]
         relative = folder.relative_to(os.path.commonpath(same)).as_posix()
         name = folder.name if relative == "." else relative  # "." for a lone folder
-        loaded.append((folder, name, runs, predicted or {}, pairs))
+        loaded.append((folder, name, runs, predicted, pairs))
     return loaded
 
 
@@ -289,16 +284,13 @@ def predicts(row, config):
 
 def load_dynamics(path, runs):
     """[(row, group)]: each configuration of plain SGD and its GD row of DYNAMICS at path
-    (theory.py --dynamics; a row without positions: None); Skip if none."""
+    (theory.py --dynamics; a row without positions: None)."""
     rows = read(path)["rows"]
     pairs = []
     for group in configurations(runs):
         mine = [r for r in rows if predicts(r, group[0]["config"])]
         if mine:
             pairs.append((mine[0], group))
-    require(
-        pairs, f"{path}: no row at these runs' {', '.join(SCHEDULE)} (plain SGD)", Skip
-    )
     return pairs
 
 
@@ -354,10 +346,7 @@ def spread(group, name):
 def sets(runs, *groups):
     """The set names: "val", then those of each group ("T", "q") that some run logged, by
     number."""
-    names = set()
-    for run in runs:
-        for record in run["log"]:
-            names |= {k for k in record if "=" in k}
+    names = {k for run in runs for record in run["log"] for k in record if "=" in k}
     by_number = sorted(names, key=lambda k: float(k[2:]))  # "T=250": 250
     found = ["val"]
     for group in groups:

@@ -229,10 +229,15 @@ def kept(path):
     return data[: data.rfind(b"\n") + 1]
 
 
-def compared(old, new):
-    """The settings in which two configs differ (those that may change on a resume left out)."""
+def same_flags(where, old, new):
+    """--resume with settings other than a run's (those that may change left out): one line."""
     free = "checkpoint_every threads evaluate script".split()
-    return [k for k in new if k not in free and old.get(k) != new[k]]
+    differ = ", ".join(k for k in new if k not in free and old.get(k) != new[k])
+    require(
+        not differ,
+        f"--resume: {where} holds a run of other flags ({differ}); resume with its own"
+        " flags, or give another --out",
+    )
 
 
 # ------------------------------------------------------------------------------------------ a job
@@ -315,8 +320,7 @@ class Job:
 
     def check_fresh(self, path):
         """A fresh run's folder (see check): a run that has not finished is resumed, not redone."""
-        names = sorted(p.name for p in path.iterdir()) if path.exists() else []
-        names = [name for name in names if name != ".lock"]
+        names = sorted(p.name for p in path.glob("*") if p.name != ".lock")
         if not names:
             return
         config = path / "config.json"
@@ -339,12 +343,7 @@ class Job:
     def check_resumed(self, path, config):
         """A resumed run's folder (see check)."""
         if (path / "config.json").exists():
-            differ = ", ".join(compared(read(path / "config.json"), config))
-            require(
-                not differ,
-                f"--resume: {path} holds a run of other flags ({differ}); resume with its"
-                " own flags, or give another --out",
-            )
+            same_flags(path, read(path / "config.json"), config)
         if self.file.exists() or self.replays or self.finished() or not kept(path):
             return
         advice = "pass --force to redo it"
@@ -363,8 +362,9 @@ class Job:
         with contextlib.ExitStack() as stack:
             stack.enter_context(lock(*self.dirs))
             self.check()  # again: another writer may have been first
-            self.unlock = stack.pop_all()
-        self.before = {s: signal.signal(s, self.note) for s in SIGNALS}
+            self.undo = stack.pop_all()  # as the job ends: the lock, then the handlers
+        for s in SIGNALS:
+            self.undo.callback(signal.signal, s, signal.signal(s, self.note))
         self.t0 = time.time()
         return self
 
@@ -407,12 +407,7 @@ class Job:
 
         saved = torch.load(self.file, weights_only=False)
         for old, new in zip(saved["configs"], self.configs):
-            differ = compared(old, new)
-            require(
-                not differ,
-                f"--resume: the flags differ from the checkpoint's in "
-                f"{', '.join(differ)}; resume with the run's own flags",
-            )
+            same_flags(self.file, old, new)
         load(saved["state"])
         self.status = saved["status"]
         self.records = saved["records"]
@@ -508,9 +503,7 @@ class Job:
             if self.opened:
                 self.close(ended_by(error), self.step)
         finally:
-            for s, handler in self.before.items():
-                signal.signal(s, handler)
-            self.unlock.close()
+            self.undo.close()
         # a signal that came as the job closed: the next job does not start
         if self.caught and kind is None:
             raise Interrupted(self.caught)
@@ -535,11 +528,10 @@ def closing_line(path, status, step, rec):
     if "final" in rec:  # nest()'s sets alone
         se = flat(rec["final_se"])
         losses = [f"{k} {x:.4f} ± {se[k]:.4f}" for k, x in flat(rec["final"]).items()]
-        n = rec["n_final"]
-        text += f"; final loss on {n} sequences per set (± its standard error): "
+        text += f"; final loss on {rec['n_final']} sequences per set (± its standard error): "
         return text + ", ".join(losses)
     if "step" not in rec:
-        return text + ("; no evaluation was made" if step is not None else "")
+        return text
     sets = {k: x for k, x in flat(rec).items() if k == "val" or "=" in k}
     losses = [f"{k} {x:.4f}" for k, x in sets.items() if x is not None]
     cos = f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""
@@ -685,19 +677,6 @@ class Mute:
         return len(text)
 
 
-def interrupted(program, argv, signum, resumable=True):
-    """What a signal's line says: how the command ended, and the command that goes on."""
-    name = signal.Signals(signum).name
-    how = "interrupted" if name == "SIGINT" else f"terminated ({name})"
-    if not resumable:  # it keeps nothing to go on from (bench.py): run it again
-        return how
-    resume = ["--resume"] * ("--resume" not in argv)
-    go_on = shlex.join(
-        ["python", program, *(a for a in argv if a != "--force"), *resume]
-    )
-    return f"{how}; the logs and checkpoints so far are kept; go on with: {go_on}"
-
-
 def run_command(program, body, argv=None, resumable=True):
     """body() under the module docstring's exit statuses; a signal's line ends with the command
     (`argv`, default sys.argv's) that goes on with --resume, where the program is resumable."""
@@ -714,8 +693,14 @@ def run_command(program, body, argv=None, resumable=True):
         sys.exit(1)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        why = interrupted(program, argv, signum, resumable)
-        print(f"{program}: {why}", file=sys.stderr)
+        name = signal.Signals(signum).name
+        how = "interrupted" if name == "SIGINT" else f"terminated ({name})"
+        if resumable:  # bench.py keeps nothing to go on from: run it again
+            resume = ["--resume"] * ("--resume" not in argv)
+            flags = [a for a in argv if a != "--force"]
+            go_on = shlex.join(["python", program, *flags, *resume])
+            how += f"; the logs and checkpoints so far are kept; go on with: {go_on}"
+        print(f"{program}: {how}", file=sys.stderr)
         sys.exit(128 + signum)
     finally:
         for s, handler in before.items():

@@ -1146,7 +1146,7 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
     assert (
         r.returncode == 2
         and r.stderr.count("\n") == 2
-        and "nothing: no such file" in r.stderr
+        and "nothing: no run directory" in r.stderr
     )
     assert r.stderr.splitlines()[1].startswith("plots.py: error: nothing drawn")
 
