@@ -105,33 +105,18 @@ def final_losses(run):
     return {set_name(k): x for k, x in arrays.items()}
 
 
-def record_of(line):
-    """A log line's record, flat(); None for a line cut mid-record or that is no record."""
-    try:
-        record = flat(json.loads(line))
-    except (ValueError, AttributeError):  # cut mid-record; a set not a dict
-        return None
-    return record if isinstance(record.get("step"), int) else None
-
-
 def read_log(path, report, fix=LEFT_OUT):
     """The records of a log.jsonl, flat(); a line cut mid-record (a run killed mid-write, a log
-    still being written) or that is no record is left out with a warning."""
+    still being written) is left out with a warning."""
     records, bad = [], []
-    lines = read(path, bytes.decode, fix).splitlines()
-    for i, line in enumerate(lines, 1):
-        record = record_of(line)
-        if record is not None:
-            records.append(record)
-        elif line.strip():
+    for i, line in enumerate(read(path, bytes.decode, fix).splitlines(), 1):
+        try:
+            records.append(flat(json.loads(line)))
+        except ValueError:
             bad.append(i)
     require(records, f"{path}: no intact record (the run logged nothing); {fix}", Skip)
     for i in bad:
-        report.say(
-            "warning",
-            f"{path}: line {i} cut mid-record or not a record (a JSON"
-            " object with a step), left out",
-        )
+        report.say("warning", f"{path}: line {i} cut mid-record, left out")
     return records
 
 

@@ -836,11 +836,6 @@ def append(path, text):
     path.write_text(path.read_text() + text)
 
 
-def insert_line(path, after, line):
-    lines = path.read_text().splitlines(keepends=True)
-    path.write_text("".join(lines[:after] + [line + "\n"] + lines[after:]))
-
-
 FIXED = Path(
     "exp/fixed-de3-seed0"
 )  # the run each case damages; the stochastic one stays whole
@@ -923,13 +918,6 @@ PLOT_CASES = {
         WHOLE,
         1,
         "fixed-de3-seed0/log.jsonl: line 4 cut mid-record",
-    ),
-    "a line that is JSON but not an object": (
-        lambda r: insert_line(r / FIXED / "log.jsonl", 1, "42"),
-        0,
-        WHOLE,
-        1,
-        "fixed-de3-seed0/log.jsonl: line 2 cut mid-record or not a record",
     ),
     "a diverged run": (
         lambda r: edit_json(
