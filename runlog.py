@@ -5,8 +5,8 @@ log.jsonl (one strict-JSON record per evaluation, flushed as written), summary.j
 the run ended: finished, diverged, interrupted, terminated or failed; its step; its last
 record and final numbers) and the script's arrays (.npz): OWN names them all. The door
 (Job.check, docs/run-folders.md): a fresh run writes only into empty folders; --force
-deletes only OWN, only in a folder its own script wrote; one writer per run folder (its
-.lock). A Job is the runs one process trains together, one checkpoint file holding the
+deletes only OWN, only in a folder its own script wrote; one writer per run folder (a lock
+on it). A Job is the runs one process trains together, one checkpoint file holding the
 whole job (each run's config and log as checkpointed, the trainer's state), renamed into
 place. Exit status (run_command): 0 finished, 1 a run diverged, 2 a user's mistake (one
 line naming the flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM,
@@ -177,30 +177,23 @@ def writer(config):
 
 @contextlib.contextmanager
 def lock(*folders):
-    """One writer per folder however its path is spelt: an exclusive lock on each one's .lock while
-    the block runs (the kernel drops it when the process dies, SIGKILL too), the file removed as
-    the block ends only where this process made it. A folder another process holds is a user's
-    mistake: one line."""
+    """One writer per folder however its path is spelt: an exclusive lock on the folder itself (its
+    inode) while the block runs; the kernel drops it when the process dies, SIGKILL too. A folder
+    another process holds is a user's mistake: one line."""
     import fcntl
 
     with contextlib.ExitStack() as stack:
         for folder in dict.fromkeys(map(os.path.realpath, folders)):
-            path = Path(folder) / ".lock"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            made = not path.exists()
-            handle = stack.enter_context(open(path, "a"))
-            busy = (
-                f"--out: another process is writing {folder}; wait for it to end, or"
-                " give another --out"
-            )
+            os.makedirs(folder, exist_ok=True)
+            handle = os.open(folder, os.O_RDONLY)
+            stack.callback(os.close, handle)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise Unusable(busy) from None
-            # a .lock its maker removed as this process opened it: that writer was still there
-            require(os.fstat(handle.fileno()).st_nlink, busy)
-            if made:
-                stack.callback(path.unlink)  # before its handle closes: still held
+                raise Unusable(
+                    f"--out: another process is writing {folder}; wait for it to end, or"
+                    " give another --out"
+                ) from None
         yield
 
 
@@ -320,7 +313,7 @@ class Job:
 
     def check_fresh(self, path):
         """A fresh run's folder (see check): a run that has not finished is resumed, not redone."""
-        names = sorted(p.name for p in path.glob("*") if p.name != ".lock")
+        names = sorted(p.name for p in path.glob("*"))
         if not names:
             return
         config = path / "config.json"
@@ -479,9 +472,7 @@ class Job:
         """Each run still running ends, in one order: its old summary goes, ending(r, status)'s
         files and finals[r]'s are written, then its summary with their numbers: a summary stands
         only beside the files of its step. A diverged run stays as it stopped. A signal that came
-        in the final evaluation ends the job as interrupted: its checkpoint goes on."""
-        if self.caught and status == "finished":
-            raise Interrupted(self.caught)
+        in the final evaluation is acted on as the job ends, its runs finished."""
         self.opened = False
         for r, path in enumerate(self.dirs):
             if self.status[r] != "running":
