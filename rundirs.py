@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import runlog
-from runlog import GROUPS, flat, require
+from runlog import GROUPS, flat, read, require
 from runlog import Unusable as Skip  # Skip: what cannot be drawn
 
 # made by train_fcn.py, train_bool.py, sts.py
@@ -37,7 +37,6 @@ NAN = float("nan")
 # how legends show a setting; others as key=value
 LEGEND = {"pe": "{} PE", "positions": "L={}"}
 
-LEFT_OUT = "left out"  # what read() says of a missing file by default
 EVALUATE = "rerun train_tf.py --evaluate on the run"  # what rewrites final_losses.npz
 # what restores a run's missing file: never --force, which would delete what its job can resume
 FIX = "rerun the command that made the run with --resume"
@@ -61,11 +60,6 @@ class Report(list):
 
     def draw(self, *job, **kw):  # a figure or table: counted if drawn
         self.drawn += bool(self.attempt(*job, **kw))
-
-
-def read(path, parse=json.loads, fix=LEFT_OUT):
-    """runlog.read: parse(the bytes of path); Skip if it is missing, naming path and `fix`."""
-    return runlog.read(path, parse, fix)
 
 
 def load_npz(data):
@@ -105,7 +99,7 @@ def final_losses(run):
     return {set_name(k): x for k, x in arrays.items()}
 
 
-def read_log(path, report, fix=LEFT_OUT):
+def read_log(path, report, fix="left out"):
     """The records of a log.jsonl, flat(); a line cut mid-record (a run killed mid-write, a log
     still being written) is left out with a warning."""
     records, bad = [], []
@@ -139,8 +133,7 @@ def load_run(path, report):
 
 def below(folder, names):
     """The files called one of `names` at or below `folder` (symlinked folders not followed)."""
-    found = [p for name in names for p in Path(folder).rglob(name) if p.is_file()]
-    return sorted(found)
+    return sorted(p for name in names for p in Path(folder).rglob(name) if p.is_file())
 
 
 def run_dirs(path, found):
@@ -174,28 +167,24 @@ def find_experiments(paths, report):
     return experiments, summaries
 
 
-def keep_real(same, report):
-    """Of runs of one configuration and seed, the one at the path its trainer names
-    (runlog.run_name), the others reported; none there: none kept."""
-    name = runlog.run_name(same[0]["config"])
-    real = [r for r in same if r["path"].name == name]
-    copies = ", ".join(str(r["path"]) for r in same if r not in real)
-    why = f"the same configuration and seed as a run named {name}; left out, so that"
-    report.say("skipped", f"{copies}: {why} the seed counts once at its own name")
-    return real
-
-
 def unique(runs, report):
-    """The runs, each configuration and seed once: of copies (a backup, a renamed folder),
-    the real one (keep_real)."""
+    """The runs, each configuration and seed once: of copies (a backup, a renamed folder), the one
+    at the path its trainer names (runlog.run_name), the others reported; none there: none."""
     copies = defaultdict(list)
     for run in runs:
-        key = setting(run["config"]), run["config"]["seed"]
-        copies[key].append(run)
+        copies[setting(run["config"]), run["config"]["seed"]].append(run)
+    kept = []
     for same in copies.values():
-        if len(same) > 1:
-            same[:] = keep_real(same, report)
-    return sum(copies.values(), [])
+        name = runlog.run_name(same[0]["config"])
+        real = [r for r in same if len(same) == 1 or r["path"].name == name]
+        left = ", ".join(str(r["path"]) for r in same if r not in real)
+        why = (
+            f"the same configuration and seed as a run named {name}; left out, so that"
+        )
+        if left:
+            report.say("skipped", f"{left}: {why} the seed counts once at its own name")
+        kept += real
+    return kept
 
 
 def load_all(experiments, report, dynamics=True):
@@ -236,25 +225,19 @@ def load_summary(path):
     return summary
 
 
-def floor_key(row, n=5):
-    """A FLOOR row's (pe, T, q, d, d_e), or its first n."""
-    return tuple(row[k] for k in PREDICTED[:n])
-
-
-def tested(configs):
-    """The (pe, T, q, d) each transformer config trained or was tested at."""
-    at = set()
-    for c in configs:
-        at |= {(c["pe"], T, c["q"], c["d"]) for T in lengths(c)}
-        at |= {(c["pe"], c["T"], q, c["d"]) for q in c.get("test_q", [])}
-    return at
+def floor_key(row):
+    """A FLOOR row's (pe, T, q, d, d_e)."""
+    return tuple(row[k] for k in PREDICTED)
 
 
 def load_prediction(path, runs):
-    """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets."""
-    rows = read(path)["rows"]
-    at = tested([r["config"] for r in runs if r["config"]["model"] == "transformer"])
-    return {floor_key(r): r for r in rows if floor_key(r, 4) in at}
+    """FLOOR's rows {(pe, T, q, d, d_e): row} at the (pe, T, q, d) each transformer run trained
+    or was tested at."""
+    at = set()
+    for c in [r["config"] for r in runs if r["config"]["model"] == "transformer"]:
+        at |= {(c["pe"], T, c["q"], c["d"]) for T in lengths(c)}
+        at |= {(c["pe"], c["T"], q, c["d"]) for q in c.get("test_q", [])}
+    return {floor_key(r): r for r in read(path)["rows"] if floor_key(r)[:4] in at}
 
 
 def predicts(row, config):
@@ -315,14 +298,9 @@ def configurations(runs):
     return sorted(groups.values(), key=legend_order)
 
 
-def steps_and(run, name):
-    """{step: `name` there} of a run's log."""
-    return {r["step"]: value(r, name) for r in run["log"]}
-
-
 def spread(group, name):
     """The steps every seed of a configuration logged, and `name` there, a row per seed."""
-    logs = [steps_and(run, name) for run in group]
+    logs = [{r["step"]: value(r, name) for r in run["log"]} for run in group]
     steps = sorted(set.intersection(*map(set, logs)))
     rows = [list(map(log.get, steps)) for log in logs]
     return np.array(steps, float), np.array(rows, float).reshape(len(logs), -1)
@@ -401,10 +379,11 @@ def describe(c, groups=()):
 def load_finished(paths, shared):
     """--evaluate's runs, grouped by the config keys `shared`; a folder without a run or an
     unfinished run is a Skip, before any lock or write."""
-    for path in paths:
-        there = (Path(path) / "config.json").exists()
+    runs = []
+    for path in map(Path, paths):
+        there = (path / "config.json").exists()
         require(there, f"--evaluate: {path} holds no run: name a run folder", Skip)
-    runs = [load_run(Path(path), Report()) for path in paths]
+        runs.append(load_run(path, Report()))
     groups = defaultdict(list)
     for run in runs:
         is_transformer = run["config"]["model"] == "transformer"

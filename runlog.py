@@ -115,7 +115,7 @@ def write_json(path, obj):
     write_bytes(path, json.dumps(strict(obj), indent=2).encode())
 
 
-def read(path, parse=json.loads, fix="rerun the run with --force"):
+def read(path, parse=json.loads, fix="left out"):
     """parse(the bytes of path); a missing one is Unusable, naming path and then `fix`. Any other
     fault (a folder, a FIFO, a cut or hand-edited file) is the reader's or the parser's own."""
     require(path.exists(), f"{path}: missing; {fix}")
@@ -151,7 +151,7 @@ def run_state(path):
     """A run directory's state, as "finished at step 100000"; a job with no steps as "finished"."""
     if not (path / "summary.json").exists():
         return "with no summary (still running, or killed)"
-    state = json.loads((path / "summary.json").read_bytes())
+    state = read(path / "summary.json")
     step = state["stopped_at"]
     return state["status"] + ("" if step is None else f" at step {step}")
 
