@@ -86,13 +86,12 @@ def final_losses(run):
     path = run["path"] / "final_losses.npz"
     if not path.exists():
         return {}
-    arrays = read(path, load_npz, EVALUATE)
+    arrays = read(path, load_npz)
     n = run["summary"].get("n_final")
     sizes = {len(x) for x in arrays.values()} - {n}
-    found = max(sizes, default=0)
     require(
         n is None or not sizes,
-        f"{path}: {found} sequences a set, summary.json's"
+        f"{path}: {max(sizes, default=0)} sequences a set, summary.json's"
         f" n_final {n}; not paired: {EVALUATE}",
         Skip,
     )
@@ -257,8 +256,7 @@ def load_dynamics(path, runs):
     pairs = []
     for group in configurations(runs):
         mine = [r for r in rows if predicts(r, group[0]["config"])]
-        if mine:
-            pairs.append((mine[0], group))
+        pairs += [(row, group) for row in mine[:1]]
     return pairs
 
 
@@ -311,10 +309,7 @@ def sets(runs, *groups):
     number."""
     names = {k for run in runs for record in run["log"] for k in record if "=" in k}
     by_number = sorted(names, key=lambda k: float(k[2:]))  # "T=250": 250
-    found = ["val"]
-    for group in groups:
-        found += [k for k in by_number if k.startswith(f"{group}=")]
-    return found
+    return ["val", *(k for g in groups for k in by_number if k.startswith(f"{g}="))]
 
 
 def lengths(config):
@@ -376,34 +371,25 @@ def describe(c, groups=()):
     return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}{note}"
 
 
-def load_finished(paths, shared):
-    """--evaluate's runs, grouped by the config keys `shared`; a folder without a run or an
-    unfinished run is a Skip, before any lock or write."""
+def rescore(paths, shared, score, n):
+    """train_tf.py --evaluate: the finished transformer runs at `paths` (a folder without a run
+    or an unfinished run is a Skip, before any lock or write), those that agree on the config
+    keys `shared` scored together by score(their runs) -> [(final numbers, arrays)] on n
+    sequences a set, every number before any file is rewritten, under each run folder's lock."""
     runs = []
+    groups = defaultdict(list)
     for path in map(Path, paths):
         there = (path / "config.json").exists()
         require(there, f"--evaluate: {path} holds no run: name a run folder", Skip)
-        runs.append(load_run(path, Report()))
-    groups = defaultdict(list)
-    for run in runs:
+        run = load_run(path, Report())
         is_transformer = run["config"]["model"] == "transformer"
         ok = is_transformer and run["summary"].get("status") == "finished"
         require(
             ok,
-            f"--evaluate: {run['path']} is not a finished train_tf.py run; name"
-            " such runs",
+            f"--evaluate: {path} is not a finished train_tf.py run; name such runs",
         )
-        key = json.dumps([run["config"][k] for k in shared])
-        groups[key].append(run)
-    return runs, groups
-
-
-def rescore(paths, shared, score, n):
-    """train_tf.py --evaluate: the finished transformer runs at `paths`, those that agree on
-    the config keys `shared` scored together by score(their runs) -> [(final numbers,
-    arrays)] on n sequences a set, every number before any file is rewritten, under each
-    run folder's lock."""
-    runs, groups = load_finished(paths, shared)
+        runs.append(run)
+        groups[json.dumps([run["config"][k] for k in shared])].append(run)
     with runlog.lock(*[run["path"] for run in runs]):
         scored = []  # every run's numbers, before any file is written
         for group in groups.values():
