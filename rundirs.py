@@ -26,7 +26,6 @@ PER_SEED = (
     "seed threads device compile checkpoint_every n_final evaluate script".split()
 )
 FLOOR = "family_floor.json"  # theory.py --floor --json
-PREDICTED = "pe T q d de".split()  # its rows' keys
 DYNAMICS = (
     "family_dynamics.json"  # theory.py --dynamics: GD's curve at a run's SCHEDULE
 )
@@ -157,12 +156,11 @@ def find_experiments(paths, report):
                 "skipped",
                 f"{path}: no run directory at or below it (no config.json or log.jsonl)",
             )
-        summaries += [f for f in found if f.resolve() not in seen]
-        seen |= {f.resolve() for f in found}
-        for d in dirs:
-            if d.resolve() not in seen:
-                experiments[d.parent].append(d)
-            seen.add(d.resolve())
+        for f in found + dirs:  # a path given twice, or inside another: once
+            if f.resolve() not in seen:
+                where = summaries if f in found else experiments[f.parent]
+                where.append(f)
+            seen.add(f.resolve())
     return experiments, summaries
 
 
@@ -226,7 +224,7 @@ def load_summary(path):
 
 def floor_key(row):
     """A FLOOR row's (pe, T, q, d, d_e)."""
-    return tuple(row[k] for k in PREDICTED)
+    return tuple(row[k] for k in ("pe", "T", "q", "d", "de"))
 
 
 def load_prediction(path, runs):

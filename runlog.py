@@ -209,9 +209,9 @@ def write(path, contents):
 def table(rows, fields):
     """The rows' fields as CSV (train_bool.py's critical.csv, train_fcn.py's sweep.csv)."""
     text = io.StringIO()
-    lines = csv.writer(text)
-    lines.writerow(fields)
-    lines.writerows([r[k] for k in fields] for r in rows)
+    lines = csv.DictWriter(text, fields, extrasaction="ignore")
+    lines.writeheader()
+    lines.writerows(rows)
     return text.getvalue()
 
 
@@ -279,14 +279,14 @@ class Job:
     ):
         self.script = script
         self.dirs = dirs
-        self.configs = json.loads(json.dumps([dict(c, script=script) for c in configs]))
+        self.configs = strict([dict(c, script=script) for c in configs])  # as read back
         self.file = file
         self.resume = resume
         self.force = force
         self.every = every
         self.replays = replays
         self.status = ["running"] * len(self.dirs)
-        self.records = [{} for _ in self.dirs]
+        self.records = [{}] * len(self.dirs)  # each replaced, never changed
         self.logs = [b""] * len(self.dirs)
         self.step = 0
         self.caught = None
@@ -312,22 +312,25 @@ class Job:
                 self.check_fresh(path)
 
     def check_fresh(self, path):
-        """A fresh run's folder (see check): a run that has not finished is resumed, not redone."""
+        """A fresh run's folder (see check): a run that has not finished, or a log that replays, is
+        resumed, not redone."""
         names = sorted(p.name for p in path.glob("*"))
         if not names:
             return
         config = path / "config.json"
-        ours = config.exists() and writer(read(config)) == self.script
-        foreign = [name for name in names if name not in OWN + TEMPORARIES]
-        if ours and not foreign and self.force:
+        own = set(names) <= set(OWN + TEMPORARIES)
+        ours = own and config.exists() and writer(read(config)) == self.script
+        if ours and self.force:
             return
         require(
-            ours and not foreign,
+            ours,
             f"--out: {path} holds files a run of {self.script} does not write"
             f" ({', '.join(names[:3])}); give a new or empty folder",
         )
         advice = "pass --resume with the flags that trained it"
-        if finished(path):
+        if self.replays:  # its log holds its trainings
+            advice = "pass --resume to replay its log"
+        elif finished(path):
             advice = "pass --force to redo it"
         raise Unusable(
             f"--out: {path} holds a run {run_state(path)}; {advice}, or give another --out"
@@ -523,8 +526,8 @@ def closing_line(path, status, step, rec):
         return text + ", ".join(losses)
     if "step" not in rec:
         return text
-    sets = {k: x for k, x in flat(rec).items() if k == "val" or "=" in k}
-    losses = [f"{k} {x:.4f}" for k, x in sets.items() if x is not None]
+    sets = [(k, x) for k, x in flat(rec).items() if k == "val" or "=" in k]
+    losses = [f"{k} {x:.4f}" for k, x in sets if x is not None]
     cos = f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""
     return text + f"; last evaluated at step {rec['step']}: " + ", ".join(losses) + cos
 
@@ -592,10 +595,10 @@ def parser(program, description, presets):
         options = dict(f.metadata)
         if first is False:
             options["action"] = "store_true"
-        elif isinstance(first, list):
-            options.setdefault("nargs", "+")
-        if first is not None and first is not False:
+        elif first is not None:
             options["help"] += f" [{shown}]"
+        if isinstance(first, list):
+            options.setdefault("nargs", "+")
         p.add_argument(f"--{f.name.replace('_', '-')}", default=None, **options)
     return p
 

@@ -1839,7 +1839,7 @@ def test_train_bool_never_advises_force_over_another_script_s_run_or_its_own_log
     log, _ = (out / "log.jsonl").read_bytes(), capsys.readouterr()
     assert ended(train_bool.main, BOOL_TINY + ["--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "pass --resume" in err and "--force" not in err, err
+    assert "pass --resume to replay its log" in err and "--force" not in err, err
     train_bool.main(BOOL_TINY + ["--out", str(out), "--resume"])
     assert (out / "log.jsonl").read_bytes() == log  # replayed: nothing trained again
     assert summary_of(out)["status"] == "finished"
