@@ -26,9 +26,8 @@ PER_SEED = (
     "seed threads device compile checkpoint_every n_final evaluate script".split()
 )
 FLOOR = "family_floor.json"  # theory.py --floor --json
-DYNAMICS = (
-    "family_dynamics.json"  # theory.py --dynamics: GD's curve at a run's SCHEDULE
-)
+# theory.py --dynamics: GD's curve at a run's SCHEDULE
+DYNAMICS = "family_dynamics.json"
 SCHEDULE = "pe positions T q d de lr anneal_at".split()
 # the runs it is drawn beside: plain SGD, the rate annealed by 1/3
 PLAIN = dict(optimizer="sgd", init="zero", attend="tokens", anneal_factor=1 / 3)
@@ -36,7 +35,6 @@ NAN = float("nan")
 # how legends show a setting; others as key=value
 LEGEND = {"pe": "{} PE", "positions": "L={}"}
 
-EVALUATE = "rerun train_tf.py --evaluate on the run"  # what rewrites final_losses.npz
 # what restores a run's missing file: never --force, which would delete what its job can resume
 FIX = "rerun the command that made the run with --resume"
 
@@ -91,7 +89,7 @@ def final_losses(run):
     require(
         n is None or not sizes,
         f"{path}: {max(sizes, default=0)} sequences a set, summary.json's"
-        f" n_final {n}; not paired: {EVALUATE}",
+        f" n_final {n}; not paired: rerun train_tf.py --evaluate on the run",
         Skip,
     )
     return {set_name(k): x for k, x in arrays.items()}
@@ -168,18 +166,16 @@ def unique(runs, report):
     """The runs, each configuration and seed once: of copies (a backup, a renamed folder), the one
     at the path its trainer names (runlog.run_name), the others reported; none there: none."""
     copies = defaultdict(list)
-    for run in runs:
+    for run in filter(None, runs):  # None: a run not loaded
         copies[setting(run["config"]), run["config"]["seed"]].append(run)
     kept = []
     for same in copies.values():
         name = runlog.run_name(same[0]["config"])
         real = [r for r in same if len(same) == 1 or r["path"].name == name]
         left = ", ".join(str(r["path"]) for r in same if r not in real)
-        why = (
-            f"the same configuration and seed as a run named {name}; left out, so that"
-        )
+        why = f"the same configuration and seed as a run named {name}"
         if left:
-            report.say("skipped", f"{left}: {why} the seed counts once at its own name")
+            report.say("skipped", f"{left}: {why}; left out: the seed counts once")
         kept += real
     return kept
 
@@ -192,7 +188,7 @@ def load_all(experiments, report, dynamics=True):
     then = "; the run is left out (of its configuration's mean too)"
     for folder, dirs in sorted(experiments.items()):
         runs = [report.attempt(load_run, d, report, then=then) for d in dirs]
-        runs = unique([run for run in runs if run], report)
+        runs = unique(runs, report)
         predicted, pairs = {}, []
         if (folder / FLOOR).exists():
             predicted = load_prediction(folder / FLOOR, runs)
@@ -380,10 +376,9 @@ def rescore(paths, shared, score, n):
         there = (path / "config.json").exists()
         require(there, f"--evaluate: {path} holds no run: name a run folder", Skip)
         run = load_run(path, Report())
-        is_transformer = run["config"]["model"] == "transformer"
-        ok = is_transformer and run["summary"].get("status") == "finished"
+        finished = run["summary"].get("status") == "finished"
         require(
-            ok,
+            finished and run["config"]["model"] == "transformer",
             f"--evaluate: {path} is not a finished train_tf.py run; name such runs",
         )
         runs.append(run)

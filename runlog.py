@@ -42,11 +42,8 @@ TEMPORARIES = [f".{name}.tmp" for name in OWN]  # write_atomic's, left by a kill
 DIVERGED = 100.0
 # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
 GROUPS = ("test_T", "test_q")
-SIGNALS = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-)  # Ctrl-C; a scheduler; a closed terminal
+# Ctrl-C; a scheduler; a closed terminal
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Stop(Exception):
@@ -299,9 +296,8 @@ class Job:
         no checkpoint of its job is; --force only into folders of this script holding only its
         names; --resume only into folders of these flags, and goes on from a checkpoint, a log
         that replays, or nothing yet logged."""
-        fresh = not (self.resume or self.force)
         require(
-            not (fresh and self.file.exists()),
+            self.resume or self.force or not self.file.exists(),
             f"--out: {self.file} holds this job's checkpoint; pass --resume to go on"
             " from it, or give another --out",
         )
@@ -651,13 +647,13 @@ def take(signum, frame):
     raise Interrupted(signum)
 
 
+@dataclasses.dataclass
 class Mute:
     """sys.stdout or sys.stderr for a command: piped through `tee`, a Ctrl-C ends tee too, and the
     run's last lines must not turn the interrupt into a BrokenPipeError: each write is flushed, and
     once the reader is gone, what follows is written to /dev/null."""
 
-    def __init__(self, stream):
-        self.stream = stream
+    stream: object
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
