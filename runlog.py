@@ -5,8 +5,8 @@ log.jsonl (one strict-JSON record per evaluation, flushed as written), summary.j
 the run ended: finished, diverged, interrupted, terminated or failed; its step; its last
 record and final numbers) and the script's arrays (.npz): OWN names them all. The door
 (Job.check, docs/run-folders.md): a fresh run writes only into empty folders; --force
-deletes only OWN, only in a folder its own script wrote; one writer per run folder (a lock
-on it). A Job is the runs one process trains together, one checkpoint file holding the
+deletes only OWN, only in a folder its own script wrote; one writer per run folder (its
+.lock). A Job is the runs one process trains together, one checkpoint file holding the
 whole job (each run's config and log as checkpointed, the trainer's state), renamed into
 place. Exit status (run_command): 0 finished, 1 a run diverged, 2 a user's mistake (one
 line naming the flag and the fix, before anything is written), 130 Ctrl-C, 143 SIGTERM,
@@ -174,16 +174,16 @@ def writer(config):
 
 @contextlib.contextmanager
 def lock(*folders):
-    """One writer per folder however its path is spelt: an exclusive lock on the folder itself (its
-    inode) while the block runs; the kernel drops it when the process dies, SIGKILL too. A folder
-    another process holds is a user's mistake: one line."""
+    """One writer per folder however its path is spelt: an exclusive lock on its .lock while the
+    block runs; the kernel drops it when the process dies, SIGKILL too. The file stays (removed,
+    it could be another file by the time a second writer locks it), opened for writing (NFS locks
+    only such a file). A folder another process holds is a user's mistake: one line."""
     import fcntl
 
     with contextlib.ExitStack() as stack:
         for folder in dict.fromkeys(map(os.path.realpath, folders)):
             os.makedirs(folder, exist_ok=True)
-            handle = os.open(folder, os.O_RDONLY)
-            stack.callback(os.close, handle)
+            handle = stack.enter_context(open(Path(folder) / ".lock", "a"))
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -310,7 +310,7 @@ class Job:
     def check_fresh(self, path):
         """A fresh run's folder (see check): a run that has not finished, or a log that replays, is
         resumed, not redone."""
-        names = sorted(p.name for p in path.glob("*"))
+        names = sorted(p.name for p in path.glob("*") if p.name != ".lock")
         if not names:
             return
         config = path / "config.json"
