@@ -67,8 +67,7 @@ def load_npz(data):
 
 def weights(run, when="final"):
     """A run's weights_{when}.npz: W and V, in float64; Skip if missing or unreadable."""
-    path = run["path"] / f"weights_{when}.npz"
-    w = read(path, load_npz, FIX)
+    w = read(run["path"] / f"weights_{when}.npz", load_npz, FIX)
     return w["W"], w["V"]
 
 
