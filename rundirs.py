@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import runlog
-from runlog import GROUPS, flat, require
+from runlog import GROUPS, flat, read, require
 from runlog import Unusable as Skip  # Skip: what cannot be drawn
 
 # made by train_fcn.py, train_bool.py, sts.py
@@ -26,10 +26,8 @@ PER_SEED = (
     "seed threads device compile checkpoint_every n_final evaluate script".split()
 )
 FLOOR = "family_floor.json"  # theory.py --floor --json
-PREDICTED = "pe T q d de".split()  # its rows' keys
-DYNAMICS = (
-    "family_dynamics.json"  # theory.py --dynamics: GD's curve at a run's SCHEDULE
-)
+# theory.py --dynamics: GD's curve at a run's SCHEDULE
+DYNAMICS = "family_dynamics.json"
 SCHEDULE = "pe positions T q d de lr anneal_at".split()
 # the runs it is drawn beside: plain SGD, the rate annealed by 1/3
 PLAIN = dict(optimizer="sgd", init="zero", attend="tokens", anneal_factor=1 / 3)
@@ -37,8 +35,6 @@ NAN = float("nan")
 # how legends show a setting; others as key=value
 LEGEND = {"pe": "{} PE", "positions": "L={}"}
 
-LEFT_OUT = "left out"  # what read() says of a missing file by default
-EVALUATE = "rerun train_tf.py --evaluate on the run"  # what rewrites final_losses.npz
 # what restores a run's missing file: never --force, which would delete what its job can resume
 FIX = "rerun the command that made the run with --resume"
 
@@ -63,11 +59,6 @@ class Report(list):
         self.drawn += bool(self.attempt(*job, **kw))
 
 
-def read(path, parse=json.loads, fix=LEFT_OUT):
-    """runlog.read: parse(the bytes of path); Skip if it is missing, naming path and `fix`."""
-    return runlog.read(path, parse, fix)
-
-
 def load_npz(data):
     """The arrays of an .npz file's bytes, in float64."""
     arrays = np.load(io.BytesIO(data))
@@ -76,8 +67,7 @@ def load_npz(data):
 
 def weights(run, when="final"):
     """A run's weights_{when}.npz: W and V, in float64; Skip if missing or unreadable."""
-    path = run["path"] / f"weights_{when}.npz"
-    w = read(path, load_npz, FIX)
+    w = read(run["path"] / f"weights_{when}.npz", load_npz, FIX)
     return w["W"], w["V"]
 
 
@@ -92,53 +82,31 @@ def final_losses(run):
     path = run["path"] / "final_losses.npz"
     if not path.exists():
         return {}
-    arrays = read(path, load_npz, EVALUATE)
+    arrays = read(path, load_npz)
     n = run["summary"].get("n_final")
     sizes = {len(x) for x in arrays.values()} - {n}
-    found = max(sizes, default=0)
     require(
         n is None or not sizes,
-        f"{path}: {found} sequences a set, summary.json's"
-        f" n_final {n}; not paired: {EVALUATE}",
+        f"{path}: {max(sizes, default=0)} sequences a set, summary.json's"
+        f" n_final {n}; not paired: rerun train_tf.py --evaluate on the run",
         Skip,
     )
     return {set_name(k): x for k, x in arrays.items()}
 
 
-def record_of(line):
-    """A log line's record, flat(); None for a line cut mid-record or that is no record."""
-    try:
-        record = flat(json.loads(line))
-    except (ValueError, AttributeError):  # cut mid-record; a set not a dict
-        return None
-    return record if isinstance(record.get("step"), int) else None
-
-
-def read_log(path, report, fix=LEFT_OUT):
+def read_log(path, report, fix="left out"):
     """The records of a log.jsonl, flat(); a line cut mid-record (a run killed mid-write, a log
-    still being written) or that is no record is left out with a warning."""
+    still being written) is left out with a warning."""
     records, bad = [], []
-    lines = read(path, bytes.decode, fix).splitlines()
-    for i, line in enumerate(lines, 1):
-        record = record_of(line)
-        if record is not None:
-            records.append(record)
-        elif line.strip():
+    for i, line in enumerate(read(path, bytes.decode, fix).splitlines(), 1):
+        try:
+            records.append(flat(json.loads(line)))
+        except ValueError:
             bad.append(i)
     require(records, f"{path}: no intact record (the run logged nothing); {fix}", Skip)
     for i in bad:
-        report.say(
-            "warning",
-            f"{path}: line {i} cut mid-record or not a record (a JSON"
-            " object with a step), left out",
-        )
+        report.say("warning", f"{path}: line {i} cut mid-record, left out")
     return records
-
-
-def finite_loss(record):
-    """Whether a flat record has a finite loss: train_loss, val or a set's."""
-    losses = [x for k, x in record.items() if k in ("train_loss", "val") or "=" in k]
-    return any(map(finite, losses))
 
 
 def load_run(path, report):
@@ -154,19 +122,13 @@ def load_run(path, report):
         f"{path / 'summary.json'}: the run diverged at step {summary.get('step')}",
         Skip,
     )
-    require(
-        any(map(finite_loss, log)),
-        f"{path / 'log.jsonl'}: every loss is null (non-finite)",
-        Skip,
-    )
     end = flat(summary.get("final") or log[-1])  # the final numbers, or the last logged
     return dict(path=path, config=config, log=log, summary=summary, end=end)
 
 
 def below(folder, names):
     """The files called one of `names` at or below `folder` (symlinked folders not followed)."""
-    found = [p for name in names for p in Path(folder).rglob(name) if p.is_file()]
-    return sorted(found)
+    return sorted(p for name in names for p in Path(folder).rglob(name) if p.is_file())
 
 
 def run_dirs(path, found):
@@ -186,53 +148,35 @@ def find_experiments(paths, report):
     for path in map(Path, paths):
         found = below(path, SUMMARIES)
         dirs = run_dirs(path, found)
-        if not path.exists():
-            report.say("skipped", f"{path}: no such file or directory")
-        elif not dirs and not found:
+        if not dirs and not found:
             report.say(
                 "skipped",
-                f"{path}: holds no run directory (no config.json or"
-                " log.jsonl below it)",
+                f"{path}: no run directory at or below it (no config.json or log.jsonl)",
             )
-        summaries += [f for f in found if f.resolve() not in seen]
-        seen |= {f.resolve() for f in found}
-        for d in dirs:
-            if d.resolve() not in seen:
-                experiments[d.parent].append(d)
-            seen.add(d.resolve())
+        for f in found + dirs:  # a path given twice, or inside another: once
+            if f.resolve() not in seen:
+                where = summaries if f in found else experiments[f.parent]
+                where.append(f)
+            seen.add(f.resolve())
     return experiments, summaries
 
 
-def keep_real(same, report):
-    """Of runs of one configuration and seed, the one at the path its trainer names
-    (runlog.run_name), the others reported; none there: none kept."""
-    name = runlog.run_name(same[0]["config"])
-    real = [r for r in same if r["path"].name == name]
-    copies = ", ".join(str(r["path"]) for r in same if r not in real)
-    why = (
-        f"the same configuration and seed, none named {name}; all left out: keep"
-        " the real one alone"
-    )
-    if real:
-        why = (
-            f"the same configuration and seed as {real[0]['path']}; left out, so that"
-            " the seed counts once"
-        )
-    report.say("skipped", f"{copies}: {why}")
-    return real
-
-
 def unique(runs, report):
-    """The runs, each configuration and seed once: of copies (a backup, a renamed folder),
-    the real one (keep_real)."""
+    """The runs, each configuration and seed once: of copies (a backup, a renamed folder), the one
+    at the path its trainer names (runlog.run_name), the others reported; none there: none."""
     copies = defaultdict(list)
-    for run in runs:
-        key = setting(run["config"]), run["config"]["seed"]
-        copies[key].append(run)
+    for run in filter(None, runs):  # None: a run not loaded
+        copies[setting(run["config"]), run["config"]["seed"]].append(run)
+    kept = []
     for same in copies.values():
-        if len(same) > 1:
-            same[:] = keep_real(same, report)
-    return sum(copies.values(), [])
+        name = runlog.run_name(same[0]["config"])
+        real = [r for r in same if len(same) == 1 or r["path"].name == name]
+        left = ", ".join(str(r["path"]) for r in same if r not in real)
+        why = f"the same configuration and seed as a run named {name}"
+        if left:
+            report.say("skipped", f"{left}: {why}; left out: the seed counts once")
+        kept += real
+    return kept
 
 
 def load_all(experiments, report, dynamics=True):
@@ -243,18 +187,16 @@ def load_all(experiments, report, dynamics=True):
     then = "; the run is left out (of its configuration's mean too)"
     for folder, dirs in sorted(experiments.items()):
         runs = [report.attempt(load_run, d, report, then=then) for d in dirs]
-        runs = unique([run for run in runs if run], report)
-        predicted = pairs = None
-        floor = folder / FLOOR
-        if runs and floor.exists():
-            predicted = report.attempt(load_prediction, floor, runs)
-        curves = folder / DYNAMICS
-        if dynamics and runs and curves.exists():
-            pairs = report.attempt(load_dynamics, curves, runs)
+        runs = unique(runs, report)
+        predicted, pairs = {}, []
+        if (folder / FLOOR).exists():
+            predicted = load_prediction(folder / FLOOR, runs)
+        if dynamics and (folder / DYNAMICS).exists():
+            pairs = load_dynamics(folder / DYNAMICS, runs)
         same = [f for f in experiments if f.name == folder.name]
         relative = folder.relative_to(os.path.commonpath(same)).as_posix()
         name = folder.name if relative == "." else relative  # "." for a lone folder
-        loaded.append((folder, name, runs, predicted or {}, pairs))
+        loaded.append((folder, name, runs, predicted, pairs))
     return loaded
 
 
@@ -275,33 +217,19 @@ def load_summary(path):
     return summary
 
 
-def floor_key(row, n=5):
-    """A FLOOR row's (pe, T, q, d, d_e), or its first n."""
-    return tuple(row[k] for k in PREDICTED[:n])
-
-
-def tested(configs):
-    """The (pe, T, q, d) each transformer config trained or was tested at."""
-    at = set()
-    for c in configs:
-        at |= {(c["pe"], T, c["q"], c["d"]) for T in lengths(c)}
-        at |= {(c["pe"], c["T"], q, c["d"]) for q in c.get("test_q", [])}
-    return at
+def floor_key(row):
+    """A FLOOR row's (pe, T, q, d, d_e)."""
+    return tuple(row[k] for k in ("pe", "T", "q", "d", "de"))
 
 
 def load_prediction(path, runs):
-    """FLOOR's rows {(pe, T, q, d, d_e): row} at the runs' sets; Skip if none at a run's."""
-    rows = read(path)["rows"]
-    tf = [r["config"] for r in runs if r["config"]["model"] == "transformer"]
-    trained = {floor_key(c, 4) for c in tf}
-    listed = ", ".join(sorted(map(str, trained))) or "none"
-    require(
-        trained & {floor_key(r, 4) for r in rows},
-        f"{path}: no row for the runs' (pe, T, q, d): {listed}",
-        Skip,
-    )
-    at = tested(tf)
-    return {floor_key(r): r for r in rows if floor_key(r, 4) in at}
+    """FLOOR's rows {(pe, T, q, d, d_e): row} at the (pe, T, q, d) each transformer run trained
+    or was tested at."""
+    at = set()
+    for c in [r["config"] for r in runs if r["config"]["model"] == "transformer"]:
+        at |= {(c["pe"], T, c["q"], c["d"]) for T in lengths(c)}
+        at |= {(c["pe"], c["T"], q, c["d"]) for q in c.get("test_q", [])}
+    return {floor_key(r): r for r in read(path)["rows"] if floor_key(r)[:4] in at}
 
 
 def predicts(row, config):
@@ -316,16 +244,12 @@ def predicts(row, config):
 
 def load_dynamics(path, runs):
     """[(row, group)]: each configuration of plain SGD and its GD row of DYNAMICS at path
-    (theory.py --dynamics; a row without positions: None); Skip if none."""
+    (theory.py --dynamics; a row without positions: None)."""
     rows = read(path)["rows"]
     pairs = []
     for group in configurations(runs):
         mine = [r for r in rows if predicts(r, group[0]["config"])]
-        if mine:
-            pairs.append((mine[0], group))
-    require(
-        pairs, f"{path}: no row at these runs' {', '.join(SCHEDULE)} (plain SGD)", Skip
-    )
+        pairs += [(row, group) for row in mine[:1]]
     return pairs
 
 
@@ -365,14 +289,9 @@ def configurations(runs):
     return sorted(groups.values(), key=legend_order)
 
 
-def steps_and(run, name):
-    """{step: `name` there} of a run's log."""
-    return {r["step"]: value(r, name) for r in run["log"]}
-
-
 def spread(group, name):
     """The steps every seed of a configuration logged, and `name` there, a row per seed."""
-    logs = [steps_and(run, name) for run in group]
+    logs = [{r["step"]: value(r, name) for r in run["log"]} for run in group]
     steps = sorted(set.intersection(*map(set, logs)))
     rows = [list(map(log.get, steps)) for log in logs]
     return np.array(steps, float), np.array(rows, float).reshape(len(logs), -1)
@@ -381,15 +300,9 @@ def spread(group, name):
 def sets(runs, *groups):
     """The set names: "val", then those of each group ("T", "q") that some run logged, by
     number."""
-    names = set()
-    for run in runs:
-        for record in run["log"]:
-            names |= {k for k in record if "=" in k}
+    names = {k for run in runs for record in run["log"] for k in record if "=" in k}
     by_number = sorted(names, key=lambda k: float(k[2:]))  # "T=250": 250
-    found = ["val"]
-    for group in groups:
-        found += [k for k in by_number if k.startswith(f"{group}=")]
-    return found
+    return ["val", *(k for g in groups for k in by_number if k.startswith(f"{g}="))]
 
 
 def lengths(config):
@@ -411,11 +324,11 @@ def varying(groups):
     """The config keys whose value tells configurations apart, VARYING's first."""
     configs = [g[0]["config"] for g in groups]
     keys = dict.fromkeys([*VARYING, *sorted(set().union(*configs))])
-    return [k for k in keys if k not in PER_SEED and differ(configs, k)]
-
-
-def differ(configs, key):
-    return len({repr(c.get(key)) for c in configs}) > 1
+    return [
+        k
+        for k in keys
+        if k not in PER_SEED and len({repr(c.get(k)) for c in configs}) > 1
+    ]
 
 
 def label(group, groups):
@@ -451,33 +364,24 @@ def describe(c, groups=()):
     return f"T={c['T']}, {common}, {c['init']} init, attend {c['attend']}{note}"
 
 
-def load_finished(paths, shared):
-    """--evaluate's runs, grouped by the config keys `shared`; a folder without a run or an
-    unfinished run is a Skip, before any lock or write."""
-    for path in paths:
-        there = (Path(path) / "config.json").exists()
-        require(there, f"--evaluate: {path} holds no run: name a run folder", Skip)
-    runs = [load_run(Path(path), Report()) for path in paths]
-    groups = defaultdict(list)
-    for run in runs:
-        is_transformer = run["config"]["model"] == "transformer"
-        ok = is_transformer and run["summary"].get("status") == "finished"
-        require(
-            ok,
-            f"--evaluate: {run['path']} is not a finished train_tf.py run; name"
-            " such runs",
-        )
-        key = json.dumps([run["config"][k] for k in shared])
-        groups[key].append(run)
-    return runs, groups
-
-
 def rescore(paths, shared, score, n):
-    """train_tf.py --evaluate: the finished transformer runs at `paths`, those that agree on
-    the config keys `shared` scored together by score(their runs) -> [(final numbers,
-    arrays)] on n sequences a set, every number before any file is rewritten, under each
-    run folder's lock."""
-    runs, groups = load_finished(paths, shared)
+    """train_tf.py --evaluate: the finished transformer runs at `paths` (a folder without a run
+    or an unfinished run is a Skip, before any lock or write), those that agree on the config
+    keys `shared` scored together by score(their runs) -> [(final numbers, arrays)] on n
+    sequences a set, every number before any file is rewritten, under each run folder's lock."""
+    runs = []
+    groups = defaultdict(list)
+    for path in map(Path, paths):
+        there = (path / "config.json").exists()
+        require(there, f"--evaluate: {path} holds no run: name a run folder", Skip)
+        run = load_run(path, Report())
+        finished = run["summary"].get("status") == "finished"
+        require(
+            finished and run["config"]["model"] == "transformer",
+            f"--evaluate: {path} is not a finished train_tf.py run; name such runs",
+        )
+        runs.append(run)
+        groups[json.dumps([run["config"][k] for k in shared])].append(run)
     with runlog.lock(*[run["path"] for run in runs]):
         scored = []  # every run's numbers, before any file is written
         for group in groups.values():

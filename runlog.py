@@ -40,16 +40,10 @@ OWN = (
 TEMPORARIES = [f".{name}.tmp" for name in OWN]  # write_atomic's, left by a kill
 # a loss this many times the starting loss d/(2q) means the run has diverged
 DIVERGED = 100.0
-# the checkpoint's layout: one more wherever a script's saved state changes, so that --resume
-# refuses an older one in one line (2: train_tf's and train_fcn's state as state_dicts)
-LAYOUT = 2
 # a record's nested sets, {"test_T": {"250": x}}: "T=250" once flat
 GROUPS = ("test_T", "test_q")
-SIGNALS = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-)  # Ctrl-C; a scheduler; a closed terminal
+# Ctrl-C; a scheduler; a closed terminal
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Stop(Exception):
@@ -118,12 +112,10 @@ def write_json(path, obj):
     write_bytes(path, json.dumps(strict(obj), indent=2).encode())
 
 
-def read(path, parse=json.loads, fix="rerun the run with --force"):
-    """parse(the bytes of path), a regular file; one that is missing or is not one (a folder; a
-    FIFO, whose read would hang) is Unusable, naming path and then `fix`. A file that cannot be
-    read or parsed (cut, hand-edited) raises the reader's or the parser's own error."""
+def read(path, parse=json.loads, fix="left out"):
+    """parse(the bytes of path); a missing one is Unusable, naming path and then `fix`. Any other
+    fault (a folder, a FIFO, a cut or hand-edited file) is the reader's or the parser's own."""
     require(path.exists(), f"{path}: missing; {fix}")
-    require(path.is_file(), f"{path}: not a regular file; {fix}")
     return parse(path.read_bytes())
 
 
@@ -156,7 +148,7 @@ def run_state(path):
     """A run directory's state, as "finished at step 100000"; a job with no steps as "finished"."""
     if not (path / "summary.json").exists():
         return "with no summary (still running, or killed)"
-    state = json.loads((path / "summary.json").read_bytes())
+    state = read(path / "summary.json")
     step = state["stopped_at"]
     return state["status"] + ("" if step is None else f" at step {step}")
 
@@ -182,30 +174,23 @@ def writer(config):
 
 @contextlib.contextmanager
 def lock(*folders):
-    """One writer per folder however its path is spelt: an exclusive lock on each one's .lock while
-    the block runs (the kernel drops it when the process dies, SIGKILL too), the file removed as
-    the block ends only where this process made it. A folder another process holds is a user's
-    mistake: one line."""
+    """One writer per folder however its path is spelt: an exclusive lock on its .lock while the
+    block runs; the kernel drops it when the process dies, SIGKILL too. The file stays (removed,
+    it could be another file by the time a second writer locks it), opened for writing (NFS locks
+    only such a file). A folder another process holds is a user's mistake: one line."""
     import fcntl
 
     with contextlib.ExitStack() as stack:
         for folder in dict.fromkeys(map(os.path.realpath, folders)):
-            path = Path(folder) / ".lock"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            made = not path.exists()
-            handle = stack.enter_context(open(path, "a"))
-            busy = (
-                f"--out: another process is writing {folder}; wait for it to end, or"
-                " give another --out"
-            )
+            os.makedirs(folder, exist_ok=True)
+            handle = stack.enter_context(open(Path(folder) / ".lock", "a"))
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise Unusable(busy) from None
-            # a .lock its maker removed as this process opened it: that writer was still there
-            require(os.fstat(handle.fileno()).st_nlink, busy)
-            if made:
-                stack.callback(path.unlink)  # before its handle closes: still held
+                raise Unusable(
+                    f"--out: another process is writing {folder}; wait for it to end, or"
+                    " give another --out"
+                ) from None
         yield
 
 
@@ -221,9 +206,9 @@ def write(path, contents):
 def table(rows, fields):
     """The rows' fields as CSV (train_bool.py's critical.csv, train_fcn.py's sweep.csv)."""
     text = io.StringIO()
-    lines = csv.writer(text)
-    lines.writerow(fields)
-    lines.writerows([r[k] for k in fields] for r in rows)
+    lines = csv.DictWriter(text, fields, extrasaction="ignore")
+    lines.writeheader()
+    lines.writerows(rows)
     return text.getvalue()
 
 
@@ -234,10 +219,15 @@ def kept(path):
     return data[: data.rfind(b"\n") + 1]
 
 
-def compared(old, new):
-    """The settings in which two configs differ (those that may change on a resume left out)."""
+def same_flags(where, old, new):
+    """--resume with settings other than a run's (those that may change left out): one line."""
     free = "checkpoint_every threads evaluate script".split()
-    return [k for k in new if k not in free and old.get(k) != new[k]]
+    differ = ", ".join(k for k in new if k not in free and old.get(k) != new[k])
+    require(
+        not differ,
+        f"--resume: {where} holds a run of other flags ({differ}); resume with its own"
+        " flags, or give another --out",
+    )
 
 
 # ------------------------------------------------------------------------------------------ a job
@@ -267,11 +257,11 @@ class Job:
             job.open(load, ending)        # the checkpoint read into load(), or fresh directories
             ... job.save(step, state) ... job.log(r, record, start_loss) ...
             job.close("finished", step, finals)
-    Signals wait while the job writes its files (open, close) and are acted on at the next save(),
-    once the checkpoint is written (a second one at once), or as the job ends; reading the
-    checkpoint, they act at once. ending(r, status) gives run r's (numbers, {file name: contents})
-    at any ending; close adds finals[r]'s to them. replays: the job's log is its state (a
-    train_bool.py grid): --resume without a checkpoint goes on from it."""
+    A signal ends the job at once until it is open, or when a second comes; else it is acted on at
+    the next save(), once the checkpoint is written, or as the job ends. ending(r, status) gives
+    run r's (numbers, {file name: contents}) at any ending; close adds finals[r]'s to them.
+    replays: the job's log is its state (a train_bool.py grid): --resume without a checkpoint goes
+    on from it."""
 
     def __init__(
         self,
@@ -286,18 +276,18 @@ class Job:
     ):
         self.script = script
         self.dirs = dirs
-        self.configs = json.loads(json.dumps([dict(c, script=script) for c in configs]))
+        self.configs = strict([dict(c, script=script) for c in configs])  # as read back
         self.file = file
         self.resume = resume
         self.force = force
         self.every = every
         self.replays = replays
         self.status = ["running"] * len(self.dirs)
-        self.records = [{} for _ in self.dirs]
+        self.records = [{}] * len(self.dirs)  # each replaced, never changed
         self.logs = [b""] * len(self.dirs)
         self.step = 0
         self.caught = None
-        self.hold = False
+        self.ending = None  # set as open ends: from then on a signal waits
         self.opened = False  # open, and not yet closed
         self.saved = -math.inf
 
@@ -306,9 +296,8 @@ class Job:
         no checkpoint of its job is; --force only into folders of this script holding only its
         names; --resume only into folders of these flags, and goes on from a checkpoint, a log
         that replays, or nothing yet logged."""
-        fresh = not (self.resume or self.force)
         require(
-            not (fresh and self.file.exists()),
+            self.resume or self.force or not self.file.exists(),
             f"--out: {self.file} holds this job's checkpoint; pass --resume to go on"
             " from it, or give another --out",
         )
@@ -319,49 +308,38 @@ class Job:
                 self.check_fresh(path)
 
     def check_fresh(self, path):
-        """A fresh run's folder (see check)."""
-        names = sorted(p.name for p in path.iterdir()) if path.exists() else []
-        names = [name for name in names if name != ".lock"]
+        """A fresh run's folder (see check): a run that has not finished, or a log that replays, is
+        resumed, not redone."""
+        names = sorted(p.name for p in path.glob("*") if p.name != ".lock")
         if not names:
             return
         config = path / "config.json"
-        ours = config.exists() and writer(read(config)) == self.script
-        foreign = [name for name in names if name not in OWN + TEMPORARIES]
-        if ours and not foreign and self.force:
+        own = set(names) <= set(OWN + TEMPORARIES)
+        ours = own and config.exists() and writer(read(config)) == self.script
+        if ours and self.force:
             return
-        state = f"a run {run_state(path)}"
-        if foreign or not ours:
-            state = (
-                f"files a run of {self.script} does not write ({', '.join(names[:3])})"
-            )
-            advice = "give a new or empty folder"
-        elif self.replays and kept(path):
-            advice = "pass --resume to replay its log, or give another --out"
-        elif self.checkpoints() and not finished(path):
-            advice = (
-                "pass --resume with the flags that trained it, or give another --out"
-            )
-        else:
-            advice = "pass --force to redo it, or give another --out"
-        raise Unusable(f"--out: {path} holds {state}; {advice}")
-
-    def checkpoints(self):
-        """Whether a job's checkpoint is where this job's lies (a job of other flags may hold a run)."""
-        return any(self.file.parent.glob("checkpoint*.pt"))
+        require(
+            ours,
+            f"--out: {path} holds files a run of {self.script} does not write"
+            f" ({', '.join(names[:3])}); give a new or empty folder",
+        )
+        advice = "pass --resume with the flags that trained it"
+        if self.replays:  # its log holds its trainings
+            advice = "pass --resume to replay its log"
+        elif finished(path):
+            advice = "pass --force to redo it"
+        raise Unusable(
+            f"--out: {path} holds a run {run_state(path)}; {advice}, or give another --out"
+        )
 
     def check_resumed(self, path, config):
         """A resumed run's folder (see check)."""
         if (path / "config.json").exists():
-            differ = ", ".join(compared(read(path / "config.json"), config))
-            require(
-                not differ,
-                f"--resume: {path} holds a run of other flags ({differ}); resume with its"
-                " own flags, or give another --out",
-            )
+            same_flags(path, read(path / "config.json"), config)
         if self.file.exists() or self.replays or self.finished() or not kept(path):
             return
         advice = "pass --force to redo it"
-        if self.checkpoints():
+        if any(self.file.parent.glob("checkpoint*.pt")):  # another job's
             advice = "resume with the flags that trained it"
         raise Unusable(
             f"--resume: {path} holds a run {run_state(path)} that no checkpoint of these"
@@ -372,30 +350,27 @@ class Job:
         """--resume of a job every run of which finished: nothing to do."""
         return self.resume and not self.file.exists() and all(map(finished, self.dirs))
 
-    def names(self):
-        """The runs' folders, relative to the checkpoint's: what a checkpoint holds."""
-        return [os.path.relpath(path, self.file.parent) for path in self.dirs]
-
     def __enter__(self):
         with contextlib.ExitStack() as stack:
             stack.enter_context(lock(*self.dirs))
             self.check()  # again: another writer may have been first
-            self.unlock = stack.pop_all()
-        self.before = {s: signal.signal(s, self.note) for s in SIGNALS}
+            self.undo = stack.pop_all()  # as the job ends: the lock, then the handlers
+        for s in SIGNALS:
+            self.undo.callback(signal.signal, s, signal.signal(s, self.note))
         self.t0 = time.time()
         return self
 
     def note(self, signum, frame):
-        """A signal: at once while the job reads or after a first; else noted, for save()."""
-        if not self.hold and (self.caught or not self.opened):
+        """A signal: at once until the job is open, or a second; else noted, for save()."""
+        if self.caught or self.ending is None:
             raise Interrupted(signum)
-        self.caught = self.caught or signum
+        self.caught = signum
 
     def open(self, load, ending):
-        """With --resume, load(the trainer's state in the checkpoint); then, signals held, each
-        log as checkpointed and config.json from the flags. A fresh job removes the names the
-        scripts write (--force: an old run's) and its old checkpoint; a --resume with no
-        checkpoint keeps each log (one that replays goes on). Whether it resumed."""
+        """With --resume, load(the trainer's state in the checkpoint); then each log as
+        checkpointed and config.json from the flags. A fresh job removes the names the scripts
+        write (--force: an old run's) and its old checkpoint; a --resume with no checkpoint keeps
+        each log (one that replays goes on). Whether it resumed."""
         resumed = self.resume and self.file.exists()
         if resumed:
             self.restore(load)
@@ -406,8 +381,6 @@ class Job:
                 + " from the records of its log" * any(self.logs),
                 file=sys.stderr,
             )
-        self.hold = True
-        self.ending = ending
         for path in self.dirs:
             for name in TEMPORARIES + OWN * (not self.resume):
                 (path / name).unlink(missing_ok=True)
@@ -416,7 +389,7 @@ class Job:
         for path, config, log in zip(self.dirs, self.configs, self.logs):
             write_json(path / "config.json", config)
             write_bytes(path / "log.jsonl", log)
-        self.hold = False
+        self.ending = ending
         self.opened = True
         return resumed
 
@@ -425,18 +398,8 @@ class Job:
         import torch
 
         saved = torch.load(self.file, weights_only=False)
-        require(
-            "layout" in saved and saved["layout"] == LAYOUT,
-            f"--resume: {self.file} predates this format of checkpoint;"
-            " rerun with --force, or give another --out",
-        )
         for old, new in zip(saved["configs"], self.configs):
-            differ = compared(old, new)
-            require(
-                not differ,
-                f"--resume: the flags differ from the checkpoint's in "
-                f"{', '.join(differ)}; resume with the run's own flags",
-            )
+            same_flags(self.file, old, new)
         load(saved["state"])
         self.status = saved["status"]
         self.records = saved["records"]
@@ -447,16 +410,21 @@ class Job:
 
     def log(self, r, record, start_loss):
         """Append run r's record to its log (a kill keeps it); a run whose losses (val,
-        train_loss) diverge stops alone: its summary says so."""
+        train_loss) are NaN or above DIVERGED times start_loss stops alone: its summary says so."""
         self.records[r] = record
         line = (json.dumps(strict(record)) + "\n").encode()
         self.logs[r] += line
         with open(self.dirs[r] / "log.jsonl", "ab") as log:
             log.write(line)
-        if why := divergence([record.get("val"), record.get("train_loss")], start_loss):
+        losses = [record.get("val"), record.get("train_loss")]  # None: not measured
+        # NaN fails every comparison
+        if any(x is not None and not x <= DIVERGED * start_loss for x in losses):
             self.status[r] = "diverged"
-            at = f"loss at step {record['step']}"
-            print(f"run {self.dirs[r]}: {why.replace('loss', at, 1)}", file=sys.stderr)
+            print(
+                f"run {self.dirs[r]}: a loss at step {record['step']} is NaN or diverging"
+                f" ({losses}, start {start_loss:.3g}); lower --lr",
+                file=sys.stderr,
+            )
             self.summary(r, "diverged", record["step"], {})
         require("running" in self.status, "every run diverged; lower --lr", Stop)
 
@@ -470,10 +438,8 @@ class Job:
         import torch
 
         job = dict(
-            layout=LAYOUT,
             step=step,
             seconds=time.time() - self.t0,
-            dirs=self.names(),
             configs=self.configs,
             status=self.status,
             records=self.records,
@@ -502,35 +468,23 @@ class Job:
         )
 
     def close(self, status, step, finals=None):
-        """Each run ends: its old summary goes, ending(r, status)'s files and finals[r]'s are
-        written, then (a run still running) its summary with their numbers: a summary stands only
-        beside the files of its step. A signal that came in the final evaluation ends the job as
-        interrupted: its checkpoint goes on."""
-        if self.caught and status == "finished":
-            raise Interrupted(self.caught)
-        self.hold = True
+        """Each run still running ends, in one order: its old summary goes, ending(r, status)'s
+        files and finals[r]'s are written, then its summary with their numbers: a summary stands
+        only beside the files of its step. A diverged run stays as it stopped. A signal that came
+        in the final evaluation is acted on as the job ends, its runs finished."""
         self.opened = False
         for r, path in enumerate(self.dirs):
+            if self.status[r] != "running":
+                continue
             numbers, files = self.ending(r, status)
-            more_numbers, more_files = finals[r] if finals else ({}, {})
-            numbers = dict(numbers, **more_numbers)
-            running = self.status[r] == "running"
-            if running:
-                (path / "summary.json").unlink(missing_ok=True)
-            for name, contents in dict(files, **more_files).items():
+            if finals:
+                numbers = dict(numbers, **finals[r][0])
+                files = dict(files, **finals[r][1])
+            (path / "summary.json").unlink(missing_ok=True)
+            for name, contents in files.items():
                 write(path / name, contents)
-            if running:
-                self.summary(r, status, step, numbers)
-                self.records[r] = dict(self.records[r], **numbers)
-            ended = status if running else self.status[r]
-            print(
-                closing_line(
-                    path,
-                    ended,
-                    step if running else self.records[r].get("step"),
-                    self.records[r],
-                )
-            )
+            self.summary(r, status, step, numbers)
+            print(closing_line(path, status, step, dict(self.records[r], **numbers)))
         if status == "finished":
             self.file.unlink(missing_ok=True)  # nothing left to resume
 
@@ -539,9 +493,7 @@ class Job:
             if self.opened:
                 self.close(ended_by(error), self.step)
         finally:
-            for s, handler in self.before.items():
-                signal.signal(s, handler)
-            self.unlock.close()
+            self.undo.close()
         # a signal that came as the job closed: the next job does not start
         if self.caught and kind is None:
             raise Interrupted(self.caught)
@@ -559,15 +511,6 @@ def write_npz(path, arrays):
     write_atomic(path, lambda handle: np.savez(handle, **arrays))
 
 
-def divergence(losses, start_loss):
-    """Why a run must stop (a loss NaN or above DIVERGED times the starting loss), or None; a None
-    in `losses` is a loss not measured (no training step since the last record)."""
-    for x in losses:
-        # NaN fails every comparison
-        if x is not None and not x <= DIVERGED * start_loss:
-            return f"loss {x} is NaN or diverging (start {start_loss:.3g}); lower --lr"
-
-
 def closing_line(path, status, step, rec):
     """A run's last line: how it ended, and its final numbers with their standard errors and set
     size (those the README quotes), else its last evaluation."""
@@ -575,13 +518,12 @@ def closing_line(path, status, step, rec):
     if "final" in rec:  # nest()'s sets alone
         se = flat(rec["final_se"])
         losses = [f"{k} {x:.4f} ± {se[k]:.4f}" for k, x in flat(rec["final"]).items()]
-        n = rec["n_final"]
-        text += f"; final loss on {n} sequences per set (± its standard error): "
+        text += f"; final loss on {rec['n_final']} sequences per set (± its standard error): "
         return text + ", ".join(losses)
     if "step" not in rec:
-        return text + ("; no evaluation was made" if step is not None else "")
-    sets = {k: x for k, x in flat(rec).items() if k == "val" or "=" in k}
-    losses = [f"{k} {x:.4f}" for k, x in sets.items() if x is not None]
+        return text
+    sets = [(k, x) for k, x in flat(rec).items() if k == "val" or "=" in k]
+    losses = [f"{k} {x:.4f}" for k, x in sets if x is not None]
     cos = f", cos(W,W*) {rec['cos_W']:.3f}" if "cos_W" in rec else ""
     return text + f"; last evaluated at step {rec['step']}: " + ", ".join(losses) + cos
 
@@ -649,10 +591,10 @@ def parser(program, description, presets):
         options = dict(f.metadata)
         if first is False:
             options["action"] = "store_true"
-        elif isinstance(first, list):
-            options.setdefault("nargs", "+")
-        if first is not None and first is not False:
+        elif first is not None:
             options["help"] += f" [{shown}]"
+        if isinstance(first, list):
+            options.setdefault("nargs", "+")
         p.add_argument(f"--{f.name.replace('_', '-')}", default=None, **options)
     return p
 
@@ -705,13 +647,13 @@ def take(signum, frame):
     raise Interrupted(signum)
 
 
+@dataclasses.dataclass
 class Mute:
     """sys.stdout or sys.stderr for a command: piped through `tee`, a Ctrl-C ends tee too, and the
     run's last lines must not turn the interrupt into a BrokenPipeError: each write is flushed, and
     once the reader is gone, what follows is written to /dev/null."""
 
-    def __init__(self, stream):
-        self.stream = stream
+    stream: object
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
@@ -723,19 +665,6 @@ class Mute:
         except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
         return len(text)
-
-
-def interrupted(program, argv, signum, resumable=True):
-    """What a signal's line says: how the command ended, and the command that goes on."""
-    name = signal.Signals(signum).name
-    how = "interrupted" if name == "SIGINT" else f"terminated ({name})"
-    if not resumable:  # it keeps nothing to go on from (bench.py): run it again
-        return how
-    resume = ["--resume"] * ("--resume" not in argv)
-    go_on = shlex.join(
-        ["python", program, *(a for a in argv if a != "--force"), *resume]
-    )
-    return f"{how}; the logs and checkpoints so far are kept; go on with: {go_on}"
 
 
 def run_command(program, body, argv=None, resumable=True):
@@ -754,8 +683,14 @@ def run_command(program, body, argv=None, resumable=True):
         sys.exit(1)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        why = interrupted(program, argv, signum, resumable)
-        print(f"{program}: {why}", file=sys.stderr)
+        name = signal.Signals(signum).name
+        how = "interrupted" if name == "SIGINT" else f"terminated ({name})"
+        if resumable:  # bench.py keeps nothing to go on from: run it again
+            resume = ["--resume"] * ("--resume" not in argv)
+            flags = [a for a in argv if a != "--force"]
+            go_on = shlex.join(["python", program, *flags, *resume])
+            how += f"; the logs and checkpoints so far are kept; go on with: {go_on}"
+        print(f"{program}: {how}", file=sys.stderr)
         sys.exit(128 + signum)
     finally:
         for s, handler in before.items():
