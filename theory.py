@@ -38,13 +38,13 @@ from sts import check  # noqa: E402
 RIDGES = (None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # table_floor's r: ridge = r L / d_e
 
 
-def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridges=RIDGES):
-    """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in ridges (None:
+def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None):
+    """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in RIDGES (None:
     M = I; L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can
     reach, and its se."""
     L = positions or T
     rows = []
-    for r in ridges:
+    for r in RIDGES:
         ridge = None if r is None else r * L / d_e
         draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
         value, c, alpha, se = sts.scale_floor(draws)
@@ -197,9 +197,10 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed):
         c, alpha, w = out[step, 1:]
         each, dc, dalpha = exact_gradient(draws, c, alpha, d)
         size = w * d_e / q  # |W_xe|^2
-        spread, A, B = 0.0, 0.0, 0.0  # GD: no noise, and w = 0 costs nothing
+        kick, A, B = 0.0, 0.0, 0.0  # GD: no noise, and w = 0 costs nothing
         if batch is not None:
-            spread, A, B = token_noise(draws, c, alpha, w=w)
+            E, A, B = token_noise(draws, c, alpha, w=w)
+            kick = E / batch
         A = A / d_e  # token_noise's A, B are times d_e
         B = B / d_e
         kappa = alpha**2 * A + alpha * B  # |W_xe|^2's cost: kappa |W_xe|^2 / 2
@@ -207,7 +208,6 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed):
         if step == steps:
             break
         rate = sts.learning_rate(step, lr, anneal_at, 1 / 3)
-        kick = 0.0 if batch is None else spread / batch
         out[step + 1, 1] = c - rate * dc / d_e
         out[step + 1, 2] = alpha - rate * (dalpha + (2 * alpha * A + B) * size / 2) / d
         out[step + 1, 3] = w * (1 - 2 * rate * kappa) + rate**2 * q / d_e * kick
@@ -372,9 +372,7 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
     and more), plateau_steps', the curve (step, loss, c, alpha, se) every `every` steps.
     Stochastic PE."""
     floor = sts.family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
-    curve = family_dynamics(
-        "stochastic", T, q, d, d_e, steps, lr, anneal_at, 2048, seed
-    )
+    curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, anneal_at, seed=seed)
     level = (curve[0, 0] + floor) / 2
     t_half = crossing(np.arange(steps + 1), curve[0], level)
     closed = plateau_steps(T, q, d, d_e, lr, floor)
@@ -490,7 +488,7 @@ def paired(a, b):
     """mean(a - b) over the sequences both scored, and its Monte-Carlo se std(a - b) / sqrt(n)."""
     n = min(len(a), len(b))
     diff = np.asarray(a[:n], float) - b[:n]
-    se = diff.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
+    se = diff.std(ddof=1) / math.sqrt(n)
     return float(diff.mean()), float(se)
 
 
@@ -514,9 +512,8 @@ def floor_pair(run, row):
     n = min(c.get("n_final", FLOOR_N), FLOOR_N)
     trained, family = pair_losses(models, c, rng, n, c["T"], c["q"])
     difference, se = paired(trained, family)
-    name = run["path"].name
     return dict(
-        run=name,
+        run=run["path"].name,
         trained=float(trained.mean()),
         family=float(family.mean()),
         difference=difference,
@@ -593,13 +590,17 @@ def family_rows(g, predicted, n):
     if c["pe"] == "fixed" and "table_c" not in row:
         return []
     each = {k: seeds_mean(g, row, k, n) for k in own_sets(g)}
+    names = [r["path"].name for r in g]
     rows = []
     for k, (trained, own) in each.items():
-        names = [r["path"].name for r in g]
-        cell = dict(runs=names, set=k, n=n)
-        cell["trained"] = float(trained.mean())
-        cell["own"] = float(own.mean())
-        cell["own_se"] = float(own.std(ddof=1) / n**0.5)
+        cell = dict(
+            runs=names,
+            set=k,
+            n=n,
+            trained=float(trained.mean()),
+            own=float(own.mean()),
+            own_se=float(own.std(ddof=1) / n**0.5),
+        )
         if k != "val":
             paired_sets = rundirs.task(k, c)[0] == c["T"]
             cell.update(share_of_rise(each[k], each["val"], paired_sets))
@@ -640,24 +641,21 @@ def own_families(paths, n):
         own_family(folder, runs, predicted, n)
 
 
-def number(kind, low, accepts):
+def bounded(kind, low, accepts):
     """argparse's type=: a `kind` above `low`, finite; else argparse's one line."""
 
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = math.nan  # fails the test below
+    def number(text):
+        value = kind(text)  # a typo: argparse's "invalid number value" line
         if not low < value < math.inf:
             raise argparse.ArgumentTypeError(f"must be {accepts} (got {text!r})")
         return value
 
-    return parse
+    return number
 
 
-POSITIVE = number(int, 0, "a positive integer")
-COUNT = number(int, -1, "an integer >= 0")
-RATE = number(float, 0, "a positive finite number")
+POSITIVE = bounded(int, 0, "a positive integer")
+COUNT = bounded(int, -1, "an integer >= 0")
+RATE = bounded(float, 0, "a positive finite number")
 
 
 def parser():
@@ -668,26 +666,29 @@ def parser():
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.error = lambda message: p.exit(2, f"theory.py: error: {message}\n")
-    add_task_flags(p.add_argument)
-    add_mode_flags(p.add_mutually_exclusive_group(required=True).add_argument)
-    add_curve_flags(p.add_argument)
-    add_search_flags(p.add_argument)
-    return p
-
-
-def add_task_flags(add):
-    """The task's and the schedule's flags."""
-    several = " (several with --floor)"
-    add("--T", type=POSITIVE, nargs="+", default=[20], help="sequence length" + several)
-    q_help = "subset size, 1 <= q <= T" + several
-    add("--q", type=POSITIVE, nargs="+", default=[3], help=q_help)
+    add = p.add_argument
+    # the task's and the schedule's flags
+    add(
+        "--T",
+        type=POSITIVE,
+        nargs="+",
+        default=[20],
+        help="sequence length (several with --floor)",
+    )
+    add(
+        "--q",
+        type=POSITIVE,
+        nargs="+",
+        default=[3],
+        help="subset size, 1 <= q <= T (several with --floor)",
+    )
     add("--d", type=POSITIVE, default=5, help="token dimension")
     add(
         "--de",
         type=POSITIVE,
         nargs="+",
         default=[64],
-        help="PE dimension d_e" + several,
+        help="PE dimension d_e (several with --floor)",
     )
     add(
         "--steps",
@@ -696,71 +697,105 @@ def add_task_flags(add):
         help="with --dynamics: steps of the curve",
     )
     add("--lr", type=RATE, default=1.0, help="SGD learning rate")
-    seed = "seed of the sequences and the fixed PE table"
-    add("--seed", type=COUNT, default=0, help=seed)
-
-
-def add_mode_flags(add):
-    """--floor, --needed-de, --dynamics, --plateau, --own: what to compute (exactly one)."""
-    floor = "print family_floor at each --T and --de, and exit"
-    add("--floor", action="store_true", help=floor)
-    needed = "print needed_de (target --eps d/(2q)), and exit"
-    add("--needed-de", action="store_true", help=needed)
-    dynamics = (
-        "print family_dynamics' curve by GD and t_1/2 at each --T, --de, --q, --lr,"
-        " --steps, and exit"
+    add(
+        "--seed",
+        type=COUNT,
+        default=0,
+        help="seed of the sequences and the fixed PE table",
     )
-    add("--dynamics", action="store_true", help=dynamics)
-    plateau = (
-        "print t_1/2 of SGD's model with the tokens integrated (sgd_curve; GD without"
-        " --batch) at --T, --q, --de, --lr, over --draws sets of --n sequences, and exit"
+    # what to compute: exactly one
+    mode = p.add_mutually_exclusive_group(required=True).add_argument
+    mode(
+        "--floor",
+        action="store_true",
+        help="print family_floor at each --T and --de, and exit",
     )
-    add("--plateau", action="store_true", help=plateau)
-    own = (
-        f"write {OWN} beside the runs of each DIR with a family_floor.json: each trained"
-        " run against its own family and the family's best, on --n sequences a set"
+    mode(
+        "--needed-de",
+        action="store_true",
+        help="print needed_de (target --eps d/(2q)), and exit",
     )
-    add("--own", nargs="+", metavar="DIR", help=own)
-
-
-def add_curve_flags(add):
-    """--dynamics' and --plateau's options."""
-    draws = number(int, 1, "an integer >= 2 (an se needs two)")
+    mode(
+        "--dynamics",
+        action="store_true",
+        help="print family_dynamics' curve by GD and t_1/2 at each --T, --de, --q, --lr,"
+        " --steps, and exit",
+    )
+    mode(
+        "--plateau",
+        action="store_true",
+        help="print t_1/2 of SGD's model with the tokens integrated (sgd_curve; GD without"
+        " --batch) at --T, --q, --de, --lr, over --draws sets of --n sequences, and exit",
+    )
+    mode(
+        "--own",
+        nargs="+",
+        metavar="DIR",
+        help=f"write {OWN} beside the runs of each DIR with a family_floor.json: each trained"
+        " run against its own family and the family's best, on --n sequences a set",
+    )
+    # --dynamics' and --plateau's options
+    draws = bounded(int, 1, "an integer >= 2 (an se needs two)")
     add("--draws", type=draws, default=4, help="with --plateau: independent sets")
-    every = "with --dynamics, --plateau: --json keeps every this many steps"
-    add("--every", type=POSITIVE, default=10, help=every)
-    batch = "with --plateau: SGD on this many sequences a step (else GD)"
-    add("--batch", type=POSITIVE, help=batch)
-    anneal = (
-        "with --dynamics, --plateau: the step from which lr is a third [half the"
-        " --steps, as train_tf.py's]"
+    add(
+        "--every",
+        type=POSITIVE,
+        default=10,
+        help="with --dynamics, --plateau: --json keeps every this many steps",
     )
-    add("--anneal-at", type=COUNT, help=anneal)
-    lengths = "with --plateau: the curve at these test lengths too (--q's subsets)"
-    add("--test-T", type=POSITIVE, nargs="+", default=[], help=lengths)
-    sizes = "with --plateau: the curve at these subset sizes too (length --T)"
-    add("--test-q", type=POSITIVE, nargs="+", default=[], help=sizes)
-
-
-def add_search_flags(add):
-    """--needed-de's and --floor's options, and --json."""
-    eps = "--needed-de's target over d/(2q), the loss at zero"
-    add("--eps", type=RATE, default=0.3, help=eps)
-    n = "with --floor, --needed-de, --plateau, --own: sequences per floor or set"
-    add("--n", type=POSITIVE, default=4096, help=n)
-    json_help = "also write the rows to this file (plots.py)"
-    add("--json", help=json_help)
-    positions = (
-        "with --floor: randomized PE with tables of these L >= T positions instead: the"
-        " floors of W = c W* and of a table-learning W (table_floor)"
+    add(
+        "--batch",
+        type=POSITIVE,
+        help="with --plateau: SGD on this many sequences a step (else GD)",
     )
-    add("--positions", type=POSITIVE, nargs="+", help=positions)
+    add(
+        "--anneal-at",
+        type=COUNT,
+        help="with --dynamics, --plateau: the step from which lr is a third [half the"
+        " --steps, as train_tf.py's]",
+    )
+    add(
+        "--test-T",
+        type=POSITIVE,
+        nargs="+",
+        default=[],
+        help="with --plateau: the curve at these test lengths too (--q's subsets)",
+    )
+    add(
+        "--test-q",
+        type=POSITIVE,
+        nargs="+",
+        default=[],
+        help="with --plateau: the curve at these subset sizes too (length --T)",
+    )
+    # --needed-de's and --floor's options, and --json
+    add(
+        "--eps",
+        type=RATE,
+        default=0.3,
+        help="--needed-de's target over d/(2q), the loss at zero",
+    )
+    add(
+        "--n",
+        type=POSITIVE,
+        default=4096,
+        help="with --floor, --needed-de, --plateau, --own: sequences per floor or set",
+    )
+    add("--json", help="also write the rows to this file (plots.py)")
+    add(
+        "--positions",
+        type=POSITIVE,
+        nargs="+",
+        help="with --floor: randomized PE with tables of these L >= T positions instead: the"
+        " floors of W = c W* and of a table-learning W (table_floor)",
+    )
+    return p
 
 
 def check_flags(p, args):
     """The flags together, before anything runs: a mistake is p.error's line, exit 2."""
-    if max(args.q + args.test_q) > min(args.T + args.test_T):
-        largest = max(args.q + args.test_q)
+    largest = max(args.q + args.test_q)
+    if largest > min(args.T + args.test_T):
         p.error(f"--q, --test-q must be <= --T, --test-T (got q {largest})")
     if len(args.q) > 1 and not args.floor:
         p.error(f"--q must be one value without --floor (got {args.q})")
@@ -775,43 +810,43 @@ def check_flags(p, args):
 def search(args, q, d):
     """--needed-de's, --dynamics' or --floor's rows, each printed as it comes, then to --json with
     the family they belong to and the sequences each row used."""
-    target = args.eps * d / (2 * q)  # --eps times the loss at zero
-    head = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=target)
-    family = "W = c W*, V = alpha V*"
-    sequences = args.n
-    anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
     if args.own:
         return own_families(args.own, args.n)
+    target = args.eps * d / (2 * q)  # --eps times the loss at zero
+    found = dict(family="W = c W*, V = alpha V*", sequences=args.n, seed=args.seed)
+    anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
+    pairs = list(itertools.product(args.T, args.de))
     if args.needed_de:
         rows = list(widths(args.T, q, d, target, args.seed, n=args.n))
     elif args.dynamics:
-        sequences = 2048
-        rows = []
-        for T, d_e in itertools.product(args.T, args.de):
-            schedule = (args.steps, args.lr, anneal_at, args.every)
-            rows.append(dynamics(T, q, d, d_e, *schedule, args.seed))
+        found["sequences"] = 2048
+        schedule = (args.steps, args.lr, anneal_at, args.every)
+        rows = [dynamics(T, q, d, d_e, *schedule, args.seed) for T, d_e in pairs]
     elif args.plateau:  # the draws' seeds: 0, 1, ..., draws - 1
-        family = "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
+        found["family"] = (
+            "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
+        )
+        schedule = (args.lr, args.batch, anneal_at, args.steps)
+        draws = (args.draws, args.n, args.every)
         rows = []
-        for T, d_e in itertools.product(args.T, args.de):
-            schedule = (args.lr, args.batch, anneal_at, args.steps)
+        for T, d_e in pairs:
             sets = [(f"T={t}", t, q) for t in args.test_T]
             sets += [(f"q={k}", T, k) for k in args.test_q]
-            draws = (args.draws, args.n, args.every)
             rows.append(plateau(T, q, d, d_e, *schedule, *draws, sets))
     else:
         rows = list(
             floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n)
         )
         if args.positions:  # randomized PE's tables: a W that learns M
-            family = "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+            found["family"] = (
+                "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+            )
     stop_if_diverged(rows, d / (2 * q))
+    found["rows"] = rows
+    if args.needed_de:  # its target too
+        found.update(pe="stochastic", q=q, d=d, eps=args.eps, target=target)
     if args.json:
-        write_json(
-            args,
-            dict(family=family, sequences=sequences, seed=args.seed, rows=rows),
-            head,
-        )
+        write_json(args, found)
 
 
 def stop_if_diverged(rows, start):
@@ -823,11 +858,8 @@ def stop_if_diverged(rows, start):
         sys.exit(1)
 
 
-def write_json(args, found, head):
-    """--json: the rows with what they belong to (--needed-de: its target too); strict JSON (a
-    NaN or an infinity: null)."""
-    if args.needed_de:
-        found.update(head)
+def write_json(args, found):
+    """--json: the rows with what they belong to; strict JSON (a NaN or an infinity: null)."""
     curves = args.dynamics or args.plateau  # one line a row
     found = json.loads(json.dumps(found), parse_constant=lambda nan: None)
     with open(args.json, "w") as fh:
@@ -839,13 +871,8 @@ def main(argv=None):
     reaches (one line), 130 Ctrl-C. Any other error (NumPy's, out of memory) is Python's
     traceback: nothing is lost."""
     p = parser()
-    try:
-        args = p.parse_args(argv)
-        check_flags(p, args)
-    except (
-        SystemExit
-    ) as done:  # --help printed: return, as a kernel shows SystemExit(0)
-        return sys.exit(done.code) if done.code else None
+    args = p.parse_args(argv)
+    check_flags(p, args)
     try:
         search(args, args.q[0], args.d)
     except sts.ArgumentError as e:  # needed_de: no d_e <= 4096 meets --eps
