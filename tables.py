@@ -88,6 +88,20 @@ def over_seeds_se(x):
     return np.std(x, 0, ddof=1) / math.sqrt(len(x)) if len(x) > 1 else 0.0
 
 
+def finals(g, key, name="final"):
+    """Each seed's summary.json `name` ("final", "final_se") at set `key` (NaN: none)."""
+    return [value(flat(r["summary"].get(name, {})), key) for r in g]
+
+
+def measured(g, key):
+    """The seeds' mean final loss at set `key` and its se: the validation set's final_se and the
+    seeds' s/√seeds in quadrature."""
+    losses = finals(g, key)
+    return mean(losses), math.hypot(
+        mean(finals(g, key, "final_se")), over_seeds_se(losses)
+    )
+
+
 def slope(run, name):
     """The least-squares slope of `name` per 10k steps, last WINDOW steps or half of a short run."""
     last = run["log"][-1]["step"]
@@ -239,14 +253,13 @@ def config_row(g, groups, names, final, shape, cos):
     """table's row of a configuration g."""
     steps = [r["log"][-1]["step"] for r in g]
     span = sorted({min(steps), max(steps)})
-    se = [flat(r["summary"].get("final_se", {})) for r in g]
     row = [label(g, groups)]
     row += [g[0]["config"].get(k, "-") for k in shape]
     row += [len(g), "-".join(map(str, span))]
     for k in names:
         cell = mean_sd([value(r["end"], k) for r in g])
         if final:
-            cell += f" [{fmt(mean(value(s, k) for s in se))}]"
+            cell += f" [{fmt(mean(finals(g, k, 'final_se')))}]"
         row.append(cell)
     return row + [mean_sd([value(r["log"][-1], k) for r in g]) for k in cos]
 
@@ -924,14 +937,12 @@ def lag(at, loss, step, measured):
 def final_gap(g, s, key):
     """The seeds' final loss at `key` (summary.json, n_final sequences) / the model's at their
     last step - 1, ± se as whole_curve_row's with final_se for the validation set's."""
-    finals = [flat(r["summary"].get("final", {})).get(key, NAN) for r in g]
-    ses = [flat(r["summary"].get("final_se", {})).get(key, NAN) for r in g]
-    seeds_se = over_seeds_se(finals)
-    se = math.sqrt(mean(ses) ** 2 + seeds_se**2 + s["se"][-1] ** 2)
     if g[0]["summary"]["step"] != g[0]["config"]["steps"]:
         return "-"  # stopped early (T100): its finals are not at the model's last step
+    final, se = measured(g, key)
     model = s["loss"][-1]
-    return f"{mean(finals) / model - 1:+.3f} ± {se / model:.3f}"
+    se = math.hypot(se, s["se"][-1])  # and the model's
+    return f"{final / model - 1:+.3f} ± {se / model:.3f}"
 
 
 def modelled(experiments):
@@ -983,13 +994,11 @@ def table_whole_curve(experiments):
 def excess_row(folder, g, model, predicted, key):
     """table_floor_excess' row: the seeds' final loss above the family's floor, split."""
     floor = best(predicted, g[0]["config"], key)
-    finals = [flat(r["summary"]["final"])[key] for r in g]
-    ses = [flat(r["summary"]["final_se"])[key] for r in g]
-    measured_se = math.hypot(mean(ses), over_seeds_se(finals))
+    final, measured_se = measured(g, key)
     s = {k: x[-1] for k, x in model["sets"][key].items()}  # the model at the last step
-    excess = mean(finals) - floor["loss"]
+    excess = final - floor["loss"]
     short = s["loss"] - s["cost"] - floor["loss"]  # c, alpha short of the floor's
-    rest = mean(finals) - s["loss"]
+    rest = final - s["loss"]
     cells = [
         quoted(excess, math.hypot(measured_se, floor["se"])),
         fmt(s["cost"]),
