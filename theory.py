@@ -320,12 +320,13 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
         for kind in kinds:
             draws = sts.family_draws(kind, T, q, d, d_e, n, seed, L)
             value, c, alpha, se = sts.scale_floor(draws)
-            row = dict(pe=kind, T=T, q=q, d=d, de=d_e)
-            row.update(loss=value, se=se, c=c, alpha=alpha)
+            row = dict(
+                pe=kind, T=T, q=q, d=d, de=d_e, loss=value, se=se, c=c, alpha=alpha
+            )
             text = (
                 f"best loss {value:.4f} ± {se:.4f} (se) at c={c:.3g}, alpha={alpha:.3f}"
+                " of W = c W*, V = alpha V*"
             )
-            text += " of W = c W*, V = alpha V*"
             if kind != "stochastic":  # a W that learns its table's cross-talk, W = c M
                 table, tc, ta, r, tse = table_floor(kind, T, q, d, d_e, n, seed, L)
                 row.update(
@@ -333,9 +334,21 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
                 )
                 text += f"; W = c M, its table learned: {table:.4f} ± {tse:.4f}"
             if L is not None:  # randomized PE's row (L = T: fixed PE's draws)
-                row = dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L)
-                row.update(family=value, family_se=se, table=table, table_se=tse)
-                row.update(c=tc, alpha=ta, ridge=r)
+                row = dict(
+                    pe="randomized",
+                    T=T,
+                    q=q,
+                    d=d,
+                    de=d_e,
+                    positions=L,
+                    family=value,
+                    family_se=se,
+                    table=table,
+                    table_se=tse,
+                    c=tc,
+                    alpha=ta,
+                    ridge=r,
+                )
             where = f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}"
             print(f"{where}: {text} ({n} sequences; achievable losses, not bounds)")
             yield row
@@ -360,13 +373,20 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
             flush=True,
         )
         de_se = -de * se / slope if slope < 0 else None
-        row = dict(T=T, de=de, floor=floor, se=se, de_se=de_se)
-        row.update(c=c, alpha=alpha, seconds=seconds)
-        row["tried"] = [[k, tried[k][0]] for k in sorted(tried)]
-        yield row
+        yield dict(
+            T=T,
+            de=de,
+            floor=floor,
+            se=se,
+            de_se=de_se,
+            c=c,
+            alpha=alpha,
+            seconds=seconds,
+            tried=[[k, tried[k][0]] for k in sorted(tried)],
+        )
 
 
-def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
+def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed):
     """--dynamics' row, printed: family_dynamics by GD (lr, lr/3 from anneal_at; 2048 sequences);
     t_1/2 (crossing) at the midpoint of the start and family_floor (4096 sequences, the same 2048
     and more), plateau_steps', the curve (step, loss, c, alpha, se) every `every` steps.
@@ -383,13 +403,23 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
         f"{where} lr={lr}, GD on W = c W*, V = alpha V*: loss {curve[0, -1]:.4f}, {end};"
         f" {found}; floor {floor:.4f}"
     )
-    row = dict(pe="stochastic", T=T, q=q, d=d, de=d_e)
-    row.update(lr=lr, steps=steps, anneal_at=anneal_at, anneal_factor=1 / 3)
-    row.update(floor=floor, t_half=t_half, t_half_closed=closed)
-    row["columns"] = ["step", "loss", "c", "alpha", "se"]
     table = np.column_stack([np.arange(steps + 1), *curve])
-    row["rows"] = table[::every].tolist()
-    return row
+    return dict(
+        pe="stochastic",
+        T=T,
+        q=q,
+        d=d,
+        de=d_e,
+        lr=lr,
+        steps=steps,
+        anneal_at=anneal_at,
+        anneal_factor=1 / 3,
+        floor=floor,
+        t_half=t_half,
+        t_half_closed=closed,
+        columns=["step", "loss", "c", "alpha", "se"],
+        rows=table[::every].tolist(),
+    )
 
 
 def whole_curve(curve, sets, d, d_e, n, seed, every):
@@ -409,7 +439,7 @@ def whole_curve(curve, sets, d, d_e, n, seed, every):
     return found
 
 
-def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets=()):
+def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets):
     """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise; GD without
     --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
     the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
@@ -437,14 +467,25 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets=())
         f" ± {se:.1f} (se over {draws} draws of {n} sequences)",
         flush=True,
     )
-    row = dict(T=T, q=q, d=d, de=d_e, lr=lr, batch=batch)
-    row.update(anneal_at=anneal_at, steps=steps, draws=draws, n=n)
-    row.update(t_half=mean, se=se, each=halves)
-    row["columns"] = ["step", "loss", "c", "alpha", "W_xe2"]
     table = np.column_stack([np.arange(steps + 1), *curve])
-    row["rows"] = table[::every].tolist()
-    row["sets"] = over_draws(at_sets)
-    return row
+    return dict(
+        T=T,
+        q=q,
+        d=d,
+        de=d_e,
+        lr=lr,
+        batch=batch,
+        anneal_at=anneal_at,
+        steps=steps,
+        draws=draws,
+        n=n,
+        t_half=mean,
+        se=se,
+        each=halves,
+        columns=["step", "loss", "c", "alpha", "W_xe2"],
+        rows=table[::every].tolist(),
+        sets=over_draws(at_sets),
+    )
 
 
 def over_draws(at_sets):
