@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 
-import runlog
 from rundirs import (
     DYNAMICS,
     FLOOR,
@@ -69,10 +68,6 @@ def mean_sd(xs, spec=".4f"):
     if 0 < len(ok) < len(xs):
         cell += f" ({len(ok)} of {len(xs)})"
     return cell
-
-
-def nan_if_none(xs):
-    return [NAN if x is None else x for x in xs]
 
 
 def over_seeds(pairs):
@@ -234,7 +229,6 @@ def markdown(caption, header, rows):
 
 def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
-    at = runs[0]["path"].parent
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     for mine in (fcn, tf):  # a table per model
@@ -245,7 +239,7 @@ def tabulate(name, runs, report, predicted):
         report.attempt(table_length, name, tf, predicted)
     if predicted:
         report.attempt(table_floor, name, tf, predicted)
-    if (at / "table_floor.json").exists():
+    if (runs[0]["path"].parent / "table_floor.json").exists():
         report.attempt(table_selection, name, tf)
 
 
@@ -550,15 +544,13 @@ def by_model_and_s(summary):
     return out
 
 
-def scanned(x):
-    return "?" if x is None else f"{x:.0f}"
-
-
 def interval(row):
     """A critical.json row's "m50 [lo, hi]" ('?': beyond the scan; '-': no row)."""
     if row is None:
         return "-"
-    m50, lo, hi = [scanned(row[k]) for k in ("m50", "lo", "hi")]
+    m50, lo, hi = [
+        "?" if row[k] is None else f"{row[k]:.0f}" for k in ("m50", "lo", "hi")
+    ]
     return f"{m50} [{lo}, {hi}]"
 
 
@@ -659,9 +651,8 @@ def quarter_vals(path, row, m):
     """The seeds' mean val of the FCN of width m at 3/4 of the training every seed logged (at
     least the row's budget) and at its end, and that end."""
     pattern = f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl"
-    logs = []
-    for f in path.parent.glob(pattern):
-        logs.append({r["step"]: value(r, "val") for r in read_log(f, Report())})
+    files = path.parent.glob(pattern)
+    logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in files]
     lasts = [max(log, default=0) for log in logs]
     end = max(row["steps"], min(lasts, default=0))
     a = mean([log.get(end * 3 // 4, NAN) for log in logs])
@@ -677,7 +668,7 @@ def last_quarter(path, row, eps):
     width = row["width"]
     below = []
     settled = "-"
-    fcn = row["model"] == "fcn"
+    fcn = row["model"] == "fcn"  # the transformer's widths below: none
     tried = [w for w, _ in row["tried"] if fcn and w < (width or math.inf)]
     for m in sorted(tried, reverse=True):
         a, b, end = quarter_vals(path, row, m)
@@ -824,27 +815,25 @@ def interpolated(run, floor):
     return crossing(steps, vals, (vals[0] + floor) / 2)
 
 
-def w_xe_squared(run):
-    """|W_xe|^2, the squared norm of the trained W's token-to-PE block, from its final weights."""
-    W, _ = weights(run)
-    d = run["config"]["d"]
-    return float((W[:d, d:] ** 2).sum())
-
-
 def plateau_row(folder, gd, g):
     """One row of table_plateau_model: a configuration's measured t_1/2 against PLATEAU's model."""
     cfg = g[0]["config"]
-    model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]
-    halves = nan_if_none([interpolated(run, gd["floor"]) for run in g])
+    model = read(g[0]["path"].parent / PLATEAU)["rows"][0]
+    halves = [interpolated(run, gd["floor"]) for run in g]
+    halves = [NAN if h is None else h for h in halves]  # a seed that never crossed
     seeds_se = over_seeds_se(halves)
     val_se = val_set_se(model, cfg["n_test"])
     measured_se = math.hypot(seeds_se, val_se) / mean(halves)
     ratio = mean(halves) / model["t_half"]
     ratio_se = ratio * math.hypot(model["se"] / model["t_half"], measured_se)
-    ends = [w_xe_squared(run) for run in g]
+    d = cfg["d"]
+    blocks = [
+        weights(run)[0][:d, d:] for run in g
+    ]  # the trained W's token-to-PE block W_xe
+    ends = [float((W_xe**2).sum()) for W_xe in blocks]
     end = g[0]["summary"]["step"]  # the final weights' step, the same for every seed
     rows = np.array(model["rows"])
-    at_end = np.interp(end, rows[:, 0], rows[:, -1]) if end <= rows[-1, 0] else NAN
+    at_end = np.interp(end, rows[:, 0], rows[:, -1], right=NAN)  # NaN past the curve
     t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
     measured = [mean_sd(halves, ".1f"), t_half]
     ratio_cells = [f"{ratio:.3f} ± {ratio_se:.3f}", f"{val_se:.1f}"]
@@ -906,7 +895,7 @@ def whole_curve_row(folder, g, model, key):
     lags = np.array(
         [lag(at, model["sets"][key]["loss"], *x) for x in zip(steps, measured)]
     )
-    worst = fmt(np.nanmax(lags[far]), ".3f") if np.isfinite(lags[far]).any() else "-"
+    worst = fmt(np.nanmax(lags[far], initial=-np.inf), ".3f")  # none: "-"
     outside = int((far & ~(lags <= LAG)).sum())
     largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
     compared = f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})"
