@@ -703,10 +703,7 @@ def spans(k):
     """(lo, hi) of every run of 3 or more consecutive of k points (or 2, all there are)."""
     if k == 2:
         return [(0, k)]
-    out = []
-    for hi in range(3, k + 1):
-        out += [(lo, hi) for lo in range(hi - 2)]
-    return out
+    return [(lo, hi) for hi in range(3, k + 1) for lo in range(hi - 2)]
 
 
 def slope_row(what, part):
@@ -835,10 +832,11 @@ def plateau_row(folder, gd, g):
     rows = np.array(model["rows"])
     at_end = np.interp(end, rows[:, 0], rows[:, -1], right=NAN)  # NaN past the curve
     t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
-    measured = [mean_sd(halves, ".1f"), t_half]
-    ratio_cells = [f"{ratio:.3f} ± {ratio_se:.3f}", f"{val_se:.1f}"]
+    ratio_cell = f"{ratio:.3f} ± {ratio_se:.3f}"
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
-    return [folder, *plateau_setting(g), *measured, *ratio_cells, end, w_xe]
+    measured = mean_sd(halves, ".1f")
+    row = [folder, *plateau_setting(g), measured, t_half, ratio_cell, f"{val_se:.1f}"]
+    return row + [end, w_xe]
 
 
 def table_plateau_model(experiments):
@@ -886,9 +884,8 @@ def whole_curve_row(folder, g, model, key):
     s = {k: np.interp(steps, at, y) for k, y in model["sets"][key].items()}
     measured = seeds.mean(0)
     gap = measured / s["loss"] - 1
-    n_test = g[0]["config"]["n_test"]
     seeds_se = over_seeds_se(seeds)
-    spread_sq = s["sd"] ** 2 / n_test + seeds_se**2 + s["se"] ** 2
+    spread_sq = s["sd"] ** 2 / g[0]["config"]["n_test"] + seeds_se**2 + s["se"] ** 2
     se = np.sqrt(spread_sq) / s["loss"]
     i = int(np.abs(gap).argmax())
     far = np.abs(gap) > GAP

@@ -309,6 +309,7 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
     """--floor's rows, printed, each loss with its se: stochastic and fixed PE's family_floor (and
     fixed's table_floor), or randomized's with Ls (L = T: fixed PE's draws, one number for both)."""
     for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
+        task = dict(T=T, q=q, d=d, de=d_e)
         if L is None:
             kinds = ("stochastic", "fixed")
         elif L == T:  # a table of T positions: fixed PE
@@ -320,9 +321,7 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
         for kind in kinds:
             draws = sts.family_draws(kind, T, q, d, d_e, n, seed, L)
             value, c, alpha, se = sts.scale_floor(draws)
-            row = dict(
-                pe=kind, T=T, q=q, d=d, de=d_e, loss=value, se=se, c=c, alpha=alpha
-            )
+            row = dict(pe=kind, **task, loss=value, se=se, c=c, alpha=alpha)
             text = (
                 f"best loss {value:.4f} ± {se:.4f} (se) at c={c:.3g}, alpha={alpha:.3f}"
                 " of W = c W*, V = alpha V*"
@@ -334,21 +333,9 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
                 )
                 text += f"; W = c M, its table learned: {table:.4f} ± {tse:.4f}"
             if L is not None:  # randomized PE's row (L = T: fixed PE's draws)
-                row = dict(
-                    pe="randomized",
-                    T=T,
-                    q=q,
-                    d=d,
-                    de=d_e,
-                    positions=L,
-                    family=value,
-                    family_se=se,
-                    table=table,
-                    table_se=tse,
-                    c=tc,
-                    alpha=ta,
-                    ridge=r,
-                )
+                row = dict(pe="randomized", **task, positions=L)
+                row.update(family=value, family_se=se, table=table, table_se=tse)
+                row.update(c=tc, alpha=ta, ridge=r)
             where = f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}"
             print(f"{where}: {text} ({n} sequences; achievable losses, not bounds)")
             yield row
