@@ -33,7 +33,6 @@ try:  # --own's reader of run folders; theory.py copied beside sts.py alone runs
     import rundirs
 except ImportError:
     rundirs = None
-from sts import check  # noqa: E402
 
 RIDGES = (None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # table_floor's r: ridge = r L / d_e
 
@@ -252,11 +251,12 @@ def exact_floor(T, q, d, d_e, n=8192, seed=0):
 def crossing(steps, losses, level):
     """The step where `losses` first falls below `level`, interpolated linearly between the two
     logged steps around it (None if it never does): a t_1/2 not rounded up to the logging grid."""
-    losses = np.asarray(losses, float)
-    below = np.flatnonzero(losses < level)
-    if not below.size or below[0] == 0:
-        return None if not below.size else float(steps[0])
+    below = np.flatnonzero(np.asarray(losses, float) < level)
+    if not below.size:
+        return None
     k = below[0]
+    if k == 0:
+        return float(steps[0])
     share = (losses[k - 1] - level) / (losses[k - 1] - losses[k])
     return float(steps[k - 1] + share * (steps[k] - steps[k - 1]))
 
@@ -286,7 +286,9 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     tried = {}
 
     def met(d_e):  # is the floor at d_e <= target? (cached)
-        check(d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target)
+        sts.check(
+            d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target
+        )
         if d_e not in tried:
             draws = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
             tried[d_e] = sts.scale_floor(draws)
