@@ -831,10 +831,11 @@ def check_flags(p, args):
         p.error(f"--q must be one value without --floor (got {args.q})")
     if args.dynamics and args.batch:
         p.error("--batch: with --plateau alone (--dynamics is GD's curve)")
-    fits = args.floor and max(args.positions or [math.inf]) >= min(args.T)
-    if args.positions and not fits:
-        accepts = "table sizes L >= some --T, with --floor"
-        p.error(f"--positions must be {accepts} (got {args.positions})")
+    fits = args.positions and args.floor and max(args.positions) >= min(args.T)
+    if args.positions and not fits:  # L < every T: no table holds a sequence
+        p.error(
+            f"--positions must be table sizes L >= some --T, with --floor (got {args.positions})"
+        )
 
 
 def search(args, q, d):
