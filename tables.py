@@ -360,7 +360,6 @@ def quoted_from(row, key, se):
 def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = g[0]["config"]
-    row = best(predicted, c, "val")
     floor = own_of(g[0]["path"].parent).get("floor", [])
     pairs = {x["run"]: x for x in floor}  # theory.py --own's
     both = [pairs[name] for name in run_names(g) if name in pairs]
@@ -369,9 +368,9 @@ def floor_row(g, predicted):
     seeds = f"{len(both)} of {len(g)}"
     differences = over_seeds([(x["difference"], x["se"]) for x in both])
     ratio = fmt(mean(trained) / mean(family), "#.3g")
-    floor = quoted_from(row, "loss", "se")
-    losses = [floor, mean_sd(trained), mean_sd(family), *differences, ratio]
-    return [c["pe"], c["de"], seeds, *losses]
+    floor = quoted_from(best(predicted, c, "val"), "loss", "se")
+    losses = [mean_sd(trained), mean_sd(family), *differences, ratio]
+    return [c["pe"], c["de"], seeds, floor, *losses]
 
 
 def table_floor(name, runs, predicted):
@@ -439,10 +438,8 @@ def table_length(name, runs, predicted):
         else f"none here (theory.py --own DIR --n N: {OWN})"
     )
     trained_at = groups[0][0]["config"]
-    rows = []
-    for k in names if len(names) > 1 else []:
-        for g in groups:
-            rows.append(length_row(k, g, groups, own, predicted))
+    tested = names if len(names) > 1 else []  # the training set alone: no table
+    rows = [length_row(k, g, groups, own, predicted) for k in tested for g in groups]
     caption = (
         f"{name}: at each length and subset size (T={trained_at['T']},"
         f" q={trained_at['q']}: as trained), the final loss, mean ± s (the sample"

@@ -385,12 +385,11 @@ def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed):
     level = (curve[0, 0] + floor) / 2
     t_half = crossing(np.arange(steps + 1), curve[0], level)
     closed = plateau_steps(T, q, d, d_e, lr, floor)
-    where = f"stochastic: T={T} q={q} d={d} d_e={d_e}"
-    end = f"c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps} steps"
-    found = f"t_1/2 {t_half and round(t_half, 1)} (closed form {closed:.0f})"
     print(
-        f"{where} lr={lr}, GD on W = c W*, V = alpha V*: loss {curve[0, -1]:.4f}, {end};"
-        f" {found}; floor {floor:.4f}"
+        f"stochastic: T={T} q={q} d={d} d_e={d_e} lr={lr}, GD on W = c W*, V = alpha V*:"
+        f" loss {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after"
+        f" {steps} steps; t_1/2 {t_half and round(t_half, 1)} (closed form {closed:.0f});"
+        f" floor {floor:.4f}"
     )
     table = np.column_stack([np.arange(steps + 1), *curve])
     return dict(
