@@ -596,7 +596,7 @@ def needed_row(r, d):
     if finite(r["de_se"]):
         de += f" ± {r['de_se']:.1f}"
     floor = f"{r['floor']:.4f} ± {r['se']:.4f}"
-    tried = len(r.get("tried", []))
+    tried = len(r["tried"])
     return [r["T"], de, d + r["de"], floor, tried, r.get("seconds", "-")]
 
 

@@ -427,17 +427,20 @@ def whole_curve(curve, sets, d, d_e, n, seed, every):
     return found
 
 
-def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets):
+def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, test_T, test_q):
     """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise; GD without
     --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
     the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
     curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps;
-    "sets": whole_curve's loss on the training set ("val") and each of `sets` ((name, T, q)),
-    its sd and W_xe's cost, means over the draws, and the loss' se over them."""
+    "sets": whole_curve's loss on the training set ("val"), at each length of test_T ("T=...",
+    q) and each subset size of test_q ("q=...", length T), its sd and W_xe's cost, means over
+    the draws, and the loss' se over them."""
     halves = []
     curves = []
     at_sets = []
-    sets = [("val", T, q), *sets]
+    sets = [("val", T, q)]
+    sets += [(f"T={t}", t, q) for t in test_T]
+    sets += [(f"q={k}", T, k) for k in test_q]
     for seed in range(draws):
         floor = exact_floor(T, q, d, d_e, n, seed)
         curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed)
@@ -764,8 +767,12 @@ def parser():
         " run against its own family and the family's best, on --n sequences a set",
     )
     # --dynamics' and --plateau's options
-    draws = bounded(int, 1, "an integer >= 2 (an se needs two)")
-    add("--draws", type=draws, default=4, help="with --plateau: independent sets")
+    add(
+        "--draws",
+        type=bounded(int, 1, "an integer >= 2 (an se needs two)"),
+        default=4,
+        help="with --plateau: independent sets",
+    )
     add(
         "--every",
         type=POSITIVE,
@@ -856,13 +863,9 @@ def search(args, q, d):
         found["family"] = (
             "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
         )
-        schedule = (args.lr, args.batch, anneal_at, args.steps)
-        draws = (args.draws, args.n, args.every)
-        rows = []
-        for T, d_e in pairs:
-            sets = [(f"T={t}", t, q) for t in args.test_T]
-            sets += [(f"q={k}", T, k) for k in args.test_q]
-            rows.append(plateau(T, q, d, d_e, *schedule, *draws, sets))
+        schedule = (args.lr, args.batch, anneal_at, args.steps, args.draws, args.n)
+        tests = (args.every, args.test_T, args.test_q)
+        rows = [plateau(T, q, d, d_e, *schedule, *tests) for T, d_e in pairs]
     else:
         rows = list(
             floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n)
