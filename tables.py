@@ -92,9 +92,8 @@ def measured(g, key):
     """The seeds' mean final loss at set `key` and its se: the validation set's final_se and the
     seeds' s/√seeds in quadrature."""
     losses = finals(g, key)
-    return mean(losses), math.hypot(
-        mean(finals(g, key, "final_se")), over_seeds_se(losses)
-    )
+    se = math.hypot(mean(finals(g, key, "final_se")), over_seeds_se(losses))
+    return mean(losses), se
 
 
 def slope(run, name):
@@ -792,12 +791,13 @@ def table_sweep(path, summary):
 
 # ------------------------------------------- the plateau: t_1/2 against SGD's model (theory.py)
 SETTING_COLUMNS = "T | q | d_e | lr | n | seeds | logged every"
+MODEL_KEYS = ("T", "q", "de", "lr", "batch")  # the settings a PLATEAU row is of
 
 
 def plateau_setting(g):
     """The cells of SETTING_COLUMNS of a configuration."""
     cfg = g[0]["config"]
-    setting = [cfg[k] for k in ("T", "q", "de", "lr", "batch")]
+    setting = [cfg[k] for k in MODEL_KEYS]
     return [*setting, len(g), cfg["eval_every"]]
 
 
@@ -940,7 +940,7 @@ def modelled(experiments):
 
 def models(model, cfg):
     """Whether PLATEAU's row `model` is of the configuration cfg: SGD, stochastic PE, its task."""
-    same = all(model[k] == cfg[k] for k in ("T", "q", "de", "lr", "batch"))
+    same = all(model[k] == cfg[k] for k in MODEL_KEYS)
     return same and cfg["pe"] == "stochastic" and cfg["optimizer"] == "sgd"
 
 
