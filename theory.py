@@ -311,15 +311,12 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
     """--floor's rows, printed, each loss with its se: stochastic and fixed PE's family_floor (and
     fixed's table_floor), or randomized's with Ls (L = T: fixed PE's draws, one number for both)."""
     for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
+        if L is not None and L < T:
+            continue  # a table shorter than T: no row
         task = dict(T=T, q=q, d=d, de=d_e)
-        if L is None:
-            kinds = ("stochastic", "fixed")
-        elif L == T:  # a table of T positions: fixed PE
-            kinds = ("fixed",)
-        elif L > T:
-            kinds = ("randomized",)
-        else:  # a table shorter than T: no row
-            kinds = ()
+        kinds = ["stochastic", "fixed"]
+        if L is not None:  # a table of L = T positions: fixed PE; L > T: randomized PE
+            kinds = ["fixed" if L == T else "randomized"]
         for kind in kinds:
             draws = sts.family_draws(kind, T, q, d, d_e, n, seed, L)
             value, c, alpha, se = sts.scale_floor(draws)
