@@ -821,9 +821,8 @@ def plateau_row(folder, gd, g):
     ratio = mean(halves) / model["t_half"]
     ratio_se = ratio * math.hypot(model["se"] / model["t_half"], measured_se)
     d = cfg["d"]
-    blocks = [
-        weights(run)[0][:d, d:] for run in g
-    ]  # the trained W's token-to-PE block W_xe
+    # the trained W's token-to-PE block W_xe, and its squared norm
+    blocks = [weights(run)[0][:d, d:] for run in g]
     ends = [float((W_xe**2).sum()) for W_xe in blocks]
     end = g[0]["summary"]["step"]  # the final weights' step, the same for every seed
     rows = np.array(model["rows"])
@@ -831,9 +830,8 @@ def plateau_row(folder, gd, g):
     t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
     ratio_cell = f"{ratio:.3f} ± {ratio_se:.3f}"
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
-    measured = mean_sd(halves, ".1f")
-    row = [folder, *plateau_setting(g), measured, t_half, ratio_cell, f"{val_se:.1f}"]
-    return row + [end, w_xe]
+    cells = [mean_sd(halves, ".1f"), t_half, ratio_cell, f"{val_se:.1f}", end, w_xe]
+    return [folder, *plateau_setting(g), *cells]
 
 
 def table_plateau_model(experiments):
