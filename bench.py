@@ -17,7 +17,6 @@ the machine's drift hits them all alike; medians [min, max] are printed:
   compiled    the autograd step, the model torch.compile'd into CUDA graphs (a GPU)
 """
 
-import resource
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -121,17 +120,6 @@ def report(times, scale, device):
         value = med[a] / med[b] if b else med[a]
         verdict = "met" if value <= target else "not met"
         print(f"{name} = {value:.2f} (target <= {target}: {verdict})")
-    minutes = med["figure-set"] * 1e5 / 6e4
-    faster = min(("fused", "autograd"), key=med.get)
-    print(
-        f"100k steps of the figure set: {minutes:.0f} min; the faster step: {faster} "
-        f"(train_tf.STEP: {train_tf.STEP[device.type]})"
-    )
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(f"peak memory of the process (all paths): {peak / 2**20:.0f} MiB")
 
 
 def main(argv=None):

@@ -11,8 +11,8 @@ one core, and two threads with their own generators halve it. train_tf.py and
 train_fcn.py draw from them.
 """
 
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import torch
 
@@ -131,29 +131,14 @@ def parts(specs, d_e, longest, device, dtype):
     return out
 
 
-@dataclass
-class Part:
-    """A batch's draws for the runs that share their PEs: tokens X (n, d, T), the subset
-    idx (n, q) and the target (n, d); the PEs as raw rows G (n, T, d_e) and r (n, T) =
-    1/|g_i|, so that p_i = r_i g_i (a table's rows: r = 1)."""
-
-    runs: tuple
-    X: torch.Tensor
-    idx: torch.Tensor
-    target: torch.Tensor
-    G: torch.Tensor
-    r: torch.Tensor
-
-
-@dataclass
-class Batch:
-    """n sequences as each part's draws, and the chunks (lo, hi) they were drawn in, a
-    thread each: fused.py computes the same chunks. G lives in the streams' buffer until
-    their next draw."""
-
-    n: int
-    parts: list
-    chunks: list
+# A batch's draws for the runs that share their PEs: tokens X (n, d, T), the subset idx
+# (n, q) and the target (n, d); the PEs as raw rows G (n, T, d_e) and r (n, T) = 1/|g_i|,
+# so that p_i = r_i g_i (a table's rows: r = 1).
+Part = namedtuple("Part", "runs X idx target G r")
+# n sequences as each part's draws, and the chunks (lo, hi) they were drawn in, a thread
+# each: fused.py computes the same chunks. G lives in the streams' buffer until their
+# next draw.
+Batch = namedtuple("Batch", "n parts chunks")
 
 
 class Streams:

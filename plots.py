@@ -5,8 +5,8 @@
     python plots.py results/paper --table         # the numbers as Markdown tables instead
 
 Transformer runs give NAME_training, _length, _qtest, _weights (the paper's Figures 1-4), or
-NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs
-NAME_fcn_training; sweep.json, critical.json, needed_de.json NAME_separation, _critical,
+NAME_floor (3 d_e or more) or NAME_positions (2 table sizes L or more); FCN runs their
+table alone; sweep.json, critical.json, needed_de.json NAME_separation, _critical,
 _needed_de. Seeds: their mean and a band from lowest to highest. What cannot be drawn (a run
 that diverged or is missing a file, a copy of a run) is a line on stderr, the rest drawn; exit
 status 2 after one, or when nothing is drawn; 0 after a warning alone (a log's cut last
@@ -25,7 +25,6 @@ import numpy as np
 import runlog
 from rundirs import (
     Report,
-    Skip,
     configurations,
     describe,
     find_experiments,
@@ -108,13 +107,12 @@ def curve(ax, group, groups, name, **kw):
 
 
 def color(group, groups):
-    """Its PE's (its model's) colour where each configuration has its own, else one of
-    OTHERS."""
-    configs = [g[0]["config"] for g in groups]
-    keys = [c.get("pe") or c["model"] for c in configs]
+    """Its PE's colour where each configuration has its own, else one of OTHERS."""
+    keys = [g[0]["config"]["pe"] for g in groups]
     i = groups.index(group)
-    own = len(set(keys)) == len(keys)  # PE kinds and models all have one
-    return COLORS[keys[i]] if own else OTHERS[i % len(OTHERS)]
+    if len(set(keys)) == len(keys):  # PE kinds all have one
+        return COLORS[keys[i]]
+    return OTHERS[i % len(OTHERS)]
 
 
 def x_ticks(ax, xs, labels=None):  # ticks at the values drawn alone, no minor ones
@@ -165,24 +163,9 @@ def save(fig, out, name, title):
     return True
 
 
-def logged(runs, names, what, figure):
-    """The runs' configurations and those of `names` logged finite; Skip if none, naming
-    `what`."""
-    groups = configurations(runs)
-    finite_names = []
-    for n in names:
-        if any(np.isfinite(spread(g, n)[1]).any() for g in groups):
-            finite_names.append(n)
-    folder = runs[0]["path"].parent
-    runlog.require(
-        finite_names, f"{folder}: no finite {what}; {figure} not drawn", Skip
-    )
-    return groups, finite_names
-
-
 def figure_training(runs, out, name):
     """Figure 1: training loss (log y), 1/loss (straight for an O(1/t) rate), the cosines."""
-    groups, _ = logged(runs, ["train_loss"], "training loss", f"{name}_training")
+    groups = configurations(runs)
     fig, (ax_loss, ax_inv, ax_cos) = panels(3)
     for g in groups:
         curve(ax_loss, g, groups, "train_loss", label=label(g, groups))
@@ -222,23 +205,22 @@ FIXED_LINES = (
 )
 
 
-def figure_tests(runs, out, name, group, suffix, curves, model=None):
-    """Figures 2, 4 (and the FCN's): a panel per set of `group` ("T", "q"), and each
-    configuration's family there: its best, dashed; at its own c, α, dotted; SGD's model's
-    whole curve (PLATEAU's `model`), dash-dotted, beside its configuration."""
-    groups, names = logged(
-        runs, sets(runs, group), "validation loss", f"{name}_{suffix}"
-    )
+def figure_tests(runs, out, name, group, suffix, predicted):
+    """Figures 2, 4: a panel per set of `group` ("T", "q"), and each configuration's family
+    there: its best, dashed; at its own c, α, dotted; SGD's model's whole curve (PLATEAU's),
+    dash-dotted, beside its configuration."""
+    groups = configurations(runs)
+    names = sets(runs, group)
+    curves = family_curves(groups, predicted)
+    model = whole_curve(runs[0]["path"].parent)
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
-    trained = f"q={c['q']}"  # the transformer's at its T too
-    if c["model"] == "transformer":
-        trained = f"T={c['T']}, {trained}"
+    trained = f"val (T={c['T']}, q={c['q']}, as trained)"
     for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            own, best = curves.get(g[0]["path"], {}).get(key, (None, None))
-            fixed = g[0]["config"].get("pe") == "fixed"  # FCN: no PE
+            own, best = curves[g[0]["path"]].get(key, (None, None))
+            fixed = g[0]["config"]["pe"] == "fixed"
             texts = FIXED_LINES if fixed else FAMILY_LINES
             for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
@@ -247,39 +229,28 @@ def figure_tests(runs, out, name, group, suffix, curves, model=None):
                 steps = [r[0] for r in model["rows"]]
                 loss = model["sets"][key]["loss"]
                 ax.plot(steps, loss, "k-.", lw=1, label=MODEL_LINE)
-        title = f"val ({trained}, as trained)" if key == "val" else f"test {key}"
+        title = trained if key == "val" else f"test {key}"
         ax.set(xlabel="step", yscale="log", title=title)
     axes[0].set_ylabel(f"validation loss {LOSS}")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
 
 
-def both_weights(run):
-    """(W, V) at init and at the end."""
-    return [weights(run, when) for when in ("init", "final")]
-
-
-def figure_weights(runs, out, name, report):
+def figure_weights(runs, out, name):
     """Figure 3: W and V at init and at the end, a row per configuration (two at most)."""
     groups = configurations(runs)
-    rows = []
-    for g in groups[:2]:
-        then = f"; not in {name}_weights"  # what a run without weights leaves out
-        pair = report.attempt(both_weights, g[0], then=then)
-        if pair:
-            rows.append((g[0]["config"], pair))
-    if not rows:
-        return None
+    firsts = [g[0] for g in groups[:2]]
+    pairs = [[weights(run, when) for when in ("init", "final")] for run in firsts]
     # W at init and end; V (d x D, far wider than tall) as its token block, square, beside
-    size = (4.6 * PANEL[0], len(rows) * PANEL[1] * 1.1)
+    size = (4.6 * PANEL[0], len(firsts) * PANEL[1] * 1.1)
     widths = [4, 4, 1.1, 2.9, 1.1, 2.9]
     fig, axes = plt.subplots(
-        len(rows), 6, figsize=size, squeeze=False, width_ratios=widths
+        len(firsts), 6, figsize=size, squeeze=False, width_ratios=widths
     )
-    for row, (c, pair) in zip(axes, rows):
-        what = f"{c['pe']} PE, seed {c['seed']}"
+    for row, run, pair in zip(axes, firsts, pairs):
+        c = run["config"]
         for k, when in enumerate(("init", "end")):
             V_axes = row[2 + 2 * k : 4 + 2 * k]  # its token block, its PE block
-            title = f"at {when}, {what}"
+            title = f"at {when}, {c['pe']} PE, seed {c['seed']}"
             weights_at(row[k], V_axes, *pair[k], c["d"], title, symlog=when == "end")
     one = "; one run per configuration, its lowest seed" * (max(map(len, groups)) > 1)
     return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
@@ -322,9 +293,9 @@ def floor_lines(ax, pe, points, guess, low):
     """A PE's floors against d_e: trained ({d_e: seeds' floors}), the seeds' mean, solid,
     with a band; predicted ([(d_e, loss)]), dashed, open squares; below `low` a triangle at
     `low`."""
-    de = np.array(sorted(points), float)
+    de, seeds = zip(*sorted(points.items()))
+    de = np.array(de, float)
     col = COLORS[pe]
-    seeds = [points[x] for x in sorted(points)]
     mean = np.array([np.mean(f) for f in seeds])
     n = max(map(len, seeds))
     under = mean < low
@@ -349,26 +320,13 @@ def floor_lines(ax, pe, points, guess, low):
             ax.loglog(x[at], shown[at], marker, mfc="none", ms=4, color=col)
 
 
-def predicted_floors(predicted, pe, config):
-    """[(d_e, loss)] of FLOOR's rows of a PE at the runs' T, q and d, by d_e (FLOOR also
-    holds rows at other q, the test sets')."""
-    trained = (pe, config["T"], config["q"], config["d"])
-    return sorted(
-        (k[4], row["loss"]) for k, row in predicted.items() if k[:4] == trained
-    )
-
-
 def floor_bottom(by_pe, guess):
-    """A third of the lowest positive floor, trained or predicted, but onehot's (~0); where
-    there is none, of the lowest trained."""
-    scale, trained = [], []
+    """A third of the lowest positive floor, trained or predicted, but onehot's (~0)."""
+    scale = []
     for pe, points in by_pe.items():
-        floors = sum(points.values(), [])
-        trained += floors
         if pe != "onehot":
-            scale += floors + [y for _, y in guess[pe]]
-    positive = [x for x in scale if x > 0]
-    return min(positive or trained) / 3
+            scale += sum(points.values(), []) + [y for _, y in guess[pe] if y > 0]
+    return min(scale) / 3
 
 
 def figure_floor(runs, out, name, predicted):
@@ -380,18 +338,18 @@ def figure_floor(runs, out, name, predicted):
         floor = value(run["end"], "val")  # its final val, else the last logged
         if floor > 0:  # a null or zero loss: no place on the log axis
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    folder = runs[0]["path"].parent
-    runlog.require(
-        by_pe, f"{folder}: no positive final loss; {name}_floor not drawn", Skip
-    )
     config = runs[0]["config"]
-    guess = {pe: predicted_floors(predicted, pe, config) for pe in by_pe}
+    task = [config["T"], config["q"], config["d"]]  # FLOOR holds the test sets' q too
+    guess = defaultdict(list)  # {pe: [(d_e, loss)] by d_e}
+    for (pe, *at, de), row in sorted(predicted.items()):
+        if at == task:
+            guess[pe].append((de, row["loss"]))
     low = floor_bottom(by_pe, guess)
     fig, (ax,) = panels(1, 1.8, 1.5)
     for pe in sorted(by_pe):
         floor_lines(ax, pe, by_pe[pe], guess[pe], low)
     title = "loss floor against d_e"
-    if any(guess.values()):  # one legend entry for every PE's prediction
+    if any(guess[pe] for pe in by_pe):  # one legend entry for every PE's prediction
         legend_key(ax, "ks--", "best of W = cW*, V = αV* (predicted)", mfc="none", ms=4)
         title += ": trained (solid) vs predicted (dashed)"
     if any(low in line.get_ydata() for line in ax.lines):  # what lies below: at low
@@ -480,11 +438,6 @@ def bounds(row):
     return [row["m50"], row["lo"], row["hi"]]
 
 
-def unbounded(row):
-    """Whether a critical.json row's m50 lies beyond the scan: a bound unknown."""
-    return None in bounds(row)
-
-
 def figure_critical(summary, out, name):
     """Edelman et al.: the s-sparse AND's m50 against T with its 95% interval, its two fits
     and whether they separate; a colour per model, a marker per s."""
@@ -492,20 +445,16 @@ def figure_critical(summary, out, name):
     config = summary["config"]
     rows = summary["rows"]
     known = [x for x in np.ravel([bounds(r) for r in rows]) if x is not None]
-    scale = known or config["grid"]
-    ylim = (min(scale) / 1.5, max(scale) * 2.5)  # room for the arrows
+    scale = known or config["grid"]  # every m50 beyond the scan: its grid
+    ylim = (min(scale) / 1.5, max(scale) * 2.5)
     ss = sorted({r["s"] for r in rows})
     for model, s, mine, fit in by_model_and_s(summary):
         mark = "os^Dv"[ss.index(s) % 5]
         critical_points(ax, mine, fit, f"{model}, s={s}", COLORS[model], mark, ylim)
     legend_key(ax, "k-", "fit a + b ln T")
     legend_key(ax, "k:", "fit c T^k")
-    if any(map(unbounded, rows)):
-        legend_key(
-            ax, "ko", "open: m50 beyond the scan, the one bound known", mfc="none"
-        )
     ax.set_xscale("log")
-    x_ticks(ax, sorted({r["T"] for r in rows}))
+    x_ticks(ax, sorted({r["T"] for r in rows}))  # before the y scale: its minor ticks
     ax.set(
         xlabel="sequence length T (bits)",
         ylabel="m50 (training-set size), 95% interval",
@@ -523,27 +472,15 @@ def figure_critical(summary, out, name):
 
 
 def critical_points(ax, rows, fit, text, col, mark, ylim):
-    """One (model, s): m50 with its interval where both bounds are known, its fits there (the
-    T they were fitted to) within ylim; where one bound is known, an open marker and an
-    arrow."""
+    """One (model, s): m50 with its interval where both bounds are known (an m50 beyond the
+    scan is not drawn), its fits there (the T they were fitted to) within ylim."""
     if fit:
         verdict = (
             f"{fit['better']} fits better" if fit["separated"] else "fits not separated"
         )
         text += f": {verdict} (Δχ² {fit['delta_chi2']:.1f})"
-    points = [(r["T"], *bounds(r)) for r in rows if not unbounded(r)]
+    points = [(r["T"], *bounds(r)) for r in rows if None not in bounds(r)]
     bars(ax, points, fmt=mark, color=col, ms=4, label=text)
-    for r in rows:
-        bound = r["lo"] or r["hi"]
-        if unbounded(r) and bound is not None:
-            tip = bound * (2 if r["lo"] else 1 / 2)
-            ax.annotate(
-                "",
-                (r["T"], tip),
-                (r["T"], bound),
-                arrowprops=dict(arrowstyle="->", color=col),
-            )
-            ax.semilogx(r["T"], bound, mark, mfc="none", color=col)
     if fit:  # its two forms within ylim, over the T it was fitted to
         Ts = [p[0] for p in points]
         T = np.geomspace(min(Ts), max(Ts), 200)
@@ -628,10 +565,9 @@ def position_points(groups, pe, at, key):
     each, by L: at[pe], else its table's size."""
     points = []
     for g in groups:
-        config = g[0]["config"]
-        y = [value(r["end"], key) for r in g]
-        if config["pe"] == pe and np.isfinite(y).all():
-            L = config.get("positions") or at[pe]
+        if g[0]["config"]["pe"] == pe:
+            L = g[0]["config"].get("positions") or at[pe]
+            y = [value(r["end"], key) for r in g]
             points.append((L, np.mean(y), min(y), max(y)))
     return sorted(points)
 
@@ -646,23 +582,22 @@ def figure_positions(runs, out, name):
     at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}  # L -> ∞ at 4 L_max
     names = sets(runs, "T")
     fig, axes = panels(len(names))
-    prediction = runs[0]["path"].parent / "table_floor.json"
     ticks = [c["T"], *Ls, at["stochastic"]]
     labels = [*map(str, ticks[:-1]), "∞"]
+    # in distribution: randomized PE's constructions at the training T
+    rows = read(runs[0]["path"].parent / "table_floor.json")["rows"]
+    points = [
+        (r["positions"], r["table"], r["family"])
+        for r in rows
+        if r["pe"] == "randomized" and r["T"] == c["T"]
+    ]
+    L, table, family = np.array(sorted(points), float).T
     for key, ax in zip(names, axes):
         for pe, style in POSITIONS.items():
             points = position_points(groups, pe, at, key)
             if points:
                 bars(ax, points, color=COLORS[pe], ms=3.5, **style)
-        if key == "val" and prediction.exists():
-            # in distribution: randomized PE's constructions at the training T
-            rows = read(prediction)["rows"]
-            points = [
-                (r["positions"], r["table"], r["family"])
-                for r in rows
-                if r["pe"] == "randomized" and r["T"] == c["T"]
-            ]
-            L, table, family = np.array(sorted(points), float).T
+        if key == "val":  # after the points, over them
             ax.plot(L, table, "k--", label="best of a W that learns its table")
             ax.plot(L, family, "k:", label="best of W = cW*, V = αV*")
         title = f"val (T={c['T']}, as trained)" if key == "val" else key
@@ -678,15 +613,15 @@ def figure_positions(runs, out, name):
 
 
 def logged_curve(group, last):
-    """The steps every seed logged up to `last`, and (val, c, α) there (seeds, steps, 3); c =
-    norm_W cos_W / √d_e in logs from before c was logged."""
+    """The steps every seed logged up to `last`, and [val, c, α] there (each seeds x steps); c
+    = norm_W cos_W / √d_e in logs from before c was logged."""
     steps, val = spread(group, "val")
     c = spread(group, "c")[1]
     old = spread(group, "norm_W")[1] * spread(group, "cos_W")[1]
     c = np.where(np.isnan(c), old / np.sqrt(group[0]["config"]["de"]), c)
     alpha = spread(group, "alpha")[1]
     kept = steps <= last
-    return steps[kept], np.stack([val, c, alpha], -1)[:, kept]
+    return steps[kept], [y[:, kept] for y in (val, c, alpha)]
 
 
 def figure_dynamics(name, pairs, out):
@@ -696,10 +631,10 @@ def figure_dynamics(name, pairs, out):
     for gd, g in pairs:
         steps, seeds = logged_curve(g, gd["steps"])
         col = color(g, groups)
-        model = np.array(gd["rows"], float).T  # every few steps
-        for k, ax in enumerate(axes):  # val, c, α; save() keeps one legend entry
-            band(ax, steps, seeds[:, :, k], col, label=label(g, groups))
-            ax.plot(model[0], model[k + 1], color=col, ls="--")
+        model = np.array(gd["rows"], float).T  # every few steps: step, val, c, α
+        for ax, y, m in zip(axes, seeds, model[1:]):  # save() keeps one legend entry
+            band(ax, steps, y, col, label=label(g, groups))
+            ax.plot(model[0], m, color=col, ls="--")
     legend_key(axes[0], "k--", "W = cW*, V = αV* by GD (theory.family_dynamics)")
     ylabels = (f"validation loss {LOSS}", "c = ⟨W, W*⟩ / d_e", "α = ⟨V, V*⟩ / d")
     titles = ("val", "c", "α (where logged)")
@@ -727,12 +662,10 @@ def plateau_panel(ax, points, base, k):
     line = [p for p in points if all(p[0][j] == base[j] for j in SCANNED if j != k)]
     line.sort(key=lambda p: p[0][k])
     x = [p[0][k] for p in line]
-    for i, (style, text) in enumerate(
-        PLATEAU_LINES, 1
-    ):  # a None: not crossed, not drawn
+    # a None: not crossed, not drawn
+    for i, (style, text) in enumerate(PLATEAU_LINES, 1):
         ax.plot(x, np.array([p[i] for p in line], float), style, ms=5, label=text)
-    seeds = [(xi, p[4]) for xi, p in zip(x, line) if p[4]]
-    trained = [(xi, np.mean(h), min(h), max(h)) for xi, h in seeds]
+    trained = [(xi, np.mean(h), min(h), max(h)) for xi, (*_, h) in zip(x, line) if h]
     bars(ax, trained, fmt="o", color=COLORS["stochastic"], ms=3)
     ax.set(xscale="log", yscale="log", xlabel={"de": "d_e", "batch": "n"}.get(k, k))
     x_ticks(ax, x)
@@ -753,11 +686,6 @@ def figure_plateau(name, members, out):
     points = [plateau_point(gd, g) for _, pairs in members for gd, g in pairs]
     base = {k: statistics.mode([p[0][k] for p in points]) for k in SCANNED}
     varied = [k for k in SCANNED if len({p[0][k] for p in points}) > 1]
-    runlog.require(
-        varied,
-        f"{name}: its runs differ in none of {', '.join(SCANNED)}; {name} not drawn",
-        Skip,
-    )
     fig, axes = panels(len(varied), sharey=True)
     for ax, k in zip(axes, varied):
         plateau_panel(ax, points, base, k)
@@ -777,15 +705,11 @@ def figure_plateau(name, members, out):
 
 
 def draw(name, runs, out, report, predicted):
-    """Every figure an experiment's runs allow; one that cannot be drawn is reported. Of
-    transformer runs of one d_e Figures 1-4, and the floor figure (the trained d_e against
-    these) where FLOOR predicts 3 d_e or more at their T."""
+    """Every figure an experiment's transformer runs allow (FCN runs: their table alone); one
+    that cannot be drawn is reported. Of runs of one d_e Figures 1-4, and the floor figure
+    (the trained d_e against these) where FLOOR predicts 3 d_e or more at their T."""
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
-    fcn = [r for r in runs if r not in tf]
-    if fcn:
-        report.draw(figure_tests, fcn, out, name, "q", "fcn_training", {})
-    tables_sizes = {r["config"].get("positions") for r in tf} - {None}
-    if len(tables_sizes) >= 2:
+    if len({r["config"].get("positions") for r in tf} - {None}) >= 2:
         report.draw(figure_positions, tf, out, name)
         return
     if len({r["config"]["de"] for r in tf}) >= 3:
@@ -793,15 +717,11 @@ def draw(name, runs, out, report, predicted):
         return
     if not tf:
         return
-    curves = family_curves(configurations(tf), predicted)
-    folder = tf[0]["path"].parent
-    model = runlog.read(folder / PLATEAU)["rows"][0] if whole_curve(folder) else None
     report.draw(figure_training, tf, out, name)
     for group, suffix in (("T", "length"), ("q", "qtest")):
         if sets(tf, group) != ["val"]:  # some set of that group logged
-            both = (curves, model)
-            report.draw(figure_tests, tf, out, name, group, suffix, *both)
-    report.draw(figure_weights, tf, out, name, report)
+            report.draw(figure_tests, tf, out, name, group, suffix, predicted)
+    report.draw(figure_weights, tf, out, name)
     T = tf[0]["config"]["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
         report.draw(figure_floor, tf, out, name, predicted)
@@ -828,19 +748,18 @@ def draw_summaries(summaries, out, report):
     """The figure (out=None: the table) of each summary; a needed_de.json's with the
     sweep.json's beside it; the tables of several sweep.json, their widths at the largest
     budgets."""
-    loaded = {p: report.attempt(load_summary, p) for p in summaries}
+    loaded = {p: load_summary(p) for p in summaries}
     for path, summary in loaded.items():
-        if summary:
-            sweep = loaded.get(path.parent / "sweep.json")
-            needed = path.name == "needed_de.json"
-            if sweep and needed and not same_target(summary, sweep):
-                why = "trained to another --eps, q or d: its trained d_e left out"
-                report.say("warning", f"{path}: the sweep.json beside it {why}")
-                sweep = None
-            report.draw(draw_summary, path, summary, sweep, out)
+        sweep = loaded.get(path.parent / "sweep.json")
+        needed = path.name == "needed_de.json"
+        if sweep and needed and not same_target(summary, sweep):
+            why = "trained to another --eps, q or d: its trained d_e left out"
+            report.say("warning", f"{path}: the sweep.json beside it {why}")
+            sweep = None
+        report.draw(draw_summary, path, summary, sweep, out)
     sweeps = [(p, s) for p, s in loaded.items() if p.name == "sweep.json"]
     if out is None and len(sweeps) > 1:
-        report.attempt(table_largest, [(p, s) for p, s in sweeps if s])
+        report.attempt(table_largest, sweeps)
 
 
 def draw_all(experiments, summaries, out, report):
@@ -850,31 +769,37 @@ def draw_all(experiments, summaries, out, report):
     scans = scans_of(loaded)
     # a scan's points: its table and figure alone
     alone = [x for x in loaded if x[0].parent not in scans]
-    for _, name, runs, predicted, _ in alone:
-        if runs and out is None:
-            tabulate(name, runs, report, predicted)
-        elif runs:
-            draw(name.replace("/", "_"), runs, out, report, predicted)
-    for _, name, _, _, pairs in alone if out else ():  # DYNAMICS: the curves
-        if pairs:
-            report.draw(figure_dynamics, name.replace("/", "_"), pairs, out)
-    for parent, members in scans.items() if out else ():  # a scan's t_1/2
+    if out is None:
+        return tabulate_all(loaded, alone, summaries, report)
+    for _, name, runs, predicted, pairs in alone:
+        name = name.replace("/", "_")
+        draw(name, runs, out, report, predicted)
+        if pairs:  # DYNAMICS: the curves
+            report.draw(figure_dynamics, name, pairs, out)
+    for parent, members in scans.items():  # a scan's t_1/2
         report.draw(figure_plateau, parent.name, members, out)
-    modelled = [(f, p) for f, *_, p in loaded if p and (f / PLATEAU).exists()]
-    if out is None and modelled:
-        named = [(str(f.relative_to(f.parents[1])), p) for f, p in modelled]
-        report.draw(table_plateau_model, named)
-    whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
-    if out is None and whole:
-        report.draw(table_whole_curve, whole)
-        report.draw(table_floor_excess, whole)
     draw_summaries(summaries, out, report)
 
 
+def tabulate_all(loaded, alone, summaries, report):
+    """Every table of the experiments (those of a scan's points: `alone`) and summaries."""
+    for _, name, runs, predicted, _ in alone:
+        if runs:
+            tabulate(name, runs, report, predicted)
+    # tables without a row are not printed
+    named = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
+    report.draw(table_plateau_model, named)
+    whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
+    report.draw(table_whole_curve, whole)
+    report.draw(table_floor_excess, whole)
+    draw_summaries(summaries, None, report)
+
+
 def whole_curve(folder):
-    """Whether the folder's PLATEAU has theory.whole_curve's sets."""
+    """The folder's PLATEAU row where it has theory.whole_curve's sets, else None."""
     path = folder / PLATEAU
-    return path.exists() and "sets" in runlog.read(path)["rows"][0]
+    row = runlog.read(path)["rows"][0] if path.exists() else {}
+    return row if "sets" in row else None
 
 
 def parser():
@@ -885,6 +810,7 @@ def parser():
     p.add_argument(
         "--out",
         default="runs/figures",
+        type=Path,
         help="folder for the PNG and PDF files"
         " (default runs/figures: the committed gallery figures/ is written only"
         " when named here)",
@@ -897,7 +823,6 @@ def parser():
         nargs="+",
         default=FORMATS,
         choices=("png", "pdf", "svg"),
-        action=runlog.Distinct,
         help="file formats of each figure (default png pdf; PDF takes half the time)",
     )
     return p
@@ -906,16 +831,14 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     report = Report()
-    out = Path(args.out)
     experiments, summaries = find_experiments(args.paths, report)
-    figures = None if args.table else (out, args.formats)
+    figures = None if args.table else (args.out, args.formats)
     draw_all(experiments, summaries, figures, report)
     for line in report:
         print(line, file=sys.stderr)
     if not report.drawn:
         what = "printed" if args.table else "drawn"
-        why = " (every run and summary was skipped, see above)" if report else ""
-        runlog.fail("plots.py", f"nothing {what} from {' '.join(args.paths)}{why}")
+        runlog.fail("plots.py", f"nothing {what} from {' '.join(args.paths)}")
     skipped = any(line.startswith("plots.py: skipped:") for line in report)
     sys.exit(2 if skipped else 0)
 

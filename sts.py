@@ -19,8 +19,8 @@ Fully-Connected Nets Cannot", ICML 2024. Notation (the paper's values in bracket
 
     python sts.py [--T 40 --de 128 --steps 3000]   # SGD on STS_q: stochastic vs fixed PE
 
-NumPy only: run it, paste it in a notebook cell (then demo()) or `%run sts.py`; demo,
-train, evaluate, family_floor name a bad argument in a ValueError. theory.py: research.
+NumPy only: run it, paste it in a notebook cell (then demo()) or `%run sts.py`. A typo
+in a name, q outside 1..T or T past the PE table is a ValueError. theory.py: research.
 """
 import argparse
 import os
@@ -33,8 +33,6 @@ import numpy as np  # noqa: E402
 
 PURPOSES = ("data", "init", "table")  # one random stream per purpose of a seed
 PE_KINDS = ("onehot", "fixed", "stochastic", "randomized")  # PositionalEncoding's kinds
-ATTENDS = ("tokens", "query")  # forward's attend
-INITS = ("zero", "random")  # init_weights' init
 Batch = namedtuple("Batch", "Z z_q target idx mask")  # what sample_batch returns
 
 
@@ -53,6 +51,8 @@ class PositionalEncoding:
     """p_1 ... p_T in R^{d_e}: a table of L = max_len (fixed, randomized) or none."""
 
     def __init__(self, kind, d_e, max_len, seed=0):
+        if kind not in PE_KINDS:  # a typo would silently be a table of None
+            raise ArgumentError(f"kind must be one of {PE_KINDS} (got {kind!r})")
         self.kind = kind
         self.d_e = d_e
         self.table = None
@@ -62,24 +62,24 @@ class PositionalEncoding:
             G = stream(seed, "table").standard_normal((d_e, max_len))  # drawn once
             self.table = unit_columns(G)
 
-    def __call__(self, rng, n, T, dtype="float64"):
+    def __call__(self, rng, n, T):
         """P for n sequences of length T: shape (n, d_e, T), or (1, d_e, T) when shared."""
         if self.kind == "stochastic":
-            return unit_columns(rng.standard_normal((n, self.d_e, T), dtype=dtype))
+            return unit_columns(rng.standard_normal((n, self.d_e, T)))
         if self.kind == "randomized":  # T of the L positions, uniform, in order
             order = np.argsort(rng.random((n, self.table.shape[1])), -1)
             pick = np.sort(order[:, :T], -1)
-            return self.table[:, pick].transpose(1, 0, 2).astype(dtype, copy=False)
-        return self.table[None, :, :T].astype(dtype, copy=False)
+            return self.table[:, pick].transpose(1, 0, 2)
+        return self.table[None, :, :T]
 
 
-def sample_batch(rng, n, T, q, d, pe, dtype="float64"):
+def sample_batch(rng, n, T, q, d, pe):
     """n fresh sequences: Z (n, D, T), z_q (n, D), target (n, d), y as idx and mask."""
-    X = rng.standard_normal((n, d, T), dtype=dtype)  # x_i ~ N(0, I_d)
+    X = rng.standard_normal((n, d, T))  # x_i ~ N(0, I_d)
     idx = np.argsort(rng.random((n, T)), axis=-1)[:, :q]  # a uniform permutation's first q
-    mask = np.zeros((n, T), dtype=X.dtype)
+    mask = np.zeros((n, T))
     np.put_along_axis(mask, idx, 1.0, axis=-1)
-    P = np.broadcast_to(pe(rng, n, T, dtype), (n, pe.d_e, T))  # a shared table: a view
+    P = np.broadcast_to(pe(rng, n, T), (n, pe.d_e, T))  # a shared table: a view
     return Batch(*embed(X, P, mask), sts_target(X, mask), idx, mask)  # Z, z_q, target
 
 
@@ -164,7 +164,7 @@ def learning_rate(step, lr, anneal_at=None, anneal_factor=1.0):
 def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=0,
           progress=True):
     """Online SGD, a fresh batch every step. Returns W, V and every step's training loss."""
-    check_args(**locals())  # each argument by its rule in ARGUMENTS
+    check_args(T, q, pe, attend, init)
     rng = stream(seed, "data")
     W, V = init_weights(d, pe.d_e, init, seed)
     losses = np.empty(steps)
@@ -182,7 +182,7 @@ def train(pe, T, q, d, steps, lr=1.0, n=256, attend="tokens", init="zero", seed=
 
 def evaluate(W, V, pe, T, q, d, n=2048, attend="tokens", seed=12345):
     """The loss on n fresh sequences of length T from `seed` (the same for all models)."""
-    check_args(**locals())
+    check_args(T, q, pe, attend)
     b = sample_batch(np.random.default_rng(seed), n, T, q, d, pe)
     return loss(forward(W, V, b.Z, b.z_q, attend)[0], b.target)
 
@@ -199,6 +199,7 @@ def family_draws(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridge=None)
     """n sequences as the family sees them: X, scores S_i = p_i^T M s at c = 1, target."""
     rng = stream(seed, "data")
     pe = PositionalEncoding(kind, d_e, positions or T, seed)
+    check_args(T, q, pe)
     M = table_metric(d_e, pe.table, ridge)  # (d_e, d_e)
     chunks = []
     for lo in range(0, n, 512):  # chunks: P at n = 4096, T = 200 would not fit
@@ -214,22 +215,16 @@ def family_output(draws, c):
     return np.einsum("ndt,nt->nd", draws[0], softmax(c * draws[1]))  # draws: X, scores
 
 
-def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None, ridge=None):
-    """The loss of W = c W*, V = alpha V* (with a ridge, W = c M) on n draws."""
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
+def family_loss(kind, T, q, d, d_e, c, alpha, n=4096, seed=0, positions=None):
+    """The loss of W = c W*, V = alpha V* on n draws."""
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
     return float(loss(alpha * family_output(draws, c), draws[2]))
 
 
-def family_floor(kind, T, q, d, d_e, n=4096, seed=0, c_max=1e4, positions=None,
-                 ridge=None):
+def family_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None):
     """(loss, c, alpha): the least family_loss on n sequences, the floor of W*'s line."""
-    check_args(**locals())
-    long_enough = positions is None or whole(positions, T)
-    check(long_enough, "positions", f"an integer >= T = {T}", positions)
-    has_table = ridge is None or kind != "stochastic"
-    check(has_table, "ridge", "None with stochastic PE, which has no table", ridge)
-    draws = family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
-    return scale_floor(draws, c_max)[:3]
+    draws = family_draws(kind, T, q, d, d_e, n, seed, positions)
+    return scale_floor(draws)[:3]
 
 
 def golden_min(f, lo, hi):
@@ -242,13 +237,13 @@ def golden_min(f, lo, hi):
     return (lo + hi) / 2
 
 
-def scale_floor(draws, c_max=1e4):
+def scale_floor(draws):
     """(loss, c, alpha, se): the family's least loss on `draws`, its Monte-Carlo se."""
     def best(log_c):  # the loss at c = e^log_c and alpha by least squares
         g = family_output(draws, np.exp(log_c))
         alpha = (g * draws[2]).sum() / (g * g).sum()
         return loss(alpha * g, draws[2]), alpha
-    log_c = golden_min(lambda x: best(x)[0], np.log(1e-3), np.log(c_max))  # unimodal
+    log_c = golden_min(lambda x: best(x)[0], np.log(1e-3), np.log(1e4))  # unimodal
     value, alpha = best(log_c)
     c = float(np.exp(log_c))
     each = 0.5 * ((alpha * family_output(draws, c) - draws[2]) ** 2).sum(-1)  # per sequence
@@ -262,54 +257,29 @@ def family_fit(W, V, d):
     return float(c), float((V * V_star).sum() / V_star.sum())
 
 
-# ---------------------------- The door: the arguments of the course's functions, the CLI
+# ------------------------------------------- The door: the mistakes users really make
 class ArgumentError(ValueError):
     """A caller's or a user's bad argument, told apart from a ValueError of NumPy (a bug)."""
 
 
-def check(ok, argument, accepts, got):
-    """A typo stops at once: ArgumentError("q must be ... (got -1)"), never another run."""
-    if not ok:
-        raise ArgumentError(f"{argument} must be {accepts} (got {got!r})")
-
-
-def whole(value, low=1):  # an integer >= low, not 2.0 nor True
-    integer = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    return integer and value >= low
-
-
-def real(value, low=0.0):  # a finite number > low (NaN fails `<`), not True
-    number = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
-    return number and low < value < np.inf
-
-
-ARGUMENTS = {}  # each checked argument's name: (what it accepts, its test)
-for name in ("T", "d", "d_e", "n", "steps", "start"):
-    ARGUMENTS[name] = ("a positive integer", whole)
-ARGUMENTS["seed"] = ("an integer >= 0", lambda v: whole(v, 0))
-ARGUMENTS["lr"] = ARGUMENTS["target"] = ("a positive finite number", real)
-for name, values in (("kind", PE_KINDS), ("init", INITS), ("attend", ATTENDS)):
-    ARGUMENTS[name] = (f"one of {values}", values.__contains__)
-ARGUMENTS["c_max"] = ("> 0.001, where the search over c starts", lambda v: real(v, 1e-3))
-ARGUMENTS["pe"] = ("a PositionalEncoding", lambda v: isinstance(v, PositionalEncoding))
-
-
-def check_args(T, q, **named):
-    """Each argument by its rule in ARGUMENTS, q against T, T against pe's table."""
-    for name, value in dict(T=T, **named).items():
-        if name in ARGUMENTS:
-            accepts, test = ARGUMENTS[name]
-            check(test(value), name, accepts, value)
-    check(whole(q) and q <= T, "q", f"an integer with 1 <= q <= T = {T}", q)
-    pe = named.get("pe")
+def check_args(T, q, pe=None, attend="tokens", init="zero"):
+    """A typo in a name, q outside 1..T, T past pe's table: each would run on, wrong.
+    Bad sizes meet NumPy's own error."""
+    if attend not in ("tokens", "query"):  # forward would attend the query too
+        raise ArgumentError(f"attend must be 'tokens' or 'query' (got {attend!r})")
+    if init not in ("zero", "random"):  # init_weights would draw at random
+        raise ArgumentError(f"init must be 'zero' or 'random' (got {init!r})")
+    if not 1 <= q <= T:  # the target would average all T tokens
+        raise ArgumentError(f"q must be an integer with 1 <= q <= T = {T} (got {q!r})")
     L = T if pe is None or pe.table is None else pe.table.shape[1]
-    check(T <= L, "T", f"at most the PE table's {L} positions", T)
+    if T > L:
+        raise ArgumentError(f"T must be at most the PE table's {L} positions (got {T!r})")
 
 
 # -------------------------------------------------------------------------- The demo
 def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
     """Train with stochastic and fixed PE; report loss, cosines, loss at longer T."""
-    check_args(**locals())
+    check_args(T, q)
     W_star, V_star = ground_truth(d, d_e)
     tests = (T, 2 * T, 4 * T)  # the lengths evaluated
     print(f"STS_q demo: T={T} q={q} d={d} d_e={d_e}, {steps} SGD steps of n=256,"
@@ -332,16 +302,24 @@ def demo(T=20, q=3, d=5, d_e=64, steps=1500, lr=1.0, seed=0):
 
 
 # ------------------------------------------------------------------ The command line
+def positive(text):
+    """argparse's type for a size: an integer >= 1 (its ValueError: argparse's one line)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def parser():
     """The demo's flags; an error is one line on stderr (no usage block), status 2."""
     p = argparse.ArgumentParser(prog="sts.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.error = lambda message: p.exit(2, f"sts.py: error: {message}\n")
-    p.add_argument("--T", type=int, default=20, help="training sequence length")
-    p.add_argument("--q", type=int, default=3, help="subset size, 1 <= q <= T")
-    p.add_argument("--d", type=int, default=5, help="token dimension")
-    p.add_argument("--de", dest="d_e", type=int, default=64, help="PE dimension d_e")
-    p.add_argument("--steps", type=int, default=1500, help="SGD steps per run")
+    p.add_argument("--T", type=positive, default=20, help="training sequence length")
+    p.add_argument("--q", type=positive, default=3, help="subset size, 1 <= q <= T")
+    p.add_argument("--d", type=positive, default=5, help="token dimension")
+    p.add_argument("--de", dest="d_e", type=positive, default=64, help="PE dimension d_e")
+    p.add_argument("--steps", type=positive, default=1500, help="SGD steps per run")
     p.add_argument("--lr", type=float, default=1.0, help="SGD learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed of data, table and init")
     return p
@@ -352,12 +330,14 @@ def main(argv=None):
     p = parser()
     try:
         args = p.parse_args(argv)
+        if not 0 < args.lr < np.inf:  # a negative rate climbs the loss
+            p.error(f"--lr must be a positive finite number (got {args.lr})")
     except SystemExit as done:  # --help printed: return, as a kernel shows SystemExit(0)
         return sys.exit(done.code) if done.code else None
     try:
-        rows = demo(**vars(args))  # the flags are demo's arguments, checked before it runs
-    except ArgumentError as e:  # a user's flag, named as typed (--de sets d_e): status 2
-        p.exit(2, "sts.py: error: --" + str(e).replace("d_e", "de", 1) + "\n")
+        rows = demo(**vars(args))  # the flags are demo's arguments: q checked before it runs
+    except ArgumentError as e:  # q > T: status 2
+        p.error(f"--{e}")
     except KeyboardInterrupt:
         p.exit(130, "sts.py: interrupted\n")
     except BrokenPipeError:  # `python sts.py | head -1`: the reader has gone, end quietly

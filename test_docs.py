@@ -706,7 +706,7 @@ def test_run_course_copies_runs_over_a_users_files_without_deleting_them(tmp_pat
         text=True,
         check=True,
     ).stdout.splitlines()[-1]
-    copies = listed.split(" && python plots.py")[0]
+    copies = listed.split(" && python theory.py")[0]
     for folder in ("sgd", "adam"):
         for run in (
             f"{pe}-de64-seed{s}" for pe in ("stochastic", "fixed") for s in "012"

@@ -80,7 +80,7 @@ def test_plots_draws_every_figure_and_table_from_tiny_runs(
             ]
         )
     assert done.value.code == 0
-    expected = [*(f"sgd_{f}" for f in FIGURES), "floor_floor", "fcn_fcn_training"]
+    expected = [*(f"sgd_{f}" for f in FIGURES), "floor_floor"]  # FCN runs: a table
     assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == sorted(
         f"{n}.{e}" for n in expected for e in ("pdf", "png")
     )
@@ -675,6 +675,7 @@ def test_plots_overlays_and_tabulates_the_predicted_floor(
     assert ("--", [4, 8, 16], stochastic) in [
         tuple(drawing) for _, *drawing in lines
     ]  # dashed
+    theory.main(["--own", str(floor), "--n", "64"])  # the table's pairs
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         plots.main([str(floor), "--table"])
@@ -958,7 +959,7 @@ PLOT_CASES = {
             os.mkfifo(r / FIXED / "weights_final.npz"),
         ],
         2,
-        WHOLE,
+        WHOLE[:3],  # a run's weights missing: no weights figure
         1,
         "fixed-de3-seed0/weights_final.npz: not a regular file",
     ),
@@ -1199,13 +1200,13 @@ def test_plots_from_the_shell_skips_a_bad_run_writes_to_runs_figures_and_says_wh
 @pytest.mark.parametrize(
     "flags, fragment",
     [
-        (["--formats", "png", "png"], "--formats: lists a value twice (got png png)"),
+        (["--formats", "pgn"], "--formats: invalid choice: 'pgn'"),
     ],
 )
 def test_plots_bad_input_is_one_line_and_exit_status_2_before_anything_is_read(
     tmp_path, capsys, monkeypatch, flags, fragment
 ):
-    """A format twice: refused at the door, nothing written."""
+    """A format mistyped: refused at the door, nothing written."""
     fake_run(tmp_path / "exp" / "stochastic-de3-seed0", "stochastic")
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.rglob("*"))

@@ -286,9 +286,10 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
     tried = {}
 
     def met(d_e):  # is the floor at d_e <= target? (cached)
-        sts.check(
-            d_e <= de_max, "target", f"a loss that d_e <= {de_max} reaches", target
-        )
+        if d_e > de_max:  # caught by main: --eps too small
+            raise sts.ArgumentError(
+                f"target must be a loss that d_e <= {de_max} reaches (got {target!r})"
+            )
         if d_e not in tried:
             draws = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
             tried[d_e] = sts.scale_floor(draws)
