@@ -110,7 +110,7 @@ def plateau_steps(T, q, d, d_e, lr, floor):
 
 
 # ------------- The SGD model without its draws' error: tokens integrated, SGD's noise measured
-def curve_draws(T, q, d, d_e, n=2048, seed=0):
+def curve_draws(T, q, d, d_e, n, seed):
     """sts.family_draws' stochastic-PE sequences (the same n): the scores S = P^T s (n, T), the
     subset's mask (n, T), |s|^2 (n,) and the tokens X (n, d, T), which only SGD's noise needs."""
     rng = sts.stream(seed, "data")
@@ -232,7 +232,7 @@ def set_loss(draws, c, alpha, size, d_e):
     return float(each.mean() + cost), float(sd), float(cost)
 
 
-def exact_floor(T, q, d, d_e, n=8192, seed=0):
+def exact_floor(T, q, d, d_e, n, seed):
     """The family's floor with the tokens integrated: min over (c, alpha) of exact_gradient's
     loss (alpha = <sigma, m/q> / |sigma|^2 by least squares; sts.golden_min on log c)."""
     S, mask = curve_draws(T, q, d, d_e, n, seed)[:2]
@@ -336,12 +336,14 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
                 row = dict(pe="randomized", **task, positions=L)
                 row.update(family=value, family_se=se, table=table, table_se=tse)
                 row.update(c=tc, alpha=ta, ridge=r)
-            where = f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}"
-            print(f"{where}: {text} ({n} sequences; achievable losses, not bounds)")
+            print(
+                f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}: {text}"
+                f" ({n} sequences; achievable losses, not bounds)"
+            )
             yield row
 
 
-def widths(Ts, q, d, target, seed=0, de=8, n=4096):
+def widths(Ts, q, d, target, seed, de=8, n=4096):
     """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
     answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
     for T in sorted(Ts):
