@@ -416,12 +416,16 @@ def length_row(k, g, groups, own, predicted):
         share = (value(at_set, key) - value(at_val, key)) / rise
         share_se = math.hypot(value(at_set, se), value(at_val, se)) / abs(rise)
         best_share = quoted(share, share_se)
-    own_loss = quoted_from(mine, "own", "own_se")
-    best_loss = quoted_from(at_set, key, se)
-    own_share = quoted_from(mine, "share", "share_se")
-    slopes = mean_sd([slope(r, k) for r in g], ".2g")
-    cells = [mean_sd(trained), own_loss, best_loss, own_share, best_share, slopes]
-    return [f"T={T}, q={q}", label(g, groups), *cells]
+    return [
+        f"T={T}, q={q}",
+        label(g, groups),
+        mean_sd(trained),
+        quoted_from(mine, "own", "own_se"),
+        quoted_from(at_set, key, se),
+        quoted_from(mine, "share", "share_se"),
+        best_share,
+        mean_sd([slope(r, k) for r in g], ".2g"),  # the slope per 10k steps
+    ]
 
 
 def table_length(name, runs, predicted):
@@ -759,7 +763,6 @@ def sweep_row(path, r, eps):
     width = r["width"] or f"> {tried}"
     val = "-" if r["val"] is None else r["val"]
     sd = f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""
-    below = last_quarter(path, r, eps)[:2]
     return [
         r["model"],
         r["T"],
@@ -767,7 +770,7 @@ def sweep_row(path, r, eps):
         width,
         r["params"] or "-",
         f"{val}{sd}",
-        *below,
+        *last_quarter(path, r, eps)[:2],  # the widths below, settled
     ]
 
 
@@ -891,14 +894,15 @@ def whole_curve_row(folder, g, model, key):
     outside = int((far & ~(lags <= LAG)).sum())
     largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
     compared = f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})"
-    counts = [int(far.sum()), worst, outside]
     return [
         folder,
         key,
         *plateau_setting(g),
         compared,
         largest,
-        *counts,
+        int(far.sum()),
+        worst,
+        outside,
         final_gap(g, s, key),
     ]
 
@@ -980,13 +984,15 @@ def excess_row(folder, g, model, predicted, key):
     excess = final - floor["loss"]
     short = s["loss"] - s["cost"] - floor["loss"]  # c, alpha short of the floor's
     rest = final - s["loss"]
-    cells = [
+    return [
+        folder,
+        key,
+        *plateau_setting(g),
         quoted(excess, math.hypot(measured_se, floor["se"])),
         fmt(s["cost"]),
         quoted(short, math.hypot(s["se"], floor["se"])),
         quoted(rest, math.hypot(measured_se, s["se"])),
     ]
-    return [folder, key, *plateau_setting(g), *cells]
 
 
 def table_floor_excess(experiments):
