@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 
-import runlog
 from rundirs import (
     DYNAMICS,
     FLOOR,
@@ -71,10 +70,6 @@ def mean_sd(xs, spec=".4f"):
     return cell
 
 
-def nan_if_none(xs):
-    return [NAN if x is None else x for x in xs]
-
-
 def over_seeds(pairs):
     """Cells of per-seed (d, se): d's mean ± s over the seeds, the mean's se sqrt(sum se^2) / k."""
     squares = sum(s * s for _, s in pairs)
@@ -86,6 +81,19 @@ def over_seeds_se(x):
     """The seeds' s / sqrt(seeds) (along the first axis); one seed: 0."""
     x = np.asarray(x, float)
     return np.std(x, 0, ddof=1) / math.sqrt(len(x)) if len(x) > 1 else 0.0
+
+
+def finals(g, key, name="final"):
+    """Each seed's summary.json `name` ("final", "final_se") at set `key` (NaN: none)."""
+    return [value(flat(r["summary"].get(name, {})), key) for r in g]
+
+
+def measured(g, key):
+    """The seeds' mean final loss at set `key` and its se: the validation set's final_se and the
+    seeds' s/√seeds in quadrature."""
+    losses = finals(g, key)
+    se = math.hypot(mean(finals(g, key, "final_se")), over_seeds_se(losses))
+    return mean(losses), se
 
 
 def slope(run, name):
@@ -220,7 +228,6 @@ def markdown(caption, header, rows):
 
 def tabulate(name, runs, report, predicted):
     """Every table of tables.py that an experiment's runs allow; one that cannot be is reported."""
-    at = runs[0]["path"].parent
     tf = [r for r in runs if r["config"]["model"] == "transformer"]
     fcn = [r for r in runs if r["config"]["model"] == "fcn"]
     for mine in (fcn, tf):  # a table per model
@@ -231,7 +238,7 @@ def tabulate(name, runs, report, predicted):
         report.attempt(table_length, name, tf, predicted)
     if predicted:
         report.attempt(table_floor, name, tf, predicted)
-    if (at / "table_floor.json").exists():
+    if (runs[0]["path"].parent / "table_floor.json").exists():
         report.attempt(table_selection, name, tf)
 
 
@@ -239,14 +246,13 @@ def config_row(g, groups, names, final, shape, cos):
     """table's row of a configuration g."""
     steps = [r["log"][-1]["step"] for r in g]
     span = sorted({min(steps), max(steps)})
-    se = [flat(r["summary"].get("final_se", {})) for r in g]
     row = [label(g, groups)]
     row += [g[0]["config"].get(k, "-") for k in shape]
     row += [len(g), "-".join(map(str, span))]
     for k in names:
         cell = mean_sd([value(r["end"], k) for r in g])
         if final:
-            cell += f" [{fmt(mean(value(s, k) for s in se))}]"
+            cell += f" [{fmt(mean(finals(g, k, 'final_se')))}]"
         row.append(cell)
     return row + [mean_sd([value(r["log"][-1], k) for r in g]) for k in cos]
 
@@ -353,7 +359,6 @@ def quoted_from(row, key, se):
 def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = g[0]["config"]
-    row = best(predicted, c, "val")
     floor = own_of(g[0]["path"].parent).get("floor", [])
     pairs = {x["run"]: x for x in floor}  # theory.py --own's
     both = [pairs[name] for name in run_names(g) if name in pairs]
@@ -362,9 +367,9 @@ def floor_row(g, predicted):
     seeds = f"{len(both)} of {len(g)}"
     differences = over_seeds([(x["difference"], x["se"]) for x in both])
     ratio = fmt(mean(trained) / mean(family), "#.3g")
-    floor = quoted_from(row, "loss", "se")
-    losses = [floor, mean_sd(trained), mean_sd(family), *differences, ratio]
-    return [c["pe"], c["de"], seeds, *losses]
+    floor = quoted_from(best(predicted, c, "val"), "loss", "se")
+    losses = [mean_sd(trained), mean_sd(family), *differences, ratio]
+    return [c["pe"], c["de"], seeds, floor, *losses]
 
 
 def table_floor(name, runs, predicted):
@@ -411,12 +416,16 @@ def length_row(k, g, groups, own, predicted):
         share = (value(at_set, key) - value(at_val, key)) / rise
         share_se = math.hypot(value(at_set, se), value(at_val, se)) / abs(rise)
         best_share = quoted(share, share_se)
-    own_loss = quoted_from(mine, "own", "own_se")
-    best_loss = quoted_from(at_set, key, se)
-    own_share = quoted_from(mine, "share", "share_se")
-    slopes = mean_sd([slope(r, k) for r in g], ".2g")
-    cells = [mean_sd(trained), own_loss, best_loss, own_share, best_share, slopes]
-    return [f"T={T}, q={q}", label(g, groups), *cells]
+    return [
+        f"T={T}, q={q}",
+        label(g, groups),
+        mean_sd(trained),
+        quoted_from(mine, "own", "own_se"),
+        quoted_from(at_set, key, se),
+        quoted_from(mine, "share", "share_se"),
+        best_share,
+        mean_sd([slope(r, k) for r in g], ".2g"),  # the slope per 10k steps
+    ]
 
 
 def table_length(name, runs, predicted):
@@ -432,10 +441,8 @@ def table_length(name, runs, predicted):
         else f"none here (theory.py --own DIR --n N: {OWN})"
     )
     trained_at = groups[0][0]["config"]
-    rows = []
-    for k in names if len(names) > 1 else []:
-        for g in groups:
-            rows.append(length_row(k, g, groups, own, predicted))
+    tested = names if len(names) > 1 else []  # the training set alone: no table
+    rows = [length_row(k, g, groups, own, predicted) for k in tested for g in groups]
     caption = (
         f"{name}: at each length and subset size (T={trained_at['T']},"
         f" q={trained_at['q']}: as trained), the final loss, mean ± s (the sample"
@@ -537,15 +544,13 @@ def by_model_and_s(summary):
     return out
 
 
-def scanned(x):
-    return "?" if x is None else f"{x:.0f}"
-
-
 def interval(row):
     """A critical.json row's "m50 [lo, hi]" ('?': beyond the scan; '-': no row)."""
     if row is None:
         return "-"
-    m50, lo, hi = [scanned(row[k]) for k in ("m50", "lo", "hi")]
+    m50, lo, hi = [
+        "?" if row[k] is None else f"{row[k]:.0f}" for k in ("m50", "lo", "hi")
+    ]
     return f"{m50} [{lo}, {hi}]"
 
 
@@ -594,7 +599,7 @@ def needed_row(r, d):
     if finite(r["de_se"]):
         de += f" ± {r['de_se']:.1f}"
     floor = f"{r['floor']:.4f} ± {r['se']:.4f}"
-    tried = len(r.get("tried", []))
+    tried = len(r["tried"])
     return [r["T"], de, d + r["de"], floor, tried, r.get("seconds", "-")]
 
 
@@ -646,9 +651,8 @@ def quarter_vals(path, row, m):
     """The seeds' mean val of the FCN of width m at 3/4 of the training every seed logged (at
     least the row's budget) and at its end, and that end."""
     pattern = f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl"
-    logs = []
-    for f in path.parent.glob(pattern):
-        logs.append({r["step"]: value(r, "val") for r in read_log(f, Report())})
+    files = path.parent.glob(pattern)
+    logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in files]
     lasts = [max(log, default=0) for log in logs]
     end = max(row["steps"], min(lasts, default=0))
     a = mean([log.get(end * 3 // 4, NAN) for log in logs])
@@ -664,7 +668,7 @@ def last_quarter(path, row, eps):
     width = row["width"]
     below = []
     settled = "-"
-    fcn = row["model"] == "fcn"
+    fcn = row["model"] == "fcn"  # the transformer's widths below: none
     tried = [w for w, _ in row["tried"] if fcn and w < (width or math.inf)]
     for m in sorted(tried, reverse=True):
         a, b, end = quarter_vals(path, row, m)
@@ -699,10 +703,7 @@ def spans(k):
     """(lo, hi) of every run of 3 or more consecutive of k points (or 2, all there are)."""
     if k == 2:
         return [(0, k)]
-    out = []
-    for hi in range(3, k + 1):
-        out += [(lo, hi) for lo in range(hi - 2)]
-    return out
+    return [(lo, hi) for hi in range(3, k + 1) for lo in range(hi - 2)]
 
 
 def slope_row(what, part):
@@ -762,7 +763,6 @@ def sweep_row(path, r, eps):
     width = r["width"] or f"> {tried}"
     val = "-" if r["val"] is None else r["val"]
     sd = f" ± {r['val_sd']}" if r.get("val_sd") is not None else ""
-    below = last_quarter(path, r, eps)[:2]
     return [
         r["model"],
         r["T"],
@@ -770,7 +770,7 @@ def sweep_row(path, r, eps):
         width,
         r["params"] or "-",
         f"{val}{sd}",
-        *below,
+        *last_quarter(path, r, eps)[:2],  # the widths below, settled
     ]
 
 
@@ -794,12 +794,13 @@ def table_sweep(path, summary):
 
 # ------------------------------------------- the plateau: t_1/2 against SGD's model (theory.py)
 SETTING_COLUMNS = "T | q | d_e | lr | n | seeds | logged every"
+MODEL_KEYS = ("T", "q", "de", "lr", "batch")  # the settings a PLATEAU row is of
 
 
 def plateau_setting(g):
     """The cells of SETTING_COLUMNS of a configuration."""
     cfg = g[0]["config"]
-    setting = [cfg[k] for k in ("T", "q", "de", "lr", "batch")]
+    setting = [cfg[k] for k in MODEL_KEYS]
     return [*setting, len(g), cfg["eval_every"]]
 
 
@@ -811,32 +812,29 @@ def interpolated(run, floor):
     return crossing(steps, vals, (vals[0] + floor) / 2)
 
 
-def w_xe_squared(run):
-    """|W_xe|^2, the squared norm of the trained W's token-to-PE block, from its final weights."""
-    W, _ = weights(run)
-    d = run["config"]["d"]
-    return float((W[:d, d:] ** 2).sum())
-
-
 def plateau_row(folder, gd, g):
     """One row of table_plateau_model: a configuration's measured t_1/2 against PLATEAU's model."""
     cfg = g[0]["config"]
-    model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]
-    halves = nan_if_none([interpolated(run, gd["floor"]) for run in g])
+    model = read(g[0]["path"].parent / PLATEAU)["rows"][0]
+    halves = [interpolated(run, gd["floor"]) for run in g]
+    halves = [NAN if h is None else h for h in halves]  # a seed that never crossed
     seeds_se = over_seeds_se(halves)
     val_se = val_set_se(model, cfg["n_test"])
     measured_se = math.hypot(seeds_se, val_se) / mean(halves)
     ratio = mean(halves) / model["t_half"]
     ratio_se = ratio * math.hypot(model["se"] / model["t_half"], measured_se)
-    ends = [w_xe_squared(run) for run in g]
+    d = cfg["d"]
+    # the trained W's token-to-PE block W_xe, and its squared norm
+    blocks = [weights(run)[0][:d, d:] for run in g]
+    ends = [float((W_xe**2).sum()) for W_xe in blocks]
     end = g[0]["summary"]["step"]  # the final weights' step, the same for every seed
     rows = np.array(model["rows"])
-    at_end = np.interp(end, rows[:, 0], rows[:, -1]) if end <= rows[-1, 0] else NAN
+    at_end = np.interp(end, rows[:, 0], rows[:, -1], right=NAN)  # NaN past the curve
     t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
-    measured = [mean_sd(halves, ".1f"), t_half]
-    ratio_cells = [f"{ratio:.3f} ± {ratio_se:.3f}", f"{val_se:.1f}"]
+    ratio_cell = f"{ratio:.3f} ± {ratio_se:.3f}"
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
-    return [folder, *plateau_setting(g), *measured, *ratio_cells, end, w_xe]
+    cells = [mean_sd(halves, ".1f"), t_half, ratio_cell, f"{val_se:.1f}", end, w_xe]
+    return [folder, *plateau_setting(g), *cells]
 
 
 def table_plateau_model(experiments):
@@ -884,27 +882,27 @@ def whole_curve_row(folder, g, model, key):
     s = {k: np.interp(steps, at, y) for k, y in model["sets"][key].items()}
     measured = seeds.mean(0)
     gap = measured / s["loss"] - 1
-    n_test = g[0]["config"]["n_test"]
     seeds_se = over_seeds_se(seeds)
-    spread_sq = s["sd"] ** 2 / n_test + seeds_se**2 + s["se"] ** 2
+    spread_sq = s["sd"] ** 2 / g[0]["config"]["n_test"] + seeds_se**2 + s["se"] ** 2
     se = np.sqrt(spread_sq) / s["loss"]
     i = int(np.abs(gap).argmax())
     far = np.abs(gap) > GAP
     lags = np.array(
         [lag(at, model["sets"][key]["loss"], *x) for x in zip(steps, measured)]
     )
-    worst = fmt(np.nanmax(lags[far]), ".3f") if np.isfinite(lags[far]).any() else "-"
+    worst = fmt(np.nanmax(lags[far], initial=-np.inf), ".3f")  # none: "-"
     outside = int((far & ~(lags <= LAG)).sum())
     largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
     compared = f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})"
-    counts = [int(far.sum()), worst, outside]
     return [
         folder,
         key,
         *plateau_setting(g),
         compared,
         largest,
-        *counts,
+        int(far.sum()),
+        worst,
+        outside,
         final_gap(g, s, key),
     ]
 
@@ -924,14 +922,12 @@ def lag(at, loss, step, measured):
 def final_gap(g, s, key):
     """The seeds' final loss at `key` (summary.json, n_final sequences) / the model's at their
     last step - 1, ± se as whole_curve_row's with final_se for the validation set's."""
-    finals = [flat(r["summary"].get("final", {})).get(key, NAN) for r in g]
-    ses = [flat(r["summary"].get("final_se", {})).get(key, NAN) for r in g]
-    seeds_se = over_seeds_se(finals)
-    se = math.sqrt(mean(ses) ** 2 + seeds_se**2 + s["se"][-1] ** 2)
     if g[0]["summary"]["step"] != g[0]["config"]["steps"]:
         return "-"  # stopped early (T100): its finals are not at the model's last step
+    final, se = measured(g, key)
     model = s["loss"][-1]
-    return f"{mean(finals) / model - 1:+.3f} ± {se / model:.3f}"
+    se = math.hypot(se, s["se"][-1])  # and the model's
+    return f"{final / model - 1:+.3f} ± {se / model:.3f}"
 
 
 def modelled(experiments):
@@ -946,7 +942,7 @@ def modelled(experiments):
 
 def models(model, cfg):
     """Whether PLATEAU's row `model` is of the configuration cfg: SGD, stochastic PE, its task."""
-    same = all(model[k] == cfg[k] for k in ("T", "q", "de", "lr", "batch"))
+    same = all(model[k] == cfg[k] for k in MODEL_KEYS)
     return same and cfg["pe"] == "stochastic" and cfg["optimizer"] == "sgd"
 
 
@@ -983,20 +979,20 @@ def table_whole_curve(experiments):
 def excess_row(folder, g, model, predicted, key):
     """table_floor_excess' row: the seeds' final loss above the family's floor, split."""
     floor = best(predicted, g[0]["config"], key)
-    finals = [flat(r["summary"]["final"])[key] for r in g]
-    ses = [flat(r["summary"]["final_se"])[key] for r in g]
-    measured_se = math.hypot(mean(ses), over_seeds_se(finals))
+    final, measured_se = measured(g, key)
     s = {k: x[-1] for k, x in model["sets"][key].items()}  # the model at the last step
-    excess = mean(finals) - floor["loss"]
+    excess = final - floor["loss"]
     short = s["loss"] - s["cost"] - floor["loss"]  # c, alpha short of the floor's
-    rest = mean(finals) - s["loss"]
-    cells = [
+    rest = final - s["loss"]
+    return [
+        folder,
+        key,
+        *plateau_setting(g),
         quoted(excess, math.hypot(measured_se, floor["se"])),
         fmt(s["cost"]),
         quoted(short, math.hypot(s["se"], floor["se"])),
         quoted(rest, math.hypot(measured_se, s["se"])),
     ]
-    return [folder, key, *plateau_setting(g), *cells]
 
 
 def table_floor_excess(experiments):

@@ -37,13 +37,13 @@ except ImportError:
 RIDGES = (None, 0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # table_floor's r: ridge = r L / d_e
 
 
-def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None, ridges=RIDGES):
-    """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in ridges (None:
+def table_floor(kind, T, q, d, d_e, n=4096, seed=0, positions=None):
+    """(loss, c, alpha, r, se): the least family_floor over ridge = r L / d_e, r in RIDGES (None:
     M = I; L/d_e: P_L P_L^T's mean eigenvalue), what a W that learns its table's cross-talk can
     reach, and its se."""
     L = positions or T
     rows = []
-    for r in ridges:
+    for r in RIDGES:
         ridge = None if r is None else r * L / d_e
         draws = sts.family_draws(kind, T, q, d, d_e, n, seed, positions, ridge)
         value, c, alpha, se = sts.scale_floor(draws)
@@ -110,7 +110,7 @@ def plateau_steps(T, q, d, d_e, lr, floor):
 
 
 # ------------- The SGD model without its draws' error: tokens integrated, SGD's noise measured
-def curve_draws(T, q, d, d_e, n=2048, seed=0):
+def curve_draws(T, q, d, d_e, n, seed):
     """sts.family_draws' stochastic-PE sequences (the same n): the scores S = P^T s (n, T), the
     subset's mask (n, T), |s|^2 (n,) and the tokens X (n, d, T), which only SGD's noise needs."""
     rng = sts.stream(seed, "data")
@@ -196,9 +196,10 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed):
         c, alpha, w = out[step, 1:]
         each, dc, dalpha = exact_gradient(draws, c, alpha, d)
         size = w * d_e / q  # |W_xe|^2
-        spread, A, B = 0.0, 0.0, 0.0  # GD: no noise, and w = 0 costs nothing
+        kick, A, B = 0.0, 0.0, 0.0  # GD: no noise, and w = 0 costs nothing
         if batch is not None:
-            spread, A, B = token_noise(draws, c, alpha, w=w)
+            E, A, B = token_noise(draws, c, alpha, w=w)
+            kick = E / batch
         A = A / d_e  # token_noise's A, B are times d_e
         B = B / d_e
         kappa = alpha**2 * A + alpha * B  # |W_xe|^2's cost: kappa |W_xe|^2 / 2
@@ -206,7 +207,6 @@ def sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed):
         if step == steps:
             break
         rate = sts.learning_rate(step, lr, anneal_at, 1 / 3)
-        kick = 0.0 if batch is None else spread / batch
         out[step + 1, 1] = c - rate * dc / d_e
         out[step + 1, 2] = alpha - rate * (dalpha + (2 * alpha * A + B) * size / 2) / d
         out[step + 1, 3] = w * (1 - 2 * rate * kappa) + rate**2 * q / d_e * kick
@@ -232,7 +232,7 @@ def set_loss(draws, c, alpha, size, d_e):
     return float(each.mean() + cost), float(sd), float(cost)
 
 
-def exact_floor(T, q, d, d_e, n=8192, seed=0):
+def exact_floor(T, q, d, d_e, n, seed):
     """The family's floor with the tokens integrated: min over (c, alpha) of exact_gradient's
     loss (alpha = <sigma, m/q> / |sigma|^2 by least squares; sts.golden_min on log c)."""
     S, mask = curve_draws(T, q, d, d_e, n, seed)[:2]
@@ -251,11 +251,12 @@ def exact_floor(T, q, d, d_e, n=8192, seed=0):
 def crossing(steps, losses, level):
     """The step where `losses` first falls below `level`, interpolated linearly between the two
     logged steps around it (None if it never does): a t_1/2 not rounded up to the logging grid."""
-    losses = np.asarray(losses, float)
-    below = np.flatnonzero(losses < level)
-    if not below.size or below[0] == 0:
-        return None if not below.size else float(steps[0])
+    below = np.flatnonzero(np.asarray(losses, float) < level)
+    if not below.size:
+        return None
     k = below[0]
+    if k == 0:
+        return float(steps[0])
     share = (losses[k - 1] - level) / (losses[k - 1] - losses[k])
     return float(steps[k - 1] + share * (steps[k] - steps[k - 1]))
 
@@ -286,8 +287,9 @@ def needed_de(T, q, d, target, n=4096, seed=0, start=8, de_max=4096):
 
     def met(d_e):  # is the floor at d_e <= target? (cached)
         if d_e > de_max:  # caught by main: --eps too small
-            reach = f"a loss that d_e <= {de_max} reaches"
-            raise sts.ArgumentError(f"target must be {reach} (got {target!r})")
+            raise sts.ArgumentError(
+                f"target must be a loss that d_e <= {de_max} reaches (got {target!r})"
+            )
         if d_e not in tried:
             draws = sts.family_draws("stochastic", T, q, d, d_e, n, seed)
             tried[d_e] = sts.scale_floor(draws)
@@ -310,23 +312,20 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
     """--floor's rows, printed, each loss with its se: stochastic and fixed PE's family_floor (and
     fixed's table_floor), or randomized's with Ls (L = T: fixed PE's draws, one number for both)."""
     for T, q, d_e, L in itertools.product(Ts, qs, des, Ls or [None]):
-        if L is None:
-            kinds = ("stochastic", "fixed")
-        elif L == T:  # a table of T positions: fixed PE
-            kinds = ("fixed",)
-        elif L > T:
-            kinds = ("randomized",)
-        else:  # a table shorter than T: no row
-            kinds = ()
+        if L is not None and L < T:
+            continue  # a table shorter than T: no row
+        task = dict(T=T, q=q, d=d, de=d_e)
+        kinds = ["stochastic", "fixed"]
+        if L is not None:  # a table of L = T positions: fixed PE; L > T: randomized PE
+            kinds = ["fixed" if L == T else "randomized"]
         for kind in kinds:
             draws = sts.family_draws(kind, T, q, d, d_e, n, seed, L)
             value, c, alpha, se = sts.scale_floor(draws)
-            row = dict(pe=kind, T=T, q=q, d=d, de=d_e)
-            row.update(loss=value, se=se, c=c, alpha=alpha)
+            row = dict(pe=kind, **task, loss=value, se=se, c=c, alpha=alpha)
             text = (
                 f"best loss {value:.4f} ± {se:.4f} (se) at c={c:.3g}, alpha={alpha:.3f}"
+                " of W = c W*, V = alpha V*"
             )
-            text += " of W = c W*, V = alpha V*"
             if kind != "stochastic":  # a W that learns its table's cross-talk, W = c M
                 table, tc, ta, r, tse = table_floor(kind, T, q, d, d_e, n, seed, L)
                 row.update(
@@ -334,15 +333,17 @@ def floors(Ts, qs, d, des, Ls=None, seed=0, n=4096):
                 )
                 text += f"; W = c M, its table learned: {table:.4f} ± {tse:.4f}"
             if L is not None:  # randomized PE's row (L = T: fixed PE's draws)
-                row = dict(pe="randomized", T=T, q=q, d=d, de=d_e, positions=L)
+                row = dict(pe="randomized", **task, positions=L)
                 row.update(family=value, family_se=se, table=table, table_se=tse)
                 row.update(c=tc, alpha=ta, ridge=r)
-            where = f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}"
-            print(f"{where}: {text} ({n} sequences; achievable losses, not bounds)")
+            print(
+                f"{kind}: T={T} q={q} d={d} d_e={d_e}{f' L={L}' * bool(L)}: {text}"
+                f" ({n} sequences; achievable losses, not bounds)"
+            )
             yield row
 
 
-def widths(Ts, q, d, target, seed=0, de=8, n=4096):
+def widths(Ts, q, d, target, seed, de=8, n=4096):
     """--needed-de's rows, each printed: needed_de at each T (ascending, each search from the last
     answer). de_se: the d_e shift of one se at the floor's slope on ln d_e, d_e/2 to 2 d_e."""
     for T in sorted(Ts):
@@ -361,38 +362,52 @@ def widths(Ts, q, d, target, seed=0, de=8, n=4096):
             flush=True,
         )
         de_se = -de * se / slope if slope < 0 else None
-        row = dict(T=T, de=de, floor=floor, se=se, de_se=de_se)
-        row.update(c=c, alpha=alpha, seconds=seconds)
-        row["tried"] = [[k, tried[k][0]] for k in sorted(tried)]
-        yield row
+        yield dict(
+            T=T,
+            de=de,
+            floor=floor,
+            se=se,
+            de_se=de_se,
+            c=c,
+            alpha=alpha,
+            seconds=seconds,
+            tried=[[k, tried[k][0]] for k in sorted(tried)],
+        )
 
 
-def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed=0):
+def dynamics(T, q, d, d_e, steps, lr, anneal_at, every, seed):
     """--dynamics' row, printed: family_dynamics by GD (lr, lr/3 from anneal_at; 2048 sequences);
     t_1/2 (crossing) at the midpoint of the start and family_floor (4096 sequences, the same 2048
     and more), plateau_steps', the curve (step, loss, c, alpha, se) every `every` steps.
     Stochastic PE."""
     floor = sts.family_floor("stochastic", T, q, d, d_e, seed=seed)[0]
-    curve = family_dynamics(
-        "stochastic", T, q, d, d_e, steps, lr, anneal_at, 2048, seed
-    )
+    curve = family_dynamics("stochastic", T, q, d, d_e, steps, lr, anneal_at, seed=seed)
     level = (curve[0, 0] + floor) / 2
     t_half = crossing(np.arange(steps + 1), curve[0], level)
     closed = plateau_steps(T, q, d, d_e, lr, floor)
-    where = f"stochastic: T={T} q={q} d={d} d_e={d_e}"
-    end = f"c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after {steps} steps"
-    found = f"t_1/2 {t_half and round(t_half, 1)} (closed form {closed:.0f})"
     print(
-        f"{where} lr={lr}, GD on W = c W*, V = alpha V*: loss {curve[0, -1]:.4f}, {end};"
-        f" {found}; floor {floor:.4f}"
+        f"stochastic: T={T} q={q} d={d} d_e={d_e} lr={lr}, GD on W = c W*, V = alpha V*:"
+        f" loss {curve[0, -1]:.4f}, c={curve[1, -1]:.3g}, alpha={curve[2, -1]:.3f} after"
+        f" {steps} steps; t_1/2 {t_half and round(t_half, 1)} (closed form {closed:.0f});"
+        f" floor {floor:.4f}"
     )
-    row = dict(pe="stochastic", T=T, q=q, d=d, de=d_e)
-    row.update(lr=lr, steps=steps, anneal_at=anneal_at, anneal_factor=1 / 3)
-    row.update(floor=floor, t_half=t_half, t_half_closed=closed)
-    row["columns"] = ["step", "loss", "c", "alpha", "se"]
     table = np.column_stack([np.arange(steps + 1), *curve])
-    row["rows"] = table[::every].tolist()
-    return row
+    return dict(
+        pe="stochastic",
+        T=T,
+        q=q,
+        d=d,
+        de=d_e,
+        lr=lr,
+        steps=steps,
+        anneal_at=anneal_at,
+        anneal_factor=1 / 3,
+        floor=floor,
+        t_half=t_half,
+        t_half_closed=closed,
+        columns=["step", "loss", "c", "alpha", "se"],
+        rows=table[::every].tolist(),
+    )
 
 
 def whole_curve(curve, sets, d, d_e, n, seed, every):
@@ -412,17 +427,20 @@ def whole_curve(curve, sets, d, d_e, n, seed, every):
     return found
 
 
-def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets=()):
+def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, test_T, test_q):
     """--plateau's rows, each printed: sgd_curve (tokens integrated, SGD's noise; GD without
     --batch) on `draws` independent sets of n sequences, its t_1/2 per set (crossing of
     the midpoint of d/(2q) and exact_floor, interpolated), mean and se = std / sqrt(draws); the
     curve (step, loss, c, alpha, |W_xe|^2 = w d_e / q) averaged over the sets every `every` steps;
-    "sets": whole_curve's loss on the training set ("val") and each of `sets` ((name, T, q)),
-    its sd and W_xe's cost, means over the draws, and the loss' se over them."""
+    "sets": whole_curve's loss on the training set ("val"), at each length of test_T ("T=...",
+    q) and each subset size of test_q ("q=...", length T), its sd and W_xe's cost, means over
+    the draws, and the loss' se over them."""
     halves = []
     curves = []
     at_sets = []
-    sets = [("val", T, q), *sets]
+    sets = [("val", T, q)]
+    sets += [(f"T={t}", t, q) for t in test_T]
+    sets += [(f"q={k}", T, k) for k in test_q]
     for seed in range(draws):
         floor = exact_floor(T, q, d, d_e, n, seed)
         curve = sgd_curve(T, q, d, d_e, steps, lr, batch, anneal_at, n, seed)
@@ -440,14 +458,25 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, sets=())
         f" ± {se:.1f} (se over {draws} draws of {n} sequences)",
         flush=True,
     )
-    row = dict(T=T, q=q, d=d, de=d_e, lr=lr, batch=batch)
-    row.update(anneal_at=anneal_at, steps=steps, draws=draws, n=n)
-    row.update(t_half=mean, se=se, each=halves)
-    row["columns"] = ["step", "loss", "c", "alpha", "W_xe2"]
     table = np.column_stack([np.arange(steps + 1), *curve])
-    row["rows"] = table[::every].tolist()
-    row["sets"] = over_draws(at_sets)
-    return row
+    return dict(
+        T=T,
+        q=q,
+        d=d,
+        de=d_e,
+        lr=lr,
+        batch=batch,
+        anneal_at=anneal_at,
+        steps=steps,
+        draws=draws,
+        n=n,
+        t_half=mean,
+        se=se,
+        each=halves,
+        columns=["step", "loss", "c", "alpha", "W_xe2"],
+        rows=table[::every].tolist(),
+        sets=over_draws(at_sets),
+    )
 
 
 def over_draws(at_sets):
@@ -491,7 +520,7 @@ def paired(a, b):
     """mean(a - b) over the sequences both scored, and its Monte-Carlo se std(a - b) / sqrt(n)."""
     n = min(len(a), len(b))
     diff = np.asarray(a[:n], float) - b[:n]
-    se = diff.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
+    se = diff.std(ddof=1) / math.sqrt(n)
     return float(diff.mean()), float(se)
 
 
@@ -515,9 +544,8 @@ def floor_pair(run, row):
     n = min(c.get("n_final", FLOOR_N), FLOOR_N)
     trained, family = pair_losses(models, c, rng, n, c["T"], c["q"])
     difference, se = paired(trained, family)
-    name = run["path"].name
     return dict(
-        run=name,
+        run=run["path"].name,
         trained=float(trained.mean()),
         family=float(family.mean()),
         difference=difference,
@@ -594,13 +622,17 @@ def family_rows(g, predicted, n):
     if c["pe"] == "fixed" and "table_c" not in row:
         return []
     each = {k: seeds_mean(g, row, k, n) for k in own_sets(g)}
+    names = [r["path"].name for r in g]
     rows = []
     for k, (trained, own) in each.items():
-        names = [r["path"].name for r in g]
-        cell = dict(runs=names, set=k, n=n)
-        cell["trained"] = float(trained.mean())
-        cell["own"] = float(own.mean())
-        cell["own_se"] = float(own.std(ddof=1) / n**0.5)
+        cell = dict(
+            runs=names,
+            set=k,
+            n=n,
+            trained=float(trained.mean()),
+            own=float(own.mean()),
+            own_se=float(own.std(ddof=1) / n**0.5),
+        )
         if k != "val":
             paired_sets = rundirs.task(k, c)[0] == c["T"]
             cell.update(share_of_rise(each[k], each["val"], paired_sets))
@@ -641,24 +673,21 @@ def own_families(paths, n):
         own_family(folder, runs, predicted, n)
 
 
-def number(kind, low, accepts):
+def bounded(kind, low, accepts):
     """argparse's type=: a `kind` above `low`, finite; else argparse's one line."""
 
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = math.nan  # fails the test below
+    def number(text):
+        value = kind(text)  # a typo: argparse's "invalid number value" line
         if not low < value < math.inf:
             raise argparse.ArgumentTypeError(f"must be {accepts} (got {text!r})")
         return value
 
-    return parse
+    return number
 
 
-POSITIVE = number(int, 0, "a positive integer")
-COUNT = number(int, -1, "an integer >= 0")
-RATE = number(float, 0, "a positive finite number")
+POSITIVE = bounded(int, 0, "a positive integer")
+COUNT = bounded(int, -1, "an integer >= 0")
+RATE = bounded(float, 0, "a positive finite number")
 
 
 def parser():
@@ -669,26 +698,29 @@ def parser():
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.error = lambda message: p.exit(2, f"theory.py: error: {message}\n")
-    add_task_flags(p.add_argument)
-    add_mode_flags(p.add_mutually_exclusive_group(required=True).add_argument)
-    add_curve_flags(p.add_argument)
-    add_search_flags(p.add_argument)
-    return p
-
-
-def add_task_flags(add):
-    """The task's and the schedule's flags."""
-    several = " (several with --floor)"
-    add("--T", type=POSITIVE, nargs="+", default=[20], help="sequence length" + several)
-    q_help = "subset size, 1 <= q <= T" + several
-    add("--q", type=POSITIVE, nargs="+", default=[3], help=q_help)
+    add = p.add_argument
+    # the task's and the schedule's flags
+    add(
+        "--T",
+        type=POSITIVE,
+        nargs="+",
+        default=[20],
+        help="sequence length (several with --floor)",
+    )
+    add(
+        "--q",
+        type=POSITIVE,
+        nargs="+",
+        default=[3],
+        help="subset size, 1 <= q <= T (several with --floor)",
+    )
     add("--d", type=POSITIVE, default=5, help="token dimension")
     add(
         "--de",
         type=POSITIVE,
         nargs="+",
         default=[64],
-        help="PE dimension d_e" + several,
+        help="PE dimension d_e (several with --floor)",
     )
     add(
         "--steps",
@@ -697,122 +729,157 @@ def add_task_flags(add):
         help="with --dynamics: steps of the curve",
     )
     add("--lr", type=RATE, default=1.0, help="SGD learning rate")
-    seed = "seed of the sequences and the fixed PE table"
-    add("--seed", type=COUNT, default=0, help=seed)
-
-
-def add_mode_flags(add):
-    """--floor, --needed-de, --dynamics, --plateau, --own: what to compute (exactly one)."""
-    floor = "print family_floor at each --T and --de, and exit"
-    add("--floor", action="store_true", help=floor)
-    needed = "print needed_de (target --eps d/(2q)), and exit"
-    add("--needed-de", action="store_true", help=needed)
-    dynamics = (
-        "print family_dynamics' curve by GD and t_1/2 at each --T, --de, --q, --lr,"
-        " --steps, and exit"
+    add(
+        "--seed",
+        type=COUNT,
+        default=0,
+        help="seed of the sequences and the fixed PE table",
     )
-    add("--dynamics", action="store_true", help=dynamics)
-    plateau = (
-        "print t_1/2 of SGD's model with the tokens integrated (sgd_curve; GD without"
-        " --batch) at --T, --q, --de, --lr, over --draws sets of --n sequences, and exit"
+    # what to compute: exactly one
+    mode = p.add_mutually_exclusive_group(required=True).add_argument
+    mode(
+        "--floor",
+        action="store_true",
+        help="print family_floor at each --T and --de, and exit",
     )
-    add("--plateau", action="store_true", help=plateau)
-    own = (
-        f"write {OWN} beside the runs of each DIR with a family_floor.json: each trained"
-        " run against its own family and the family's best, on --n sequences a set"
+    mode(
+        "--needed-de",
+        action="store_true",
+        help="print needed_de (target --eps d/(2q)), and exit",
     )
-    add("--own", nargs="+", metavar="DIR", help=own)
-
-
-def add_curve_flags(add):
-    """--dynamics' and --plateau's options."""
-    draws = number(int, 1, "an integer >= 2 (an se needs two)")
-    add("--draws", type=draws, default=4, help="with --plateau: independent sets")
-    every = "with --dynamics, --plateau: --json keeps every this many steps"
-    add("--every", type=POSITIVE, default=10, help=every)
-    batch = "with --plateau: SGD on this many sequences a step (else GD)"
-    add("--batch", type=POSITIVE, help=batch)
-    anneal = (
-        "with --dynamics, --plateau: the step from which lr is a third [half the"
-        " --steps, as train_tf.py's]"
+    mode(
+        "--dynamics",
+        action="store_true",
+        help="print family_dynamics' curve by GD and t_1/2 at each --T, --de, --q, --lr,"
+        " --steps, and exit",
     )
-    add("--anneal-at", type=COUNT, help=anneal)
-    lengths = "with --plateau: the curve at these test lengths too (--q's subsets)"
-    add("--test-T", type=POSITIVE, nargs="+", default=[], help=lengths)
-    sizes = "with --plateau: the curve at these subset sizes too (length --T)"
-    add("--test-q", type=POSITIVE, nargs="+", default=[], help=sizes)
-
-
-def add_search_flags(add):
-    """--needed-de's and --floor's options, and --json."""
-    eps = "--needed-de's target over d/(2q), the loss at zero"
-    add("--eps", type=RATE, default=0.3, help=eps)
-    n = "with --floor, --needed-de, --plateau, --own: sequences per floor or set"
-    add("--n", type=POSITIVE, default=4096, help=n)
-    json_help = "also write the rows to this file (plots.py)"
-    add("--json", help=json_help)
-    positions = (
-        "with --floor: randomized PE with tables of these L >= T positions instead: the"
-        " floors of W = c W* and of a table-learning W (table_floor)"
+    mode(
+        "--plateau",
+        action="store_true",
+        help="print t_1/2 of SGD's model with the tokens integrated (sgd_curve; GD without"
+        " --batch) at --T, --q, --de, --lr, over --draws sets of --n sequences, and exit",
     )
-    add("--positions", type=POSITIVE, nargs="+", help=positions)
+    mode(
+        "--own",
+        nargs="+",
+        metavar="DIR",
+        help=f"write {OWN} beside the runs of each DIR with a family_floor.json: each trained"
+        " run against its own family and the family's best, on --n sequences a set",
+    )
+    # --dynamics' and --plateau's options
+    add(
+        "--draws",
+        type=bounded(int, 1, "an integer >= 2 (an se needs two)"),
+        default=4,
+        help="with --plateau: independent sets",
+    )
+    add(
+        "--every",
+        type=POSITIVE,
+        default=10,
+        help="with --dynamics, --plateau: --json keeps every this many steps",
+    )
+    add(
+        "--batch",
+        type=POSITIVE,
+        help="with --plateau: SGD on this many sequences a step (else GD)",
+    )
+    add(
+        "--anneal-at",
+        type=COUNT,
+        help="with --dynamics, --plateau: the step from which lr is a third [half the"
+        " --steps, as train_tf.py's]",
+    )
+    add(
+        "--test-T",
+        type=POSITIVE,
+        nargs="+",
+        default=[],
+        help="with --plateau: the curve at these test lengths too (--q's subsets)",
+    )
+    add(
+        "--test-q",
+        type=POSITIVE,
+        nargs="+",
+        default=[],
+        help="with --plateau: the curve at these subset sizes too (length --T)",
+    )
+    # --needed-de's and --floor's options, and --json
+    add(
+        "--eps",
+        type=RATE,
+        default=0.3,
+        help="--needed-de's target over d/(2q), the loss at zero",
+    )
+    add(
+        "--n",
+        type=POSITIVE,
+        default=4096,
+        help="with --floor, --needed-de, --plateau, --own: sequences per floor or set",
+    )
+    add("--json", help="also write the rows to this file (plots.py)")
+    add(
+        "--positions",
+        type=POSITIVE,
+        nargs="+",
+        help="with --floor: randomized PE with tables of these L >= T positions instead: the"
+        " floors of W = c W* and of a table-learning W (table_floor)",
+    )
+    return p
 
 
 def check_flags(p, args):
     """The flags together, before anything runs: a mistake is p.error's line, exit 2."""
-    if max(args.q + args.test_q) > min(args.T + args.test_T):
-        largest = max(args.q + args.test_q)
+    largest = max(args.q + args.test_q)
+    if largest > min(args.T + args.test_T):
         p.error(f"--q, --test-q must be <= --T, --test-T (got q {largest})")
     if len(args.q) > 1 and not args.floor:
         p.error(f"--q must be one value without --floor (got {args.q})")
     if args.dynamics and args.batch:
         p.error("--batch: with --plateau alone (--dynamics is GD's curve)")
-    fits = args.floor and max(args.positions or [math.inf]) >= min(args.T)
-    if args.positions and not fits:
-        accepts = "table sizes L >= some --T, with --floor"
-        p.error(f"--positions must be {accepts} (got {args.positions})")
+    fits = args.positions and args.floor and max(args.positions) >= min(args.T)
+    if args.positions and not fits:  # L < every T: no table holds a sequence
+        p.error(
+            f"--positions must be table sizes L >= some --T, with --floor (got {args.positions})"
+        )
 
 
 def search(args, q, d):
     """--needed-de's, --dynamics' or --floor's rows, each printed as it comes, then to --json with
     the family they belong to and the sequences each row used."""
-    target = args.eps * d / (2 * q)  # --eps times the loss at zero
-    head = dict(pe="stochastic", q=q, d=d, eps=args.eps, target=target)
-    family = "W = c W*, V = alpha V*"
-    sequences = args.n
-    anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
     if args.own:
         return own_families(args.own, args.n)
+    target = args.eps * d / (2 * q)  # --eps times the loss at zero
+    found = dict(family="W = c W*, V = alpha V*", sequences=args.n, seed=args.seed)
+    anneal_at = args.steps // 2 if args.anneal_at is None else args.anneal_at
+    pairs = list(itertools.product(args.T, args.de))
     if args.needed_de:
         rows = list(widths(args.T, q, d, target, args.seed, n=args.n))
     elif args.dynamics:
-        sequences = 2048
-        rows = []
-        for T, d_e in itertools.product(args.T, args.de):
-            schedule = (args.steps, args.lr, anneal_at, args.every)
-            rows.append(dynamics(T, q, d, d_e, *schedule, args.seed))
+        found["sequences"] = 2048
+        schedule = (args.steps, args.lr, anneal_at, args.every)
+        rows = [dynamics(T, q, d, d_e, *schedule, args.seed) for T, d_e in pairs]
     elif args.plateau:  # the draws' seeds: 0, 1, ..., draws - 1
-        family = "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
-        rows = []
-        for T, d_e in itertools.product(args.T, args.de):
-            schedule = (args.lr, args.batch, anneal_at, args.steps)
-            sets = [(f"T={t}", t, q) for t in args.test_T]
-            sets += [(f"q={k}", T, k) for k in args.test_q]
-            draws = (args.draws, args.n, args.every)
-            rows.append(plateau(T, q, d, d_e, *schedule, *draws, sets))
+        found["family"] = (
+            "W = c W*, V = alpha V*, tokens integrated; SGD's noise in W_xe"
+        )
+        schedule = (args.lr, args.batch, anneal_at, args.steps, args.draws, args.n)
+        tests = (args.every, args.test_T, args.test_q)
+        rows = [plateau(T, q, d, d_e, *schedule, *tests) for T, d_e in pairs]
     else:
         rows = list(
             floors(args.T, args.q, d, args.de, args.positions, args.seed, args.n)
         )
         if args.positions:  # randomized PE's tables: a W that learns M
-            family = "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+            found["family"] = (
+                "W = c [[0, 0], [0, M]], M = (P_L P_L^T + ridge L/d_e I)^+, V = alpha V*"
+            )
     stop_if_diverged(rows, d / (2 * q))
+    found["rows"] = rows
+    if args.needed_de:  # its target too
+        found.update(pe="stochastic", q=q, d=d, eps=args.eps, target=target)
     if args.json:
-        write_json(
-            args,
-            dict(family=family, sequences=sequences, seed=args.seed, rows=rows),
-            head,
-        )
+        write_json(args, found)
 
 
 def stop_if_diverged(rows, start):
@@ -824,11 +891,8 @@ def stop_if_diverged(rows, start):
         sys.exit(1)
 
 
-def write_json(args, found, head):
-    """--json: the rows with what they belong to (--needed-de: its target too); strict JSON (a
-    NaN or an infinity: null)."""
-    if args.needed_de:
-        found.update(head)
+def write_json(args, found):
+    """--json: the rows with what they belong to; strict JSON (a NaN or an infinity: null)."""
     curves = args.dynamics or args.plateau  # one line a row
     found = json.loads(json.dumps(found), parse_constant=lambda nan: None)
     with open(args.json, "w") as fh:
@@ -840,13 +904,8 @@ def main(argv=None):
     reaches (one line), 130 Ctrl-C. Any other error (NumPy's, out of memory) is Python's
     traceback: nothing is lost."""
     p = parser()
-    try:
-        args = p.parse_args(argv)
-        check_flags(p, args)
-    except (
-        SystemExit
-    ) as done:  # --help printed: return, as a kernel shows SystemExit(0)
-        return sys.exit(done.code) if done.code else None
+    args = p.parse_args(argv)
+    check_flags(p, args)
     try:
         search(args, args.q[0], args.d)
     except sts.ArgumentError as e:  # needed_de: no d_e <= 4096 meets --eps
