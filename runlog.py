@@ -232,7 +232,12 @@ def same_flags(where, old, new):
 
 # ------------------------------------------------------------------------------------------ a job
 def check_out(args):
-    """--resume of an --out that is not there (a typo, which would train afresh): one line."""
+    """--resume with --force, or of an --out that is not there (a typo, which would train
+    afresh): one line."""
+    require(
+        not (args.resume and args.force),
+        "--resume and --force exclude each other; pick one",
+    )
     require(
         not args.resume or Path(args.out).exists(),
         f"--resume: {args.out} does not exist; give the --out of the runs to go on with,"

@@ -334,8 +334,6 @@ def parse_args(argv=None):
     for s, T in itertools.product(args.s, args.T):
         fix = f"(got s={s}, T={T}): pick a smaller s or a longer T"
         rules.append((s <= T, f"--s must satisfy 1 <= s <= T {fix}"))
-    both = args.resume and args.force
-    rules.append((not both, "--resume and --force exclude each other; pick one"))
     runlog.check(rules)
     return args
 

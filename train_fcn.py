@@ -184,10 +184,6 @@ def parse_args(argv=None):
             "--steps and --sweep-steps: give one (a sweep's budgets are"
             " --sweep-steps; --steps alone is a one-budget sweep)",
         ),
-        (
-            not (args.resume and args.force),
-            "--resume and --force exclude each other; pick one",
-        ),
     ]
     runlog.check(rules)
     return args

@@ -420,10 +420,6 @@ def check(args, longest):
             "pick a smaller q or a longer T"
         )
         require(q <= T, message)
-    require(
-        not (args.resume and args.force),
-        "--resume and --force exclude each other; pick one",
-    )
     message = "--positions sets randomized PE's table; add --pe randomized or drop it"
     require(args.positions is None or "randomized" in args.pe, message)
     L = min(args.positions or [longest])
