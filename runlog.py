@@ -67,12 +67,6 @@ def require(ok, message, error=Unusable):
         raise error(message)
 
 
-def check(rules):
-    """The rules between a script's flags, at the door: [(holds, the message if not)]."""
-    for holds, message in rules:
-        require(holds, message)
-
-
 def ended_by(error):
     """How a run ended, for its summary, from the exception that ended it."""
     if isinstance(error, KeyboardInterrupt):

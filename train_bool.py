@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 import runlog
 import tables
-from runlog import POSITIVE, Distinct, flag
+from runlog import POSITIVE, Distinct, flag, require
 
 MODELS = ("transformer", "fcn")
 KEY = ("model", "m", "T", "s", "seed")  # a training's record, once per grid
@@ -325,16 +325,13 @@ def parse_args(argv=None):
     parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
     args = Args(**runlog.given(parser.parse_args(argv)))
     sizes = f"(got {args.m_min}, {args.m_max})"
-    rules = [
-        (
-            args.m_min <= args.m_max,
-            f"--m-min and --m-max must satisfy 1 <= m-min <= m-max {sizes}",
-        )
-    ]
+    require(
+        args.m_min <= args.m_max,
+        f"--m-min and --m-max must satisfy 1 <= m-min <= m-max {sizes}",
+    )
     for s, T in itertools.product(args.s, args.T):
         fix = f"(got s={s}, T={T}): pick a smaller s or a longer T"
-        rules.append((s <= T, f"--s must satisfy 1 <= s <= T {fix}"))
-    runlog.check(rules)
+        require(s <= T, f"--s must satisfy 1 <= s <= T {fix}")
     return args
 
 

@@ -36,7 +36,7 @@ import runlog
 import sts
 import tables
 from model import Model, checkpoint, load_checkpoint
-from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
+from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
 # cores, with the transformer at its floor by then (384,000 fresh sequences per model)
@@ -175,23 +175,19 @@ def parse_args(argv=None):
     T = min(args.sweep_T if args.sweep else args.T)
     q = max([args.q, *args.test_q])
     fix = f"(got q={q}, T={T}, --{name}): pick a smaller q or a longer T"
-    one_budget = not {"steps", "sweep_steps"} <= given.keys()
-    rules = [
-        (q <= T, f"--q, --test-q must satisfy 1 <= q <= T {fix}"),
-        ignored(args, given),
-        (
-            one_budget,
-            "--steps and --sweep-steps: give one (a sweep's budgets are"
-            " --sweep-steps; --steps alone is a one-budget sweep)",
-        ),
-    ]
-    runlog.check(rules)
+    require(q <= T, f"--q, --test-q must satisfy 1 <= q <= T {fix}")
+    refuse_ignored(args, given)
+    require(
+        not {"steps", "sweep_steps"} <= given.keys(),
+        "--steps and --sweep-steps: give one (a sweep's budgets are"
+        " --sweep-steps; --steps alone is a one-budget sweep)",
+    )
     return args
 
 
-def ignored(args, given):
-    """The rule that no flag given is one the run would ignore: --T and --width in a sweep, the
-    sweep's own flags in a plain run."""
+def refuse_ignored(args, given):
+    """No flag given is one the run would ignore: --T and --width in a sweep, the sweep's own
+    flags in a plain run."""
     if args.sweep:
         names = [k for k in ("T", "width") if k in given]
         fix = "unused by --sweep (it trains --sweep-T, --sweep-width); drop them"
@@ -199,7 +195,7 @@ def ignored(args, given):
         names = [k for k in given if k.startswith("sweep_") or k == "eps"]
         fix = "used only with --sweep; add --sweep or drop them"
     named = ", ".join("--" + k.replace("_", "-") for k in names)
-    return not named, f"{named}: {fix}"
+    require(not named, f"{named}: {fix}")
 
 
 def check_runs(args):
@@ -210,7 +206,7 @@ def check_runs(args):
     out = Path(args.out)
     held = [name for name in ("sweep.json", "sweep.csv") if (out / name).exists()]
     ours = args.force and "sweep.json" in held
-    runlog.require(
+    require(
         not args.sweep or args.resume or not held or ours,
         f"--out: {args.out} holds {' and '.join(held)}; pass --resume to go on with"
         " its sweep, or give another --out",
@@ -494,7 +490,7 @@ def old_cells(args):
         return {}
     old = json.loads(path.read_bytes())
     differ = [k for k, v in sweep_settings(args).items() if old.get(k) != v]
-    runlog.require(
+    require(
         not differ,
         f"--resume: {path} was made with other settings"
         f" ({', '.join(differ)}); resume with the sweep's own flags, or give"
