@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 import runlog
 import tables
+from model import FCN
 from runlog import POSITIVE, Distinct, flag, require
 
 MODELS = ("transformer", "fcn")
@@ -155,10 +156,7 @@ def build(model, T, seed, device):
         net = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen)
         encode = lambda b: b.long()  # noqa: E731
     else:
-        hidden = torch.nn.Linear(T, hp["width"])
-        net = torch.nn.Sequential(
-            hidden, torch.nn.ReLU(), torch.nn.Linear(hp["width"], 1)
-        )
+        net = FCN(T, hp["width"], 1)
         encode = lambda b: 2.0 * b.float() - 1  # noqa: E731  the bits as +-1
     linear = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
     # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator

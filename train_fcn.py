@@ -35,7 +35,7 @@ import data
 import runlog
 import sts
 import tables
-from model import Model, checkpoint, load_checkpoint
+from model import FCN, Model, checkpoint, load_checkpoint
 from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
@@ -137,14 +137,6 @@ TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's
 MODELS = ("fcn", "transformer")
 CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
 FIELDS = ["model", "T", "steps", "width", "params", "val", "val_sd"]  # sweep.csv's
-
-
-def FCN(in_features, width, out_features):  # noqa: N802  named as the model it builds
-    """One hidden layer of `width` ReLUs (a run's config and name say depth 1)."""
-    hidden = torch.nn.Linear(in_features, width)
-    return torch.nn.Sequential(
-        hidden, torch.nn.ReLU(), torch.nn.Linear(width, out_features)
-    )
 
 
 def n_params(module):

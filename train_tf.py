@@ -208,7 +208,7 @@ def estimate_loss(model, streams, args, n):
 
 def finals(model, streams, args):
     """Per run: summary.json's final losses on --n-final sequences per set with their Monte-Carlo
-    standard errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired
+    standard errors (std / sqrt n), and its files: final_losses.npz, each sequence's loss (paired
     differences)."""
     n = args.n_final
     evaluated = estimate_loss(model, streams, args, n)
@@ -220,7 +220,8 @@ def finals(model, streams, args):
         arrays = {
             "_".join(filter(None, name)): x.float().cpu().numpy() for name, x in run
         }
-        out.append((dict(final=final, final_se=final_se, n_final=n), arrays))
+        numbers = dict(final=final, final_se=final_se, n_final=n)
+        out.append((numbers, {"final_losses.npz": arrays}))
     return out
 
 
@@ -248,11 +249,7 @@ def train(args, d_e, device):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
         loop(args, specs, model, optimizers, streams, job, bar)
-        finished = finals(model, streams, args)
-        files = [
-            (numbers, {"final_losses.npz": arrays}) for numbers, arrays in finished
-        ]
-        job.close("finished", args.steps, files)
+        job.close("finished", args.steps, finals(model, streams, args))
 
 
 def loop(args, specs, model, optimizers, streams, job, bar):
