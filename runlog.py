@@ -575,10 +575,11 @@ def shown_default(value):
     return str(value)
 
 
-def parser(program, description, presets):
-    """A Parser for a script's dataclass. presets: {name: an instance} (the first the default);
-    --help shows each preset's default where they differ. A flag not given reads None (given())."""
-    p = Parser(program, description)
+def parser(program, doc, presets):
+    """A Parser for a script's dataclass, described by its docstring's first line. presets: {name:
+    an instance} (the first the default); --help shows each preset's default where they differ. A
+    flag not given reads None (given())."""
+    p = Parser(program, doc.split("\n")[0])
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
         first = next(iter(values.values()))

@@ -320,7 +320,7 @@ def fit_curves(Ts, m50, lo, hi):
 
 def parse_args(argv=None):
     """The flags; a broken rule between them is one line and exit 2, before anything is written."""
-    parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
+    parser = runlog.parser("train_bool.py", __doc__, {"default": Args()})
     args = Args(**runlog.given(parser.parse_args(argv)))
     sizes = f"(got {args.m_min}, {args.m_max})"
     require(

@@ -152,7 +152,7 @@ def sample(gen, words, n, T, q, d, dtype):
 
 def parse_args(argv=None):
     """The flags: the command line's, else SWEEP's under --sweep, else --preset's; rules checked."""
-    parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
+    parser = runlog.parser("train_fcn.py", __doc__, PRESETS)
     given = runlog.given(parser.parse_args(argv))
     sweep = SWEEP if given.get("sweep") else {}
     args = replace(PRESETS[given.get("preset", "paper")], **{**sweep, **given})
@@ -222,9 +222,9 @@ def cell_dir(args, T, d_e):
 
 
 def run_config(args, T, width, seed, steps):
-    """A run's config.json but its device and size: every setting but the sweep's own, and the
-    budgets it is read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it
-    afresh)."""
+    """A run's config.json but its size: every setting but the sweep's own (the device as main
+    resolved it), and the budgets it is read at (a checkpoint past one it lacks cannot be resumed:
+    a sweep trains it afresh)."""
     flags = asdict(args)
     for key in [k for k in flags if k.startswith("sweep")] + ["force", "out", "resume"]:
         del flags[key]
@@ -248,8 +248,7 @@ def build(args, T, width, seed, steps, device):
         sets[name] = sample(gen, words, args.n_test, T, q, args.d, args.dtype)
     kind = torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam
     optimizer = kind(model.parameters(), args.lr)
-    config = run_config(args, T, width, seed, steps)
-    config = dict(config, device=str(device), params=n_params(model))
+    config = dict(run_config(args, T, width, seed, steps), params=n_params(model))
     return model, optimizer, gen, sets, config
 
 
@@ -498,7 +497,7 @@ def sweep(args, device):
     path = Path(args.out) / "sweep.json"
     rows = []
     cells = old_cells(args)
-    first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
+    first = {}  # (model, budget): the grid index its next search starts at
     eps = args.eps * args.d / (2 * args.q)
 
     def save(status):  # after each cell, atomically: an ending keeps the rows
@@ -521,7 +520,8 @@ def sweep(args, device):
         save("running")  # its settings, for a --resume after a kill in its first cell
         for T, steps, model in tqdm(searches, desc="sweep (T, budget, model)"):
             key = model, steps
-            row, first[key] = smallest(args, model, T, steps, first[key], cache, device)
+            start = first.get(key, 0)
+            row, first[key] = smallest(args, model, T, steps, start, cache, device)
             rows.append(row)
             save("running")
     except BaseException as error:

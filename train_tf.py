@@ -379,7 +379,7 @@ def rescore(args, device):
 def parse_args(argv=None):
     """The flags over their preset's values, the derived defaults resolved, the rules between them
     checked before anything is written."""
-    parser = runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
+    parser = runlog.parser("train_tf.py", __doc__, PRESETS)
     given = runlog.given(parser.parse_args(argv))
     refuse_unused(given)
     args = replace(PRESETS[given.get("preset", "paper")], **given)
