@@ -248,33 +248,29 @@ def train(args, d_e, device):
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
-        loop(args, specs, model, optimizers, streams, job, bar)
+        # nanoGPT's loop, from job.step to the last step, the runs side by side
+        state = functools.partial(checkpoint, model, optimizers)
+        for t in range(job.step, args.steps + 1):
+            job.save(t, state, force=t == args.steps)  # the state before step t
+            if t % args.eval_every == 0 or t == args.steps:
+                log(args, model, optimizers, streams, job, t)
+                bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
+            if t == args.steps:
+                break
+            batch = streams.get_batch(t, args.batch, args.T, args.q)
+            losses = model(batch)  # each run's mean loss (R,)
+            losses.sum().backward()  # --step fused: the gradients its forward made by hand
+            model.loss_sum += losses.detach()
+            # each run's optimiser, its learning rate annealed
+            for spec, opt in zip(specs, optimizers):
+                lr = sts.learning_rate(
+                    t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
+                )
+                opt.param_groups[0]["lr"] = lr
+                opt.step()
+                opt.zero_grad()
+            bar.update()
         job.close("finished", args.steps, finals(model, streams, args))
-
-
-def loop(args, specs, model, optimizers, streams, job, bar):
-    """nanoGPT's loop, from job.step to the last step, the runs side by side."""
-    state = functools.partial(checkpoint, model, optimizers)
-    for t in range(job.step, args.steps + 1):
-        job.save(t, state, force=t == args.steps)  # the state before step t
-        if t % args.eval_every == 0 or t == args.steps:
-            log(args, model, optimizers, streams, job, t)
-            bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
-        if t == args.steps:
-            break
-        batch = streams.get_batch(t, args.batch, args.T, args.q)
-        losses = model(batch)  # each run's mean loss (R,)
-        losses.sum().backward()  # --step fused: the gradients its forward made by hand
-        model.loss_sum += losses.detach()
-        # each run's optimiser, its learning rate annealed
-        for spec, opt in zip(specs, optimizers):
-            lr = sts.learning_rate(
-                t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
-            )
-            opt.param_groups[0]["lr"] = lr
-            opt.step()
-            opt.zero_grad()
-        bar.update()
 
 
 @torch.no_grad()
