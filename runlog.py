@@ -593,14 +593,16 @@ def parser(program, doc, presets):
             options["action"] = "store_true"
         elif first is not None:
             options["help"] += f" [{shown}]"
-        if isinstance(first, list):
+        if f.type is list:
             options.setdefault("nargs", "+")
+            options["action"] = Distinct
         p.add_argument(f"--{f.name.replace('_', '-')}", default=None, **options)
     return p
 
 
 class Distinct(argparse.Action):
-    """action= of a list flag whose values must differ (one given twice would train a run twice)."""
+    """action= of every list flag: its values must differ (one given twice would train a run
+    twice)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         if len(set(values)) < len(values):

@@ -40,7 +40,7 @@ from tqdm import tqdm
 import runlog
 import tables
 from model import FCN
-from runlog import POSITIVE, Distinct, flag, require
+from runlog import POSITIVE, flag, require
 
 MODELS = ("transformer", "fcn")
 KEY = ("model", "m", "T", "s", "seed")  # a training's record, once per grid
@@ -56,14 +56,12 @@ class Args:
         "transformer, fcn or both",
         choices=MODELS,
         metavar="MODEL",
-        action=Distinct,
     )
-    s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE, action=Distinct)
+    s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE)
     T: list = flag(
         [50, 100, 200, 500],
         "sequence lengths (a log-spaced range)",
         type=POSITIVE,
-        action=Distinct,
     )
     seeds: int = flag(
         10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE
@@ -94,7 +92,6 @@ HPARAMS = {
     # the FCN's rate is lower: at large m a higher one can collapse to a constant output
     "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
 }
-CHECKPOINT = "checkpoint.pt"  # in --out while a grid is unfinished
 FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # critical.csv's
 
 
@@ -363,7 +360,7 @@ def new_job(args, device):
         fit_loss=FIT_LOSS,
         hparams=HPARAMS,
     )
-    file = out / CHECKPOINT  # its log holds its trainings: a --resume replays it
+    file = out / "checkpoint.pt"  # while the grid is unfinished; its log replays too
     return runlog.Job(
         "train_bool.py", [out], [config], file, args.resume, args.force, replays=True
     )

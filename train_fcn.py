@@ -36,7 +36,7 @@ import runlog
 import sts
 import tables
 from model import FCN, Model, checkpoint, load_checkpoint
-from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
+from runlog import NATURAL, POSITIVE, RATE, flag, require
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
 # cores, with the transformer at its floor by then (384,000 fresh sequences per model)
@@ -60,7 +60,6 @@ class Args:
         [200],
         "sequence length(s), trained one after another",
         type=POSITIVE,
-        action=Distinct,
     )
     q: int = flag(3, "subset size", type=POSITIVE)
     d: int = flag(5, "token dimension", type=POSITIVE)
@@ -68,7 +67,6 @@ class Args:
         [1024],
         "hidden widths m, trained one after another",
         type=POSITIVE,
-        action=Distinct,
     )
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
@@ -78,7 +76,6 @@ class Args:
         [0],
         "seeds (data, init); the validation sets are common",
         type=NATURAL,
-        action=Distinct,
     )
     eval_every: int = flag(
         500, "steps between evaluations and log records", type=POSITIVE
@@ -89,7 +86,6 @@ class Args:
         "q-generalisation sets' subset sizes",
         nargs="*",
         type=POSITIVE,
-        action=Distinct,
     )
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
@@ -135,7 +131,6 @@ PRESETS = dict(paper=Args(), course=COURSE)
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
 MODELS = ("fcn", "transformer")
-CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
 FIELDS = ["model", "T", "steps", "width", "params", "val", "val_sd"]  # sweep.csv's
 
 
@@ -157,11 +152,11 @@ def parse_args(argv=None):
     sweep = SWEEP if given.get("sweep") else {}
     args = replace(PRESETS[given.get("preset", "paper")], **{**sweep, **given})
     args.lr = args.lr or FCN_LR[args.optimizer]
-    # ascending, each once: a T's search starts at the last T's answer (sweep)
-    args.sweep_T = sorted(set(args.sweep_T))
-    args.sweep_width = sorted(set(args.sweep_width))
-    args.sweep_de = sorted(set(args.sweep_de))
-    budgets = set(args.sweep_steps or [args.steps])
+    # ascending: a T's search starts at the last T's answer (sweep)
+    args.sweep_T = sorted(args.sweep_T)
+    args.sweep_width = sorted(args.sweep_width)
+    args.sweep_de = sorted(args.sweep_de)
+    budgets = args.sweep_steps or [args.steps]
     args.sweep_steps = sorted(budgets, reverse=True)  # largest first
     name = "sweep-T" if args.sweep else "T"
     T = min(args.sweep_T if args.sweep else args.T)
@@ -256,7 +251,7 @@ def new_job(args, path, config):
     """The runlog.Job of a run directory with its checkpoint; a sweep's --resume goes on with a
     run it started (and leaves a finished one alone), and starts the others without a word."""
     resume = args.resume and (path.exists() or not args.sweep)
-    file = path / CHECKPOINT
+    file = path / "checkpoint.pt"  # in the run's directory while it is unfinished
     return runlog.Job("train_fcn.py", [path], [config], file, resume, args.force)
 
 

@@ -26,7 +26,7 @@ import rundirs
 import runlog
 import sts
 from model import Model, checkpoint, load_checkpoint
-from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
+from runlog import NATURAL, POSITIVE, RATE, flag, require
 
 # ------------------------------------------------------------------------------------- the config
 # --step's default, the faster bench.py measured: fused on the 2-core CPU ; autograd
@@ -44,22 +44,18 @@ class Args:
         "defaults of the flags marked [paper ...; course ...]",
         choices=("paper", "course"),
     )
-    pe: list = flag(
-        ["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct
-    )
+    pe: list = flag(["stochastic"], "PEs to train", choices=sts.PE_KINDS)
     positions: list = flag(
         None,
         "randomized PE: its table's size L (several: a sweep); each "
         "sequence uses T of its L in order [the longest length]",
         type=POSITIVE,
         nargs="+",
-        action=Distinct,
     )
     seed: list = flag(
         [0],
         "seeds (data, init, fixed PE table); all share the validation sets",
         type=NATURAL,
-        action=Distinct,
     )
     figure_set: bool = flag(
         False,
@@ -74,7 +70,6 @@ class Args:
         [170],
         "PE dimension d_e, several for a sweep (--pe onehot alone: the longest length)",
         type=POSITIVE,
-        action=Distinct,
     )
     batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
     steps: int = flag(100_000, "training steps", type=POSITIVE)
@@ -98,14 +93,12 @@ class Args:
         "lengths of the length-generalisation sets",
         type=POSITIVE,
         nargs="*",
-        action=Distinct,
     )
     test_q: list = flag(
         [2, 4, 6],
         "subset sizes of the q-generalisation sets",
         type=POSITIVE,
         nargs="*",
-        action=Distinct,
     )
     n_test: int = flag(
         1024, "sequences in each validation set at each evaluation", type=POSITIVE
