@@ -530,7 +530,7 @@ def closing_line(path, status, step, rec):
 # ------------------------------------------------------------------------------------------ flags
 def flag(default, help, **options):
     """A field of a script's dataclass: its default (a list copied for each instance), --help
-    line and argparse options."""
+    line and argparse options (parser: an int's type POSITIVE, a float's RATE, unless given)."""
     meta = dict(help=help, **options)
     return dataclasses.field(default_factory=lambda: copy.copy(default), metadata=meta)
 
@@ -551,6 +551,8 @@ def number(kind, low, words):
 POSITIVE = number(int, 0, "a positive integer")
 NATURAL = number(int, -1, "an integer >= 0")
 RATE = number(float, 0, "a positive finite number")
+# a number flag's type= unless its field names another: a count is positive, a rate finite too
+TYPES = {int: POSITIVE, float: RATE}
 
 
 class Parser(argparse.ArgumentParser):
@@ -589,6 +591,8 @@ def parser(program, doc, presets):
                 f"{name} {shown_default(v)}" for name, v in values.items()
             )
         options = dict(f.metadata)
+        if f.type in TYPES:
+            options.setdefault("type", TYPES[f.type])
         if first is False:
             options["action"] = "store_true"
         elif first is not None:

@@ -63,15 +63,11 @@ class Args:
         "sequence lengths (a log-spaced range)",
         type=POSITIVE,
     )
-    seeds: int = flag(
-        10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE
-    )
-    points: int = flag(
-        6, "m around the first guess at which every seed trains", type=POSITIVE
-    )
-    m_min: int = flag(16, "smallest training-set size of the grid", type=POSITIVE)
-    m_max: int = flag(8192, "largest training-set size of the grid", type=POSITIVE)
-    per_octave: int = flag(4, "grid points per doubling of m", type=POSITIVE)
+    seeds: int = flag(10, "seeds 0..k-1 trained at each m around the transition")
+    points: int = flag(6, "m around the first guess at which every seed trains")
+    m_min: int = flag(16, "smallest training-set size of the grid")
+    m_max: int = flag(8192, "largest training-set size of the grid")
+    per_octave: int = flag(4, "grid points per doubling of m")
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
     )

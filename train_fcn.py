@@ -36,7 +36,7 @@ import runlog
 import sts
 import tables
 from model import FCN, Model, checkpoint, load_checkpoint
-from runlog import NATURAL, POSITIVE, RATE, flag, require
+from runlog import NATURAL, POSITIVE, flag, require
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
 # cores, with the transformer at its floor by then (384,000 fresh sequences per model)
@@ -61,26 +61,24 @@ class Args:
         "sequence length(s), trained one after another",
         type=POSITIVE,
     )
-    q: int = flag(3, "subset size", type=POSITIVE)
-    d: int = flag(5, "token dimension", type=POSITIVE)
+    q: int = flag(3, "subset size")
+    d: int = flag(5, "token dimension")
     width: list = flag(
         [1024],
         "hidden widths m, trained one after another",
         type=POSITIVE,
     )
-    batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
-    steps: int = flag(100_000, "training steps", type=POSITIVE)
+    batch: int = flag(256, "fresh sequences per step, n")
+    steps: int = flag(100_000, "training steps")
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
-    lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
+    lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]")
     seed: list = flag(
         [0],
         "seeds (data, init); the validation sets are common",
         type=NATURAL,
     )
-    eval_every: int = flag(
-        500, "steps between evaluations and log records", type=POSITIVE
-    )
-    n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
+    eval_every: int = flag(500, "steps between evaluations and log records")
+    n_test: int = flag(1024, "sequences in each validation set (fixed)")
     test_q: list = flag(
         [2, 4, 6],
         "q-generalisation sets' subset sizes",
@@ -122,7 +120,7 @@ class Args:
         type=POSITIVE,
     )
     # above the floor that random unit PEs leave at the sweep's budget
-    eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)", type=RATE)
+    eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)")
 
 
 COURSE = replace(Args(), preset="course", T=[20], steps=10_000, eval_every=100)

@@ -26,7 +26,7 @@ import rundirs
 import runlog
 import sts
 from model import Model, checkpoint, load_checkpoint
-from runlog import NATURAL, POSITIVE, RATE, flag, require
+from runlog import NATURAL, POSITIVE, flag, require
 
 # ------------------------------------------------------------------------------------- the config
 # --step's default, the faster bench.py measured: fused on the 2-core CPU ; autograd
@@ -37,7 +37,8 @@ STEP = dict(cpu="fused", cuda="autograd")
 @dataclass
 class Args:
     """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
-    50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's."""
+    50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's; a
+    number is positive (runlog.parser) unless its type= says otherwise."""
 
     preset: str = flag(
         "paper",
@@ -63,28 +64,28 @@ class Args:
         "stochastic and fixed PE by SGD, the same attending [Z z_q], a random "
         "init, Adam on both",
     )
-    T: int = flag(200, "training sequence length", type=POSITIVE)
-    q: int = flag(3, "subset size", type=POSITIVE)
-    d: int = flag(5, "token dimension", type=POSITIVE)
+    T: int = flag(200, "training sequence length")
+    q: int = flag(3, "subset size")
+    d: int = flag(5, "token dimension")
     de: list = flag(
         [170],
         "PE dimension d_e, several for a sweep (--pe onehot alone: the longest length)",
         type=POSITIVE,
     )
-    batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
-    steps: int = flag(100_000, "training steps", type=POSITIVE)
+    batch: int = flag(256, "fresh sequences per step, n")
+    steps: int = flag(100_000, "training steps")
     optimizer: str = flag(
         "sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam")
     )
-    lr: float = flag(None, "learning rate [sgd 1, adam 0.01]", type=RATE)
+    lr: float = flag(None, "learning rate [sgd 1, adam 0.01]")
     anneal_at: int = flag(
         None, "first step of lr x --anneal-factor [half the steps]", type=NATURAL
     )
-    anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on", type=RATE)
+    anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on")
     init: str = flag(
         "zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random")
     )
-    init_scale: float = flag(0.01, "std of the entries of a random init", type=RATE)
+    init_scale: float = flag(0.01, "std of the entries of a random init")
     attend: str = flag(
         "tokens", "attend over Z, or [Z z_q] (Fig. 1)", choices=("tokens", "query")
     )
@@ -100,17 +101,12 @@ class Args:
         type=POSITIVE,
         nargs="*",
     )
-    n_test: int = flag(
-        1024, "sequences in each validation set at each evaluation", type=POSITIVE
-    )
+    n_test: int = flag(1024, "sequences in each validation set at each evaluation")
     n_final: int = flag(
         4096,
         "sequences per set at the end (summary.json's final, final_se)",
-        type=POSITIVE,
     )
-    eval_every: int = flag(
-        500, "steps between evaluations and log records", type=POSITIVE
-    )
+    eval_every: int = flag(500, "steps between evaluations and log records")
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
     )
@@ -128,9 +124,8 @@ class Args:
         2,
         "CPU threads: those drawing a batch, and the step's (fused: its own; "
         "autograd: torch's)",
-        type=POSITIVE,
     )
-    checkpoint_every: float = flag(300.0, "seconds between checkpoints", type=RATE)
+    checkpoint_every: float = flag(300.0, "seconds between checkpoints")
     out: str = flag("runs/tf", "parent folder of the run directories")
     force: bool = flag(False, "replace run directories that already hold a run")
     resume: bool = flag(
