@@ -3,7 +3,8 @@
 nanoGPT's model.py beside its train.py: train_tf.py trains it, and train_fcn.py's sweep
 trains it beside the FCN, so that no training script imports another. A Model holds the
 runs of one d_e side by side, each run's W (D, D) and V (d, D); --step fused computes its
-loss and gradients by fused.py's step instead of autograd, on the same draws.
+loss and gradients by fused.py's step instead of autograd, on the same draws. FCN: the
+fully-connected net of train_fcn.py and train_bool.py.
 """
 
 import functools
@@ -95,6 +96,15 @@ class Model(nn.Module):
         W = self.W[r].detach().cpu().numpy()
         V = self.V[r].detach().cpu().numpy()
         return dict(W=W, V=V)
+
+
+def FCN(in_features, width, out_features):  # noqa: N802  named as the model it builds
+    """train_fcn.py's and train_bool.py's net: one hidden layer of `width` ReLUs (a run's config
+    and name say depth 1)."""
+    hidden = torch.nn.Linear(in_features, width)
+    return torch.nn.Sequential(
+        hidden, torch.nn.ReLU(), torch.nn.Linear(width, out_features)
+    )
 
 
 def checkpoint(model, optimizers):

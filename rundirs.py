@@ -367,7 +367,7 @@ def describe(c, groups=()):
 def rescore(paths, shared, score, n):
     """train_tf.py --evaluate: the finished transformer runs at `paths` (a folder without a run
     or an unfinished run is a Skip, before any lock or write), those that agree on the config
-    keys `shared` scored together by score(their runs) -> [(final numbers, arrays)] on n
+    keys `shared` scored together by score(their runs) -> [(final numbers, files)] on n
     sequences a set, every number before any file is rewritten, under each run folder's lock."""
     runs = []
     groups = defaultdict(list)
@@ -386,10 +386,10 @@ def rescore(paths, shared, score, n):
         scored = []  # every run's numbers, before any file is written
         for group in groups.values():
             scored += zip(group, score(group))
-        for run, (final, arrays) in scored:
+        for run, (final, files) in scored:
             path = run["path"]
             summary = dict(run["summary"], **final)
-            runlog.write_npz(path / "final_losses.npz", arrays)
+            runlog.write_npz(path / "final_losses.npz", files["final_losses.npz"])
             runlog.write_json(path / "summary.json", summary)
             print(
                 runlog.closing_line(

@@ -67,12 +67,6 @@ def require(ok, message, error=Unusable):
         raise error(message)
 
 
-def check(rules):
-    """The rules between a script's flags, at the door: [(holds, the message if not)]."""
-    for holds, message in rules:
-        require(holds, message)
-
-
 def ended_by(error):
     """How a run ended, for its summary, from the exception that ended it."""
     if isinstance(error, KeyboardInterrupt):
@@ -536,7 +530,7 @@ def closing_line(path, status, step, rec):
 # ------------------------------------------------------------------------------------------ flags
 def flag(default, help, **options):
     """A field of a script's dataclass: its default (a list copied for each instance), --help
-    line and argparse options."""
+    line and argparse options (parser: an int's type POSITIVE, a float's RATE, unless given)."""
     meta = dict(help=help, **options)
     return dataclasses.field(default_factory=lambda: copy.copy(default), metadata=meta)
 
@@ -557,6 +551,8 @@ def number(kind, low, words):
 POSITIVE = number(int, 0, "a positive integer")
 NATURAL = number(int, -1, "an integer >= 0")
 RATE = number(float, 0, "a positive finite number")
+# a number flag's type= unless its field names another: a count is positive, a rate finite too
+TYPES = {int: POSITIVE, float: RATE}
 
 
 class Parser(argparse.ArgumentParser):
@@ -581,10 +577,11 @@ def shown_default(value):
     return str(value)
 
 
-def parser(program, description, presets):
-    """A Parser for a script's dataclass. presets: {name: an instance} (the first the default);
-    --help shows each preset's default where they differ. A flag not given reads None (given())."""
-    p = Parser(program, description)
+def parser(program, doc, presets):
+    """A Parser for a script's dataclass, described by its docstring's first line. presets: {name:
+    an instance} (the first the default); --help shows each preset's default where they differ. A
+    flag not given reads None (given())."""
+    p = Parser(program, doc.split("\n")[0])
     for f in dataclasses.fields(next(iter(presets.values()))):
         values = {name: getattr(preset, f.name) for name, preset in presets.items()}
         first = next(iter(values.values()))
@@ -594,18 +591,22 @@ def parser(program, description, presets):
                 f"{name} {shown_default(v)}" for name, v in values.items()
             )
         options = dict(f.metadata)
+        if f.type in TYPES:
+            options.setdefault("type", TYPES[f.type])
         if first is False:
             options["action"] = "store_true"
         elif first is not None:
             options["help"] += f" [{shown}]"
-        if isinstance(first, list):
+        if f.type is list:
             options.setdefault("nargs", "+")
+            options["action"] = Distinct
         p.add_argument(f"--{f.name.replace('_', '-')}", default=None, **options)
     return p
 
 
 class Distinct(argparse.Action):
-    """action= of a list flag whose values must differ (one given twice would train a run twice)."""
+    """action= of every list flag: its values must differ (one given twice would train a run
+    twice)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         if len(set(values)) < len(values):

@@ -471,7 +471,7 @@ def test_fcn_search_returns_the_first_width_that_reaches_the_target():
 def test_a_sweep_searches_its_lengths_in_ascending_order_each_once(
     tmp_path, monkeypatch
 ):
-    """Each T's search starts at the last T's answer: --sweep-T 8 4 4 is --sweep-T 4 8."""
+    """Each T's search starts at the last T's answer: --sweep-T 8 4 is --sweep-T 4 8."""
 
     def loss(T, size):  # a size reaches eps from size >= T on
         return 0.0 if size >= T else 1.0
@@ -481,9 +481,7 @@ def test_a_sweep_searches_its_lengths_in_ascending_order_each_once(
     tf = lambda args, T, d_e, device: {args.steps: [loss(T, d_e)]}  # noqa: E731
     monkeypatch.setattr(train_fcn, "transformer_vals", tf)
     sizes = ["--sweep-width", "4", "8", "--sweep-de", "4", "8"]
-    train_fcn.main(
-        SWEEP_TINY + ["--sweep-T", "8", "4", "4", *sizes, "--out", str(tmp_path)]
-    )
+    train_fcn.main(SWEEP_TINY + ["--sweep-T", "8", "4", *sizes, "--out", str(tmp_path)])
     rows = [(r["model"], r["T"], r["width"]) for r in sweep_rows(tmp_path)]
     assert rows == [  # the transformer's width: D = d + d_e, d = 2
         ("fcn", 4, 4),
@@ -625,6 +623,11 @@ BOOL, FCN = "train_bool", "train_fcn"
         (FCN, ["--seed", "-1"], "--seed: must be an integer >= 0 (got -1)"),
         (FCN, ["--width", "8", "8"], "--width: lists a value twice (got 8 8)"),
         (FCN, ["--test-q", "1", "1"], "--test-q: lists a value twice (got 1 1)"),
+        (
+            FCN,
+            ["--sweep-T", "8", "4", "8"],
+            "--sweep-T: lists a value twice (got 8 4 8)",
+        ),
         (
             FCN,
             ["--sweep-T", "4", "--eps", "5"],

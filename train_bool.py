@@ -39,7 +39,8 @@ from tqdm import tqdm
 
 import runlog
 import tables
-from runlog import POSITIVE, Distinct, flag
+from model import FCN
+from runlog import POSITIVE, flag, require
 
 MODELS = ("transformer", "fcn")
 KEY = ("model", "m", "T", "s", "seed")  # a training's record, once per grid
@@ -55,24 +56,18 @@ class Args:
         "transformer, fcn or both",
         choices=MODELS,
         metavar="MODEL",
-        action=Distinct,
     )
-    s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE, action=Distinct)
+    s: list = flag([3, 2], "numbers of relevant bits", type=POSITIVE)
     T: list = flag(
         [50, 100, 200, 500],
         "sequence lengths (a log-spaced range)",
         type=POSITIVE,
-        action=Distinct,
     )
-    seeds: int = flag(
-        10, "seeds 0..k-1 trained at each m around the transition", type=POSITIVE
-    )
-    points: int = flag(
-        6, "m around the first guess at which every seed trains", type=POSITIVE
-    )
-    m_min: int = flag(16, "smallest training-set size of the grid", type=POSITIVE)
-    m_max: int = flag(8192, "largest training-set size of the grid", type=POSITIVE)
-    per_octave: int = flag(4, "grid points per doubling of m", type=POSITIVE)
+    seeds: int = flag(10, "seeds 0..k-1 trained at each m around the transition")
+    points: int = flag(6, "m around the first guess at which every seed trains")
+    m_min: int = flag(16, "smallest training-set size of the grid")
+    m_max: int = flag(8192, "largest training-set size of the grid")
+    per_octave: int = flag(4, "grid points per doubling of m")
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
     )
@@ -93,7 +88,6 @@ HPARAMS = {
     # the FCN's rate is lower: at large m a higher one can collapse to a constant output
     "fcn": dict(width=128, lr=3e-3, steps=600),  # one hidden ReLU layer
 }
-CHECKPOINT = "checkpoint.pt"  # in --out while a grid is unfinished
 FIELDS = ["model", "s", "T", "m50", "lo", "hi", "w", "n", "capped"]  # critical.csv's
 
 
@@ -155,10 +149,7 @@ def build(model, T, seed, device):
         net = ReadoutTransformer(T, hp["width"], hp["pos_init"], gen)
         encode = lambda b: b.long()  # noqa: E731
     else:
-        hidden = torch.nn.Linear(T, hp["width"])
-        net = torch.nn.Sequential(
-            hidden, torch.nn.ReLU(), torch.nn.Linear(hp["width"], 1)
-        )
+        net = FCN(T, hp["width"], 1)
         encode = lambda b: 2.0 * b.float() - 1  # noqa: E731  the bits as +-1
     linear = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
     # PyTorch's default Linear init U(+-1/sqrt(fan_in)), from our generator
@@ -322,19 +313,16 @@ def fit_curves(Ts, m50, lo, hi):
 
 def parse_args(argv=None):
     """The flags; a broken rule between them is one line and exit 2, before anything is written."""
-    parser = runlog.parser("train_bool.py", __doc__.split("\n")[0], {"default": Args()})
+    parser = runlog.parser("train_bool.py", __doc__, {"default": Args()})
     args = Args(**runlog.given(parser.parse_args(argv)))
     sizes = f"(got {args.m_min}, {args.m_max})"
-    rules = [
-        (
-            args.m_min <= args.m_max,
-            f"--m-min and --m-max must satisfy 1 <= m-min <= m-max {sizes}",
-        )
-    ]
+    require(
+        args.m_min <= args.m_max,
+        f"--m-min and --m-max must satisfy 1 <= m-min <= m-max {sizes}",
+    )
     for s, T in itertools.product(args.s, args.T):
         fix = f"(got s={s}, T={T}): pick a smaller s or a longer T"
-        rules.append((s <= T, f"--s must satisfy 1 <= s <= T {fix}"))
-    runlog.check(rules)
+        require(s <= T, f"--s must satisfy 1 <= s <= T {fix}")
     return args
 
 
@@ -368,7 +356,7 @@ def new_job(args, device):
         fit_loss=FIT_LOSS,
         hparams=HPARAMS,
     )
-    file = out / CHECKPOINT  # its log holds its trainings: a --resume replays it
+    file = out / "checkpoint.pt"  # while the grid is unfinished; its log replays too
     return runlog.Job(
         "train_bool.py", [out], [config], file, args.resume, args.force, replays=True
     )

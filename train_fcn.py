@@ -35,8 +35,8 @@ import data
 import runlog
 import sts
 import tables
-from model import Model, checkpoint, load_checkpoint
-from runlog import NATURAL, POSITIVE, RATE, Distinct, flag
+from model import FCN, Model, checkpoint, load_checkpoint
+from runlog import NATURAL, POSITIVE, flag, require
 
 # --sweep sets these unless given: a budget short enough for the grid to take minutes on 2 CPU
 # cores, with the transformer at its floor by then (384,000 fresh sequences per model)
@@ -60,36 +60,30 @@ class Args:
         [200],
         "sequence length(s), trained one after another",
         type=POSITIVE,
-        action=Distinct,
     )
-    q: int = flag(3, "subset size", type=POSITIVE)
-    d: int = flag(5, "token dimension", type=POSITIVE)
+    q: int = flag(3, "subset size")
+    d: int = flag(5, "token dimension")
     width: list = flag(
         [1024],
         "hidden widths m, trained one after another",
         type=POSITIVE,
-        action=Distinct,
     )
-    batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
-    steps: int = flag(100_000, "training steps", type=POSITIVE)
+    batch: int = flag(256, "fresh sequences per step, n")
+    steps: int = flag(100_000, "training steps")
     optimizer: str = flag("adam", "Adam or plain SGD", choices=("adam", "sgd"))
-    lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]", type=RATE)
+    lr: float = flag(None, "learning rate [adam 1e-3; sgd 0.2]")
     seed: list = flag(
         [0],
         "seeds (data, init); the validation sets are common",
         type=NATURAL,
-        action=Distinct,
     )
-    eval_every: int = flag(
-        500, "steps between evaluations and log records", type=POSITIVE
-    )
-    n_test: int = flag(1024, "sequences in each validation set (fixed)", type=POSITIVE)
+    eval_every: int = flag(500, "steps between evaluations and log records")
+    n_test: int = flag(1024, "sequences in each validation set (fixed)")
     test_q: list = flag(
         [2, 4, 6],
         "q-generalisation sets' subset sizes",
         nargs="*",
         type=POSITIVE,
-        action=Distinct,
     )
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
@@ -126,7 +120,7 @@ class Args:
         type=POSITIVE,
     )
     # above the floor that random unit PEs leave at the sweep's budget
-    eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)", type=RATE)
+    eps: float = flag(0.3, "--sweep: target loss, a fraction of d/(2q)")
 
 
 COURSE = replace(Args(), preset="course", T=[20], steps=10_000, eval_every=100)
@@ -135,16 +129,7 @@ PRESETS = dict(paper=Args(), course=COURSE)
 FCN_LR = {"adam": 1e-3, "sgd": 0.2}
 TF_LR = 0.01  # the transformer's Adam learning rate in the sweep (train_tf.py's Adam default)
 MODELS = ("fcn", "transformer")
-CHECKPOINT = "checkpoint.pt"  # an FCN run's, in its directory while it is unfinished
 FIELDS = ["model", "T", "steps", "width", "params", "val", "val_sd"]  # sweep.csv's
-
-
-def FCN(in_features, width, out_features):  # noqa: N802  named as the model it builds
-    """One hidden layer of `width` ReLUs (a run's config and name say depth 1)."""
-    hidden = torch.nn.Linear(in_features, width)
-    return torch.nn.Sequential(
-        hidden, torch.nn.ReLU(), torch.nn.Linear(width, out_features)
-    )
 
 
 def n_params(module):
@@ -160,38 +145,34 @@ def sample(gen, words, n, T, q, d, dtype):
 
 def parse_args(argv=None):
     """The flags: the command line's, else SWEEP's under --sweep, else --preset's; rules checked."""
-    parser = runlog.parser("train_fcn.py", __doc__.split("\n")[0], PRESETS)
+    parser = runlog.parser("train_fcn.py", __doc__, PRESETS)
     given = runlog.given(parser.parse_args(argv))
     sweep = SWEEP if given.get("sweep") else {}
     args = replace(PRESETS[given.get("preset", "paper")], **{**sweep, **given})
     args.lr = args.lr or FCN_LR[args.optimizer]
-    # ascending, each once: a T's search starts at the last T's answer (sweep)
-    args.sweep_T = sorted(set(args.sweep_T))
-    args.sweep_width = sorted(set(args.sweep_width))
-    args.sweep_de = sorted(set(args.sweep_de))
-    budgets = set(args.sweep_steps or [args.steps])
+    # ascending: a T's search starts at the last T's answer (sweep)
+    args.sweep_T = sorted(args.sweep_T)
+    args.sweep_width = sorted(args.sweep_width)
+    args.sweep_de = sorted(args.sweep_de)
+    budgets = args.sweep_steps or [args.steps]
     args.sweep_steps = sorted(budgets, reverse=True)  # largest first
     name = "sweep-T" if args.sweep else "T"
     T = min(args.sweep_T if args.sweep else args.T)
     q = max([args.q, *args.test_q])
     fix = f"(got q={q}, T={T}, --{name}): pick a smaller q or a longer T"
-    one_budget = not {"steps", "sweep_steps"} <= given.keys()
-    rules = [
-        (q <= T, f"--q, --test-q must satisfy 1 <= q <= T {fix}"),
-        ignored(args, given),
-        (
-            one_budget,
-            "--steps and --sweep-steps: give one (a sweep's budgets are"
-            " --sweep-steps; --steps alone is a one-budget sweep)",
-        ),
-    ]
-    runlog.check(rules)
+    require(q <= T, f"--q, --test-q must satisfy 1 <= q <= T {fix}")
+    refuse_ignored(args, given)
+    require(
+        not {"steps", "sweep_steps"} <= given.keys(),
+        "--steps and --sweep-steps: give one (a sweep's budgets are"
+        " --sweep-steps; --steps alone is a one-budget sweep)",
+    )
     return args
 
 
-def ignored(args, given):
-    """The rule that no flag given is one the run would ignore: --T and --width in a sweep, the
-    sweep's own flags in a plain run."""
+def refuse_ignored(args, given):
+    """No flag given is one the run would ignore: --T and --width in a sweep, the sweep's own
+    flags in a plain run."""
     if args.sweep:
         names = [k for k in ("T", "width") if k in given]
         fix = "unused by --sweep (it trains --sweep-T, --sweep-width); drop them"
@@ -199,7 +180,7 @@ def ignored(args, given):
         names = [k for k in given if k.startswith("sweep_") or k == "eps"]
         fix = "used only with --sweep; add --sweep or drop them"
     named = ", ".join("--" + k.replace("_", "-") for k in names)
-    return not named, f"{named}: {fix}"
+    require(not named, f"{named}: {fix}")
 
 
 def check_runs(args):
@@ -210,7 +191,7 @@ def check_runs(args):
     out = Path(args.out)
     held = [name for name in ("sweep.json", "sweep.csv") if (out / name).exists()]
     ours = args.force and "sweep.json" in held
-    runlog.require(
+    require(
         not args.sweep or args.resume or not held or ours,
         f"--out: {args.out} holds {' and '.join(held)}; pass --resume to go on with"
         " its sweep, or give another --out",
@@ -234,9 +215,9 @@ def cell_dir(args, T, d_e):
 
 
 def run_config(args, T, width, seed, steps):
-    """A run's config.json but its device and size: every setting but the sweep's own, and the
-    budgets it is read at (a checkpoint past one it lacks cannot be resumed: a sweep trains it
-    afresh)."""
+    """A run's config.json but its size: every setting but the sweep's own (the device as main
+    resolved it), and the budgets it is read at (a checkpoint past one it lacks cannot be resumed:
+    a sweep trains it afresh)."""
     flags = asdict(args)
     for key in [k for k in flags if k.startswith("sweep")] + ["force", "out", "resume"]:
         del flags[key]
@@ -260,8 +241,7 @@ def build(args, T, width, seed, steps, device):
         sets[name] = sample(gen, words, args.n_test, T, q, args.d, args.dtype)
     kind = torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam
     optimizer = kind(model.parameters(), args.lr)
-    config = run_config(args, T, width, seed, steps)
-    config = dict(config, device=str(device), params=n_params(model))
+    config = dict(run_config(args, T, width, seed, steps), params=n_params(model))
     return model, optimizer, gen, sets, config
 
 
@@ -269,7 +249,7 @@ def new_job(args, path, config):
     """The runlog.Job of a run directory with its checkpoint; a sweep's --resume goes on with a
     run it started (and leaves a finished one alone), and starts the others without a word."""
     resume = args.resume and (path.exists() or not args.sweep)
-    file = path / CHECKPOINT
+    file = path / "checkpoint.pt"  # in the run's directory while it is unfinished
     return runlog.Job("train_fcn.py", [path], [config], file, resume, args.force)
 
 
@@ -494,7 +474,7 @@ def old_cells(args):
         return {}
     old = json.loads(path.read_bytes())
     differ = [k for k, v in sweep_settings(args).items() if old.get(k) != v]
-    runlog.require(
+    require(
         not differ,
         f"--resume: {path} was made with other settings"
         f" ({', '.join(differ)}); resume with the sweep's own flags, or give"
@@ -510,7 +490,7 @@ def sweep(args, device):
     path = Path(args.out) / "sweep.json"
     rows = []
     cells = old_cells(args)
-    first = {(m, b): 0 for m in MODELS for b in args.sweep_steps}
+    first = {}  # (model, budget): the grid index its next search starts at
     eps = args.eps * args.d / (2 * args.q)
 
     def save(status):  # after each cell, atomically: an ending keeps the rows
@@ -533,7 +513,8 @@ def sweep(args, device):
         save("running")  # its settings, for a --resume after a kill in its first cell
         for T, steps, model in tqdm(searches, desc="sweep (T, budget, model)"):
             key = model, steps
-            row, first[key] = smallest(args, model, T, steps, first[key], cache, device)
+            start = first.get(key, 0)
+            row, first[key] = smallest(args, model, T, steps, start, cache, device)
             rows.append(row)
             save("running")
     except BaseException as error:

@@ -26,7 +26,7 @@ import rundirs
 import runlog
 import sts
 from model import Model, checkpoint, load_checkpoint
-from runlog import NATURAL, POSITIVE, RATE, Distinct, flag, require
+from runlog import NATURAL, POSITIVE, flag, require
 
 # ------------------------------------------------------------------------------------- the config
 # --step's default, the faster bench.py measured: fused on the 2-core CPU ; autograd
@@ -37,29 +37,26 @@ STEP = dict(cpu="fused", cuda="autograd")
 @dataclass
 class Args:
     """The paper's setting (its Section 4: T=200, q=3, d=5, d_e=170, n=256, lr 1 annealed to 1/3 at
-    50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's."""
+    50k of 100k steps); None: derived in parse_args. Each field is a flag, its help the flag's; a
+    number is positive (runlog.parser) unless its type= says otherwise."""
 
     preset: str = flag(
         "paper",
         "defaults of the flags marked [paper ...; course ...]",
         choices=("paper", "course"),
     )
-    pe: list = flag(
-        ["stochastic"], "PEs to train", choices=sts.PE_KINDS, action=Distinct
-    )
+    pe: list = flag(["stochastic"], "PEs to train", choices=sts.PE_KINDS)
     positions: list = flag(
         None,
         "randomized PE: its table's size L (several: a sweep); each "
         "sequence uses T of its L in order [the longest length]",
         type=POSITIVE,
         nargs="+",
-        action=Distinct,
     )
     seed: list = flag(
         [0],
         "seeds (data, init, fixed PE table); all share the validation sets",
         type=NATURAL,
-        action=Distinct,
     )
     figure_set: bool = flag(
         False,
@@ -67,29 +64,28 @@ class Args:
         "stochastic and fixed PE by SGD, the same attending [Z z_q], a random "
         "init, Adam on both",
     )
-    T: int = flag(200, "training sequence length", type=POSITIVE)
-    q: int = flag(3, "subset size", type=POSITIVE)
-    d: int = flag(5, "token dimension", type=POSITIVE)
+    T: int = flag(200, "training sequence length")
+    q: int = flag(3, "subset size")
+    d: int = flag(5, "token dimension")
     de: list = flag(
         [170],
         "PE dimension d_e, several for a sweep (--pe onehot alone: the longest length)",
         type=POSITIVE,
-        action=Distinct,
     )
-    batch: int = flag(256, "fresh sequences per step, n", type=POSITIVE)
-    steps: int = flag(100_000, "training steps", type=POSITIVE)
+    batch: int = flag(256, "fresh sequences per step, n")
+    steps: int = flag(100_000, "training steps")
     optimizer: str = flag(
         "sgd", "plain SGD (the theory) or Adam", choices=("sgd", "adam")
     )
-    lr: float = flag(None, "learning rate [sgd 1, adam 0.01]", type=RATE)
+    lr: float = flag(None, "learning rate [sgd 1, adam 0.01]")
     anneal_at: int = flag(
         None, "first step of lr x --anneal-factor [half the steps]", type=NATURAL
     )
-    anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on", type=RATE)
+    anneal_factor: float = flag(1 / 3, "lr multiplier from --anneal-at on")
     init: str = flag(
         "zero", "zero (the theorems) or random (Figure 3)", choices=("zero", "random")
     )
-    init_scale: float = flag(0.01, "std of the entries of a random init", type=RATE)
+    init_scale: float = flag(0.01, "std of the entries of a random init")
     attend: str = flag(
         "tokens", "attend over Z, or [Z z_q] (Fig. 1)", choices=("tokens", "query")
     )
@@ -98,26 +94,19 @@ class Args:
         "lengths of the length-generalisation sets",
         type=POSITIVE,
         nargs="*",
-        action=Distinct,
     )
     test_q: list = flag(
         [2, 4, 6],
         "subset sizes of the q-generalisation sets",
         type=POSITIVE,
         nargs="*",
-        action=Distinct,
     )
-    n_test: int = flag(
-        1024, "sequences in each validation set at each evaluation", type=POSITIVE
-    )
+    n_test: int = flag(1024, "sequences in each validation set at each evaluation")
     n_final: int = flag(
         4096,
         "sequences per set at the end (summary.json's final, final_se)",
-        type=POSITIVE,
     )
-    eval_every: int = flag(
-        500, "steps between evaluations and log records", type=POSITIVE
-    )
+    eval_every: int = flag(500, "steps between evaluations and log records")
     device: str = flag(
         "auto", "auto: cuda where there is one", choices=("auto", "cuda", "cpu")
     )
@@ -135,9 +124,8 @@ class Args:
         2,
         "CPU threads: those drawing a batch, and the step's (fused: its own; "
         "autograd: torch's)",
-        type=POSITIVE,
     )
-    checkpoint_every: float = flag(300.0, "seconds between checkpoints", type=RATE)
+    checkpoint_every: float = flag(300.0, "seconds between checkpoints")
     out: str = flag("runs/tf", "parent folder of the run directories")
     force: bool = flag(False, "replace run directories that already hold a run")
     resume: bool = flag(
@@ -208,7 +196,7 @@ def estimate_loss(model, streams, args, n):
 
 def finals(model, streams, args):
     """Per run: summary.json's final losses on --n-final sequences per set with their Monte-Carlo
-    standard errors (std / sqrt n), and each sequence's loss for final_losses.npz (paired
+    standard errors (std / sqrt n), and its files: final_losses.npz, each sequence's loss (paired
     differences)."""
     n = args.n_final
     evaluated = estimate_loss(model, streams, args, n)
@@ -220,7 +208,8 @@ def finals(model, streams, args):
         arrays = {
             "_".join(filter(None, name)): x.float().cpu().numpy() for name, x in run
         }
-        out.append((dict(final=final, final_se=final_se, n_final=n), arrays))
+        numbers = dict(final=final, final_se=final_se, n_final=n)
+        out.append((numbers, {"final_losses.npz": arrays}))
     return out
 
 
@@ -247,37 +236,29 @@ def train(args, d_e, device):
         for r, spec in enumerate([] if resumed else specs):
             runlog.write_npz(spec["dir"] / "weights_init.npz", model.weights(r))
         bar.update(job.step)
-        loop(args, specs, model, optimizers, streams, job, bar)
-        finished = finals(model, streams, args)
-        files = [
-            (numbers, {"final_losses.npz": arrays}) for numbers, arrays in finished
-        ]
-        job.close("finished", args.steps, files)
-
-
-def loop(args, specs, model, optimizers, streams, job, bar):
-    """nanoGPT's loop, from job.step to the last step, the runs side by side."""
-    state = functools.partial(checkpoint, model, optimizers)
-    for t in range(job.step, args.steps + 1):
-        job.save(t, state, force=t == args.steps)  # the state before step t
-        if t % args.eval_every == 0 or t == args.steps:
-            log(args, model, optimizers, streams, job, t)
-            bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
-        if t == args.steps:
-            break
-        batch = streams.get_batch(t, args.batch, args.T, args.q)
-        losses = model(batch)  # each run's mean loss (R,)
-        losses.sum().backward()  # --step fused: the gradients its forward made by hand
-        model.loss_sum += losses.detach()
-        # each run's optimiser, its learning rate annealed
-        for spec, opt in zip(specs, optimizers):
-            lr = sts.learning_rate(
-                t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
-            )
-            opt.param_groups[0]["lr"] = lr
-            opt.step()
-            opt.zero_grad()
-        bar.update()
+        # nanoGPT's loop, from job.step to the last step, the runs side by side
+        state = functools.partial(checkpoint, model, optimizers)
+        for t in range(job.step, args.steps + 1):
+            job.save(t, state, force=t == args.steps)  # the state before step t
+            if t % args.eval_every == 0 or t == args.steps:
+                log(args, model, optimizers, streams, job, t)
+                bar.set_postfix_str(f"val {job.records[0]['val']:.4f}")
+            if t == args.steps:
+                break
+            batch = streams.get_batch(t, args.batch, args.T, args.q)
+            losses = model(batch)  # each run's mean loss (R,)
+            losses.sum().backward()  # --step fused: the gradients its forward made by hand
+            model.loss_sum += losses.detach()
+            # each run's optimiser, its learning rate annealed
+            for spec, opt in zip(specs, optimizers):
+                lr = sts.learning_rate(
+                    t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
+                )
+                opt.param_groups[0]["lr"] = lr
+                opt.step()
+                opt.zero_grad()
+            bar.update()
+        job.close("finished", args.steps, finals(model, streams, args))
 
 
 @torch.no_grad()
@@ -382,7 +363,7 @@ def rescore(args, device):
 def parse_args(argv=None):
     """The flags over their preset's values, the derived defaults resolved, the rules between them
     checked before anything is written."""
-    parser = runlog.parser("train_tf.py", __doc__.split("\n")[0], PRESETS)
+    parser = runlog.parser("train_tf.py", __doc__, PRESETS)
     given = runlog.given(parser.parse_args(argv))
     refuse_unused(given)
     args = replace(PRESETS[given.get("preset", "paper")], **given)
