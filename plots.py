@@ -40,13 +40,14 @@ from rundirs import (
 )
 from tables import (
     FORM_WORDS,
-    PLATEAU,
     WIDTH_FORMS,
     by_model_and_s,
     family_curves,
+    finite_floats,
     interpolated,
     models,
     partial,
+    plateau_model,
     same_target,
     table_critical,
     table_floor_excess,
@@ -212,7 +213,7 @@ def figure_tests(runs, out, name, group, suffix, predicted):
     groups = configurations(runs)
     names = sets(runs, group)
     curves = family_curves(groups, predicted)
-    model = whole_curve(runs[0]["path"].parent)
+    model = whole_curve(runs)
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = runs[0]["config"]
     trained = f"val (T={c['T']}, q={c['q']}, as trained)"
@@ -674,9 +675,8 @@ def plateau_panel(ax, points, base, k):
 def plateau_point(gd, g):
     """A configuration's (config, SGD's model's t_1/2, GD's, GD's closed form, the seeds' that
     crossed)."""
-    model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]["t_half"]
-    halves = [interpolated(run, gd["floor"]) for run in g]
-    crossed = [h for h in halves if h is not None]
+    model = plateau_model(g)["t_half"]
+    crossed = finite_floats(interpolated(g, gd["floor"]))
     return g[0]["config"], model, gd["t_half"], gd["t_half_closed"], crossed
 
 
@@ -789,16 +789,15 @@ def tabulate_all(loaded, alone, summaries, report):
     # tables without a row are not printed
     named = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
     report.draw(table_plateau_model, named)
-    whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
+    whole = [(n, runs, p) for _, n, runs, p, _ in loaded if runs and whole_curve(runs)]
     report.draw(table_whole_curve, whole)
     report.draw(table_floor_excess, whole)
     draw_summaries(summaries, None, report)
 
 
-def whole_curve(folder):
-    """The folder's PLATEAU row where it has theory.whole_curve's sets, else None."""
-    path = folder / PLATEAU
-    row = runlog.read(path)["rows"][0] if path.exists() else {}
+def whole_curve(runs):
+    """The PLATEAU row beside the runs where it has theory.whole_curve's sets, else None."""
+    row = plateau_model(runs) or {}
     return row if "sets" in row else None
 
 

@@ -804,20 +804,29 @@ def plateau_setting(g):
     return [*setting, len(g), cfg["eval_every"]]
 
 
-def interpolated(run, floor):
-    """A run's t_1/2 between its logged steps: where val crosses the midpoint of its first val and
-    `floor`, linearly interpolated (theory.crossing); None if it never does."""
-    steps = [r["step"] for r in run["log"]]
-    vals = [value(r, "val") for r in run["log"]]
-    return crossing(steps, vals, (vals[0] + floor) / 2)
+def interpolated(g, floor):
+    """Each seed's t_1/2 between its logged steps: where val crosses the midpoint of its first
+    val and `floor`, linearly interpolated (theory.crossing); NaN if it never does."""
+    halves = []
+    for run in g:
+        steps = [r["step"] for r in run["log"]]
+        vals = [value(r, "val") for r in run["log"]]
+        half = crossing(steps, vals, (vals[0] + floor) / 2)
+        halves.append(NAN if half is None else half)
+    return halves
+
+
+def plateau_model(g):
+    """The PLATEAU row beside a configuration's runs, else None."""
+    path = g[0]["path"].parent / PLATEAU
+    return read(path)["rows"][0] if path.exists() else None
 
 
 def plateau_row(folder, gd, g):
     """One row of table_plateau_model: a configuration's measured t_1/2 against PLATEAU's model."""
     cfg = g[0]["config"]
-    model = read(g[0]["path"].parent / PLATEAU)["rows"][0]
-    halves = [interpolated(run, gd["floor"]) for run in g]
-    halves = [NAN if h is None else h for h in halves]  # a seed that never crossed
+    model = plateau_model(g)
+    halves = interpolated(g, gd["floor"])
     seeds_se = over_seeds_se(halves)
     val_se = val_set_se(model, cfg["n_test"])
     measured_se = math.hypot(seeds_se, val_se) / mean(halves)
@@ -842,7 +851,7 @@ def table_plateau_model(experiments):
     rows = []
     for folder, pairs in experiments:
         for gd, g in pairs:
-            if (g[0]["path"].parent / PLATEAU).exists():
+            if plateau_model(g):
                 rows.append(plateau_row(folder, gd, g))
     caption = (
         "SGD's model of the plateau: the tokens integrated (theory.py --plateau, in"
@@ -934,7 +943,7 @@ def modelled(experiments):
     """(folder, configuration, PLATEAU's row, FLOOR's rows) of each SGD stochastic-PE
     configuration whose PLATEAU has theory.whole_curve's sets."""
     for folder, runs, predicted in experiments:
-        model = read(runs[0]["path"].parent / PLATEAU)["rows"][0]
+        model = plateau_model(runs)
         for g in configurations(runs):
             if models(model, g[0]["config"]):
                 yield folder, g, model, predicted
