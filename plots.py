@@ -42,6 +42,7 @@ from tables import (
     FORM_WORDS,
     WIDTH_FORMS,
     by_model_and_s,
+    config_of,
     family_curves,
     finite_floats,
     interpolated,
@@ -109,7 +110,7 @@ def curve(ax, group, groups, name, **kw):
 
 def color(group, groups):
     """Its PE's colour where each configuration has its own, else one of OTHERS."""
-    keys = [g[0]["config"]["pe"] for g in groups]
+    keys = [config_of(g)["pe"] for g in groups]
     i = groups.index(group)
     if len(set(keys)) == len(keys):  # PE kinds all have one
         return COLORS[keys[i]]
@@ -173,7 +174,7 @@ def figure_training(runs, out, name):
         curve(ax_inv, g, groups, "train_loss", f=lambda y: 1 / y)
         curve(ax_cos, g, groups, "cos_W")
         curve(ax_cos, g, groups, "cos_V", ls="--")
-    c = runs[0]["config"]
+    c = config_of(runs)
     start = c["d"] / (2 * c["q"])
     ax_loss.axhline(start, color="gray", ls=":", label="d/(2q), the loss at W=V=0")
     ax_loss.set(
@@ -212,21 +213,20 @@ def figure_tests(runs, out, name, group, suffix, predicted):
     dash-dotted, beside its configuration."""
     groups = configurations(runs)
     names = sets(runs, group)
-    curves = family_curves(groups, predicted)
     model = whole_curve(runs)
     fig, axes = panels(len(names), 0.8, sharey=True)
-    c = runs[0]["config"]
+    c = config_of(runs)
     trained = f"val (T={c['T']}, q={c['q']}, as trained)"
     for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            own, best = curves[g[0]["path"]].get(key, (None, None))
-            fixed = g[0]["config"]["pe"] == "fixed"
+            own, best = family_curves(g, predicted).get(key, (None, None))
+            fixed = config_of(g)["pe"] == "fixed"
             texts = FIXED_LINES if fixed else FAMILY_LINES
             for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
                     ax.axhline(y, color=color(g, groups), ls=ls, label=text)
-            if model and models(model, g[0]["config"]) and key in model["sets"]:
+            if model and models(model, config_of(g)) and key in model["sets"]:
                 steps = [r[0] for r in model["rows"]]
                 loss = model["sets"][key]["loss"]
                 ax.plot(steps, loss, "k-.", lw=1, label=MODEL_LINE)
@@ -254,7 +254,7 @@ def figure_weights(runs, out, name):
             title = f"at {when}, {c['pe']} PE, seed {c['seed']}"
             weights_at(row[k], V_axes, *pair[k], c["d"], title, symlog=when == "end")
     one = "; one run per configuration, its lowest seed" * (max(map(len, groups)) > 1)
-    return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
+    return save(fig, out, f"{name}_weights", describe(config_of(runs)) + one)
 
 
 def weights_at(ax, V_axes, W, V, d, title, symlog):
@@ -339,7 +339,7 @@ def figure_floor(runs, out, name, predicted):
         floor = value(run["end"], "val")  # its final val, else the last logged
         if floor > 0:  # a null or zero loss: no place on the log axis
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    config = runs[0]["config"]
+    config = config_of(runs)
     task = [config["T"], config["q"], config["d"]]  # FLOOR holds the test sets' q too
     guess = defaultdict(list)  # {pe: [(d_e, loss)] by d_e}
     for (pe, *at, de), row in sorted(predicted.items()):
@@ -566,8 +566,8 @@ def position_points(groups, pe, at, key):
     each, by L: at[pe], else its table's size."""
     points = []
     for g in groups:
-        if g[0]["config"]["pe"] == pe:
-            L = g[0]["config"].get("positions") or at[pe]
+        if config_of(g)["pe"] == pe:
+            L = config_of(g).get("positions") or at[pe]
             y = [value(r["end"], key) for r in g]
             points.append((L, np.mean(y), min(y), max(y)))
     return sorted(points)
@@ -578,7 +578,7 @@ def figure_positions(runs, out, name):
     PE's colour, fixed PE at L = T, stochastic at L = ∞); in distribution,
     table_floor.json's."""
     groups = configurations(runs)
-    c = runs[0]["config"]
+    c = config_of(runs)
     Ls = sorted({r["config"].get("positions") for r in runs} - {None})
     at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}  # L -> ∞ at 4 L_max
     names = sets(runs, "T")
@@ -619,7 +619,7 @@ def logged_curve(group, last):
     steps, val = spread(group, "val")
     c = spread(group, "c")[1]
     old = spread(group, "norm_W")[1] * spread(group, "cos_W")[1]
-    c = np.where(np.isnan(c), old / np.sqrt(group[0]["config"]["de"]), c)
+    c = np.where(np.isnan(c), old / np.sqrt(config_of(group)["de"]), c)
     alpha = spread(group, "alpha")[1]
     kept = steps <= last
     return steps[kept], [y[:, kept] for y in (val, c, alpha)]
@@ -644,7 +644,7 @@ def figure_dynamics(name, pairs, out):
         ax.set_xscale("symlog", linthresh=max(10, plateau))  # linear over the plateau
         ax.set(xlabel="step", xlim=(0, None), ylabel=ylabel, title=title)
     axes[0].set_yscale("log")
-    return save(fig, out, f"{name}_dynamics", describe(groups[0][0]["config"], groups))
+    return save(fig, out, f"{name}_dynamics", describe(config_of(groups[0]), groups))
 
 
 # figure_plateau's panels: the settings a scan varies
@@ -677,7 +677,7 @@ def plateau_point(gd, g):
     crossed)."""
     model = plateau_model(g)["t_half"]
     crossed = finite_floats(interpolated(g, gd["floor"]))
-    return g[0]["config"], model, gd["t_half"], gd["t_half_closed"], crossed
+    return config_of(g), model, gd["t_half"], gd["t_half_closed"], crossed
 
 
 def figure_plateau(name, members, out):
@@ -722,7 +722,7 @@ def draw(name, runs, out, report, predicted):
         if sets(tf, group) != ["val"]:  # some set of that group logged
             report.draw(figure_tests, tf, out, name, group, suffix, predicted)
     report.draw(figure_weights, tf, out, name)
-    T = tf[0]["config"]["T"]
+    T = config_of(tf)["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
         report.draw(figure_floor, tf, out, name, predicted)
 

@@ -108,36 +108,38 @@ def slope(run, name):
     return float(np.polyfit(steps, ys, 1)[0] * 1e4)
 
 
+def config_of(runs):
+    """The first run's config.json: a configuration's but for PER_SEED."""
+    return runs[0]["config"]
+
+
 def run_names(group):
     return tuple(r["path"].name for r in group)
 
 
-def own_of(folder):
+def own_of(runs):
     """OWN beside the runs ({} without the file)."""
-    path = folder / OWN
+    path = runs[0]["path"].parent / OWN
     return read(path) if path.exists() else {}
 
 
-def own_rows(folder):
+def own_rows(runs):
     """OWN's rows by (the runs' names, set)."""
-    rows = own_of(folder).get("rows", [])
+    rows = own_of(runs).get("rows", [])
     return {(tuple(r["runs"]), r["set"]): r for r in rows}
 
 
-def family_curves(groups, predicted):
-    """{first run's path: {set name: (own, best)}}: OWN's own family at the set, FLOOR's best at
+def family_curves(g, predicted):
+    """{set name: (own, best)} of a configuration: OWN's own family at the set, FLOOR's best at
     the set's T and q (fixed PE: W = c M, which learns its table, at its T alone)."""
-    curves = {}
-    for g in groups:
-        c = g[0]["config"]
-        own = own_rows(g[0]["path"].parent)
-        key = "loss" if c["pe"] == "stochastic" else "table"
-        at = {}
-        for k in own_sets(g):
-            mine = own.get((run_names(g), k), {})
-            at[k] = (mine.get("own"), best(predicted, c, k).get(key))
-        curves[g[0]["path"]] = at
-    return curves
+    c = config_of(g)
+    own = own_rows(g)
+    key = "loss" if c["pe"] == "stochastic" else "table"
+    at = {}
+    for k in own_sets(g):
+        mine = own.get((run_names(g), k), {})
+        at[k] = (mine.get("own"), best(predicted, c, k).get(key))
+    return at
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
@@ -247,7 +249,7 @@ def config_row(g, groups, names, final, shape, cos):
     steps = [r["log"][-1]["step"] for r in g]
     span = sorted({min(steps), max(steps)})
     row = [label(g, groups)]
-    row += [g[0]["config"].get(k, "-") for k in shape]
+    row += [config_of(g).get(k, "-") for k in shape]
     row += [len(g), "-".join(map(str, span))]
     for k in names:
         cell = mean_sd([value(r["end"], k) for r in g])
@@ -259,7 +261,7 @@ def config_row(g, groups, names, final, shape, cos):
 
 def table(name, runs):
     """A configuration a row: its losses and last cosines over its seeds. Runs of one model."""
-    c = runs[0]["config"]
+    c = config_of(runs)
     groups = configurations(runs)
     names = sets(runs, "T", "q")
     final = any("final" in r["summary"] for r in runs)
@@ -285,7 +287,7 @@ def table(name, runs):
 
 def pe_setting(g):
     """A configuration's setting but for its PE, the same across the PEs it is paired with."""
-    return setting(g[0]["config"], (*PER_SEED, "pe", "positions"))
+    return setting(config_of(g), (*PER_SEED, "pe", "positions"))
 
 
 def paired_cells(d, gap):
@@ -303,7 +305,7 @@ def paired_rows(g, ref, groups, files, gaps):
     """g's PE minus ref's where a configuration of ref agrees but for the PE, a set a row; keeps
     each stochastic − fixed mean in gaps."""
     key = pe_setting(g)
-    same = [b for b in groups if b[0]["config"]["pe"] == ref and pe_setting(b) == key]
+    same = [b for b in groups if config_of(b)["pe"] == ref and pe_setting(b) == key]
     if not same:
         return []
     base = same[0]
@@ -319,7 +321,7 @@ def paired_rows(g, ref, groups, files, gaps):
         d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
         gap = gaps.get((key, k)) if ref == "stochastic" else None
         rows.append([pair, k, f"{len(d)} of {len(per)}", *paired_cells(d, gap)])
-        if g[0]["config"]["pe"] == "stochastic":
+        if config_of(g)["pe"] == "stochastic":
             gaps[key, k] = mean([x for x, _ in d])
     return rows
 
@@ -334,7 +336,7 @@ def table_paired(name, runs, report):
     gaps = {}  # stochastic − fixed
     for ref in ("fixed", "stochastic"):
         for g in groups:
-            if g[0]["config"]["pe"] not in ("fixed", ref, "onehot"):
+            if config_of(g)["pe"] not in ("fixed", ref, "onehot"):
                 rows += paired_rows(g, ref, groups, files, gaps)
     caption = (
         f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed d ="
@@ -358,8 +360,8 @@ def quoted_from(row, key, se):
 
 def floor_row(g, predicted):
     """table_floor's row of a configuration."""
-    c = g[0]["config"]
-    floor = own_of(g[0]["path"].parent).get("floor", [])
+    c = config_of(g)
+    floor = own_of(g).get("floor", [])
     pairs = {x["run"]: x for x in floor}  # theory.py --own's
     both = [pairs[name] for name in run_names(g) if name in pairs]
     trained = [x["trained"] for x in both]
@@ -401,7 +403,7 @@ def quoted(x, se):
 
 def length_row(k, g, groups, own, predicted):
     """table_length's row of a configuration g at set k."""
-    c = g[0]["config"]
+    c = config_of(g)
     T, q = task(k, c)
     trained = [value(r["end"], k) for r in g]
     mine = own.get((run_names(g), k), {})
@@ -432,7 +434,7 @@ def table_length(name, runs, predicted):
     """At each set a configuration's loss, OWN's, FLOOR's, their share of the rise, its slope."""
     groups = configurations(runs)
     names = sets(runs, "T", "q")
-    own = own_rows(runs[0]["path"].parent)
+    own = own_rows(runs)
     sizes = sorted({r["n"] for r in own.values()})
     n = "/".join(map(str, sizes))
     scored = (
@@ -440,7 +442,7 @@ def table_length(name, runs, predicted):
         if n
         else f"none here (theory.py --own DIR --n N: {OWN})"
     )
-    trained_at = groups[0][0]["config"]
+    trained_at = config_of(groups[0])
     tested = names if len(names) > 1 else []  # the training set alone: no table
     rows = [length_row(k, g, groups, own, predicted) for k in tested for g in groups]
     caption = (
@@ -488,7 +490,7 @@ def selection(W_ee, P):
 
 def selection_rows(g, groups, row):
     """table_selection's rows of a configuration: its trained W_ee, then c M of the row."""
-    c = g[0]["config"]
+    c = config_of(g)
     d = c["d"]
     tables = [pe_of(r["config"]).table for r in g]
     built = [row["c"] * metric(row, P) for P in tables]
@@ -505,13 +507,13 @@ def selection_rows(g, groups, row):
 def table_selection(name, runs):
     """Randomized PE: the trained W against table_floor.json's W = c M, each on its seed's table."""
     at = runs[0]["path"].parent
-    T = runs[0]["config"]["T"]
+    T = config_of(runs)["T"]
     floors = read(at / "table_floor.json")["rows"]  # randomized PE's, by theory.py
     built = {r["positions"]: r for r in floors if r["T"] == T}
     groups = configurations(runs)
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
-        c = g[0]["config"]
+        c = config_of(g)
         if (c.get("positions") or 0) > c["de"] and c["positions"] in built:
             rows += selection_rows(g, groups, built[c["positions"]])
     caption = (
@@ -799,7 +801,7 @@ MODEL_KEYS = ("T", "q", "de", "lr", "batch")  # the settings a PLATEAU row is of
 
 def plateau_setting(g):
     """The cells of SETTING_COLUMNS of a configuration."""
-    cfg = g[0]["config"]
+    cfg = config_of(g)
     setting = [cfg[k] for k in MODEL_KEYS]
     return [*setting, len(g), cfg["eval_every"]]
 
@@ -824,7 +826,7 @@ def plateau_model(g):
 
 def plateau_row(folder, gd, g):
     """One row of table_plateau_model: a configuration's measured t_1/2 against PLATEAU's model."""
-    cfg = g[0]["config"]
+    cfg = config_of(g)
     model = plateau_model(g)
     halves = interpolated(g, gd["floor"])
     seeds_se = over_seeds_se(halves)
@@ -892,7 +894,7 @@ def whole_curve_row(folder, g, model, key):
     measured = seeds.mean(0)
     gap = measured / s["loss"] - 1
     seeds_se = over_seeds_se(seeds)
-    spread_sq = s["sd"] ** 2 / g[0]["config"]["n_test"] + seeds_se**2 + s["se"] ** 2
+    spread_sq = s["sd"] ** 2 / config_of(g)["n_test"] + seeds_se**2 + s["se"] ** 2
     se = np.sqrt(spread_sq) / s["loss"]
     i = int(np.abs(gap).argmax())
     far = np.abs(gap) > GAP
@@ -931,7 +933,7 @@ def lag(at, loss, step, measured):
 def final_gap(g, s, key):
     """The seeds' final loss at `key` (summary.json, n_final sequences) / the model's at their
     last step - 1, ± se as whole_curve_row's with final_se for the validation set's."""
-    if g[0]["summary"]["step"] != g[0]["config"]["steps"]:
+    if g[0]["summary"]["step"] != config_of(g)["steps"]:
         return "-"  # stopped early (T100): its finals are not at the model's last step
     final, se = measured(g, key)
     model = s["loss"][-1]
@@ -945,7 +947,7 @@ def modelled(experiments):
     for folder, runs, predicted in experiments:
         model = plateau_model(runs)
         for g in configurations(runs):
-            if models(model, g[0]["config"]):
+            if models(model, config_of(g)):
                 yield folder, g, model, predicted
 
 
@@ -987,7 +989,7 @@ def table_whole_curve(experiments):
 
 def excess_row(folder, g, model, predicted, key):
     """table_floor_excess' row: the seeds' final loss above the family's floor, split."""
-    floor = best(predicted, g[0]["config"], key)
+    floor = best(predicted, config_of(g), key)
     final, measured_se = measured(g, key)
     s = {k: x[-1] for k, x in model["sets"][key].items()}  # the model at the last step
     excess = final - floor["loss"]
@@ -1009,7 +1011,7 @@ def table_floor_excess(experiments):
     rows = []
     for folder, g, model, predicted in modelled(experiments):
         at_end = g[0]["summary"]["step"] == model["steps"]
-        keys = [k for k in model["sets"] if best(predicted, g[0]["config"], k)]
+        keys = [k for k in model["sets"] if best(predicted, config_of(g), k)]
         rows += [excess_row(folder, g, model, predicted, k) for k in keys if at_end]
     caption = (
         "The floor's excess: the seeds' final loss (summary.json, n_final common sequences)"
