@@ -31,7 +31,6 @@ from rundirs import (
     label,
     load_all,
     load_summary,
-    read,
     scans_of,
     sets,
     spread,
@@ -52,6 +51,7 @@ from tables import (
     same_target,
     table_critical,
     table_floor_excess,
+    table_floors,
     table_largest,
     table_needed,
     table_plateau_model,
@@ -586,12 +586,7 @@ def figure_positions(runs, out, name):
     ticks = [c["T"], *Ls, at["stochastic"]]
     labels = [*map(str, ticks[:-1]), "∞"]
     # in distribution: randomized PE's constructions at the training T
-    rows = read(runs[0]["path"].parent / "table_floor.json")["rows"]
-    points = [
-        (r["positions"], r["table"], r["family"])
-        for r in rows
-        if r["pe"] == "randomized" and r["T"] == c["T"]
-    ]
+    points = [(r["positions"], r["table"], r["family"]) for r in table_floors(runs)]
     L, table, family = np.array(sorted(points), float).T
     for key, ax in zip(names, axes):
         for pe, style in POSITIONS.items():

@@ -466,6 +466,12 @@ def table_length(name, runs, predicted):
     markdown(caption, header, rows)
 
 
+def table_floors(runs):
+    """table_floor.json's rows at the runs' T: randomized PE's W = c M (theory.table_floor)."""
+    rows = read(runs[0]["path"].parent / "table_floor.json")["rows"]
+    return [r for r in rows if r["T"] == config_of(runs)["T"]]
+
+
 def selection(W_ee, P):
     """How W's PE block tells its table's positions apart, G = Pᵀ W_ee P: the self-scores' mean
     and spread over the positions, the cross-scores' spread, the first over the last; then the
@@ -506,10 +512,7 @@ def selection_rows(g, groups, row):
 
 def table_selection(name, runs):
     """Randomized PE: the trained W against table_floor.json's W = c M, each on its seed's table."""
-    at = runs[0]["path"].parent
-    T = config_of(runs)["T"]
-    floors = read(at / "table_floor.json")["rows"]  # randomized PE's, by theory.py
-    built = {r["positions"]: r for r in floors if r["T"] == T}
+    built = {r["positions"]: r for r in table_floors(runs)}
     groups = configurations(runs)
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
