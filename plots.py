@@ -44,6 +44,7 @@ from tables import (
     config_of,
     family_curves,
     finite_floats,
+    fitted,
     interpolated,
     models,
     partial,
@@ -104,8 +105,7 @@ def band(ax, x, y, col, f=lambda y: y, **kw):
 
 def curve(ax, group, groups, name, **kw):
     """`name` against the step, the group's seeds as band() draws them."""
-    steps, seeds = spread(group, name)
-    band(ax, steps, seeds, color(group, groups), **kw)
+    band(ax, *spread(group, name), color(group, groups), **kw)
 
 
 def color(group, groups):
@@ -180,8 +180,8 @@ def figure_training(runs, out, name):
     ax_loss.set(
         yscale="log", xlabel="step", ylabel=f"training loss {LOSS}", title="loss"
     )
-    top = ax_loss.get_ylim()[1] * 1.5  # the reference, in the limits, off the edge
-    ax_loss.set_ylim(top=top)
+    # the reference, in the limits, off the edge
+    ax_loss.set_ylim(top=ax_loss.get_ylim()[1] * 1.5)
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
     legend_key(ax_cos, "k-", "cos(W, W*)")
     legend_key(ax_cos, "k--", "cos(V, V*)")
@@ -533,8 +533,8 @@ def figure_needed(s, out, name, sweep):
     grid = np.geomspace(T.min(), T.max(), 200)
     for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):  # black
         y = WIDTH_FORMS[form](grid, **fit)
-        shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
-        text = f"fit, {FORM_WORDS[form]}:\n{', '.join(shown)}; rms {fit['rms']:.3f}"
+        shown = fitted(fit, ".3g")
+        text = f"fit, {FORM_WORDS[form]}:\n{shown}; rms {fit['rms']:.3f}"
         ax.plot(grid, y, ls, color="k", label=text)
     trained = needed_trained(ax, sweep, s["d"])
     ax.set(

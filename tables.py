@@ -192,6 +192,12 @@ def width_fits(Ts, des, q):
     return fits
 
 
+def fitted(fit, spec):
+    """A width fit's parameters, "k = v, ..." (its q and rms left out)."""
+    shown = [f"{k} = {v:{spec}}" for k, v in fit.items() if k not in ("q", "rms")]
+    return ", ".join(shown)
+
+
 def same_target(needed, sweep):
     """Whether sweep.json trained to needed_de.json's target: the same --eps (a fraction of
     d/(2q)), q and d; a key sweep.json lacks counts as the same."""
@@ -604,8 +610,7 @@ def needed_row(r, d):
     if finite(r["de_se"]):
         de += f" ± {r['de_se']:.1f}"
     floor = f"{r['floor']:.4f} ± {r['se']:.4f}"
-    tried = len(r["tried"])
-    return [r["T"], de, d + r["de"], floor, tried, r.get("seconds", "-")]
+    return [r["T"], de, d + r["de"], floor, len(r["tried"]), r.get("seconds", "-")]
 
 
 def table_needed(path, s, sweep):
@@ -641,9 +646,8 @@ def table_fits(path, rows, q):
     least = min(f["rms"] for f in fits.values())
     cells = []
     for name, f in fits.items():
-        shown = [f"{k} = {v:.4g}" for k, v in f.items() if k not in ("rms", "q")]
         ratio = fmt(f["rms"] / least, ".2f")
-        cells.append([FORM_WORDS[name], ", ".join(shown), fmt(f["rms"]), ratio])
+        cells.append([FORM_WORDS[name], fitted(f, ".4g"), fmt(f["rms"]), ratio])
     caption = (
         f"{path.parent.name}: least-squares fits of d_e against T, each minimising the squared"
         " residuals of ln d_e (tables.width_fits); rms: their root mean square."
