@@ -221,8 +221,7 @@ def figure_tests(runs, out, name, group, suffix, predicted):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
             own, best = family_curves(g, predicted).get(key, (None, None))
-            fixed = config_of(g)["pe"] == "fixed"
-            texts = FIXED_LINES if fixed else FAMILY_LINES
+            texts = FIXED_LINES if config_of(g)["pe"] == "fixed" else FAMILY_LINES
             for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
                     ax.axhline(y, color=color(g, groups), ls=ls, label=text)
@@ -362,8 +361,7 @@ def figure_floor(runs, out, name, predicted):
     ax.set(
         xlabel="PE dimension d_e", ylim=(low / 1.4, None), ylabel=ylabel, title=title
     )
-    caption = describe(config, configurations(runs))
-    return save(fig, out, f"{name}_floor", caption)
+    return save(fig, out, f"{name}_floor", describe(config, configurations(runs)))
 
 
 def separation_lines(axes, summary, model, budget):

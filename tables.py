@@ -367,8 +367,7 @@ def quoted_from(row, key, se):
 def floor_row(g, predicted):
     """table_floor's row of a configuration."""
     c = config_of(g)
-    floor = own_of(g).get("floor", [])
-    pairs = {x["run"]: x for x in floor}  # theory.py --own's
+    pairs = {x["run"]: x for x in own_of(g).get("floor", [])}  # theory.py --own's
     both = [pairs[name] for name in run_names(g) if name in pairs]
     trained = [x["trained"] for x in both]
     family = [x["family"] for x in both]
@@ -836,9 +835,8 @@ def plateau_row(folder, gd, g):
     cfg = config_of(g)
     model = plateau_model(g)
     halves = interpolated(g, gd["floor"])
-    seeds_se = over_seeds_se(halves)
     val_se = val_set_se(model, cfg["n_test"])
-    measured_se = math.hypot(seeds_se, val_se) / mean(halves)
+    measured_se = math.hypot(over_seeds_se(halves), val_se) / mean(halves)
     ratio = mean(halves) / model["t_half"]
     ratio_se = ratio * math.hypot(model["se"] / model["t_half"], measured_se)
     d = cfg["d"]
