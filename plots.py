@@ -44,7 +44,7 @@ from tables import (
     config_of,
     family_curves,
     finite_floats,
-    fitted,
+    fit_parameters,
     interpolated,
     models,
     partial,
@@ -531,7 +531,7 @@ def figure_needed(s, out, name, sweep):
     grid = np.geomspace(T.min(), T.max(), 200)
     for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):  # black
         y = WIDTH_FORMS[form](grid, **fit)
-        shown = fitted(fit, ".3g")
+        shown = fit_parameters(fit, ".3g")
         text = f"fit, {FORM_WORDS[form]}:\n{shown}; rms {fit['rms']:.3f}"
         ax.plot(grid, y, ls, color="k", label=text)
     trained = needed_trained(ax, sweep, s["d"])

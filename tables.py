@@ -123,10 +123,10 @@ def own_of(runs):
     return read(path) if path.exists() else {}
 
 
-def own_rows(runs):
-    """OWN's rows by (the runs' names, set)."""
-    rows = own_of(runs).get("rows", [])
-    return {(tuple(r["runs"]), r["set"]): r for r in rows}
+def own_rows(g):
+    """OWN's rows of a configuration, by set."""
+    rows = own_of(g).get("rows", [])
+    return {r["set"]: r for r in rows if tuple(r["runs"]) == run_names(g)}
 
 
 def family_curves(g, predicted):
@@ -137,7 +137,7 @@ def family_curves(g, predicted):
     key = "loss" if c["pe"] == "stochastic" else "table"
     at = {}
     for k in own_sets(g):
-        mine = own.get((run_names(g), k), {})
+        mine = own.get(k, {})
         at[k] = (mine.get("own"), best(predicted, c, k).get(key))
     return at
 
@@ -192,7 +192,7 @@ def width_fits(Ts, des, q):
     return fits
 
 
-def fitted(fit, spec):
+def fit_parameters(fit, spec):
     """A width fit's parameters, "k = v, ..." (its q and rms left out)."""
     shown = [f"{k} = {v:{spec}}" for k, v in fit.items() if k not in ("q", "rms")]
     return ", ".join(shown)
@@ -406,12 +406,12 @@ def quoted(x, se):
     return f"{x:.{k}f} ± {se:.{k}f}"
 
 
-def length_row(k, g, groups, own, predicted):
+def length_row(k, g, groups, predicted):
     """table_length's row of a configuration g at set k."""
     c = config_of(g)
     T, q = task(k, c)
     trained = [value(r["end"], k) for r in g]
-    mine = own.get((run_names(g), k), {})
+    mine = own_rows(g).get(k, {})
     at_set = best(predicted, c, k)
     at_val = best(predicted, c, "val")
     stochastic = c["pe"] == "stochastic"
@@ -439,8 +439,7 @@ def table_length(name, runs, predicted):
     """At each set a configuration's loss, OWN's, FLOOR's, their share of the rise, its slope."""
     groups = configurations(runs)
     names = sets(runs, "T", "q")
-    own = own_rows(runs)
-    sizes = sorted({r["n"] for r in own.values()})
+    sizes = sorted({r["n"] for r in own_of(runs).get("rows", [])})
     n = "/".join(map(str, sizes))
     scored = (
         f"on {n} sequences a set"
@@ -449,7 +448,7 @@ def table_length(name, runs, predicted):
     )
     trained_at = config_of(groups[0])
     tested = names if len(names) > 1 else []  # the training set alone: no table
-    rows = [length_row(k, g, groups, own, predicted) for k in tested for g in groups]
+    rows = [length_row(k, g, groups, predicted) for k in tested for g in groups]
     caption = (
         f"{name}: at each length and subset size (T={trained_at['T']},"
         f" q={trained_at['q']}: as trained), the final loss, mean ± s (the sample"
@@ -646,7 +645,7 @@ def table_fits(path, rows, q):
     cells = []
     for name, f in fits.items():
         ratio = fmt(f["rms"] / least, ".2f")
-        cells.append([FORM_WORDS[name], fitted(f, ".4g"), fmt(f["rms"]), ratio])
+        cells.append([FORM_WORDS[name], fit_parameters(f, ".4g"), fmt(f["rms"]), ratio])
     caption = (
         f"{path.parent.name}: least-squares fits of d_e against T, each minimising the squared"
         " residuals of ln d_e (tables.width_fits); rms: their root mean square."
