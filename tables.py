@@ -848,17 +848,26 @@ def plateau_row(folder, gd, g):
     t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
     ratio_cell = f"{ratio:.3f} ± {ratio_se:.3f}"
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
-    cells = [mean_sd(halves, ".1f"), t_half, ratio_cell, f"{val_se:.1f}", end, w_xe]
-    return [folder, *plateau_setting(g), *cells]
+    return [
+        folder,
+        *plateau_setting(g),
+        mean_sd(halves, ".1f"),
+        t_half,
+        ratio_cell,
+        f"{val_se:.1f}",
+        end,
+        w_xe,
+    ]
 
 
 def table_plateau_model(experiments):
     """Every configuration beside a PLATEAU: t_1/2 interpolated against SGD's model's, |W_xe|^2."""
-    rows = []
-    for folder, pairs in experiments:
-        for gd, g in pairs:
-            if plateau_model(g):
-                rows.append(plateau_row(folder, gd, g))
+    rows = [
+        plateau_row(folder, gd, g)
+        for folder, pairs in experiments
+        for gd, g in pairs
+        if plateau_model(g)
+    ]
     caption = (
         "SGD's model of the plateau: the tokens integrated (theory.py --plateau, in"
         f" {PLATEAU}); t½ measured where val crosses the midpoint of the first val and"
@@ -964,10 +973,11 @@ def models(model, cfg):
 def table_whole_curve(experiments):
     """Every configuration of `modelled`: its whole curve against the model's at every logged
     step and every set."""
-    rows = []
-    for folder, g, model, _ in modelled(experiments):
-        for key in model["sets"]:
-            rows.append(whole_curve_row(folder, g, model, key))
+    rows = [
+        whole_curve_row(folder, g, model, key)
+        for folder, g, model, _ in modelled(experiments)
+        for key in model["sets"]
+    ]
     caption = (
         "The whole curve: each set's validation loss at every logged step after 0 (over the"
         " seeds, the mean) against SGD's model there (theory.py --plateau --test-T --test-q:"
@@ -1014,9 +1024,11 @@ def table_floor_excess(experiments):
     """Where the runs end above the family's floor: SGD's model's W_xe and its c, alpha."""
     rows = []
     for folder, g, model, predicted in modelled(experiments):
-        at_end = g[0]["summary"]["step"] == model["steps"]
-        keys = [k for k in model["sets"] if best(predicted, config_of(g), k)]
-        rows += [excess_row(folder, g, model, predicted, k) for k in keys if at_end]
+        if (
+            g[0]["summary"]["step"] == model["steps"]
+        ):  # the model's last step: the finals'
+            keys = [k for k in model["sets"] if best(predicted, config_of(g), k)]
+            rows += [excess_row(folder, g, model, predicted, k) for k in keys]
     caption = (
         "The floor's excess: the seeds' final loss (summary.json, n_final common sequences)"
         f" − the family's floor ({FLOOR}: sts.family_floor), against SGD's model at the last"
