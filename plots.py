@@ -285,8 +285,8 @@ def weights_at(ax, V_axes, W, V, d, title, symlog):
         V_ax.set_yticks([])
     V_axes[0].set_title("token block", loc="left")
     V_axes[1].set_title(f"V {title}" + " (all 0)" * (not V.any()))
-    ticks = [-V_max, 0, V_max]  # the PE block's, beside it
-    ax.figure.colorbar(image, ax=V_axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
+    V_ticks = [-V_max, 0, V_max]  # the PE block's, beside it
+    ax.figure.colorbar(image, ax=V_axes[1], shrink=0.8, ticks=V_ticks, format="{x:.2g}")
 
 
 def floor_lines(ax, pe, points, guess, low):

@@ -375,8 +375,16 @@ def floor_row(g, predicted):
     differences = over_seeds([(x["difference"], x["se"]) for x in both])
     ratio = fmt(mean(trained) / mean(family), "#.3g")
     floor = quoted_from(best(predicted, c, "val"), "loss", "se")
-    losses = [mean_sd(trained), mean_sd(family), *differences, ratio]
-    return [c["pe"], c["de"], seeds, floor, *losses]
+    return [
+        c["pe"],
+        c["de"],
+        seeds,
+        floor,
+        mean_sd(trained),
+        mean_sd(family),
+        *differences,
+        ratio,
+    ]
 
 
 def table_floor(name, runs, predicted):
@@ -521,7 +529,7 @@ def table_selection(name, runs):
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
         c = config_of(g)
-        if (c.get("positions") or 0) > c["de"] and c["positions"] in built:
+        if c.get("positions") in built and c["positions"] > c["de"]:
             rows += selection_rows(g, groups, built[c["positions"]])
     caption = (
         f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
@@ -657,8 +665,7 @@ def table_fits(path, rows, q):
 def quarter_vals(path, row, m):
     """The seeds' mean val of the FCN of width m at 3/4 of the training every seed logged (at
     least the row's budget) and at its end, and that end."""
-    pattern = f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl"
-    files = path.parent.glob(pattern)
+    files = path.parent.glob(f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl")
     logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in files]
     lasts = [max(log, default=0) for log in logs]
     end = max(row["steps"], min(lasts, default=0))
@@ -807,8 +814,7 @@ MODEL_KEYS = ("T", "q", "de", "lr", "batch")  # the settings a PLATEAU row is of
 def plateau_setting(g):
     """The cells of SETTING_COLUMNS of a configuration."""
     cfg = config_of(g)
-    setting = [cfg[k] for k in MODEL_KEYS]
-    return [*setting, len(g), cfg["eval_every"]]
+    return [cfg[k] for k in MODEL_KEYS] + [len(g), cfg["eval_every"]]
 
 
 def interpolated(g, floor):
@@ -906,8 +912,8 @@ def whole_curve_row(folder, g, model, key):
     s = {k: np.interp(steps, at, y) for k, y in model["sets"][key].items()}
     measured = seeds.mean(0)
     gap = measured / s["loss"] - 1
-    seeds_se = over_seeds_se(seeds)
-    spread_sq = s["sd"] ** 2 / config_of(g)["n_test"] + seeds_se**2 + s["se"] ** 2
+    seeds_sq = over_seeds_se(seeds) ** 2
+    spread_sq = s["sd"] ** 2 / config_of(g)["n_test"] + seeds_sq + s["se"] ** 2
     se = np.sqrt(spread_sq) / s["loss"]
     i = int(np.abs(gap).argmax())
     far = np.abs(gap) > GAP
