@@ -185,12 +185,11 @@ def figure_training(runs, out, name):
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
     legend_key(ax_cos, "k-", "cos(W, W*)")
     legend_key(ax_cos, "k--", "cos(V, V*)")
-    bottom = min(0, ax_cos.get_ylim()[0])
     ax_cos.set(
         xlabel="step",
         ylabel="cosine similarity",
         title="alignment with ground truth",
-        ylim=(bottom, 1.05),
+        ylim=(min(0, ax_cos.get_ylim()[0]), 1.05),
     )
     return save(fig, out, f"{name}_training", describe(c, groups))
 

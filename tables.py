@@ -851,15 +851,13 @@ def plateau_row(folder, gd, g):
     end = g[0]["summary"]["step"]  # the final weights' step, the same for every seed
     rows = np.array(model["rows"])
     at_end = np.interp(end, rows[:, 0], rows[:, -1], right=NAN)  # NaN past the curve
-    t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
-    ratio_cell = f"{ratio:.3f} ± {ratio_se:.3f}"
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
     return [
         folder,
         *plateau_setting(g),
         mean_sd(halves, ".1f"),
-        t_half,
-        ratio_cell,
+        f"{model['t_half']:.1f} ± {model['se']:.1f}",
+        f"{ratio:.3f} ± {ratio_se:.3f}",
         f"{val_se:.1f}",
         end,
         w_xe,
@@ -922,14 +920,12 @@ def whole_curve_row(folder, g, model, key):
     )
     worst = fmt(np.nanmax(lags[far], initial=-np.inf), ".3f")  # none: "-"
     outside = int((far & ~(lags <= LAG)).sum())
-    largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
-    compared = f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})"
     return [
         folder,
         key,
         *plateau_setting(g),
-        compared,
-        largest,
+        f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})",  # the steps compared
+        f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}",  # the largest gap
         int(far.sum()),
         worst,
         outside,
