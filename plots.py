@@ -215,7 +215,6 @@ def figure_tests(runs, out, name, group, suffix, predicted):
     model = whole_curve(runs)
     fig, axes = panels(len(names), 0.8, sharey=True)
     c = config_of(runs)
-    trained = f"val (T={c['T']}, q={c['q']}, as trained)"
     for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
@@ -228,7 +227,11 @@ def figure_tests(runs, out, name, group, suffix, predicted):
                 steps = [r[0] for r in model["rows"]]
                 loss = model["sets"][key]["loss"]
                 ax.plot(steps, loss, "k-.", lw=1, label=MODEL_LINE)
-        title = trained if key == "val" else f"test {key}"
+        title = (
+            f"val (T={c['T']}, q={c['q']}, as trained)"
+            if key == "val"
+            else f"test {key}"
+        )
         ax.set(xlabel="step", yscale="log", title=title)
     axes[0].set_ylabel(f"validation loss {LOSS}")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
@@ -795,10 +798,9 @@ def whole_curve(runs):
 
 def parser():
     p = runlog.Parser("plots.py", __doc__.split("\n")[0])  # an error: one line, exit 2
-    p.add_argument(
-        "paths", nargs="+", help="run directories, or folders that hold them"
-    )
-    p.add_argument(
+    add = p.add_argument
+    add("paths", nargs="+", help="run directories, or folders that hold them")
+    add(
         "--out",
         default="runs/figures",
         type=Path,
@@ -806,10 +808,8 @@ def parser():
         " (default runs/figures: the committed gallery figures/ is written only"
         " when named here)",
     )
-    p.add_argument(
-        "--table", action="store_true", help="print the numbers as Markdown tables"
-    )
-    p.add_argument(
+    add("--table", action="store_true", help="print the numbers as Markdown tables")
+    add(
         "--formats",
         nargs="+",
         default=FORMATS,
