@@ -31,7 +31,6 @@ from rundirs import (
     label,
     load_all,
     load_summary,
-    read,
     scans_of,
     sets,
     spread,
@@ -40,16 +39,20 @@ from rundirs import (
 )
 from tables import (
     FORM_WORDS,
-    PLATEAU,
     WIDTH_FORMS,
     by_model_and_s,
+    config_of,
     family_curves,
+    finite_floats,
+    fit_parameters,
     interpolated,
     models,
     partial,
+    plateau_model,
     same_target,
     table_critical,
     table_floor_excess,
+    table_floors,
     table_largest,
     table_needed,
     table_plateau_model,
@@ -102,13 +105,12 @@ def band(ax, x, y, col, f=lambda y: y, **kw):
 
 def curve(ax, group, groups, name, **kw):
     """`name` against the step, the group's seeds as band() draws them."""
-    steps, seeds = spread(group, name)
-    band(ax, steps, seeds, color(group, groups), **kw)
+    band(ax, *spread(group, name), color(group, groups), **kw)
 
 
 def color(group, groups):
     """Its PE's colour where each configuration has its own, else one of OTHERS."""
-    keys = [g[0]["config"]["pe"] for g in groups]
+    keys = [config_of(g)["pe"] for g in groups]
     i = groups.index(group)
     if len(set(keys)) == len(keys):  # PE kinds all have one
         return COLORS[keys[i]]
@@ -172,23 +174,22 @@ def figure_training(runs, out, name):
         curve(ax_inv, g, groups, "train_loss", f=lambda y: 1 / y)
         curve(ax_cos, g, groups, "cos_W")
         curve(ax_cos, g, groups, "cos_V", ls="--")
-    c = runs[0]["config"]
+    c = config_of(runs)
     start = c["d"] / (2 * c["q"])
     ax_loss.axhline(start, color="gray", ls=":", label="d/(2q), the loss at W=V=0")
     ax_loss.set(
         yscale="log", xlabel="step", ylabel=f"training loss {LOSS}", title="loss"
     )
-    top = ax_loss.get_ylim()[1] * 1.5  # the reference, in the limits, off the edge
-    ax_loss.set_ylim(top=top)
+    # the reference, in the limits, off the edge
+    ax_loss.set_ylim(top=ax_loss.get_ylim()[1] * 1.5)
     ax_inv.set(xlabel="step", ylabel="1 / training loss", title="inverse loss")
     legend_key(ax_cos, "k-", "cos(W, W*)")
     legend_key(ax_cos, "k--", "cos(V, V*)")
-    bottom = min(0, ax_cos.get_ylim()[0])
     ax_cos.set(
         xlabel="step",
         ylabel="cosine similarity",
         title="alignment with ground truth",
-        ylim=(bottom, 1.05),
+        ylim=(min(0, ax_cos.get_ylim()[0]), 1.05),
     )
     return save(fig, out, f"{name}_training", describe(c, groups))
 
@@ -211,25 +212,26 @@ def figure_tests(runs, out, name, group, suffix, predicted):
     dash-dotted, beside its configuration."""
     groups = configurations(runs)
     names = sets(runs, group)
-    curves = family_curves(groups, predicted)
-    model = whole_curve(runs[0]["path"].parent)
+    model = whole_curve(runs)
     fig, axes = panels(len(names), 0.8, sharey=True)
-    c = runs[0]["config"]
-    trained = f"val (T={c['T']}, q={c['q']}, as trained)"
+    c = config_of(runs)
     for ax, key in zip(axes, names):
         for g in groups:
             curve(ax, g, groups, key, label=label(g, groups))
-            own, best = curves[g[0]["path"]].get(key, (None, None))
-            fixed = g[0]["config"]["pe"] == "fixed"
-            texts = FIXED_LINES if fixed else FAMILY_LINES
+            own, best = family_curves(g, predicted).get(key, (None, None))
+            texts = FIXED_LINES if config_of(g)["pe"] == "fixed" else FAMILY_LINES
             for y, ls, text in zip((best, own), ("--", ":"), texts):
                 if (y or 0) > 1e-9:  # none, or 0, which has no place on the log axis
                     ax.axhline(y, color=color(g, groups), ls=ls, label=text)
-            if model and models(model, g[0]["config"]) and key in model["sets"]:
+            if model and models(model, config_of(g)) and key in model["sets"]:
                 steps = [r[0] for r in model["rows"]]
                 loss = model["sets"][key]["loss"]
                 ax.plot(steps, loss, "k-.", lw=1, label=MODEL_LINE)
-        title = trained if key == "val" else f"test {key}"
+        title = (
+            f"val (T={c['T']}, q={c['q']}, as trained)"
+            if key == "val"
+            else f"test {key}"
+        )
         ax.set(xlabel="step", yscale="log", title=title)
     axes[0].set_ylabel(f"validation loss {LOSS}")
     return save(fig, out, f"{name}_{suffix}", describe(c, groups))
@@ -253,7 +255,7 @@ def figure_weights(runs, out, name):
             title = f"at {when}, {c['pe']} PE, seed {c['seed']}"
             weights_at(row[k], V_axes, *pair[k], c["d"], title, symlog=when == "end")
     one = "; one run per configuration, its lowest seed" * (max(map(len, groups)) > 1)
-    return save(fig, out, f"{name}_weights", describe(runs[0]["config"]) + one)
+    return save(fig, out, f"{name}_weights", describe(config_of(runs)) + one)
 
 
 def weights_at(ax, V_axes, W, V, d, title, symlog):
@@ -285,8 +287,8 @@ def weights_at(ax, V_axes, W, V, d, title, symlog):
         V_ax.set_yticks([])
     V_axes[0].set_title("token block", loc="left")
     V_axes[1].set_title(f"V {title}" + " (all 0)" * (not V.any()))
-    ticks = [-V_max, 0, V_max]  # the PE block's, beside it
-    ax.figure.colorbar(image, ax=V_axes[1], shrink=0.8, ticks=ticks, format="{x:.2g}")
+    V_ticks = [-V_max, 0, V_max]  # the PE block's, beside it
+    ax.figure.colorbar(image, ax=V_axes[1], shrink=0.8, ticks=V_ticks, format="{x:.2g}")
 
 
 def floor_lines(ax, pe, points, guess, low):
@@ -338,7 +340,7 @@ def figure_floor(runs, out, name, predicted):
         floor = value(run["end"], "val")  # its final val, else the last logged
         if floor > 0:  # a null or zero loss: no place on the log axis
             by_pe[run["config"]["pe"]][run["config"]["de"]].append(floor)
-    config = runs[0]["config"]
+    config = config_of(runs)
     task = [config["T"], config["q"], config["d"]]  # FLOOR holds the test sets' q too
     guess = defaultdict(list)  # {pe: [(d_e, loss)] by d_e}
     for (pe, *at, de), row in sorted(predicted.items()):
@@ -361,8 +363,7 @@ def figure_floor(runs, out, name, predicted):
     ax.set(
         xlabel="PE dimension d_e", ylim=(low / 1.4, None), ylabel=ylabel, title=title
     )
-    caption = describe(config, configurations(runs))
-    return save(fig, out, f"{name}_floor", caption)
+    return save(fig, out, f"{name}_floor", describe(config, configurations(runs)))
 
 
 def separation_lines(axes, summary, model, budget):
@@ -532,8 +533,8 @@ def figure_needed(s, out, name, sweep):
     grid = np.geomspace(T.min(), T.max(), 200)
     for (form, fit), ls in zip(fits.items(), ("-", "--", ":")):  # black
         y = WIDTH_FORMS[form](grid, **fit)
-        shown = [f"{k} = {v:.3g}" for k, v in fit.items() if k not in ("q", "rms")]
-        text = f"fit, {FORM_WORDS[form]}:\n{', '.join(shown)}; rms {fit['rms']:.3f}"
+        shown = fit_parameters(fit, ".3g")
+        text = f"fit, {FORM_WORDS[form]}:\n{shown}; rms {fit['rms']:.3f}"
         ax.plot(grid, y, ls, color="k", label=text)
     trained = needed_trained(ax, sweep, s["d"])
     ax.set(
@@ -565,8 +566,8 @@ def position_points(groups, pe, at, key):
     each, by L: at[pe], else its table's size."""
     points = []
     for g in groups:
-        if g[0]["config"]["pe"] == pe:
-            L = g[0]["config"].get("positions") or at[pe]
+        if config_of(g)["pe"] == pe:
+            L = config_of(g).get("positions") or at[pe]
             y = [value(r["end"], key) for r in g]
             points.append((L, np.mean(y), min(y), max(y)))
     return sorted(points)
@@ -577,7 +578,7 @@ def figure_positions(runs, out, name):
     PE's colour, fixed PE at L = T, stochastic at L = ∞); in distribution,
     table_floor.json's."""
     groups = configurations(runs)
-    c = runs[0]["config"]
+    c = config_of(runs)
     Ls = sorted({r["config"].get("positions") for r in runs} - {None})
     at = {"fixed": c["T"], "stochastic": Ls[-1] * 4}  # L -> ∞ at 4 L_max
     names = sets(runs, "T")
@@ -585,12 +586,7 @@ def figure_positions(runs, out, name):
     ticks = [c["T"], *Ls, at["stochastic"]]
     labels = [*map(str, ticks[:-1]), "∞"]
     # in distribution: randomized PE's constructions at the training T
-    rows = read(runs[0]["path"].parent / "table_floor.json")["rows"]
-    points = [
-        (r["positions"], r["table"], r["family"])
-        for r in rows
-        if r["pe"] == "randomized" and r["T"] == c["T"]
-    ]
+    points = [(r["positions"], r["table"], r["family"]) for r in table_floors(runs)]
     L, table, family = np.array(sorted(points), float).T
     for key, ax in zip(names, axes):
         for pe, style in POSITIONS.items():
@@ -618,7 +614,7 @@ def logged_curve(group, last):
     steps, val = spread(group, "val")
     c = spread(group, "c")[1]
     old = spread(group, "norm_W")[1] * spread(group, "cos_W")[1]
-    c = np.where(np.isnan(c), old / np.sqrt(group[0]["config"]["de"]), c)
+    c = np.where(np.isnan(c), old / np.sqrt(config_of(group)["de"]), c)
     alpha = spread(group, "alpha")[1]
     kept = steps <= last
     return steps[kept], [y[:, kept] for y in (val, c, alpha)]
@@ -643,7 +639,7 @@ def figure_dynamics(name, pairs, out):
         ax.set_xscale("symlog", linthresh=max(10, plateau))  # linear over the plateau
         ax.set(xlabel="step", xlim=(0, None), ylabel=ylabel, title=title)
     axes[0].set_yscale("log")
-    return save(fig, out, f"{name}_dynamics", describe(groups[0][0]["config"], groups))
+    return save(fig, out, f"{name}_dynamics", describe(config_of(groups[0]), groups))
 
 
 # figure_plateau's panels: the settings a scan varies
@@ -674,10 +670,9 @@ def plateau_panel(ax, points, base, k):
 def plateau_point(gd, g):
     """A configuration's (config, SGD's model's t_1/2, GD's, GD's closed form, the seeds' that
     crossed)."""
-    model = runlog.read(g[0]["path"].parent / PLATEAU)["rows"][0]["t_half"]
-    halves = [interpolated(run, gd["floor"]) for run in g]
-    crossed = [h for h in halves if h is not None]
-    return g[0]["config"], model, gd["t_half"], gd["t_half_closed"], crossed
+    model = plateau_model(g)["t_half"]
+    crossed = finite_floats(interpolated(g, gd["floor"]))
+    return config_of(g), model, gd["t_half"], gd["t_half_closed"], crossed
 
 
 def figure_plateau(name, members, out):
@@ -722,7 +717,7 @@ def draw(name, runs, out, report, predicted):
         if sets(tf, group) != ["val"]:  # some set of that group logged
             report.draw(figure_tests, tf, out, name, group, suffix, predicted)
     report.draw(figure_weights, tf, out, name)
-    T = tf[0]["config"]["T"]
+    T = config_of(tf)["T"]
     if len({k[4] for k in predicted if k[1] == T}) >= 3:
         report.draw(figure_floor, tf, out, name, predicted)
 
@@ -789,25 +784,23 @@ def tabulate_all(loaded, alone, summaries, report):
     # tables without a row are not printed
     named = [(str(f.relative_to(f.parents[1])), p) for f, *_, p in loaded if p]
     report.draw(table_plateau_model, named)
-    whole = [(n, runs, p) for f, n, runs, p, _ in loaded if runs and whole_curve(f)]
+    whole = [(n, runs, p) for _, n, runs, p, _ in loaded if runs and whole_curve(runs)]
     report.draw(table_whole_curve, whole)
     report.draw(table_floor_excess, whole)
     draw_summaries(summaries, None, report)
 
 
-def whole_curve(folder):
-    """The folder's PLATEAU row where it has theory.whole_curve's sets, else None."""
-    path = folder / PLATEAU
-    row = runlog.read(path)["rows"][0] if path.exists() else {}
+def whole_curve(runs):
+    """The PLATEAU row beside the runs where it has theory.whole_curve's sets, else None."""
+    row = plateau_model(runs) or {}
     return row if "sets" in row else None
 
 
 def parser():
     p = runlog.Parser("plots.py", __doc__.split("\n")[0])  # an error: one line, exit 2
-    p.add_argument(
-        "paths", nargs="+", help="run directories, or folders that hold them"
-    )
-    p.add_argument(
+    add = p.add_argument
+    add("paths", nargs="+", help="run directories, or folders that hold them")
+    add(
         "--out",
         default="runs/figures",
         type=Path,
@@ -815,10 +808,8 @@ def parser():
         " (default runs/figures: the committed gallery figures/ is written only"
         " when named here)",
     )
-    p.add_argument(
-        "--table", action="store_true", help="print the numbers as Markdown tables"
-    )
-    p.add_argument(
+    add("--table", action="store_true", help="print the numbers as Markdown tables")
+    add(
         "--formats",
         nargs="+",
         default=FORMATS,

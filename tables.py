@@ -108,36 +108,38 @@ def slope(run, name):
     return float(np.polyfit(steps, ys, 1)[0] * 1e4)
 
 
+def config_of(runs):
+    """The first run's config.json: a configuration's but for PER_SEED."""
+    return runs[0]["config"]
+
+
 def run_names(group):
     return tuple(r["path"].name for r in group)
 
 
-def own_of(folder):
+def own_of(runs):
     """OWN beside the runs ({} without the file)."""
-    path = folder / OWN
+    path = runs[0]["path"].parent / OWN
     return read(path) if path.exists() else {}
 
 
-def own_rows(folder):
-    """OWN's rows by (the runs' names, set)."""
-    rows = own_of(folder).get("rows", [])
-    return {(tuple(r["runs"]), r["set"]): r for r in rows}
+def own_rows(g):
+    """OWN's rows of a configuration, by set."""
+    rows = own_of(g).get("rows", [])
+    return {r["set"]: r for r in rows if tuple(r["runs"]) == run_names(g)}
 
 
-def family_curves(groups, predicted):
-    """{first run's path: {set name: (own, best)}}: OWN's own family at the set, FLOOR's best at
+def family_curves(g, predicted):
+    """{set name: (own, best)} of a configuration: OWN's own family at the set, FLOOR's best at
     the set's T and q (fixed PE: W = c M, which learns its table, at its T alone)."""
-    curves = {}
-    for g in groups:
-        c = g[0]["config"]
-        own = own_rows(g[0]["path"].parent)
-        key = "loss" if c["pe"] == "stochastic" else "table"
-        at = {}
-        for k in own_sets(g):
-            mine = own.get((run_names(g), k), {})
-            at[k] = (mine.get("own"), best(predicted, c, k).get(key))
-        curves[g[0]["path"]] = at
-    return curves
+    c = config_of(g)
+    own = own_rows(g)
+    key = "loss" if c["pe"] == "stochastic" else "table"
+    at = {}
+    for k in own_sets(g):
+        mine = own.get(k, {})
+        at[k] = (mine.get("own"), best(predicted, c, k).get(key))
+    return at
 
 
 # ------------------------------------------- the width needed (sts.py --needed-de), fits against T
@@ -188,6 +190,12 @@ def width_fits(Ts, des, q):
             fitted = np.log(WIDTH_FORMS[name](np.exp(lnT), **params))
         params["rms"] = np.sqrt(np.mean((fitted - y) ** 2))
     return fits
+
+
+def fit_parameters(fit, spec):
+    """A width fit's parameters, "k = v, ..." (its q and rms left out)."""
+    shown = [f"{k} = {v:{spec}}" for k, v in fit.items() if k not in ("q", "rms")]
+    return ", ".join(shown)
 
 
 def same_target(needed, sweep):
@@ -247,7 +255,7 @@ def config_row(g, groups, names, final, shape, cos):
     steps = [r["log"][-1]["step"] for r in g]
     span = sorted({min(steps), max(steps)})
     row = [label(g, groups)]
-    row += [g[0]["config"].get(k, "-") for k in shape]
+    row += [config_of(g).get(k, "-") for k in shape]
     row += [len(g), "-".join(map(str, span))]
     for k in names:
         cell = mean_sd([value(r["end"], k) for r in g])
@@ -259,7 +267,7 @@ def config_row(g, groups, names, final, shape, cos):
 
 def table(name, runs):
     """A configuration a row: its losses and last cosines over its seeds. Runs of one model."""
-    c = runs[0]["config"]
+    c = config_of(runs)
     groups = configurations(runs)
     names = sets(runs, "T", "q")
     final = any("final" in r["summary"] for r in runs)
@@ -285,7 +293,7 @@ def table(name, runs):
 
 def pe_setting(g):
     """A configuration's setting but for its PE, the same across the PEs it is paired with."""
-    return setting(g[0]["config"], (*PER_SEED, "pe", "positions"))
+    return setting(config_of(g), (*PER_SEED, "pe", "positions"))
 
 
 def paired_cells(d, gap):
@@ -303,7 +311,7 @@ def paired_rows(g, ref, groups, files, gaps):
     """g's PE minus ref's where a configuration of ref agrees but for the PE, a set a row; keeps
     each stochastic − fixed mean in gaps."""
     key = pe_setting(g)
-    same = [b for b in groups if b[0]["config"]["pe"] == ref and pe_setting(b) == key]
+    same = [b for b in groups if config_of(b)["pe"] == ref and pe_setting(b) == key]
     if not same:
         return []
     base = same[0]
@@ -319,7 +327,7 @@ def paired_rows(g, ref, groups, files, gaps):
         d = [paired(a[k], b[k]) for a, b in per if k in a and k in b]
         gap = gaps.get((key, k)) if ref == "stochastic" else None
         rows.append([pair, k, f"{len(d)} of {len(per)}", *paired_cells(d, gap)])
-        if g[0]["config"]["pe"] == "stochastic":
+        if config_of(g)["pe"] == "stochastic":
             gaps[key, k] = mean([x for x, _ in d])
     return rows
 
@@ -334,7 +342,7 @@ def table_paired(name, runs, report):
     gaps = {}  # stochastic − fixed
     for ref in ("fixed", "stochastic"):
         for g in groups:
-            if g[0]["config"]["pe"] not in ("fixed", ref, "onehot"):
+            if config_of(g)["pe"] not in ("fixed", ref, "onehot"):
                 rows += paired_rows(g, ref, groups, files, gaps)
     caption = (
         f"{name}: one PE minus another on the same sequences (final_losses.npz). Per seed d ="
@@ -358,9 +366,8 @@ def quoted_from(row, key, se):
 
 def floor_row(g, predicted):
     """table_floor's row of a configuration."""
-    c = g[0]["config"]
-    floor = own_of(g[0]["path"].parent).get("floor", [])
-    pairs = {x["run"]: x for x in floor}  # theory.py --own's
+    c = config_of(g)
+    pairs = {x["run"]: x for x in own_of(g).get("floor", [])}  # theory.py --own's
     both = [pairs[name] for name in run_names(g) if name in pairs]
     trained = [x["trained"] for x in both]
     family = [x["family"] for x in both]
@@ -368,8 +375,16 @@ def floor_row(g, predicted):
     differences = over_seeds([(x["difference"], x["se"]) for x in both])
     ratio = fmt(mean(trained) / mean(family), "#.3g")
     floor = quoted_from(best(predicted, c, "val"), "loss", "se")
-    losses = [mean_sd(trained), mean_sd(family), *differences, ratio]
-    return [c["pe"], c["de"], seeds, floor, *losses]
+    return [
+        c["pe"],
+        c["de"],
+        seeds,
+        floor,
+        mean_sd(trained),
+        mean_sd(family),
+        *differences,
+        ratio,
+    ]
 
 
 def table_floor(name, runs, predicted):
@@ -399,12 +414,12 @@ def quoted(x, se):
     return f"{x:.{k}f} ± {se:.{k}f}"
 
 
-def length_row(k, g, groups, own, predicted):
+def length_row(k, g, groups, predicted):
     """table_length's row of a configuration g at set k."""
-    c = g[0]["config"]
+    c = config_of(g)
     T, q = task(k, c)
     trained = [value(r["end"], k) for r in g]
-    mine = own.get((run_names(g), k), {})
+    mine = own_rows(g).get(k, {})
     at_set = best(predicted, c, k)
     at_val = best(predicted, c, "val")
     stochastic = c["pe"] == "stochastic"
@@ -432,17 +447,16 @@ def table_length(name, runs, predicted):
     """At each set a configuration's loss, OWN's, FLOOR's, their share of the rise, its slope."""
     groups = configurations(runs)
     names = sets(runs, "T", "q")
-    own = own_rows(runs[0]["path"].parent)
-    sizes = sorted({r["n"] for r in own.values()})
+    sizes = sorted({r["n"] for r in own_of(runs).get("rows", [])})
     n = "/".join(map(str, sizes))
     scored = (
         f"on {n} sequences a set"
         if n
         else f"none here (theory.py --own DIR --n N: {OWN})"
     )
-    trained_at = groups[0][0]["config"]
+    trained_at = config_of(groups[0])
     tested = names if len(names) > 1 else []  # the training set alone: no table
-    rows = [length_row(k, g, groups, own, predicted) for k in tested for g in groups]
+    rows = [length_row(k, g, groups, predicted) for k in tested for g in groups]
     caption = (
         f"{name}: at each length and subset size (T={trained_at['T']},"
         f" q={trained_at['q']}: as trained), the final loss, mean ± s (the sample"
@@ -462,6 +476,12 @@ def table_length(name, runs, predicted):
         " | share of the rise: own | share: best | slope per 10k steps"
     )
     markdown(caption, header, rows)
+
+
+def table_floors(runs):
+    """table_floor.json's rows at the runs' T: randomized PE's W = c M (theory.table_floor)."""
+    rows = read(runs[0]["path"].parent / "table_floor.json")["rows"]
+    return [r for r in rows if r["T"] == config_of(runs)["T"]]
 
 
 def selection(W_ee, P):
@@ -488,7 +508,7 @@ def selection(W_ee, P):
 
 def selection_rows(g, groups, row):
     """table_selection's rows of a configuration: its trained W_ee, then c M of the row."""
-    c = g[0]["config"]
+    c = config_of(g)
     d = c["d"]
     tables = [pe_of(r["config"]).table for r in g]
     built = [row["c"] * metric(row, P) for P in tables]
@@ -504,15 +524,12 @@ def selection_rows(g, groups, row):
 
 def table_selection(name, runs):
     """Randomized PE: the trained W against table_floor.json's W = c M, each on its seed's table."""
-    at = runs[0]["path"].parent
-    T = runs[0]["config"]["T"]
-    floors = read(at / "table_floor.json")["rows"]  # randomized PE's, by theory.py
-    built = {r["positions"]: r for r in floors if r["T"] == T}
+    built = {r["positions"]: r for r in table_floors(runs)}
     groups = configurations(runs)
     rows = []
     for g in groups:  # L <= d_e: c M = c I on the table, exact; left out
-        c = g[0]["config"]
-        if (c.get("positions") or 0) > c["de"] and c["positions"] in built:
+        c = config_of(g)
+        if c.get("positions") in built and c["positions"] > c["de"]:
             rows += selection_rows(g, groups, built[c["positions"]])
     caption = (
         f"{name}: how W's PE block W_ee separates the table's L positions, G = Pᵀ W_ee P"
@@ -599,8 +616,7 @@ def needed_row(r, d):
     if finite(r["de_se"]):
         de += f" ± {r['de_se']:.1f}"
     floor = f"{r['floor']:.4f} ± {r['se']:.4f}"
-    tried = len(r["tried"])
-    return [r["T"], de, d + r["de"], floor, tried, r.get("seconds", "-")]
+    return [r["T"], de, d + r["de"], floor, len(r["tried"]), r.get("seconds", "-")]
 
 
 def table_needed(path, s, sweep):
@@ -636,9 +652,8 @@ def table_fits(path, rows, q):
     least = min(f["rms"] for f in fits.values())
     cells = []
     for name, f in fits.items():
-        shown = [f"{k} = {v:.4g}" for k, v in f.items() if k not in ("rms", "q")]
         ratio = fmt(f["rms"] / least, ".2f")
-        cells.append([FORM_WORDS[name], ", ".join(shown), fmt(f["rms"]), ratio])
+        cells.append([FORM_WORDS[name], fit_parameters(f, ".4g"), fmt(f["rms"]), ratio])
     caption = (
         f"{path.parent.name}: least-squares fits of d_e against T, each minimising the squared"
         " residuals of ln d_e (tables.width_fits); rms: their root mean square."
@@ -650,8 +665,7 @@ def table_fits(path, rows, q):
 def quarter_vals(path, row, m):
     """The seeds' mean val of the FCN of width m at 3/4 of the training every seed logged (at
     least the row's budget) and at its end, and that end."""
-    pattern = f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl"
-    files = path.parent.glob(pattern)
+    files = path.parent.glob(f"fcn-T{row['T']}-m{m}-depth*-seed*/log.jsonl")
     logs = [{r["step"]: value(r, "val") for r in read_log(f, Report())} for f in files]
     lasts = [max(log, default=0) for log in logs]
     end = max(row["steps"], min(lasts, default=0))
@@ -799,28 +813,35 @@ MODEL_KEYS = ("T", "q", "de", "lr", "batch")  # the settings a PLATEAU row is of
 
 def plateau_setting(g):
     """The cells of SETTING_COLUMNS of a configuration."""
-    cfg = g[0]["config"]
-    setting = [cfg[k] for k in MODEL_KEYS]
-    return [*setting, len(g), cfg["eval_every"]]
+    cfg = config_of(g)
+    return [cfg[k] for k in MODEL_KEYS] + [len(g), cfg["eval_every"]]
 
 
-def interpolated(run, floor):
-    """A run's t_1/2 between its logged steps: where val crosses the midpoint of its first val and
-    `floor`, linearly interpolated (theory.crossing); None if it never does."""
-    steps = [r["step"] for r in run["log"]]
-    vals = [value(r, "val") for r in run["log"]]
-    return crossing(steps, vals, (vals[0] + floor) / 2)
+def interpolated(g, floor):
+    """Each seed's t_1/2 between its logged steps: where val crosses the midpoint of its first
+    val and `floor`, linearly interpolated (theory.crossing); NaN if it never does."""
+    halves = []
+    for run in g:
+        steps = [r["step"] for r in run["log"]]
+        vals = [value(r, "val") for r in run["log"]]
+        half = crossing(steps, vals, (vals[0] + floor) / 2)
+        halves.append(NAN if half is None else half)
+    return halves
+
+
+def plateau_model(g):
+    """The PLATEAU row beside a configuration's runs, else None."""
+    path = g[0]["path"].parent / PLATEAU
+    return read(path)["rows"][0] if path.exists() else None
 
 
 def plateau_row(folder, gd, g):
     """One row of table_plateau_model: a configuration's measured t_1/2 against PLATEAU's model."""
-    cfg = g[0]["config"]
-    model = read(g[0]["path"].parent / PLATEAU)["rows"][0]
-    halves = [interpolated(run, gd["floor"]) for run in g]
-    halves = [NAN if h is None else h for h in halves]  # a seed that never crossed
-    seeds_se = over_seeds_se(halves)
+    cfg = config_of(g)
+    model = plateau_model(g)
+    halves = interpolated(g, gd["floor"])
     val_se = val_set_se(model, cfg["n_test"])
-    measured_se = math.hypot(seeds_se, val_se) / mean(halves)
+    measured_se = math.hypot(over_seeds_se(halves), val_se) / mean(halves)
     ratio = mean(halves) / model["t_half"]
     ratio_se = ratio * math.hypot(model["se"] / model["t_half"], measured_se)
     d = cfg["d"]
@@ -830,20 +851,27 @@ def plateau_row(folder, gd, g):
     end = g[0]["summary"]["step"]  # the final weights' step, the same for every seed
     rows = np.array(model["rows"])
     at_end = np.interp(end, rows[:, 0], rows[:, -1], right=NAN)  # NaN past the curve
-    t_half = f"{model['t_half']:.1f} ± {model['se']:.1f}"
-    ratio_cell = f"{ratio:.3f} ± {ratio_se:.3f}"
     w_xe = f"{mean_sd(ends, '.3f')} / {fmt(at_end, '.3f')}"
-    cells = [mean_sd(halves, ".1f"), t_half, ratio_cell, f"{val_se:.1f}", end, w_xe]
-    return [folder, *plateau_setting(g), *cells]
+    return [
+        folder,
+        *plateau_setting(g),
+        mean_sd(halves, ".1f"),
+        f"{model['t_half']:.1f} ± {model['se']:.1f}",
+        f"{ratio:.3f} ± {ratio_se:.3f}",
+        f"{val_se:.1f}",
+        end,
+        w_xe,
+    ]
 
 
 def table_plateau_model(experiments):
     """Every configuration beside a PLATEAU: t_1/2 interpolated against SGD's model's, |W_xe|^2."""
-    rows = []
-    for folder, pairs in experiments:
-        for gd, g in pairs:
-            if (g[0]["path"].parent / PLATEAU).exists():
-                rows.append(plateau_row(folder, gd, g))
+    rows = [
+        plateau_row(folder, gd, g)
+        for folder, pairs in experiments
+        for gd, g in pairs
+        if plateau_model(g)
+    ]
     caption = (
         "SGD's model of the plateau: the tokens integrated (theory.py --plateau, in"
         f" {PLATEAU}); t½ measured where val crosses the midpoint of the first val and"
@@ -882,8 +910,8 @@ def whole_curve_row(folder, g, model, key):
     s = {k: np.interp(steps, at, y) for k, y in model["sets"][key].items()}
     measured = seeds.mean(0)
     gap = measured / s["loss"] - 1
-    seeds_se = over_seeds_se(seeds)
-    spread_sq = s["sd"] ** 2 / g[0]["config"]["n_test"] + seeds_se**2 + s["se"] ** 2
+    seeds_sq = over_seeds_se(seeds) ** 2
+    spread_sq = s["sd"] ** 2 / config_of(g)["n_test"] + seeds_sq + s["se"] ** 2
     se = np.sqrt(spread_sq) / s["loss"]
     i = int(np.abs(gap).argmax())
     far = np.abs(gap) > GAP
@@ -892,14 +920,12 @@ def whole_curve_row(folder, g, model, key):
     )
     worst = fmt(np.nanmax(lags[far], initial=-np.inf), ".3f")  # none: "-"
     outside = int((far & ~(lags <= LAG)).sum())
-    largest = f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}"
-    compared = f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})"
     return [
         folder,
         key,
         *plateau_setting(g),
-        compared,
-        largest,
+        f"{int(steps[0])}–{int(steps[-1])} ({len(steps)})",  # the steps compared
+        f"{gap[i]:+.3f} ± {se[i]:.3f} at {int(steps[i])}",  # the largest gap
         int(far.sum()),
         worst,
         outside,
@@ -922,7 +948,7 @@ def lag(at, loss, step, measured):
 def final_gap(g, s, key):
     """The seeds' final loss at `key` (summary.json, n_final sequences) / the model's at their
     last step - 1, ± se as whole_curve_row's with final_se for the validation set's."""
-    if g[0]["summary"]["step"] != g[0]["config"]["steps"]:
+    if g[0]["summary"]["step"] != config_of(g)["steps"]:
         return "-"  # stopped early (T100): its finals are not at the model's last step
     final, se = measured(g, key)
     model = s["loss"][-1]
@@ -934,9 +960,9 @@ def modelled(experiments):
     """(folder, configuration, PLATEAU's row, FLOOR's rows) of each SGD stochastic-PE
     configuration whose PLATEAU has theory.whole_curve's sets."""
     for folder, runs, predicted in experiments:
-        model = read(runs[0]["path"].parent / PLATEAU)["rows"][0]
+        model = plateau_model(runs)
         for g in configurations(runs):
-            if models(model, g[0]["config"]):
+            if models(model, config_of(g)):
                 yield folder, g, model, predicted
 
 
@@ -949,10 +975,11 @@ def models(model, cfg):
 def table_whole_curve(experiments):
     """Every configuration of `modelled`: its whole curve against the model's at every logged
     step and every set."""
-    rows = []
-    for folder, g, model, _ in modelled(experiments):
-        for key in model["sets"]:
-            rows.append(whole_curve_row(folder, g, model, key))
+    rows = [
+        whole_curve_row(folder, g, model, key)
+        for folder, g, model, _ in modelled(experiments)
+        for key in model["sets"]
+    ]
     caption = (
         "The whole curve: each set's validation loss at every logged step after 0 (over the"
         " seeds, the mean) against SGD's model there (theory.py --plateau --test-T --test-q:"
@@ -978,7 +1005,7 @@ def table_whole_curve(experiments):
 
 def excess_row(folder, g, model, predicted, key):
     """table_floor_excess' row: the seeds' final loss above the family's floor, split."""
-    floor = best(predicted, g[0]["config"], key)
+    floor = best(predicted, config_of(g), key)
     final, measured_se = measured(g, key)
     s = {k: x[-1] for k, x in model["sets"][key].items()}  # the model at the last step
     excess = final - floor["loss"]
@@ -999,9 +1026,11 @@ def table_floor_excess(experiments):
     """Where the runs end above the family's floor: SGD's model's W_xe and its c, alpha."""
     rows = []
     for folder, g, model, predicted in modelled(experiments):
-        at_end = g[0]["summary"]["step"] == model["steps"]
-        keys = [k for k in model["sets"] if best(predicted, g[0]["config"], k)]
-        rows += [excess_row(folder, g, model, predicted, k) for k in keys if at_end]
+        if (
+            g[0]["summary"]["step"] == model["steps"]
+        ):  # the model's last step: the finals'
+            keys = [k for k in model["sets"] if best(predicted, config_of(g), k)]
+            rows += [excess_row(folder, g, model, predicted, k) for k in keys]
     caption = (
         "The floor's excess: the seeds' final loss (summary.json, n_final common sequences)"
         f" − the family's floor ({FLOOR}: sts.family_floor), against SGD's model at the last"
