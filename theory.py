@@ -459,24 +459,12 @@ def plateau(T, q, d, d_e, lr, batch, anneal_at, steps, draws, n, every, test_T, 
         flush=True,
     )
     table = np.column_stack([np.arange(steps + 1), *curve])
-    return dict(
-        T=T,
-        q=q,
-        d=d,
-        de=d_e,
-        lr=lr,
-        batch=batch,
-        anneal_at=anneal_at,
-        steps=steps,
-        draws=draws,
-        n=n,
-        t_half=mean,
-        se=se,
-        each=halves,
-        columns=["step", "loss", "c", "alpha", "W_xe2"],
-        rows=table[::every].tolist(),
-        sets=over_draws(at_sets),
-    )
+    row = dict(T=T, q=q, d=d, de=d_e, lr=lr, batch=batch, anneal_at=anneal_at)
+    row.update(steps=steps, draws=draws, n=n, t_half=mean, se=se, each=halves)
+    row["columns"] = ["step", "loss", "c", "alpha", "W_xe2"]
+    row["rows"] = table[::every].tolist()
+    row["sets"] = over_draws(at_sets)
+    return row
 
 
 def over_draws(at_sets):
@@ -698,8 +686,15 @@ def parser():
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.error = lambda message: p.exit(2, f"theory.py: error: {message}\n")
-    add = p.add_argument
-    # the task's and the schedule's flags
+    add_task_flags(p.add_argument)
+    add_mode_flags(p.add_mutually_exclusive_group(required=True).add_argument)
+    add_curve_flags(p.add_argument)
+    add_search_flags(p.add_argument)
+    return p
+
+
+def add_task_flags(add):
+    """The task's and the schedule's flags."""
     add(
         "--T",
         type=POSITIVE,
@@ -735,8 +730,10 @@ def parser():
         default=0,
         help="seed of the sequences and the fixed PE table",
     )
-    # what to compute: exactly one
-    mode = p.add_mutually_exclusive_group(required=True).add_argument
+
+
+def add_mode_flags(mode):
+    """What to compute: exactly one."""
     mode(
         "--floor",
         action="store_true",
@@ -766,7 +763,10 @@ def parser():
         help=f"write {OWN} beside the runs of each DIR with a family_floor.json: each trained"
         " run against its own family and the family's best, on --n sequences a set",
     )
-    # --dynamics' and --plateau's options
+
+
+def add_curve_flags(add):
+    """--dynamics' and --plateau's options."""
     add(
         "--draws",
         type=bounded(int, 1, "an integer >= 2 (an se needs two)"),
@@ -804,7 +804,10 @@ def parser():
         default=[],
         help="with --plateau: the curve at these subset sizes too (length --T)",
     )
-    # --needed-de's and --floor's options, and --json
+
+
+def add_search_flags(add):
+    """--needed-de's and --floor's options, --n and --json."""
     add(
         "--eps",
         type=RATE,
@@ -825,7 +828,6 @@ def parser():
         help="with --floor: randomized PE with tables of these L >= T positions instead: the"
         " floors of W = c W* and of a table-learning W (table_floor)",
     )
-    return p
 
 
 def check_flags(p, args):

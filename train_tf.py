@@ -214,6 +214,12 @@ def finals(model, streams, args):
 
 
 # --------------------------------------------------------------------------------------- the loop
+def set_lr(opt, spec, t):
+    """A run's learning rate at step t, annealed as its spec says (sts.learning_rate)."""
+    schedule = (spec["lr"], spec["anneal_at"], spec["anneal_factor"])
+    opt.param_groups[0]["lr"] = sts.learning_rate(t, *schedule)
+
+
 def train(args, d_e, device):
     """Train the runs of one d_e side by side and write their directories (runlog.Job)."""
     specs = run_specs(args, d_e)
@@ -221,10 +227,9 @@ def train(args, d_e, device):
     optimizers = model.configure_optimizers(specs)
     streams = new_streams(args, specs, d_e, device)
     job = new_job(args, specs, d_e)
+    done = f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume"
     if job.finished():
-        return print(
-            f"train_tf.py: d_e={d_e}: every run finished already; nothing to resume"
-        )
+        return print(done)
     desc = f"d_e={d_e} x{len(specs)} runs"
 
     def ending(r, status):  # run r's files however it ends: its last weights
@@ -249,12 +254,8 @@ def train(args, d_e, device):
             losses = model(batch)  # each run's mean loss (R,)
             losses.sum().backward()  # --step fused: the gradients its forward made by hand
             model.loss_sum += losses.detach()
-            # each run's optimiser, its learning rate annealed
-            for spec, opt in zip(specs, optimizers):
-                lr = sts.learning_rate(
-                    t, spec["lr"], spec["anneal_at"], spec["anneal_factor"]
-                )
-                opt.param_groups[0]["lr"] = lr
+            for spec, opt in zip(specs, optimizers):  # each run's optimiser
+                set_lr(opt, spec, t)
                 opt.step()
                 opt.zero_grad()
             bar.update()
